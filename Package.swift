@@ -1,0 +1,111 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+let strict: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+]
+
+let package = Package(
+    name: "Syncline",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "gateway", targets: ["Gateway"]),
+        .executable(name: "worker", targets: ["Worker"]),
+        .executable(name: "syncctl", targets: ["Syncctl"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
+    ],
+    targets: [
+        // Wire models, validation, HLC and the merge rules: pure, no I/O.
+        .target(name: "SyncModels", path: "Shared/SyncModels", swiftSettings: strict),
+        // HS256 JWTs, minted by syncctl and verified by the services.
+        .target(
+            name: "Auth",
+            dependencies: ["SyncModels", .product(name: "Crypto", package: "swift-crypto")],
+            path: "Shared/Auth", swiftSettings: strict),
+        .systemLibrary(
+            name: "CLibPQ", path: "Shared/CLibPQ", pkgConfig: "libpq",
+            providers: [.apt(["libpq-dev"])]),
+        .systemLibrary(
+            name: "CRabbitMQ", path: "Shared/CRabbitMQ", pkgConfig: "librabbitmq",
+            providers: [.apt(["librabbitmq-dev"])]),
+        // libpq bridge: pooled connections on an owned thread pool, typed errors.
+        .target(
+            name: "PQBridge",
+            dependencies: [
+                "CLibPQ",
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Shared/PQBridge", swiftSettings: strict),
+        // rabbitmq-c bridge: one thread owns each connection; confirms, consumer, reconnect.
+        .target(
+            name: "AMQPBridge",
+            dependencies: [
+                "CRabbitMQ",
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Shared/AMQPBridge", swiftSettings: strict),
+        // Migrations and the SQL of the sync domain.
+        .target(
+            name: "Persistence",
+            dependencies: ["SyncModels", "PQBridge", .product(name: "Logging", package: "swift-log")],
+            path: "Shared/Persistence", swiftSettings: strict),
+        // Configuration, logging, metrics, topology names, health endpoints.
+        .target(
+            name: "ServiceSupport",
+            dependencies: [
+                "SyncModels", "PQBridge", "AMQPBridge",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Shared/ServiceSupport", swiftSettings: strict),
+        .executableTarget(
+            name: "Gateway",
+            dependencies: [
+                "SyncModels", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport",
+                .product(name: "Hummingbird", package: "hummingbird"),
+            ],
+            path: "Services/Gateway",
+            resources: [.copy("openapi.yaml")],
+            swiftSettings: strict),
+        .executableTarget(
+            name: "Worker",
+            dependencies: [
+                "SyncModels", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport",
+                .product(name: "Hummingbird", package: "hummingbird"),
+            ],
+            path: "Services/Worker", swiftSettings: strict),
+        .executableTarget(
+            name: "Syncctl",
+            dependencies: [
+                "SyncModels", "Auth", "PQBridge", "Persistence", "ServiceSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "Services/Syncctl", swiftSettings: strict),
+        .testTarget(
+            name: "UnitTests",
+            dependencies: ["SyncModels", "Auth"],
+            path: "Tests/UnitTests", swiftSettings: strict),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: ["SyncModels", "PQBridge", "AMQPBridge", "Persistence"],
+            path: "Tests/IntegrationTests", swiftSettings: strict),
+        .testTarget(
+            name: "EndToEndTests",
+            dependencies: ["SyncModels", "Auth", "PQBridge"],
+            path: "Tests/EndToEndTests", swiftSettings: strict),
+    ]
+)

@@ -1,0 +1,225 @@
+internal import CRabbitMQ
+import Foundation
+import Glibc
+import Logging
+import NIOConcurrencyHelpers
+
+/// Consumes one queue with manual acks and a prefetch, on a dedicated thread that owns
+/// the connection. Deliveries come out of `deliveries`; `ack`/`reject` may be called
+/// from any task and are carried out by the owning thread, which an eventfd wakes.
+/// When the connection dies the thread reconnects with backoff; deliveries of the dead
+/// connection can no longer be settled (the broker redelivers them), so their acks are
+/// dropped by generation.
+public final class AMQPConsumer: Sendable {
+    public struct Configuration: Sendable {
+        public var endpoint: AMQPEndpoint
+        public var topology: AMQPTopology
+        public var queue: String
+        public var prefetch: UInt16
+        public var heartbeatSeconds: Int
+        public var consumerTag: String
+
+        public init(
+            endpoint: AMQPEndpoint, topology: AMQPTopology, queue: String, prefetch: UInt16,
+            heartbeatSeconds: Int = 30, consumerTag: String = "syncline-\(UUID().uuidString.prefix(8))"
+        ) {
+            self.endpoint = endpoint
+            self.topology = topology
+            self.queue = queue
+            self.prefetch = prefetch
+            self.heartbeatSeconds = heartbeatSeconds
+            self.consumerTag = consumerTag
+        }
+    }
+
+    private enum Settlement: Sendable {
+        case ack(UInt64, generation: Int)
+        case reject(UInt64, generation: Int, requeue: Bool)
+    }
+
+    private enum Phase: Sendable, Equatable {
+        case consuming, draining, closing
+    }
+
+    private struct Shared: Sendable {
+        var settlements: [Settlement] = []
+        var phase: Phase = .consuming
+        var connected = false
+    }
+
+    public let deliveries: AsyncStream<AMQPDelivery>
+    private let continuation: AsyncStream<AMQPDelivery>.Continuation
+    private let shared = NIOLockedValueBox(Shared())
+    private let wakeFD: Int32
+    private let configuration: Configuration
+    private let logger: Logger
+    private struct Exit {
+        var done = false
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
+    private let exit = NIOLockedValueBox(Exit())
+
+    public init(configuration: Configuration, logger: Logger) {
+        (deliveries, continuation) = AsyncStream.makeStream(of: AMQPDelivery.self)
+        self.configuration = configuration
+        self.logger = logger
+        self.wakeFD = syncline_wake_fd()
+    }
+
+    deinit { Glibc.close(wakeFD) }
+
+    /// Whether the consumer currently holds a live connection (for `/readyz`).
+    public var isConnected: Bool { shared.withLockedValue { $0.connected } }
+
+    public func start() {
+        let thread = Thread { [self] in
+            self.runLoop()
+            let waiters = self.exit.withLockedValue { exit in
+                exit.done = true
+                defer { exit.waiters = [] }
+                return exit.waiters
+            }
+            waiters.forEach { $0.resume() }
+        }
+        thread.name = "amqp-consumer"
+        thread.start()
+    }
+
+    public func ack(_ delivery: AMQPDelivery) {
+        settle(.ack(delivery.deliveryTag, generation: delivery.generation))
+    }
+
+    /// Hands a message back (`requeue: true`) or lets the broker dead-letter or drop it.
+    public func reject(_ delivery: AMQPDelivery, requeue: Bool) {
+        settle(.reject(delivery.deliveryTag, generation: delivery.generation, requeue: requeue))
+    }
+
+    /// Stops taking new messages (basic.cancel) and ends `deliveries`; acks still work.
+    public func stopConsuming() {
+        shared.withLockedValue { if $0.phase == .consuming { $0.phase = .draining } }
+        wake()
+    }
+
+    /// Settles what is pending, closes the connection (the broker requeues anything
+    /// unacked) and waits for the thread to end.
+    public func close() async {
+        shared.withLockedValue { $0.phase = .closing }
+        wake()
+        await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+            let done = exit.withLockedValue { exit in
+                if !exit.done { exit.waiters.append(waiter) }
+                return exit.done
+            }
+            if done { waiter.resume() }
+        }
+    }
+
+    private func settle(_ settlement: Settlement) {
+        shared.withLockedValue { $0.settlements.append(settlement) }
+        wake()
+    }
+
+    private func wake() {
+        var one: UInt64 = 1
+        _ = Glibc.write(wakeFD, &one, 8)
+    }
+
+    private func drainWake() {
+        var value: UInt64 = 0
+        _ = Glibc.read(wakeFD, &value, 8)
+    }
+
+    // MARK: the owning thread
+
+    private func runLoop() {
+        var connection: AMQPConnection?
+        var generation = 0
+        var backoff: TimeInterval = 0
+        var cancelled = false
+        defer {
+            connection?.close()
+            shared.withLockedValue { $0.connected = false }
+            continuation.finish()
+        }
+        while true {
+            let (phase, settlements) = shared.withLockedValue { state in
+                defer { state.settlements = [] }
+                return (state.phase, state.settlements)
+            }
+            if connection == nil {
+                if phase != .consuming { return }
+                do {
+                    generation += 1
+                    let fresh = try AMQPConnection(endpoint: configuration.endpoint, heartbeatSeconds: configuration.heartbeatSeconds)
+                    try fresh.declare(configuration.topology)
+                    try fresh.consume(queue: configuration.queue, prefetch: configuration.prefetch, consumerTag: configuration.consumerTag)
+                    connection = fresh
+                    backoff = 0
+                    shared.withLockedValue { $0.connected = true }
+                    logger.info("AMQP consumer connected", metadata: ["amqp.queue": "\(configuration.queue)"])
+                } catch {
+                    backoff = min(max(backoff * 2, 0.25), 10)
+                    logger.warning("AMQP consumer cannot connect; retrying", metadata: [
+                        "error": "\(error)", "retry.in_ms": "\(Int(backoff * 1000))",
+                    ])
+                    waitForWake(seconds: backoff)
+                    continue
+                }
+            }
+            guard let live = connection else { continue }
+            do {
+                for settlement in settlements {
+                    switch settlement {
+                    case .ack(let tag, let from) where from == generation: try live.ack(tag)
+                    case .reject(let tag, let from, let requeue) where from == generation:
+                        try live.reject(tag, requeue: requeue)
+                    default: break  // from a dead connection: the broker redelivers it
+                    }
+                }
+                if phase == .closing { return }
+                if phase == .draining && !cancelled {
+                    try live.cancel(consumerTag: configuration.consumerTag)
+                    cancelled = true
+                    continuation.finish()
+                }
+                if !live.hasBufferedInput && !waitForInput(socket: live.socketDescriptor, seconds: 1) {
+                    // Idle: still call in so rabbitmq-c sends and checks heartbeats.
+                    _ = try live.nextDelivery(timeout: 0, generation: generation)
+                    continue
+                }
+                switch try live.nextDelivery(timeout: 0, generation: generation) {
+                case .delivery(let delivery):
+                    if cancelled {
+                        try live.reject(delivery.deliveryTag, requeue: true)
+                    } else {
+                        continuation.yield(delivery)
+                    }
+                case .nothing:
+                    break
+                }
+            } catch {
+                logger.warning("AMQP consumer connection lost", metadata: ["error": "\(error)"])
+                live.abandon()
+                connection = nil
+                shared.withLockedValue { $0.connected = false }
+            }
+        }
+    }
+
+    /// Waits until the socket is readable or someone wakes the thread.
+    private func waitForInput(socket: Int32, seconds: TimeInterval) -> Bool {
+        var fds = [
+            pollfd(fd: socket, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0),
+        ]
+        let ready = poll(&fds, 2, Int32(seconds * 1000))
+        if fds[1].revents != 0 { drainWake() }
+        return ready > 0 && fds[0].revents != 0
+    }
+
+    private func waitForWake(seconds: TimeInterval) {
+        var fds = [pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)]
+        _ = poll(&fds, 1, Int32(seconds * 1000))
+        if fds[0].revents != 0 { drainWake() }
+    }
+}

@@ -1,0 +1,82 @@
+/// A failure talking to the broker. Connection-level failures mean the connection is
+/// gone and must be reopened; all of them are worth retrying later.
+public struct AMQPError: Error, CustomStringConvertible, Sendable {
+    public enum Code: Sendable, Equatable {
+        case connection
+        /// The broker closed the channel or connection with this reply code.
+        case closedByServer(UInt16)
+        /// A publish was nacked or returned as unroutable.
+        case notConfirmed
+        case timeout
+        case closed
+    }
+
+    public let code: Code
+    public let message: String
+
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var isRetryable: Bool { code != .closed }
+
+    public var description: String { "AMQP \(code): \(message)" }
+}
+
+/// Where the broker is, from `amqp://user:pass@host:port/vhost`.
+public struct AMQPEndpoint: Sendable, Equatable {
+    public var host: String
+    public var port: Int
+    public var user: String
+    public var password: String
+    public var vhost: String
+
+    public init?(url: String) {
+        guard url.hasPrefix("amqp://") else { return nil }
+        var rest = String(url.dropFirst("amqp://".count))
+        var vhost = "/"
+        if let slash = rest.firstIndex(of: "/") {
+            let path = String(rest[rest.index(after: slash)...])
+            if !path.isEmpty { vhost = path.removingPercentEncoding ?? path }
+            rest = String(rest[..<slash])
+        }
+        var user = "guest", password = "guest"
+        if let at = rest.lastIndex(of: "@") {
+            let credentials = rest[..<at]
+            rest = String(rest[rest.index(after: at)...])
+            let pieces = credentials.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)
+            user = String(pieces[0]).removingPercentEncoding ?? String(pieces[0])
+            if pieces.count > 1 { password = String(pieces[1]).removingPercentEncoding ?? String(pieces[1]) }
+        }
+        var host = rest, port = 5672
+        if let colon = rest.lastIndex(of: ":"), let parsed = Int(rest[rest.index(after: colon)...]) {
+            host = String(rest[..<colon])
+            port = parsed
+        }
+        guard !host.isEmpty else { return nil }
+        self.host = host
+        self.port = port
+        self.user = user
+        self.password = password
+        self.vhost = vhost
+    }
+}
+
+extension String {
+    fileprivate var removingPercentEncoding: String? {
+        var bytes: [UInt8] = []
+        var iterator = Array(utf8).makeIterator()
+        while let byte = iterator.next() {
+            if byte == UInt8(ascii: "%") {
+                guard let high = iterator.next(), let low = iterator.next(),
+                      let value = UInt8(String(decoding: [high, low], as: UTF8.self), radix: 16)
+                else { return nil }
+                bytes.append(value)
+            } else {
+                bytes.append(byte)
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}

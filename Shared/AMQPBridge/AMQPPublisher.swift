@@ -1,0 +1,106 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import NIOPosix
+
+/// Publishes with publisher confirms over one connection owned by one dedicated thread.
+/// Opens (and declares the topology) lazily; after a failure it waits out a growing
+/// backoff before trying the broker again, failing fast meanwhile so callers such as the
+/// push handler never stall on a dead broker.
+public final class AMQPPublisher: Sendable {
+    /// Touched only on `thread`.
+    private final class Owned: @unchecked Sendable {
+        var connection: AMQPConnection?
+        var retryAfter = Date.distantPast
+        var backoff: TimeInterval = 0
+    }
+
+    private let thread = NIOThreadPool(numberOfThreads: 1)
+    private let owned = Owned()
+    private let endpoint: AMQPEndpoint
+    private let topology: AMQPTopology
+    private let confirmTimeout: TimeInterval
+    private let logger: Logger
+
+    public init(endpoint: AMQPEndpoint, topology: AMQPTopology, confirmTimeout: TimeInterval = 5, logger: Logger) {
+        self.endpoint = endpoint
+        self.topology = topology
+        self.confirmTimeout = confirmTimeout
+        self.logger = logger
+        thread.start()
+    }
+
+    /// Publishes the messages and returns once the broker confirmed every one.
+    public func publish(_ messages: [OutgoingMessage]) async throws {
+        guard !messages.isEmpty else { return }
+        let timeout = confirmTimeout
+        try await onThread { connection in try connection.publishConfirmed(messages, timeout: timeout) }
+    }
+
+    public func queueStats(_ names: [String]) async throws -> [QueueStats] {
+        try await onThread { connection in try names.map { try connection.queueStats($0) } }
+    }
+
+    /// Empties a queue (tests and operators).
+    public func purge(_ name: String) async throws {
+        try await onThread { try $0.purge(name) }
+    }
+
+    public func deleteQueue(_ name: String) async throws {
+        try await onThread { try $0.deleteQueue(name) }
+    }
+
+    /// Whether the broker can be reached now (for `/readyz`).
+    public func ping() async -> Bool {
+        (try? await onThread { _ in () }) != nil
+    }
+
+    public func shutdown() async {
+        let owned = self.owned
+        _ = try? await thread.runIfActive { owned.connection?.close(); owned.connection = nil }
+        try? await thread.shutdownGracefully()
+    }
+
+    private func onThread<T: Sendable>(_ body: @escaping @Sendable (AMQPConnection) throws -> T) async throws -> T {
+        let owned = self.owned, endpoint = self.endpoint, topology = self.topology, logger = self.logger
+        return try await thread.runIfActive {
+            for attempt in 0..<2 {
+                let reused = owned.connection != nil
+                let connection = try Self.connection(owned, endpoint, topology, logger)
+                do {
+                    return try body(connection)
+                } catch let error as AMQPError {
+                    // Any failure may have left the channel unusable: start afresh. A reused
+                    // connection may simply have gone stale, so try once more on a new one.
+                    connection.abandon()
+                    owned.connection = nil
+                    logger.warning("AMQP publish failed", metadata: ["error": "\(error)"])
+                    if !reused || attempt == 1 || error.code == .notConfirmed { throw error }
+                }
+            }
+            throw AMQPError(.connection, "unreachable")
+        }
+    }
+
+    private static func connection(
+        _ owned: Owned, _ endpoint: AMQPEndpoint, _ topology: AMQPTopology, _ logger: Logger
+    ) throws -> AMQPConnection {
+        if let connection = owned.connection { return connection }
+        guard Date() >= owned.retryAfter else {
+            throw AMQPError(.connection, "broker unavailable; next attempt in \(Int(owned.retryAfter.timeIntervalSinceNow * 1000)) ms")
+        }
+        do {
+            let connection = try AMQPConnection(endpoint: endpoint, heartbeatSeconds: 0)
+            try connection.declare(topology)
+            try connection.enableConfirms()
+            owned.connection = connection
+            owned.backoff = 0
+            logger.info("AMQP publisher connected", metadata: ["amqp.host": "\(endpoint.host)"])
+            return connection
+        } catch {
+            owned.backoff = min(max(owned.backoff * 2, 0.25), 5)
+            owned.retryAfter = Date().addingTimeInterval(owned.backoff)
+            throw error
+        }
+    }
+}

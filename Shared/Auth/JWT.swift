@@ -1,0 +1,100 @@
+import Crypto
+import Foundation
+
+/// The claims Syncline reads from a token.
+public struct Claims: Codable, Sendable, Equatable {
+    public var sub: String
+    public var exp: Int64
+    public var role: String?
+    public var name: String?
+
+    public init(sub: String, exp: Int64, role: String? = nil, name: String? = nil) {
+        self.sub = sub
+        self.exp = exp
+        self.role = role
+        self.name = name
+    }
+
+    public var isAdmin: Bool { role == "admin" }
+}
+
+public enum TokenError: Error, Equatable, Sendable {
+    case malformed
+    case unsupportedAlgorithm
+    case badSignature
+    case expired
+    case invalidClaims(String)
+}
+
+/// HS256 JSON Web Tokens — the only algorithm Syncline accepts. The header's `alg`
+/// must be exactly `HS256`: `none` and every other algorithm are refused before the
+/// signature is even looked at.
+public struct JWTSigner: Sendable {
+    private let key: SymmetricKey
+
+    public static let minimumSecretBytes = 32
+
+    public init(secret: String) throws(TokenError) {
+        guard secret.utf8.count >= Self.minimumSecretBytes else {
+            throw .invalidClaims("JWT_SECRET must be at least \(Self.minimumSecretBytes) bytes")
+        }
+        self.key = SymmetricKey(data: Data(secret.utf8))
+    }
+
+    public func sign(_ claims: Claims) throws -> String {
+        let header = Base64URL.encode(Data(#"{"alg":"HS256","typ":"JWT"}"#.utf8))
+        let payload = Base64URL.encode(try JSONEncoder().encode(claims))
+        let signingInput = header + "." + payload
+        let signature = HMAC<SHA256>.authenticationCode(for: Data(signingInput.utf8), using: key)
+        return signingInput + "." + Base64URL.encode(Data(signature))
+    }
+
+    public func verify(_ token: String, now: Date = Date()) throws(TokenError) -> Claims {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3,
+              let headerData = Base64URL.decode(parts[0]),
+              let payloadData = Base64URL.decode(parts[1]),
+              let signature = Base64URL.decode(parts[2])
+        else { throw .malformed }
+        struct Header: Decodable { let alg: String }
+        guard let header = try? JSONDecoder().decode(Header.self, from: headerData) else { throw .malformed }
+        guard header.alg == "HS256" else { throw .unsupportedAlgorithm }
+        let signingInput = Data("\(parts[0]).\(parts[1])".utf8)
+        guard HMAC<SHA256>.isValidAuthenticationCode(signature, authenticating: signingInput, using: key) else {
+            throw .badSignature
+        }
+        guard let claims = try? JSONDecoder().decode(Claims.self, from: payloadData) else {
+            throw .invalidClaims("sub and exp are required")
+        }
+        guard !claims.sub.isEmpty, claims.sub.utf8.count <= 128 else {
+            throw .invalidClaims("sub must be 1 to 128 characters")
+        }
+        guard Int64(now.timeIntervalSince1970) < claims.exp else { throw .expired }
+        return claims
+    }
+}
+
+enum Base64URL {
+    static func encode(_ data: Data) -> String {
+        data.base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+
+    static func decode(_ text: Substring) -> Data? {
+        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        let remainder = base64.count % 4
+        if remainder == 1 { return nil }
+        if remainder > 0 { base64 += String(repeating: "=", count: 4 - remainder) }
+        return Data(base64Encoded: base64)
+    }
+}
+
+/// The signature webhooks carry (SPEC §6), and random secrets.
+public enum Secrets {
+    public static func random(bytes: Int = 32) -> String {
+        let key = SymmetricKey(size: .init(bitCount: bytes * 8))
+        return key.withUnsafeBytes { Data($0) }.map { String(format: "%02x", $0) }.joined()
+    }
+}

@@ -1,0 +1,109 @@
+internal import CLibPQ
+import Foundation
+
+/// One libpq connection. Not thread-safe: the pool hands it to one closure at a time,
+/// which runs on one of the pool's own threads, never on the cooperative pool.
+public final class PGConnection: @unchecked Sendable {
+    // @unchecked: `handle` is touched only by the closure holding this connection's
+    // pool slot, so never by two threads at once.
+    private var handle: OpaquePointer?
+    private let conninfo: String
+
+    init(conninfo: String) {
+        self.conninfo = conninfo
+    }
+
+    deinit {
+        assert(handle == nil, "PGConnection dropped without close()")
+    }
+
+    var isConnected: Bool {
+        guard let handle else { return false }
+        return PQstatus(handle) == CONNECTION_OK
+    }
+
+    func connect() throws(PGError) {
+        close()
+        let connection = PQconnectdb(conninfo)
+        guard let connection, PQstatus(connection) == CONNECTION_OK else {
+            let message = connection.map { String(cString: PQerrorMessage($0)) } ?? "out of memory"
+            PQfinish(connection)
+            throw PGError(code: .connection, message: message.trimmingCharacters(in: .whitespacesAndNewlines))
+        }
+        handle = connection
+    }
+
+    func close() {
+        if let handle { PQfinish(handle) }
+        handle = nil
+    }
+
+    /// Runs one parameterized statement and copies its result out.
+    @discardableResult
+    public func query(_ sql: String, _ parameters: [(any PGBindable)?] = []) throws(PGError) -> PGResult {
+        guard let handle else { throw PGError(code: .connection, message: "not connected") }
+        let texts: [String?] = parameters.map { $0?.pgText }
+        let cStrings: [UnsafeMutablePointer<CChar>?] = texts.map { $0.flatMap { strdup($0) } }
+        defer { cStrings.forEach { free($0) } }
+        let result: OpaquePointer? = cStrings.withUnsafeBufferPointer { buffer in
+            buffer.withMemoryRebound(to: UnsafePointer<CChar>?.self) { values in
+                PQexecParams(handle, sql, Int32(texts.count), nil, values.baseAddress, nil, nil, 0)
+            }
+        }
+        guard let result else {
+            throw PGError(code: .connection, message: String(cString: PQerrorMessage(handle)))
+        }
+        defer { PQclear(result) }
+        return try Self.read(result, connection: handle)
+    }
+
+    private static func read(_ result: OpaquePointer, connection: OpaquePointer) throws(PGError) -> PGResult {
+        let status = PQresultStatus(result)
+        switch status {
+        case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:
+            break
+        default:
+            let field = { (code: UInt8) -> String? in
+                PQresultErrorField(result, Int32(code)).map { String(cString: $0) }
+            }
+            let sqlState = field(UInt8(ascii: "C"))
+            let message = field(UInt8(ascii: "M")) ?? String(cString: PQresultErrorMessage(result))
+            if sqlState == nil && PQstatus(connection) != CONNECTION_OK {
+                throw PGError(code: .connection, message: message)
+            }
+            throw PGError(code: .server, sqlState: sqlState, message: message)
+        }
+        let columnCount = Int(PQnfields(result))
+        let rowCount = Int(PQntuples(result))
+        let columns = (0..<columnCount).map { String(cString: PQfname(result, Int32($0))) }
+        var rows: [PGRow] = []
+        rows.reserveCapacity(rowCount)
+        for row in 0..<rowCount {
+            var values: [String?] = []
+            values.reserveCapacity(columnCount)
+            for column in 0..<columnCount {
+                if PQgetisnull(result, Int32(row), Int32(column)) == 1 {
+                    values.append(nil)
+                } else {
+                    values.append(String(cString: PQgetvalue(result, Int32(row), Int32(column))))
+                }
+            }
+            rows.append(PGRow(columns: columns, values: values))
+        }
+        let affected = Int(String(cString: PQcmdTuples(result))) ?? 0
+        return PGResult(columns: columns, rows: rows, affectedRows: affected)
+    }
+
+    /// Runs `body` inside BEGIN/COMMIT; any error rolls back and is rethrown.
+    public func transaction<T>(_ body: (PGConnection) throws -> T) throws -> T {
+        try query("BEGIN")
+        do {
+            let value = try body(self)
+            try query("COMMIT")
+            return value
+        } catch {
+            _ = try? query("ROLLBACK")
+            throw error
+        }
+    }
+}

@@ -1,0 +1,54 @@
+/// A failure from PostgreSQL or from talking to it, classified once: retryable failures
+/// (lost connection, serialization failure, deadlock, lock timeout, server shutting down
+/// or starting) are worth trying again; everything else is permanent.
+public struct PGError: Error, CustomStringConvertible, CustomDebugStringConvertible, Sendable {
+    public enum Code: Sendable, Equatable {
+        /// No connection could be made, or it was lost mid-call.
+        case connection
+        /// The server answered with an error (see `sqlState`).
+        case server
+        /// A result could not be read as the caller expected.
+        case decoding
+        /// The pool is shut down.
+        case closed
+    }
+
+    public let code: Code
+    public let sqlState: String?
+    public let message: String
+
+    public init(code: Code, sqlState: String? = nil, message: String) {
+        self.code = code
+        self.sqlState = sqlState
+        self.message = message
+    }
+
+    static let retryableStates: Set<String> = ["40001", "40P01", "55P03", "57P01", "57P02", "57P03", "53300"]
+
+    public var isRetryable: Bool {
+        switch code {
+        case .connection: return true
+        case .server:
+            guard let sqlState else { return false }
+            return sqlState.hasPrefix("08") || Self.retryableStates.contains(sqlState)
+        case .decoding, .closed: return false
+        }
+    }
+
+    /// The database is unreachable (as opposed to refusing one statement).
+    public var isUnavailable: Bool {
+        code == .connection || code == .closed
+            || (sqlState.map { $0.hasPrefix("08") || $0.hasPrefix("57P") || $0 == "53300" } ?? false)
+    }
+
+    public var description: String {
+        switch code {
+        case .connection: return "database connection failed"
+        case .server: return "database error \(sqlState ?? "?")"
+        case .decoding: return "unexpected database result"
+        case .closed: return "database pool closed"
+        }
+    }
+
+    public var debugDescription: String { "\(description): \(message)" }
+}

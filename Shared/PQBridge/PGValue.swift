@@ -1,0 +1,73 @@
+import Foundation
+
+/// A value bound as a text-format query parameter. Queries are always parameterized:
+/// no value is ever spliced into SQL text.
+public protocol PGBindable: Sendable {
+    var pgText: String { get }
+}
+
+extension String: PGBindable { public var pgText: String { self } }
+extension Int: PGBindable { public var pgText: String { String(self) } }
+extension Int64: PGBindable { public var pgText: String { String(self) } }
+extension Int32: PGBindable { public var pgText: String { String(self) } }
+extension Double: PGBindable { public var pgText: String { String(self) } }
+extension Bool: PGBindable { public var pgText: String { self ? "t" : "f" } }
+extension UUID: PGBindable { public var pgText: String { uuidString.lowercased() } }
+
+extension Array: PGBindable where Element == String {
+    /// PostgreSQL array literal with every element quoted.
+    public var pgText: String {
+        "{" + map { element in
+            var escaped = "\""
+            for character in element {
+                if character == "\"" || character == "\\" { escaped.append("\\") }
+                escaped.append(character)
+            }
+            return escaped + "\""
+        }.joined(separator: ",") + "}"
+    }
+}
+
+/// A query result copied out of libpq: text values, nil for SQL NULL.
+public struct PGResult: Sendable {
+    public let columns: [String]
+    public let rows: [PGRow]
+    public let affectedRows: Int
+
+    public var first: PGRow? { rows.first }
+}
+
+public struct PGRow: Sendable {
+    public let columns: [String]
+    public let values: [String?]
+
+    public subscript(index: Int) -> String? { values[index] }
+
+    public subscript(name: String) -> String? {
+        guard let index = columns.firstIndex(of: name) else { return nil }
+        return values[index]
+    }
+
+    public func string(_ name: String) throws(PGError) -> String {
+        guard let value = self[name] else { throw Self.missing(name) }
+        return value
+    }
+
+    public func int(_ name: String) throws(PGError) -> Int64 {
+        guard let text = self[name], let value = Int64(text) else { throw Self.missing(name) }
+        return value
+    }
+
+    public func optionalInt(_ name: String) -> Int64? { self[name].flatMap { Int64($0) } }
+
+    public func bool(_ name: String) throws(PGError) -> Bool {
+        guard let text = self[name] else { throw Self.missing(name) }
+        return text == "t"
+    }
+
+    public func isNull(_ name: String) -> Bool { self[name] == nil }
+
+    private static func missing(_ name: String) -> PGError {
+        PGError(code: .decoding, message: "column \(name) is missing, NULL or not of the expected type")
+    }
+}

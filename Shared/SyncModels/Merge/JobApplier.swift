@@ -1,0 +1,113 @@
+public struct RecordKey: Sendable, Hashable, Comparable {
+    public let collection: String
+    public let id: String
+
+    public init(collection: String, id: String) {
+        self.collection = collection
+        self.id = id
+    }
+
+    public static func < (lhs: RecordKey, rhs: RecordKey) -> Bool {
+        (lhs.collection, lhs.id) < (rhs.collection, rhs.id)
+    }
+}
+
+/// A record as persisted: its mergeable state plus the version of its last change.
+public struct StoredRecord: Sendable, Equatable {
+    public var key: RecordKey
+    public var version: Int64
+    public var state: RecordState
+    public var updatedBy: String?
+
+    public init(key: RecordKey, version: Int64, state: RecordState, updatedBy: String? = nil) {
+        self.key = key
+        self.version = version
+        self.state = state
+        self.updatedBy = updatedBy
+    }
+
+    public var view: RecordView {
+        RecordView(
+            collection: key.collection, id: key.id, version: version,
+            deleted: state.deleted, data: state.visibleData, updatedBy: updatedBy)
+    }
+}
+
+/// Applies the ops of one job to the records they touch: the pure heart of the worker.
+/// The caller loads the touched records and the op_ids already remembered for the user,
+/// holds the user's counter lock, and persists the outcome in the same transaction.
+public struct JobApplier {
+    public struct Outcome: Sendable {
+        public var results: [OpResult]
+        /// Records whose state changed, with their new versions.
+        public var changed: [RecordKey: StoredRecord]
+        /// op_ids to remember (every op whose result was not `rejected`).
+        public var remembered: [String]
+        /// The user's change counter after this job.
+        public var counter: Int64
+    }
+
+    public static func apply(
+        ops: [Op], records: [RecordKey: StoredRecord], knownOpIDs: Set<String>, counter: Int64,
+        deviceID: String?
+    ) -> Outcome {
+        var records = records
+        var known = knownOpIDs
+        var counter = counter
+        var changed: [RecordKey: StoredRecord] = [:]
+        var remembered: [String] = []
+        var results: [OpResult] = []
+        results.reserveCapacity(ops.count)
+
+        for op in ops {
+            if let reason = op.rejected ?? rejection(of: op) {
+                results.append(OpResult(opID: op.opID, status: .rejected, reason: reason))
+                continue
+            }
+            if known.contains(op.opID) {
+                results.append(OpResult(opID: op.opID, status: .duplicate))
+                continue
+            }
+            known.insert(op.opID)
+            remembered.append(op.opID)
+
+            let key = RecordKey(collection: op.collection, id: op.id)
+            var record = records[key] ?? StoredRecord(key: key, version: 0, state: RecordState())
+            if let expected = op.ifVersion {
+                let current: Int64 = (record.state.exists && !record.state.deleted) ? record.version : 0
+                if current != expected {
+                    let view: RecordView? = record.state.exists ? record.view : nil
+                    results.append(OpResult(opID: op.opID, status: .conflict, version: current, current: view))
+                    continue
+                }
+            }
+            let before = record.state
+            switch op.type {
+            case .upsert: record.state.upsert(op.data ?? [:], at: op.stamp)
+            case .patch: record.state.patch(op.data ?? [:], at: op.stamp)
+            case .delete: record.state.delete(at: op.stamp)
+            case .publish, .unpublish: break  // refused by `rejection(of:)`
+            }
+            if record.state.differsMeaningfully(from: before) {
+                counter += 1
+                record.version = counter
+                record.updatedBy = deviceID
+                results.append(OpResult(opID: op.opID, status: .applied, version: counter))
+                changed[key] = record
+            } else {
+                results.append(OpResult(opID: op.opID, status: .superseded))
+                if record.state != before { changed[key] = record }
+            }
+            records[key] = record
+        }
+        return Outcome(results: results, changed: changed, remembered: remembered, counter: counter)
+    }
+
+    /// Ops the applier refuses by rule rather than by merge.
+    static func rejection(of op: Op) -> String? {
+        switch op.type {
+        case .publish, .unpublish: return RejectReason.notSupportedYet
+        case .upsert, .patch, .delete: return op.hlc == nil ? "missing_hlc" : nil
+        }
+    }
+}

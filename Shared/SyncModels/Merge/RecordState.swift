@@ -1,0 +1,90 @@
+/// The mergeable state of one record (SPEC §4). Every component only grows — field
+/// clocks, the floor, the newest write and the newest delete are maxima — so applying
+/// the same set of ops in any order gives the same state (G3).
+public struct RecordState: Sendable, Equatable {
+    /// Visible fields.
+    public var fields: [String: JSONValue]
+    /// The stamp of the newest set or removal of each field, for fields whose newest
+    /// event is at or after `floor`. A removed field keeps its clock but has no value.
+    public var fieldClocks: [String: Stamp]
+    /// The newest upsert or delete: every field older than it is gone.
+    public var floor: Stamp?
+    /// The newest upsert or patch.
+    public var writeClock: Stamp?
+    /// The newest delete.
+    public var deleteClock: Stamp?
+
+    public init(
+        fields: [String: JSONValue] = [:], fieldClocks: [String: Stamp] = [:],
+        floor: Stamp? = nil, writeClock: Stamp? = nil, deleteClock: Stamp? = nil
+    ) {
+        self.fields = fields
+        self.fieldClocks = fieldClocks
+        self.floor = floor
+        self.writeClock = writeClock
+        self.deleteClock = deleteClock
+    }
+
+    /// A record is deleted when its newest delete is newer than every write to it.
+    public var deleted: Bool {
+        guard let deleteClock else { return false }
+        guard let writeClock else { return true }
+        return deleteClock > writeClock
+    }
+
+    /// Whether any op ever reached this record.
+    public var exists: Bool { writeClock != nil || deleteClock != nil }
+
+    /// The data a pull shows: nil for a tombstone.
+    public var visibleData: [String: JSONValue]? { deleted ? nil : fields }
+
+    private func effectiveClock(of field: String) -> Stamp? {
+        switch (fieldClocks[field], floor) {
+        case (let clock?, let floor?): return max(clock, floor)
+        case (let clock?, nil): return clock
+        case (nil, let floor): return floor
+        }
+    }
+
+    /// Raises the floor to `stamp`, dropping every field event older than it.
+    private mutating func raiseFloor(to stamp: Stamp) {
+        floor = stamp
+        for (field, clock) in fieldClocks where clock < stamp {
+            fieldClocks[field] = nil
+            fields[field] = nil
+        }
+    }
+
+    public mutating func upsert(_ document: [String: JSONValue], at stamp: Stamp) {
+        writeClock = max(writeClock ?? stamp, stamp)
+        if let floor, stamp < floor { return }
+        for (field, value) in document where (fieldClocks[field].map { $0 < stamp } ?? true) {
+            fields[field] = value
+            fieldClocks[field] = stamp
+        }
+        raiseFloor(to: stamp)
+    }
+
+    /// `null` removes a field; any other value replaces it whole.
+    public mutating func patch(_ changes: [String: JSONValue], at stamp: Stamp) {
+        writeClock = max(writeClock ?? stamp, stamp)
+        for (field, value) in changes where (effectiveClock(of: field).map { $0 < stamp } ?? true) {
+            fields[field] = value.isNull ? nil : value
+            fieldClocks[field] = stamp
+        }
+    }
+
+    public mutating func delete(at stamp: Stamp) {
+        deleteClock = max(deleteClock ?? stamp, stamp)
+        if let floor, stamp < floor { return }
+        raiseFloor(to: stamp)
+    }
+
+    /// True when `other` differs in anything that is visible or can still decide a later
+    /// merge. The newest write alone never can once a newer delete exists, and otherwise
+    /// it only moves together with a field clock or the floor.
+    public func differsMeaningfully(from other: RecordState) -> Bool {
+        fields != other.fields || fieldClocks != other.fieldClocks || floor != other.floor
+            || deleteClock != other.deleteClock || deleted != other.deleted
+    }
+}

@@ -1,0 +1,119 @@
+public enum OpType: String, Codable, Sendable, CaseIterable {
+    case upsert, patch, delete, publish, unpublish
+}
+
+/// One operation of a push, as stored in the job row: `hlc` is always set by then
+/// (client clock or server stamp), and `rejected` carries an intake-time verdict
+/// such as `clock_skew`.
+public struct Op: Codable, Sendable, Hashable {
+    public var opID: String
+    public var type: OpType
+    public var collection: String
+    public var id: String
+    public var data: [String: JSONValue]?
+    public var hlc: String?
+    public var ifVersion: Int64?
+    public var publicID: String?
+    public var canFork: Bool?
+    public var rejected: String?
+
+    public init(
+        opID: String, type: OpType, collection: String, id: String,
+        data: [String: JSONValue]? = nil, hlc: String? = nil, ifVersion: Int64? = nil,
+        publicID: String? = nil, canFork: Bool? = nil, rejected: String? = nil
+    ) {
+        self.opID = opID
+        self.type = type
+        self.collection = collection
+        self.id = id
+        self.data = data
+        self.hlc = hlc
+        self.ifVersion = ifVersion
+        self.publicID = publicID
+        self.canFork = canFork
+        self.rejected = rejected
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case opID = "op_id", type, collection, id, data, hlc
+        case ifVersion = "if_version", publicID = "public_id", canFork = "can_fork", rejected
+    }
+
+    /// The op's position in the merge order; only meaningful once `hlc` is set.
+    public var stamp: Stamp { Stamp(hlc: hlc ?? "", opID: opID) }
+}
+
+public struct PushRequest: Sendable, Equatable {
+    public var deviceID: String
+    public var ops: [Op]
+}
+
+public enum OpStatus: String, Codable, Sendable {
+    case applied, superseded, duplicate, conflict, rejected
+}
+
+/// A record as the API shows it.
+public struct RecordView: Codable, Sendable, Equatable {
+    public var collection: String
+    public var id: String
+    public var version: Int64
+    public var deleted: Bool
+    public var data: [String: JSONValue]?
+    public var updatedAt: String?
+    public var updatedBy: String?
+
+    public init(
+        collection: String, id: String, version: Int64, deleted: Bool,
+        data: [String: JSONValue]?, updatedAt: String? = nil, updatedBy: String? = nil
+    ) {
+        self.collection = collection
+        self.id = id
+        self.version = version
+        self.deleted = deleted
+        self.data = data
+        self.updatedAt = updatedAt
+        self.updatedBy = updatedBy
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case collection, id, version, deleted, data
+        case updatedAt = "updated_at", updatedBy = "updated_by"
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(collection, forKey: .collection)
+        try container.encode(id, forKey: .id)
+        try container.encode(version, forKey: .version)
+        try container.encode(deleted, forKey: .deleted)
+        try container.encode(data, forKey: .data)  // null for tombstones, never absent
+        try container.encodeIfPresent(updatedAt, forKey: .updatedAt)
+        try container.encodeIfPresent(updatedBy, forKey: .updatedBy)
+    }
+}
+
+public struct OpResult: Codable, Sendable, Equatable {
+    public var opID: String
+    public var status: OpStatus
+    public var version: Int64?
+    public var reason: String?
+    public var current: RecordView?
+
+    public init(opID: String, status: OpStatus, version: Int64? = nil, reason: String? = nil, current: RecordView? = nil) {
+        self.opID = opID
+        self.status = status
+        self.version = version
+        self.reason = reason
+        self.current = current
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case opID = "op_id", status, version, reason, current
+    }
+}
+
+/// Reasons an op is rejected without failing its job.
+public enum RejectReason {
+    public static let clockSkew = "clock_skew"
+    public static let notSupportedYet = "not_supported_yet"
+}

@@ -1,0 +1,101 @@
+import Foundation
+
+/// Why a push (or any JSON body) was refused: 400 when it is not JSON, 422 when it
+/// breaks the schema or a limit. `detail` names the first offending op as `ops[i]`.
+public enum ValidationFailure: Error, Equatable, Sendable {
+    case notJSON(String)
+    case invalid(String)
+
+    public var detail: String {
+        switch self {
+        case .notJSON(let detail), .invalid(let detail): return detail
+        }
+    }
+}
+
+public enum PushValidation {
+    /// Parses and validates a push body. Ops keep the client's `hlc` (possibly nil);
+    /// the gateway stamps the rest.
+    public static func parse(_ body: Data) throws(ValidationFailure) -> PushRequest {
+        let root: JSONValue
+        do {
+            root = try JSONCoding.decode(JSONValue.self, from: body)
+        } catch {
+            throw .notJSON("The request body is not valid JSON.")
+        }
+        guard let object = root.objectValue else { throw .invalid("The body must be a JSON object.") }
+        guard let deviceID = object["device_id"]?.stringValue, !deviceID.isEmpty else {
+            throw .invalid("device_id must be a non-empty string.")
+        }
+        guard case .array(let rawOps)? = object["ops"] else { throw .invalid("ops must be an array.") }
+        guard (1...Names.maxOpsPerPush).contains(rawOps.count) else {
+            throw .invalid("ops must hold 1 to \(Names.maxOpsPerPush) operations, not \(rawOps.count).")
+        }
+        var ops: [Op] = []
+        ops.reserveCapacity(rawOps.count)
+        for (index, raw) in rawOps.enumerated() {
+            do {
+                ops.append(try parseOp(raw))
+            } catch let message {
+                throw .invalid("ops[\(index)]: \(message.text)")
+            }
+        }
+        return PushRequest(deviceID: deviceID, ops: ops)
+    }
+
+    struct OpProblem: Error { let text: String }
+
+    static func parseOp(_ raw: JSONValue) throws(OpProblem) -> Op {
+        guard let fields = raw.objectValue else { throw OpProblem(text: "must be an object") }
+        guard let rawOpID = fields["op_id"]?.stringValue, let opID = Names.canonicalUUID(rawOpID) else {
+            throw OpProblem(text: "op_id must be a UUID")
+        }
+        guard let typeText = fields["type"]?.stringValue else { throw OpProblem(text: "type must be a string") }
+        guard let type = OpType(rawValue: typeText) else {
+            throw OpProblem(text: "unknown type '\(typeText)'")
+        }
+        guard let collection = fields["collection"]?.stringValue, Names.isValidCollection(collection) else {
+            throw OpProblem(text: "collection must match ^[a-z][a-z0-9_]{0,63}$")
+        }
+        guard let id = fields["id"]?.stringValue, Names.isValidRecordID(id) else {
+            throw OpProblem(text: "id must match ^[A-Za-z0-9_.:-]{1,128}$")
+        }
+        var op = Op(opID: opID, type: type, collection: collection, id: id)
+
+        if let hlc = fields["hlc"], !hlc.isNull {
+            guard let text = hlc.stringValue, HLC(text) != nil else {
+                throw OpProblem(text: "hlc must look like <13-digit ms>-<5-digit counter>-<device_id>")
+            }
+            op.hlc = text
+        }
+        if let ifVersion = fields["if_version"], !ifVersion.isNull {
+            guard let version = ifVersion.intValue, version >= 0 else {
+                throw OpProblem(text: "if_version must be a non-negative integer")
+            }
+            op.ifVersion = version
+        }
+
+        switch type {
+        case .upsert, .patch:
+            guard let data = fields["data"]?.objectValue else { throw OpProblem(text: "data must be an object") }
+            if type == .patch && data.isEmpty { throw OpProblem(text: "a patch needs at least one field") }
+            let size = (try? JSONCoding.encode(JSONValue.object(data)).count) ?? Int.max
+            guard size <= Names.maxDataBytes else {
+                throw OpProblem(text: "data is \(size) bytes, more than \(Names.maxDataBytes)")
+            }
+            op.data = data
+        case .delete, .unpublish:
+            if let data = fields["data"], !data.isNull { throw OpProblem(text: "\(type.rawValue) takes no data") }
+        case .publish:
+            guard let publicID = fields["public_id"]?.stringValue, Names.isValidPublicID(publicID) else {
+                throw OpProblem(text: "public_id must match ^[a-z0-9][a-z0-9-]{2,127}$")
+            }
+            op.publicID = publicID
+            if let canFork = fields["can_fork"], !canFork.isNull {
+                guard let value = canFork.boolValue else { throw OpProblem(text: "can_fork must be a boolean") }
+                op.canFork = value
+            }
+        }
+        return op
+    }
+}
