@@ -98,3 +98,10 @@ public enum Secrets {
         return key.withUnsafeBytes { Data($0) }.map { String(format: "%02x", $0) }.joined()
     }
 }
+
+public enum Digests {
+    /// Lowercase hex SHA-256, e.g. to tell whether a retried request carries the same body.
+    public static func sha256Hex(_ bytes: some DataProtocol) -> String {
+        SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined()
+    }
+}

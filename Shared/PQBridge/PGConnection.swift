@@ -94,6 +94,17 @@ public final class PGConnection: @unchecked Sendable {
         return PGResult(columns: columns, rows: rows, affectedRows: affected)
     }
 
+    /// Runs a script of several statements without parameters: for the project's own
+    /// static SQL (migrations, test fixtures) only, never for anything holding input.
+    public func executeScript(_ sql: String) throws(PGError) {
+        guard let handle else { throw PGError(code: .connection, message: "not connected") }
+        guard let result = PQexec(handle, sql) else {
+            throw PGError(code: .connection, message: String(cString: PQerrorMessage(handle)))
+        }
+        defer { PQclear(result) }
+        _ = try Self.read(result, connection: handle)
+    }
+
     /// Runs `body` inside BEGIN/COMMIT; any error rolls back and is rethrown.
     public func transaction<T>(_ body: (PGConnection) throws -> T) throws -> T {
         try query("BEGIN")

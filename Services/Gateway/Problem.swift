@@ -1,0 +1,99 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import PQBridge
+import SyncModels
+
+/// An error the API answers with: `application/problem+json` with a stable `code`.
+struct APIError: HTTPResponseError, Sendable {
+    enum Code: String, Sendable {
+        case invalidRequest = "invalid_request"
+        case unauthorized
+        case forbidden
+        case notFound = "not_found"
+        case payloadTooLarge = "payload_too_large"
+        case rateLimited = "rate_limited"
+        case resyncRequired = "resync_required"
+        case unavailable
+        case internalError = "internal_error"
+    }
+
+    let status: HTTPResponse.Status
+    let code: Code
+    let detail: String
+    var retryAfterSeconds: Int?
+
+    static func badRequest(_ detail: String) -> APIError { APIError(status: .badRequest, code: .invalidRequest, detail: detail) }
+    static func unprocessable(_ detail: String) -> APIError { APIError(status: .unprocessableContent, code: .invalidRequest, detail: detail) }
+    static func unauthorized(_ detail: String) -> APIError { APIError(status: .unauthorized, code: .unauthorized, detail: detail) }
+    static func forbidden(_ detail: String) -> APIError { APIError(status: .forbidden, code: .forbidden, detail: detail) }
+    static func notFound(_ detail: String = "No such resource.") -> APIError { APIError(status: .notFound, code: .notFound, detail: detail) }
+    static func unavailable(_ detail: String) -> APIError {
+        APIError(status: .serviceUnavailable, code: .unavailable, detail: detail, retryAfterSeconds: 5)
+    }
+
+    static func from(_ failure: ValidationFailure) -> APIError {
+        switch failure {
+        case .notJSON(let detail): return .badRequest(detail)
+        case .invalid(let detail): return .unprocessable(detail)
+        }
+    }
+
+    struct Body: Encodable {
+        let type: String
+        let title: String
+        let status: Int
+        let detail: String
+        let code: String
+    }
+
+    func response(from request: Request, context: some RequestContext) throws -> Response {
+        let body = Body(
+            type: "https://syncline.dev/problems/\(code.rawValue)", title: status.reasonPhrase,
+            status: status.code, detail: detail, code: code.rawValue)
+        var headers = HTTPFields()
+        headers[.contentType] = "application/problem+json"
+        if let retryAfterSeconds { headers[.retryAfter] = String(retryAfterSeconds) }
+        if status == .unauthorized { headers[.wwwAuthenticate] = "Bearer" }
+        return Response(
+            status: status, headers: headers,
+            body: .init(byteBuffer: ByteBuffer(bytes: try JSONCoding.encode(body))))
+    }
+}
+
+/// Turns every error into problem+json in one place: database outages become 503 with
+/// Retry-After, framework errors keep their status, anything else is a logged 500.
+struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch let error as APIError {
+            throw error
+        } catch let error as PGError where error.isUnavailable {
+            context.logger.warning("database unavailable", metadata: ["error": "\(error.debugDescription)"])
+            throw APIError.unavailable("The database is unavailable; retry later.")
+        } catch let error as HTTPError {
+            switch error.status {
+            case .notFound: throw APIError.notFound()
+            case .contentTooLarge:
+                throw APIError(status: .contentTooLarge, code: .payloadTooLarge, detail: "The body is larger than 1 MiB.")
+            case .methodNotAllowed:
+                throw APIError(status: .methodNotAllowed, code: .invalidRequest, detail: "Method not allowed.")
+            default:
+                throw APIError(status: error.status, code: error.status.code < 500 ? .invalidRequest : .internalError,
+                               detail: error.body ?? error.status.reasonPhrase)
+            }
+        } catch {
+            context.logger.error("request failed", metadata: ["error": "\(String(reflecting: error))"])
+            throw APIError(status: .internalServerError, code: .internalError, detail: "Internal error.")
+        }
+    }
+}
+
+/// JSON responses, encoded the one way the API encodes JSON.
+func jsonResponse<T: Encodable>(_ value: T, status: HTTPResponse.Status = .ok, headers: HTTPFields = [:]) throws -> Response {
+    var headers = headers
+    headers[.contentType] = "application/json"
+    return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: try JSONCoding.encode(value))))
+}

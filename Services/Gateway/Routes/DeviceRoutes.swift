@@ -1,0 +1,66 @@
+import Auth
+import Foundation
+import Hummingbird
+import Persistence
+import SyncModels
+
+/// `POST/GET /v1/devices`, `DELETE /v1/devices/{device_id}`.
+struct DeviceRoutes: Sendable {
+    let auth: Authenticator
+    let devices: DeviceStore
+
+    func register(on router: Router<BasicRequestContext>) {
+        router.post("/v1/devices", use: create)
+        router.get("/v1/devices", use: list)
+        router.delete("/v1/devices/:device_id", use: revoke)
+    }
+
+    @Sendable func create(_ request: Request, context: BasicRequestContext) async throws -> Response {
+        let claims = try auth.user(request, context: context)
+        let body = try await request.body.collect(upTo: 64 * 1024)
+        let registration = try DeviceRegistration.parse(Data(buffer: body))
+        let device = try await devices.register(
+            user: claims.sub, name: registration.name, platform: registration.platform,
+            pushURL: registration.pushURL, pushSecret: Secrets.random())
+        return try jsonResponse(device, status: .created)
+    }
+
+    @Sendable func list(_ request: Request, context: BasicRequestContext) async throws -> Response {
+        let claims = try auth.user(request, context: context)
+        return try jsonResponse(DeviceList(items: try await devices.list(user: claims.sub)))
+    }
+
+    @Sendable func revoke(_ request: Request, context: BasicRequestContext) async throws -> Response {
+        let claims = try auth.user(request, context: context)
+        let id = try context.parameters.require("device_id")
+        guard try await devices.revoke(user: claims.sub, deviceID: id) else { throw APIError.notFound("No such device.") }
+        return Response(status: .noContent)
+    }
+}
+
+struct DeviceRegistration {
+    var name: String
+    var platform: String
+    var pushURL: String?
+
+    static func parse(_ body: Data) throws(APIError) -> DeviceRegistration {
+        guard let root = try? JSONCoding.decode(JSONValue.self, from: body) else {
+            throw .badRequest("The request body is not valid JSON.")
+        }
+        guard let fields = root.objectValue else { throw .unprocessable("The body must be a JSON object.") }
+        guard let name = fields["name"]?.stringValue, (1...200).contains(name.count) else {
+            throw .unprocessable("name must be a string of 1 to 200 characters.")
+        }
+        guard let platform = fields["platform"]?.stringValue, (1...50).contains(platform.count) else {
+            throw .unprocessable("platform must be a string of 1 to 50 characters.")
+        }
+        var pushURL: String?
+        if let raw = fields["push_url"], !raw.isNull {
+            guard let text = raw.stringValue, text.count <= 2048, let url = URL(string: text),
+                  url.scheme == "https" || url.scheme == "http", url.host != nil
+            else { throw .unprocessable("push_url must be an http(s) URL.") }
+            pushURL = text
+        }
+        return DeviceRegistration(name: name, platform: platform, pushURL: pushURL)
+    }
+}

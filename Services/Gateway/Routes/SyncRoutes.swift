@@ -1,0 +1,149 @@
+import AMQPBridge
+import Auth
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import Metrics
+import Persistence
+import ServiceSupport
+import SyncModels
+
+/// `POST /v1/sync/push`, `GET /v1/sync/jobs/{job_id}`, `GET /v1/sync/pull`.
+struct SyncRoutes: Sendable {
+    let auth: Authenticator
+    let devices: DeviceStore
+    let jobs: JobStore
+    let pulls: PullStore
+    let publisher: AMQPPublisher
+    let maxClockSkewMilliseconds: Int64
+
+    private let pushes = Counter(label: "syncline_pushes_total")
+    private let pushedOps = Counter(label: "syncline_pushed_ops_total")
+    private let publishFailures = Counter(label: "syncline_publish_failures_total")
+
+    init(auth: Authenticator, devices: DeviceStore, jobs: JobStore, pulls: PullStore, publisher: AMQPPublisher, maxClockSkewMilliseconds: Int64) {
+        self.auth = auth
+        self.devices = devices
+        self.jobs = jobs
+        self.pulls = pulls
+        self.publisher = publisher
+        self.maxClockSkewMilliseconds = maxClockSkewMilliseconds
+    }
+
+    func register(on router: Router<BasicRequestContext>) {
+        router.post("/v1/sync/push", use: push)
+        router.get("/v1/sync/jobs/:job_id", use: job)
+        router.get("/v1/sync/pull", use: pull)
+    }
+
+    @Sendable func push(_ request: Request, context: BasicRequestContext) async throws -> Response {
+        let claims = try auth.user(request, context: context)
+        let body = Data(buffer: try await request.body.collect(upTo: Names.maxBodyBytes))
+        let push: PushRequest
+        do {
+            push = try PushValidation.parse(body)
+        } catch {
+            throw APIError.from(error)
+        }
+        switch try await devices.state(user: claims.sub, deviceID: push.deviceID) {
+        case .notFound: throw APIError.notFound("No such device.")
+        case .revoked: throw APIError.forbidden("This device was revoked.")
+        case .active: break
+        }
+        let key = request.headers[.idempotencyKey]
+        if let key, !(1...255).contains(key.utf8.count) {
+            throw APIError.badRequest("Idempotency-Key must be 1 to 255 bytes.")
+        }
+        let traceID = TraceContext.traceparent(from: request.headers[.traceparent])
+        let outcome = try await jobs.create(JobStore.Intake(
+            user: claims.sub, deviceID: Names.canonicalUUID(push.deviceID) ?? push.deviceID, ops: push.ops,
+            idempotencyKey: key, requestHash: Digests.sha256Hex(body), traceID: traceID,
+            maxClockSkewMilliseconds: maxClockSkewMilliseconds))
+        switch outcome {
+        case .keyReused:
+            throw APIError.unprocessable("This Idempotency-Key was used with a different body.")
+        case .existing(let jobID, let status, let ops):
+            return try accepted(PushAccepted(jobID: jobID, status: status, ops: ops))
+        case .created(let jobID, let ops):
+            pushes.increment()
+            pushedOps.increment(by: ops)
+            await publish(jobID: jobID, traceID: traceID, logger: context.logger)
+            return try accepted(PushAccepted(jobID: jobID, status: .queued, ops: ops))
+        }
+    }
+
+    /// The job is committed: announce it. A failure here loses nothing — the relay
+    /// publishes every job left unpublished — so the push is still accepted.
+    private func publish(jobID: String, traceID: String, logger: Logger) async {
+        do {
+            try await publisher.publish([SynclineTopology.jobMessage(jobID: jobID, traceID: traceID)])
+            let jobs = self.jobs
+            Task { try? await jobs.markPublished([jobID]) }
+        } catch {
+            publishFailures.increment()
+            logger.warning("publish failed; the relay will retry", metadata: ["job.id": "\(jobID)", "error": "\(error)"])
+        }
+    }
+
+    private func accepted(_ body: PushAccepted) throws -> Response {
+        var headers = HTTPFields()
+        headers[.location] = "/v1/sync/jobs/\(body.jobID)"
+        return try jsonResponse(body, status: .accepted, headers: headers)
+    }
+
+    @Sendable func job(_ request: Request, context: BasicRequestContext) async throws -> Response {
+        let claims = try auth.user(request, context: context)
+        let id = try context.parameters.require("job_id")
+        guard let view = try await jobs.view(user: claims.sub, jobID: id) else { throw APIError.notFound("No such job.") }
+        return try jsonResponse(view)
+    }
+
+    @Sendable func pull(_ request: Request, context: BasicRequestContext) async throws -> Response {
+        let claims = try auth.user(request, context: context)
+        let query = request.uri.queryParameters
+        var since: Int64 = 0
+        if let text = query["since"].map(String.init), !text.isEmpty {
+            guard let value = Int64(text), value >= 0 else { throw APIError.badRequest("since must be a cursor from an earlier pull.") }
+            since = value
+        }
+        var limit = 500
+        if let text = query["limit"].map(String.init) {
+            guard let value = Int(text), (1...1000).contains(value) else { throw APIError.badRequest("limit must be 1 to 1000.") }
+            limit = value
+        }
+        var collections: [String]?
+        if let text = query["collections"].map(String.init), !text.isEmpty {
+            let names = text.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
+            guard names.allSatisfy(Names.isValidCollection) else {
+                throw APIError.badRequest("collections must be a comma-separated list of collection names.")
+            }
+            collections = names
+        }
+        switch try await pulls.pull(user: claims.sub, since: since, limit: limit, collections: collections) {
+        case .page(let page): return try jsonResponse(page)
+        case .resyncRequired:
+            throw APIError(status: .gone, code: .resyncRequired, detail: "This cursor is older than the retention; pull from the start.")
+        }
+    }
+}
+
+extension HTTPField.Name {
+    static let idempotencyKey = HTTPField.Name("Idempotency-Key")!
+    static let traceparent = HTTPField.Name("traceparent")!
+}
+
+/// W3C trace context: keep a valid incoming `traceparent`, else start a trace.
+enum TraceContext {
+    static func traceparent(from header: String?) -> String {
+        if let header, header.utf8.count == 55, header.hasPrefix("00-"),
+           header.split(separator: "-").map(\.count) == [2, 32, 16, 2] {
+            return header.lowercased()
+        }
+        return "00-\(randomHex(16))-\(randomHex(8))-01"
+    }
+
+    private static func randomHex(_ bytes: Int) -> String {
+        (0..<bytes).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+    }
+}

@@ -1,0 +1,80 @@
+import ArgumentParser
+import Auth
+import Foundation
+import Logging
+import PQBridge
+import Persistence
+import ServiceSupport
+import SyncModels
+
+@main
+struct Syncctl: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "syncctl",
+        abstract: "Operate a Syncline deployment.",
+        subcommands: [Migrate.self, Token.self, Jobs.self])
+}
+
+/// Shared by the subcommands that talk to PostgreSQL.
+func withPool<T: Sendable>(_ body: (PGPool, Logger) async throws -> T) async throws -> T {
+    let configuration = try Configuration.fromEnvironment()
+    let logger = Observability.bootstrap(service: "syncctl", level: configuration.logLevel)
+    let pool = PGPool(url: configuration.databaseURL, size: 1, logger: logger)
+    do {
+        let value = try await body(pool, logger)
+        await pool.shutdown()
+        return value
+    } catch {
+        await pool.shutdown()
+        throw error
+    }
+}
+
+struct Migrate: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Apply database migrations (safe to run concurrently).")
+
+    func run() async throws {
+        let applied = try await withPool { pool, logger in try await Migrations.apply(on: pool, logger: logger) }
+        print(applied.isEmpty ? "schema is up to date" : "applied migrations: \(applied.map(String.init).joined(separator: ", "))")
+    }
+}
+
+struct Token: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Mint an HS256 token signed with JWT_SECRET.")
+
+    @Option(help: "The user id (the token's sub).") var user: String
+    @Flag(help: "Give the token role: admin.") var admin = false
+    @Option(help: "Lifetime, e.g. 1h, 30m, 7d.") var ttl = "1h"
+    @Option(help: "Display name (the name claim).") var name: String?
+
+    func run() async throws {
+        let configuration = try Configuration.fromEnvironment()
+        let signer = try JWTSigner(secret: try configuration.requireJWTSecret())
+        guard let seconds = Durations.parse(ttl), seconds > 0 else { throw ValidationError("--ttl must be a duration such as 1h") }
+        let claims = Claims(
+            sub: user, exp: Int64(Date().timeIntervalSince1970 + seconds), role: admin ? "admin" : nil, name: name)
+        print(try signer.sign(claims))
+    }
+}
+
+struct Jobs: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Inspect jobs.", subcommands: [Show.self])
+
+    struct Show: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show one job (any user) as JSON.")
+
+        @Argument(help: "The job id.") var id: String
+
+        func run() async throws {
+            let found = try await withPool { pool, _ in try await JobStore(pool: pool).view(jobID: id) }
+            guard let found else { throw ValidationError("no job \(id)") }
+            struct Shown: Encodable {
+                let user_id: String
+                let job: JobView
+            }
+            let encoder = JSONCoding.encoder()
+            encoder.outputFormatting.insert(.prettyPrinted)
+            print(String(decoding: try encoder.encode(Shown(user_id: found.user, job: found.job)), as: UTF8.self))
+        }
+    }
+}

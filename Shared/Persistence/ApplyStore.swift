@@ -1,0 +1,176 @@
+import Foundation
+import PQBridge
+import SyncModels
+
+/// The worker's side of the database: one job applied in one transaction.
+public struct ApplyStore: Sendable {
+    let pool: PGPool
+
+    public init(pool: PGPool) { self.pool = pool }
+
+    public enum Outcome: Sendable, Equatable {
+        case succeeded(user: String, deviceID: String, checkpoint: Int64, hadRejectsOrConflicts: Bool, secondsSinceIntake: Double)
+        /// Another delivery already finished it (or an operator discarded it).
+        case alreadyFinished(JobStatus)
+        case unknownJob
+    }
+
+    /// Records the start of an attempt; nil when the job is unknown or already terminal.
+    public func beginAttempt(jobID: String) async throws -> Int? {
+        try await pool.query("""
+            UPDATE jobs SET status = 'processing', attempts = attempts + 1,
+              attempt_log = attempt_log || jsonb_build_array(jsonb_build_object(
+                'attempt', attempts + 1, 'started_at', syncline_rfc3339(clock_timestamp()),
+                'finished_at', NULL, 'error', NULL))
+            WHERE job_id = $1 AND status IN ('queued', 'processing', 'retrying')
+            RETURNING attempts
+            """, [jobID]).first?.optionalInt("attempts").map(Int.init)
+    }
+
+    /// Whether the job exists and, if so, its status.
+    public func status(jobID: String) async throws -> JobStatus? {
+        guard let id = Names.canonicalUUID(jobID) else { return nil }
+        return try await pool.query("SELECT status FROM jobs WHERE job_id = $1", [id]).first
+            .flatMap { $0["status"] }.flatMap(JobStatus.init(rawValue:))
+    }
+
+    /// Gives up on a job: it is `dead` with its last error, until an operator acts.
+    public func markDead(jobID: String, error: String) async throws {
+        try await pool.query("""
+            UPDATE jobs SET status = 'dead', last_error = $2, finished_at = clock_timestamp(),
+              attempt_log = CASE WHEN jsonb_array_length(attempt_log) = 0 THEN attempt_log
+                WHEN (attempt_log -> -1 ->> 'finished_at') IS NOT NULL THEN attempt_log
+                ELSE jsonb_set(attempt_log, ARRAY[(jsonb_array_length(attempt_log) - 1)::text],
+                  (attempt_log -> -1) || jsonb_build_object('finished_at', syncline_rfc3339(clock_timestamp()), 'error', $2::text))
+                END
+            WHERE job_id = $1 AND status NOT IN ('succeeded', 'discarded')
+            """, [jobID, error])
+    }
+
+    /// Records a failed attempt; the job waits for its next delivery as `retrying`.
+    public func failAttempt(jobID: String, error: String) async throws {
+        try await pool.query("""
+            UPDATE jobs SET status = 'retrying', last_error = $2,
+              attempt_log = CASE WHEN jsonb_array_length(attempt_log) = 0 THEN attempt_log
+                ELSE jsonb_set(attempt_log, ARRAY[(jsonb_array_length(attempt_log) - 1)::text],
+                  (attempt_log -> -1) || jsonb_build_object('finished_at', syncline_rfc3339(clock_timestamp()), 'error', $2::text))
+                END
+            WHERE job_id = $1 AND status = 'processing'
+            """, [jobID, error])
+    }
+
+    /// Applies every op of the job by the merge rules, under the user's counter lock (G4),
+    /// remembering op_ids (G2) and storing results and checkpoint (G5), all in one
+    /// transaction. The user comes from the job row, never from the message.
+    public func apply(jobID: String) async throws -> Outcome {
+        guard let id = Names.canonicalUUID(jobID) else { return .unknownJob }
+        return try await pool.transaction { connection in
+            guard let job = try connection.query(
+                "SELECT user_id, device_id, status, ops FROM jobs WHERE job_id = $1 FOR UPDATE", [id]
+            ).first else { return .unknownJob }
+            let status = JobStatus(rawValue: try job.string("status")) ?? .queued
+            if status.isTerminal { return .alreadyFinished(status) }
+            let user = try job.string("user_id")
+            let deviceID = try job.string("device_id")
+            let ops = try JSONCoding.decode([Op].self, from: try job.string("ops"))
+
+            try connection.query(
+                "INSERT INTO user_counters (user_id) VALUES ($1) ON CONFLICT DO NOTHING", [user])
+            let counter = try connection.query(
+                "SELECT counter FROM user_counters WHERE user_id = $1 FOR UPDATE", [user]
+            ).first.map { try $0.int("counter") } ?? 0
+
+            let known = Set(try connection.query(
+                "SELECT op_id::text AS op_id FROM op_ids WHERE user_id = $1 AND op_id = ANY($2::uuid[])",
+                [user, ops.map(\.opID)]
+            ).rows.map { try $0.string("op_id") })
+
+            let keys = Array(Set(ops.map { RecordKey(collection: $0.collection, id: $0.id) }))
+            let records = try Self.loadRecords(connection, user: user, keys: keys)
+
+            let outcome = JobApplier.apply(
+                ops: ops, records: records, knownOpIDs: known, counter: counter, deviceID: deviceID)
+
+            if !outcome.remembered.isEmpty {
+                try connection.query("""
+                    INSERT INTO op_ids (user_id, op_id, job_id)
+                    SELECT $1, unnest($2::uuid[]), $3 ON CONFLICT DO NOTHING
+                    """, [user, outcome.remembered, id])
+            }
+            try Self.saveRecords(connection, user: user, records: Array(outcome.changed.values))
+            if outcome.counter != counter {
+                try connection.query(
+                    "UPDATE user_counters SET counter = $2 WHERE user_id = $1", [user, outcome.counter])
+            }
+            let finished = try connection.query("""
+                UPDATE jobs SET status = 'succeeded', checkpoint = $2, results = $3::jsonb,
+                  finished_at = clock_timestamp(), last_error = NULL,
+                  attempt_log = CASE WHEN jsonb_array_length(attempt_log) = 0 THEN attempt_log
+                    ELSE jsonb_set(attempt_log, ARRAY[(jsonb_array_length(attempt_log) - 1)::text],
+                      (attempt_log -> -1) || jsonb_build_object('finished_at', syncline_rfc3339(clock_timestamp())))
+                    END
+                WHERE job_id = $1
+                RETURNING extract(epoch FROM finished_at - created_at)::float8 AS latency
+                """, [id, outcome.counter, try JSONCoding.encodeString(outcome.results)])
+            let troubled = outcome.results.contains { $0.status == .rejected || $0.status == .conflict }
+            let latency = finished.first?["latency"].flatMap(Double.init) ?? 0
+            return .succeeded(
+                user: user, deviceID: deviceID, checkpoint: outcome.counter, hadRejectsOrConflicts: troubled,
+                secondsSinceIntake: latency)
+        }
+    }
+
+    static func loadRecords(_ connection: PGConnection, user: String, keys: [RecordKey]) throws -> [RecordKey: StoredRecord] {
+        guard !keys.isEmpty else { return [:] }
+        let rows = try connection.query("""
+            SELECT r.collection, r.record_id, r.version, r.data, r.field_clocks, r.floor_clock,
+                   r.write_clock, r.delete_clock, r.updated_by
+            FROM records r
+            JOIN unnest($2::text[], $3::text[]) AS k(collection, record_id)
+              ON r.collection = k.collection AND r.record_id = k.record_id
+            WHERE r.user_id = $1
+            """, [user, keys.map(\.collection), keys.map(\.id)]).rows
+        var records: [RecordKey: StoredRecord] = [:]
+        for row in rows {
+            let key = RecordKey(collection: try row.string("collection"), id: try row.string("record_id"))
+            let clocks = try JSONCoding.decode([String: String].self, from: try row.string("field_clocks"))
+            let state = RecordState(
+                fields: try JSONCoding.decode([String: JSONValue].self, from: try row.string("data")),
+                fieldClocks: clocks.compactMapValues(Stamp.init(stored:)),
+                floor: row["floor_clock"].flatMap(Stamp.init(stored:)),
+                writeClock: row["write_clock"].flatMap(Stamp.init(stored:)),
+                deleteClock: row["delete_clock"].flatMap(Stamp.init(stored:)))
+            records[key] = StoredRecord(key: key, version: try row.int("version"), state: state, updatedBy: row["updated_by"])
+        }
+        return records
+    }
+
+    static func saveRecords(_ connection: PGConnection, user: String, records: [StoredRecord]) throws {
+        guard !records.isEmpty else { return }
+        let sorted = records.sorted { $0.key < $1.key }
+        func column(_ value: (StoredRecord) throws -> String) rethrows -> [String] { try sorted.map(value) }
+        try connection.query("""
+            INSERT INTO records (user_id, collection, record_id, version, deleted, data, field_clocks,
+                                 floor_clock, write_clock, delete_clock, updated_by, updated_at)
+            SELECT $1, c, i, v, d, data::jsonb, clocks::jsonb, NULLIF(f, ''), NULLIF(w, ''), NULLIF(x, ''),
+                   NULLIF(b, '')::uuid, clock_timestamp()
+            FROM unnest($2::text[], $3::text[], $4::bigint[], $5::boolean[], $6::text[], $7::text[],
+                        $8::text[], $9::text[], $10::text[], $11::text[])
+                 AS u(c, i, v, d, data, clocks, f, w, x, b)
+            ON CONFLICT (user_id, collection, record_id) DO UPDATE SET
+              updated_at = CASE WHEN records.version <> EXCLUDED.version THEN EXCLUDED.updated_at ELSE records.updated_at END,
+              updated_by = EXCLUDED.updated_by,
+              version = EXCLUDED.version, deleted = EXCLUDED.deleted, data = EXCLUDED.data,
+              field_clocks = EXCLUDED.field_clocks, floor_clock = EXCLUDED.floor_clock,
+              write_clock = EXCLUDED.write_clock, delete_clock = EXCLUDED.delete_clock
+            """, [
+                user,
+                column(\.key.collection), column(\.key.id), column { String($0.version) },
+                column { $0.state.deleted ? "t" : "f" },
+                try column { try JSONCoding.encodeString($0.state.fields) },
+                try column { try JSONCoding.encodeString($0.state.fieldClocks.mapValues(\.description)) },
+                column { $0.state.floor?.description ?? "" }, column { $0.state.writeClock?.description ?? "" },
+                column { $0.state.deleteClock?.description ?? "" }, column { $0.updatedBy ?? "" },
+            ])
+    }
+}

@@ -1,0 +1,165 @@
+import Foundation
+import PQBridge
+import SyncModels
+
+/// Job intake, status and the relay's view of unpublished jobs.
+public struct JobStore: Sendable {
+    let pool: PGPool
+
+    public init(pool: PGPool) { self.pool = pool }
+
+    public struct Intake: Sendable {
+        public var user: String
+        public var deviceID: String
+        public var ops: [Op]
+        public var idempotencyKey: String?
+        public var requestHash: String
+        public var traceID: String?
+        public var maxClockSkewMilliseconds: Int64
+
+        public init(user: String, deviceID: String, ops: [Op], idempotencyKey: String?, requestHash: String, traceID: String?, maxClockSkewMilliseconds: Int64) {
+            self.user = user
+            self.deviceID = deviceID
+            self.ops = ops
+            self.idempotencyKey = idempotencyKey
+            self.requestHash = requestHash
+            self.traceID = traceID
+            self.maxClockSkewMilliseconds = maxClockSkewMilliseconds
+        }
+    }
+
+    public enum IntakeOutcome: Sendable, Equatable {
+        /// A new job, committed.
+        case created(jobID: String, ops: Int)
+        /// The same Idempotency-Key and body were seen before: that job.
+        case existing(jobID: String, status: JobStatus, ops: Int)
+        /// The Idempotency-Key was used before with a different body.
+        case keyReused
+    }
+
+    /// Stamps the ops (HLC receive rule under the user's clock row lock), rejects clocks
+    /// too far ahead, and commits the job — in one transaction.
+    public func create(_ intake: Intake) async throws -> IntakeOutcome {
+        do {
+            return try await pool.transaction { connection in
+                if let key = intake.idempotencyKey, let existing = try Self.existing(connection, user: intake.user, key: key, hash: intake.requestHash) {
+                    return existing
+                }
+                try connection.query(
+                    "INSERT INTO user_clocks (user_id, hlc_ms, hlc_counter) VALUES ($1, 0, 0) ON CONFLICT DO NOTHING",
+                    [intake.user])
+                let row = try connection.query(
+                    "SELECT hlc_ms, hlc_counter FROM user_clocks WHERE user_id = $1 FOR UPDATE", [intake.user]
+                ).first
+                guard let row else { throw PGError(code: .decoding, message: "user clock row missing") }
+                var clock = HLCState(milliseconds: try row.int("hlc_ms"), counter: Int(try row.int("hlc_counter")))
+                let now = Int64(Date().timeIntervalSince1970 * 1000)
+                let ops = Self.stamp(intake.ops, clock: &clock, now: now, deviceID: intake.deviceID, maxSkew: intake.maxClockSkewMilliseconds)
+                try connection.query(
+                    "UPDATE user_clocks SET hlc_ms = $2, hlc_counter = $3 WHERE user_id = $1",
+                    [intake.user, clock.milliseconds, clock.counter])
+                let jobID = UUID().uuidString.lowercased()
+                try connection.query("""
+                    INSERT INTO jobs (job_id, user_id, device_id, status, ops, op_count, idempotency_key, request_hash, trace_id)
+                    VALUES ($1, $2, $3, 'queued', $4::jsonb, $5, $6, $7, $8)
+                    """, [jobID, intake.user, intake.deviceID, try JSONCoding.encodeString(ops), ops.count,
+                          intake.idempotencyKey, intake.requestHash, intake.traceID])
+                return .created(jobID: jobID, ops: ops.count)
+            }
+        } catch let error as PGError where error.sqlState == "23505" && intake.idempotencyKey != nil {
+            // A concurrent request with the same key won the race: answer with its job.
+            return try await pool.withConnection { connection in
+                try Self.existing(connection, user: intake.user, key: intake.idempotencyKey!, hash: intake.requestHash) ?? .keyReused
+            }
+        }
+    }
+
+    /// The HLC receive rule: client clocks within the skew bound are accepted and
+    /// observed; ops without one get server stamps, in order; clocks too far ahead are
+    /// marked `clock_skew` and neither observed nor applied.
+    public static func stamp(_ ops: [Op], clock: inout HLCState, now: Int64, deviceID: String, maxSkew: Int64) -> [Op] {
+        ops.map { op in
+            var op = op
+            if let text = op.hlc, let hlc = HLC(text) {
+                if hlc.milliseconds > now + maxSkew {
+                    op.rejected = RejectReason.clockSkew
+                } else {
+                    clock.observe(hlc)
+                }
+            } else {
+                op.hlc = clock.next(now: now, node: deviceID).description
+            }
+            return op
+        }
+    }
+
+    private static func existing(_ connection: PGConnection, user: String, key: String, hash: String) throws -> IntakeOutcome? {
+        guard let row = try connection.query(
+            "SELECT job_id, status, op_count, request_hash FROM jobs WHERE user_id = $1 AND idempotency_key = $2",
+            [user, key]
+        ).first else { return nil }
+        guard row["request_hash"] == hash else { return .keyReused }
+        return .existing(
+            jobID: try row.string("job_id"), status: JobStatus(rawValue: try row.string("status")) ?? .queued,
+            ops: Int(try row.int("op_count")))
+    }
+
+    public func view(user: String, jobID: String) async throws -> JobView? {
+        guard let id = Names.canonicalUUID(jobID) else { return nil }
+        let row = try await pool.query("""
+            SELECT job_id, status, attempts, attempt_log, syncline_rfc3339(created_at) AS created_at,
+                   syncline_rfc3339(finished_at) AS finished_at, last_error, checkpoint, results
+            FROM jobs WHERE job_id = $1 AND user_id = $2
+            """, [id, user]).first
+        return try row.map(Self.view)
+    }
+
+    /// A job regardless of its owner (operators' tools).
+    public func view(jobID: String) async throws -> (user: String, job: JobView)? {
+        guard let id = Names.canonicalUUID(jobID) else { return nil }
+        let row = try await pool.query("""
+            SELECT job_id, user_id, status, attempts, attempt_log, syncline_rfc3339(created_at) AS created_at,
+                   syncline_rfc3339(finished_at) AS finished_at, last_error, checkpoint, results
+            FROM jobs WHERE job_id = $1
+            """, [id]).first
+        guard let row else { return nil }
+        return (try row.string("user_id"), try Self.view(row))
+    }
+
+    static func view(_ row: PGRow) throws -> JobView {
+        let status = JobStatus(rawValue: try row.string("status")) ?? .queued
+        let log = try JSONCoding.decode([AttemptView].self, from: try row.string("attempt_log"))
+        let results = try row["results"].map { try JSONCoding.decode([OpResult].self, from: $0) } ?? []
+        return JobView(
+            jobID: try row.string("job_id"), status: status, attempts: Int(try row.int("attempts")),
+            attemptLog: log, createdAt: try row.string("created_at"), finishedAt: row["finished_at"],
+            lastError: row["last_error"], checkpoint: row["checkpoint"],
+            results: status == .succeeded ? results : [])
+    }
+
+    public func markPublished(_ jobIDs: [String]) async throws {
+        guard !jobIDs.isEmpty else { return }
+        try await pool.query(
+            "UPDATE jobs SET published_at = clock_timestamp() WHERE job_id = ANY($1::uuid[]) AND published_at IS NULL",
+            [jobIDs])
+    }
+
+    /// Queued jobs nobody has confirmed publishing, older than `age` seconds.
+    public func unpublished(olderThan age: Double, limit: Int) async throws -> [(jobID: String, traceID: String?)] {
+        try await pool.query("""
+            SELECT job_id, trace_id FROM jobs
+            WHERE status = 'queued' AND published_at IS NULL
+              AND created_at < clock_timestamp() - make_interval(secs => $1)
+            ORDER BY created_at LIMIT $2
+            """, [age, limit]).rows.map { (try $0.string("job_id"), $0["trace_id"]) }
+    }
+
+    /// Seconds since the oldest job that is not terminal was created (0 when none).
+    public func oldestUnfinishedAge() async throws -> Double {
+        let row = try await pool.query("""
+            SELECT coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8 AS age
+            FROM jobs WHERE status IN ('queued', 'processing', 'retrying')
+            """).first
+        return row?["age"].flatMap(Double.init) ?? 0
+    }
+}

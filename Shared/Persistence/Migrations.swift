@@ -1,0 +1,138 @@
+import Logging
+import PQBridge
+
+/// Schema migrations, applied in order, each in its own transaction, under an advisory
+/// lock so that services starting together never race. Embedded in the binary so a
+/// runtime image needs nothing beside the executable.
+public enum Migrations {
+    public struct Migration: Sendable {
+        public let version: Int
+        public let name: String
+        public let sql: String
+    }
+
+    static let lockKey: Int64 = 0x5359_4E43_4C49  // "SYNCLI"
+
+    public static let all: [Migration] = [
+        Migration(version: 1, name: "sync core", sql: """
+            CREATE FUNCTION syncline_rfc3339(t timestamptz) RETURNS text
+              LANGUAGE sql IMMUTABLE PARALLEL SAFE
+              AS $$ SELECT to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') $$;
+
+            CREATE TABLE devices (
+              device_id    uuid PRIMARY KEY,
+              user_id      text NOT NULL,
+              name         text NOT NULL,
+              platform     text NOT NULL,
+              push_url     text,
+              push_secret  text NOT NULL,
+              created_at   timestamptz NOT NULL DEFAULT now(),
+              last_seen_at timestamptz NOT NULL DEFAULT now(),
+              revoked_at   timestamptz
+            );
+            CREATE INDEX devices_by_user ON devices (user_id, created_at);
+
+            -- The HLC receive rule's state, locked by the gateway while it stamps a push.
+            CREATE TABLE user_clocks (
+              user_id     text PRIMARY KEY,
+              hlc_ms      bigint NOT NULL,
+              hlc_counter integer NOT NULL
+            );
+
+            -- The per-user change counter (G4), locked by the worker's applying transaction.
+            CREATE TABLE user_counters (
+              user_id       text PRIMARY KEY,
+              counter       bigint NOT NULL DEFAULT 0,
+              purge_horizon bigint NOT NULL DEFAULT 0
+            );
+
+            CREATE TABLE jobs (
+              job_id          uuid PRIMARY KEY,
+              user_id         text NOT NULL,
+              device_id       uuid NOT NULL,
+              status          text NOT NULL CHECK (status IN
+                                ('queued', 'processing', 'retrying', 'succeeded', 'dead', 'discarded')),
+              ops             jsonb NOT NULL,
+              op_count        integer NOT NULL,
+              attempts        integer NOT NULL DEFAULT 0,
+              attempt_log     jsonb NOT NULL DEFAULT '[]',
+              last_error      text,
+              checkpoint      bigint,
+              results         jsonb,
+              trace_id        text,
+              idempotency_key text,
+              request_hash    text,
+              created_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
+              published_at    timestamptz,
+              finished_at     timestamptz
+            );
+            CREATE UNIQUE INDEX jobs_by_idempotency_key ON jobs (user_id, idempotency_key)
+              WHERE idempotency_key IS NOT NULL;
+            CREATE INDEX jobs_unpublished ON jobs (created_at)
+              WHERE status = 'queued' AND published_at IS NULL;
+            CREATE INDEX jobs_unfinished ON jobs (created_at)
+              WHERE status IN ('queued', 'processing', 'retrying');
+            CREATE INDEX jobs_by_user ON jobs (user_id, created_at);
+
+            -- Every op_id that took effect (or was a duplicate or conflict) per user (G2).
+            CREATE TABLE op_ids (
+              user_id    text NOT NULL,
+              op_id      uuid NOT NULL,
+              job_id     uuid NOT NULL,
+              created_at timestamptz NOT NULL DEFAULT now(),
+              PRIMARY KEY (user_id, op_id)
+            );
+
+            CREATE TABLE records (
+              user_id          text NOT NULL,
+              collection       text NOT NULL,
+              record_id        text NOT NULL,
+              version          bigint NOT NULL,
+              deleted          boolean NOT NULL,
+              data             jsonb NOT NULL DEFAULT '{}',
+              field_clocks     jsonb NOT NULL DEFAULT '{}',
+              floor_clock      text,
+              write_clock      text,
+              delete_clock     text,
+              updated_at       timestamptz NOT NULL DEFAULT now(),
+              updated_by       uuid,
+              visibility       text NOT NULL DEFAULT 'private' CHECK (visibility IN ('private', 'public')),
+              public_id        text,
+              can_fork         boolean NOT NULL DEFAULT false,
+              published_at     timestamptz,
+              visibility_clock text,
+              PRIMARY KEY (user_id, collection, record_id)
+            );
+            CREATE INDEX records_changes ON records (user_id, version);
+            CREATE UNIQUE INDEX records_by_public_id ON records (public_id) WHERE public_id IS NOT NULL;
+            """),
+    ]
+
+    /// Applies every migration not yet applied. Safe to run from many processes at once.
+    public static func apply(on pool: PGPool, logger: Logger) async throws -> [Int] {
+        try await pool.withConnection { connection in
+            try connection.query("SELECT pg_advisory_lock($1)", [lockKey])
+            defer { _ = try? connection.query("SELECT pg_advisory_unlock($1)", [lockKey]) }
+            try connection.query("""
+                CREATE TABLE IF NOT EXISTS schema_migrations (
+                  version    integer PRIMARY KEY,
+                  name       text NOT NULL,
+                  applied_at timestamptz NOT NULL DEFAULT now()
+                )
+                """)
+            let done = Set(try connection.query("SELECT version FROM schema_migrations").rows.compactMap { $0.optionalInt("version") })
+            var applied: [Int] = []
+            for migration in all where !done.contains(Int64(migration.version)) {
+                try connection.transaction { connection in
+                    try connection.executeScript(migration.sql)
+                    try connection.query(
+                        "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
+                        [migration.version, migration.name])
+                }
+                logger.info("applied migration", metadata: ["migration.version": "\(migration.version)"])
+                applied.append(migration.version)
+            }
+            return applied
+        }
+    }
+}

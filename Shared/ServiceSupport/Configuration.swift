@@ -1,0 +1,93 @@
+import Foundation
+import Logging
+
+/// Everything a service reads from its environment (SPEC §8), built in one place with
+/// documented defaults that suit local development. Secrets are never logged.
+public struct Configuration: Sendable {
+    public var databaseURL: String
+    public var amqpURL: String
+    public var jwtSecret: String?
+    public var port: Int
+    public var workerPrefetch: Int
+    public var maxAttempts: Int
+    public var retryDelays: [Double]
+    public var maxClockSkew: Double
+    public var tombstoneRetention: Double
+    public var jobRetention: Double
+    public var deadLetterRetention: Double
+    public var allowPrivateWebhooks: Bool
+    public var logLevel: Logger.Level
+    public var databasePoolSize: Int
+    /// How long a committed job may stay unpublished before the relay publishes it.
+    public var relayAfter: Double
+
+    public struct Invalid: Error, CustomStringConvertible {
+        public let description: String
+        public init(description: String) { self.description = description }
+    }
+
+    public static func fromEnvironment(
+        _ environment: [String: String] = ProcessInfo.processInfo.environment, defaultPort: Int = 8080
+    ) throws(Invalid) -> Configuration {
+        func value(_ name: String) -> String? {
+            environment[name].flatMap { $0.isEmpty ? nil : $0 }
+        }
+        func int(_ name: String, _ fallback: Int) throws(Invalid) -> Int {
+            guard let text = value(name) else { return fallback }
+            guard let number = Int(text), number > 0 else { throw Invalid(description: "\(name) must be a positive integer") }
+            return number
+        }
+        func duration(_ name: String, _ fallback: String) throws(Invalid) -> Double {
+            guard let seconds = Durations.parse(value(name) ?? fallback) else {
+                throw Invalid(description: "\(name) must be a duration such as 500ms, 5s, 2m, 1h or 30d")
+            }
+            return seconds
+        }
+        let delays = (value("RETRY_DELAYS") ?? "1s,5s,25s,2m").split(separator: ",").map { Durations.parse(String($0)) }
+        guard !delays.isEmpty, delays.allSatisfy({ $0 != nil }) else {
+            throw Invalid(description: "RETRY_DELAYS must be a comma-separated list of durations")
+        }
+        let levelText = value("LOG_LEVEL") ?? "info"
+        guard let level = Logger.Level(rawValue: levelText.lowercased()) else {
+            throw Invalid(description: "LOG_LEVEL must be one of trace, debug, info, notice, warning, error, critical")
+        }
+        return Configuration(
+            databaseURL: value("DATABASE_URL") ?? "postgresql://syncline:syncline@127.0.0.1:5432/syncline",
+            amqpURL: value("AMQP_URL") ?? "amqp://guest:guest@127.0.0.1:5672/%2f",
+            jwtSecret: value("JWT_SECRET"),
+            port: try int("PORT", defaultPort),
+            workerPrefetch: try int("WORKER_PREFETCH", 16),
+            maxAttempts: try int("MAX_ATTEMPTS", 5),
+            retryDelays: delays.compactMap { $0 },
+            maxClockSkew: try duration("MAX_CLOCK_SKEW", "5m"),
+            tombstoneRetention: try duration("TOMBSTONE_RETENTION", "30d"),
+            jobRetention: try duration("JOB_RETENTION", "7d"),
+            deadLetterRetention: try duration("DEAD_LETTER_RETENTION", "30d"),
+            allowPrivateWebhooks: value("ALLOW_PRIVATE_WEBHOOKS") == "true",
+            logLevel: level,
+            databasePoolSize: try int("DATABASE_POOL_SIZE", 8),
+            relayAfter: try duration("RELAY_AFTER", "2s"))
+    }
+
+    /// The JWT secret, or the reason a token-checking service must refuse to start.
+    public func requireJWTSecret() throws(Invalid) -> String {
+        guard let jwtSecret, jwtSecret.utf8.count >= 32 else {
+            throw Invalid(description: "JWT_SECRET must be set to at least 32 bytes")
+        }
+        return jwtSecret
+    }
+}
+
+public enum Durations {
+    /// `500ms`, `5s`, `2m`, `1h`, `30d`, or a bare number of seconds.
+    public static func parse(_ text: String) -> Double? {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        let units: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600), ("d", 86400)]
+        for (suffix, scale) in units where trimmed.hasSuffix(suffix) {
+            guard let number = Double(trimmed.dropLast(suffix.count)), number >= 0 else { return nil }
+            return number * scale
+        }
+        guard let number = Double(trimmed), number >= 0 else { return nil }
+        return number
+    }
+}

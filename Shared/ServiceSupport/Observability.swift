@@ -1,0 +1,34 @@
+import Logging
+import Metrics
+import NIOConcurrencyHelpers
+import Prometheus
+
+/// Logging and metrics, bootstrapped once per process.
+public enum Observability {
+    private static let bootstrapped = NIOLockedValueBox(false)
+
+    public static let registry = PrometheusCollectorRegistry()
+
+    public static func bootstrap(service: String, level: Logger.Level) -> Logger {
+        let first = bootstrapped.withLockedValue { done in
+            defer { done = true }
+            return !done
+        }
+        if first {
+            LoggingSystem.bootstrap { label in
+                var handler = StreamLogHandler.standardError(label: label)
+                handler.logLevel = level
+                return handler
+            }
+            MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+        }
+        var logger = Logger(label: "syncline.\(service)")
+        logger.logLevel = level
+        return logger
+    }
+
+    /// The Prometheus text exposition of every metric of this process.
+    public static func exposition() -> String {
+        registry.emitToString()
+    }
+}

@@ -1,0 +1,43 @@
+import Foundation
+import Hummingbird
+import ServiceLifecycle
+
+/// `/healthz` (alive), `/readyz` (every dependency reachable) and `/metrics`, the same in
+/// every long-running service.
+public enum OperationsEndpoints {
+    public static func register(
+        on router: Router<BasicRequestContext>,
+        readiness: @escaping @Sendable () async -> [String: Bool]
+    ) {
+        router.get("/healthz") { _, _ in
+            Response(status: .ok, headers: [.contentType: "application/json"],
+                     body: .init(byteBuffer: ByteBuffer(string: #"{"status":"ok"}"#)))
+        }
+        router.get("/readyz") { _, _ in
+            let checks = await readiness()
+            let body = "{" + checks.sorted { $0.key < $1.key }
+                .map { "\"\($0.key)\":\"\($0.value ? "up" : "down")\"" }.joined(separator: ",") + "}"
+            return Response(
+                status: checks.values.allSatisfy { $0 } ? .ok : .serviceUnavailable,
+                headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: body)))
+        }
+        router.get("/metrics") { _, _ in
+            Response(
+                status: .ok, headers: [.contentType: "text/plain; version=0.0.4"],
+                body: .init(byteBuffer: ByteBuffer(string: Observability.exposition())))
+        }
+    }
+}
+
+/// Closes shared resources (pools, broker connections) once every service listed after
+/// it in the group has stopped: the group shuts services down in reverse order.
+public struct ResourceCloser: Service {
+    let close: @Sendable () async -> Void
+
+    public init(close: @escaping @Sendable () async -> Void) { self.close = close }
+
+    public func run() async throws {
+        try? await gracefulShutdown()
+        await close()
+    }
+}

@@ -1,0 +1,137 @@
+/// The JSON shapes of the HTTP API (SPEC §5), shared by the gateway, syncctl and tests.
+
+public struct DeviceView: Codable, Sendable, Equatable {
+    public var deviceID: String
+    public var name: String
+    public var platform: String
+    public var pushURL: String?
+    public var pushSecret: String?
+    public var createdAt: String
+    public var revokedAt: String?
+
+    public init(deviceID: String, name: String, platform: String, pushURL: String?, pushSecret: String?, createdAt: String, revokedAt: String?) {
+        self.deviceID = deviceID
+        self.name = name
+        self.platform = platform
+        self.pushURL = pushURL
+        self.pushSecret = pushSecret
+        self.createdAt = createdAt
+        self.revokedAt = revokedAt
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case deviceID = "device_id", name, platform, pushURL = "push_url", pushSecret = "push_secret"
+        case createdAt = "created_at", revokedAt = "revoked_at"
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(deviceID, forKey: .deviceID)
+        try container.encode(name, forKey: .name)
+        try container.encode(platform, forKey: .platform)
+        try container.encode(pushURL, forKey: .pushURL)
+        try container.encodeIfPresent(pushSecret, forKey: .pushSecret)
+        try container.encode(createdAt, forKey: .createdAt)
+        try container.encodeIfPresent(revokedAt, forKey: .revokedAt)
+    }
+}
+
+public struct DeviceList: Codable, Sendable {
+    public var items: [DeviceView]
+    public init(items: [DeviceView]) { self.items = items }
+}
+
+public enum JobStatus: String, Codable, Sendable {
+    case queued, processing, retrying, succeeded, dead, discarded
+
+    public var isTerminal: Bool { self == .succeeded || self == .dead || self == .discarded }
+}
+
+public struct AttemptView: Codable, Sendable, Equatable {
+    public var attempt: Int
+    public var startedAt: String?
+    public var finishedAt: String?
+    public var error: String?
+
+    enum CodingKeys: String, CodingKey {
+        case attempt, startedAt = "started_at", finishedAt = "finished_at", error
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(attempt, forKey: .attempt)
+        try container.encode(startedAt, forKey: .startedAt)
+        try container.encode(finishedAt, forKey: .finishedAt)
+        try container.encode(error, forKey: .error)
+    }
+}
+
+public struct JobView: Codable, Sendable {
+    public var jobID: String
+    public var status: JobStatus
+    public var attempts: Int
+    public var attemptLog: [AttemptView]
+    public var createdAt: String
+    public var finishedAt: String?
+    public var lastError: String?
+    public var checkpoint: String?
+    public var results: [OpResult]
+
+    public init(jobID: String, status: JobStatus, attempts: Int, attemptLog: [AttemptView], createdAt: String, finishedAt: String?, lastError: String?, checkpoint: String?, results: [OpResult]) {
+        self.jobID = jobID
+        self.status = status
+        self.attempts = attempts
+        self.attemptLog = attemptLog
+        self.createdAt = createdAt
+        self.finishedAt = finishedAt
+        self.lastError = lastError
+        self.checkpoint = checkpoint
+        self.results = results
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case jobID = "job_id", status, attempts, attemptLog = "attempt_log", createdAt = "created_at"
+        case finishedAt = "finished_at", lastError = "last_error", checkpoint, results
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(jobID, forKey: .jobID)
+        try container.encode(status, forKey: .status)
+        try container.encode(attempts, forKey: .attempts)
+        try container.encode(attemptLog, forKey: .attemptLog)
+        try container.encode(createdAt, forKey: .createdAt)
+        try container.encode(finishedAt, forKey: .finishedAt)
+        try container.encode(lastError, forKey: .lastError)
+        try container.encode(checkpoint, forKey: .checkpoint)
+        try container.encode(results, forKey: .results)
+    }
+}
+
+public struct PushAccepted: Codable, Sendable {
+    public var jobID: String
+    public var status: JobStatus
+    public var ops: Int
+
+    public init(jobID: String, status: JobStatus, ops: Int) {
+        self.jobID = jobID
+        self.status = status
+        self.ops = ops
+    }
+
+    enum CodingKeys: String, CodingKey { case jobID = "job_id", status, ops }
+}
+
+public struct PullPage: Codable, Sendable {
+    public var changes: [RecordView]
+    public var cursor: String
+    public var hasMore: Bool
+
+    public init(changes: [RecordView], cursor: String, hasMore: Bool) {
+        self.changes = changes
+        self.cursor = cursor
+        self.hasMore = hasMore
+    }
+
+    enum CodingKeys: String, CodingKey { case changes, cursor, hasMore = "has_more" }
+}
