@@ -1,0 +1,99 @@
+import SyncModels
+import Testing
+
+/// G3: the final state depends only on the set of ops applied — never on order, on how
+/// ops are grouped into jobs, or on duplicates.
+@Suite("Convergence property")
+struct ConvergencePropertyTests {
+    struct SplitMix64: RandomNumberGenerator {
+        var state: UInt64
+        mutating func next() -> UInt64 {
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+    }
+
+    static func randomOps(count: Int, using rng: inout SplitMix64) -> [Op] {
+        let ids = ["r1", "r2", "r3"]
+        let fields = ["a", "b", "c", "d"]
+        let values: [JSONValue] = [.int(1), .int(2), .string("x"), .bool(true), .null, .array([.int(1)])]
+        return (0..<count).map { n in
+            let id = ids.randomElement(using: &rng)!
+            // A narrow clock range makes equal HLCs (ties broken by op_id) common.
+            let time = Int.random(in: 0..<12, using: &rng)
+            var data: [String: JSONValue] = [:]
+            for field in fields where Bool.random(using: &rng) {
+                data[field] = values.randomElement(using: &rng)!
+            }
+            switch Int.random(in: 0..<10, using: &rng) {
+            case 0..<3: return upsert(n, data, at: time, id: id)
+            case 3..<7: return patch(n, data.isEmpty ? ["a": 1] : data, at: time, id: id)
+            default: return delete(n, at: time, id: id)
+            }
+        }
+    }
+
+    static func finalStates(of ops: [Op], order: [Int], jobSizes: inout SplitMix64) -> [RecordKey: RecordState] {
+        var replica = Replica()
+        var index = 0
+        while index < order.count {
+            let size = Int.random(in: 1...5, using: &jobSizes)
+            let job = order[index..<min(index + size, order.count)].map { ops[$0] }
+            replica.apply(job)
+            index += size
+        }
+        return replica.records.mapValues(\.state)
+    }
+
+    @Test(arguments: 0..<200)
+    func anyOrderWithDuplicatesGivesSameState(seed: Int) {
+        var rng = SplitMix64(state: UInt64(seed) &* 7919)
+        let ops = Self.randomOps(count: Int.random(in: 1...25, using: &rng), using: &rng)
+        var reference: [RecordKey: RecordState]?
+        for _ in 0..<8 {
+            var order = Array(ops.indices).shuffled(using: &rng)
+            // Duplicates: some ops delivered again at random later positions.
+            for _ in 0..<Int.random(in: 0...5, using: &rng) {
+                let duplicate = ops.indices.randomElement(using: &rng)!
+                order.insert(duplicate, at: Int.random(in: 0...order.count, using: &rng))
+            }
+            let states = Self.finalStates(of: ops, order: order, jobSizes: &rng)
+            if let reference {
+                #expect(states == reference, "seed \(seed): order \(order) diverged")
+            } else {
+                reference = states
+            }
+        }
+    }
+
+    @Test func visibleDataMatchesNaiveReplayInStampOrder() {
+        // Cross-check against the obvious model: apply ops sorted by (hlc, op_id), one by one.
+        var rng = SplitMix64(state: 42)
+        for _ in 0..<200 {
+            let ops = Self.randomOps(count: 15, using: &rng)
+            var replica = Replica()
+            replica.apply(ops.shuffled(using: &rng))
+            var model: [String: (deleted: Bool, fields: [String: JSONValue])] = [:]
+            for op in ops.sorted(by: { $0.stamp < $1.stamp }) {
+                var record = model[op.id] ?? (deleted: false, fields: [:])
+                switch op.type {
+                case .upsert: record = (false, op.data ?? [:])
+                case .patch:
+                    record.deleted = false
+                    for (field, value) in op.data ?? [:] { record.fields[field] = value.isNull ? nil : value }
+                case .delete: record = (true, [:])
+                default: break
+                }
+                model[op.id] = record
+            }
+            for (id, expected) in model {
+                let state = replica.state(id)
+                #expect(state?.deleted == expected.deleted)
+                #expect(state?.visibleData == (expected.deleted ? nil : expected.fields))
+            }
+        }
+    }
+}

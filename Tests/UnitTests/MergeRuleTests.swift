@@ -1,0 +1,190 @@
+import SyncModels
+import Testing
+
+@Suite("Merge rules (SPEC §4)")
+struct MergeRuleTests {
+    @Test func upsertCreatesRecordWithDocument() {
+        var replica = Replica()
+        let results = replica.apply([upsert(1, ["title": "a", "done": false], at: 10)])
+        #expect(results.map(\.status) == [.applied])
+        #expect(results[0].version == 1)
+        #expect(replica.state()?.visibleData == ["title": "a", "done": false])
+    }
+
+    @Test func upsertRemovesOlderFieldsAbsentFromDocument() {
+        var replica = Replica()
+        replica.apply([upsert(1, ["title": "a", "done": false], at: 10)])
+        replica.apply([upsert(2, ["title": "b"], at: 20)])
+        #expect(replica.state()?.visibleData == ["title": "b"])
+    }
+
+    @Test func upsertKeepsNewerFieldsAbsentFromDocument() {
+        var replica = Replica()
+        replica.apply([patch(1, ["done": true], at: 30)])
+        replica.apply([upsert(2, ["title": "b"], at: 20)])
+        #expect(replica.state()?.visibleData == ["title": "b", "done": true])
+    }
+
+    @Test func upsertStoresNullAsValue() {
+        var replica = Replica()
+        replica.apply([upsert(1, ["note": .null], at: 10)])
+        #expect(replica.state()?.visibleData == ["note": .null])
+    }
+
+    @Test func olderUpsertIsSuperseded() {
+        var replica = Replica()
+        replica.apply([upsert(1, ["title": "new"], at: 20)])
+        let results = replica.apply([upsert(2, ["title": "old", "extra": 1], at: 10)])
+        #expect(results.map(\.status) == [.superseded])
+        #expect(replica.state()?.visibleData == ["title": "new"])
+        #expect(replica.version() == 1)
+    }
+
+    @Test func patchSetsOnlyNewerFieldsAndNullRemoves() {
+        var replica = Replica()
+        replica.apply([upsert(1, ["title": "a", "done": false, "tag": "x"], at: 10)])
+        replica.apply([patch(2, ["done": true, "tag": .null], at: 20)])
+        #expect(replica.state()?.visibleData == ["title": "a", "done": true])
+        let late = replica.apply([patch(3, ["done": false, "title": "z"], at: 15)])
+        #expect(late.map(\.status) == [.applied])  // title is newer than 10, done is not newer than 20
+        #expect(replica.state()?.visibleData == ["title": "z", "done": true])
+    }
+
+    @Test func patchThatOnlyRemovesCountsAsWrite() {
+        var replica = Replica()
+        replica.apply([upsert(1, ["title": "a", "tag": "x"], at: 10)])
+        let results = replica.apply([patch(2, ["tag": .null], at: 20)])
+        #expect(results.map(\.status) == [.applied])
+        #expect(replica.state()?.visibleData == ["title": "a"])
+    }
+
+    @Test func removedFieldIsNotResurrectedByOlderPatch() {
+        var replica = Replica()
+        replica.apply([patch(1, ["tag": .null], at: 20)])
+        replica.apply([patch(2, ["tag": "old"], at: 10)])
+        #expect(replica.state()?.visibleData == [:])
+    }
+
+    @Test func deleteNewerThanEveryWriteDeletes() {
+        var replica = Replica()
+        replica.apply([upsert(1, ["title": "a"], at: 10)])
+        let results = replica.apply([delete(2, at: 20)])
+        #expect(results.map(\.status) == [.applied])
+        #expect(replica.state()?.deleted == true)
+        #expect(replica.state()?.visibleData == nil)
+    }
+
+    @Test func deleteOlderThanAWriteKeepsFieldsWrittenAfterIt() {
+        var replica = Replica()
+        replica.apply([upsert(1, ["title": "a", "done": false], at: 10)])
+        replica.apply([patch(2, ["done": true], at: 30)])
+        replica.apply([delete(3, at: 20)])
+        #expect(replica.state()?.deleted == false)
+        #expect(replica.state()?.visibleData == ["done": true])
+    }
+
+    @Test func laterWriteResurrectsDeletedRecordWithJustItsFields() {
+        var replica = Replica()
+        replica.apply([upsert(1, ["title": "a", "done": false], at: 10)])
+        replica.apply([delete(2, at: 20)])
+        replica.apply([patch(3, ["done": true], at: 30)])
+        #expect(replica.state()?.deleted == false)
+        #expect(replica.state()?.visibleData == ["done": true])
+    }
+
+    @Test func deleteOfUnknownRecordCreatesTombstone() {
+        var replica = Replica()
+        let results = replica.apply([delete(1, at: 10, id: "ghost")])
+        #expect(results.map(\.status) == [.applied])
+        #expect(replica.state("ghost")?.deleted == true)
+        #expect(replica.version("ghost") == 1)
+    }
+
+    @Test func olderWriteAfterTombstoneStaysDeleted() {
+        var replica = Replica()
+        replica.apply([delete(1, at: 20)])
+        let results = replica.apply([upsert(2, ["title": "a"], at: 10)])
+        #expect(results.map(\.status) == [.superseded])
+        #expect(replica.state()?.deleted == true)
+    }
+
+    @Test func tiesOnHLCAreBrokenByOpID() {
+        let sameTime = 10
+        var forward = Replica()
+        forward.apply([patch(1, ["title": "one"], at: sameTime)])
+        forward.apply([patch(2, ["title": "two"], at: sameTime)])
+        var backward = Replica()
+        backward.apply([patch(2, ["title": "two"], at: sameTime)])
+        backward.apply([patch(1, ["title": "one"], at: sameTime)])
+        #expect(forward.state()?.visibleData == ["title": "two"])
+        #expect(backward.state()?.visibleData == ["title": "two"])
+    }
+
+    @Test func ifVersionMatchingApplies() {
+        var replica = Replica()
+        replica.apply([upsert(1, ["title": "a"], at: 10)])
+        let results = replica.apply([patch(2, ["title": "b"], at: 20, ifVersion: 1)])
+        #expect(results.map(\.status) == [.applied])
+    }
+
+    @Test func ifVersionMismatchConflictsWithCurrentRecord() {
+        var replica = Replica()
+        replica.apply([upsert(1, ["title": "a"], at: 10)])
+        let results = replica.apply([patch(2, ["title": "b"], at: 20, ifVersion: 7)])
+        #expect(results[0].status == .conflict)
+        #expect(results[0].current?.data == ["title": "a"])
+        #expect(replica.state()?.visibleData == ["title": "a"])
+    }
+
+    @Test func ifVersionZeroMatchesMissingAndDeletedRecords() {
+        var replica = Replica()
+        #expect(replica.apply([upsert(1, ["title": "a"], at: 10, ifVersion: 0)]).map(\.status) == [.applied])
+        #expect(replica.apply([upsert(2, ["title": "b"], at: 20, ifVersion: 0)]).map(\.status) == [.conflict])
+        replica.apply([delete(3, at: 30)])
+        #expect(replica.apply([upsert(4, ["title": "c"], at: 40, ifVersion: 0)]).map(\.status) == [.applied])
+    }
+
+    @Test func repeatedOpIDIsDuplicateAcrossAndWithinJobs() {
+        var replica = Replica()
+        let op = upsert(1, ["title": "a"], at: 10)
+        #expect(replica.apply([op, op]).map(\.status) == [.applied, .duplicate])
+        #expect(replica.apply([op]).map(\.status) == [.duplicate])
+        #expect(replica.counter == 1)
+    }
+
+    @Test func rejectedOpIsNotRememberedAndNeverFailsTheJob() {
+        var replica = Replica()
+        var skewed = upsert(1, ["title": "a"], at: 10)
+        skewed.rejected = RejectReason.clockSkew
+        let results = replica.apply([skewed, upsert(2, ["title": "b"], at: 20)])
+        #expect(results.map(\.status) == [.rejected, .applied])
+        #expect(results[0].reason == "clock_skew")
+        #expect(!replica.known.contains(opID(1)))
+    }
+
+    @Test func publishIsRejectedUntilSupported() {
+        var replica = Replica()
+        let op = Op(opID: opID(1), type: .publish, collection: "todos", id: "r1", hlc: clock(1), publicID: "abc")
+        let results = replica.apply([op])
+        #expect(results[0].status == .rejected)
+        #expect(results[0].reason == RejectReason.notSupportedYet)
+    }
+
+    @Test func versionsAreUniqueAndIncreasing() {
+        var replica = Replica()
+        let results = replica.apply([
+            upsert(1, ["x": 1], at: 10, id: "a"), upsert(2, ["x": 1], at: 11, id: "b"), patch(3, ["y": 2], at: 12, id: "a"),
+        ])
+        #expect(results.compactMap(\.version) == [1, 2, 3])
+        #expect(replica.version("a") == 3)
+        #expect(replica.version("b") == 2)
+    }
+}
+
+extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral,
+    ExpressibleByBooleanLiteral
+{
+    public init(stringLiteral value: String) { self = .string(value) }
+    public init(integerLiteral value: Int64) { self = .int(value) }
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+}
