@@ -1,0 +1,134 @@
+import AMQPBridge
+import Foundation
+import Testing
+
+@Suite("rabbitmq-c bridge", .enabled(if: TestEnvironment.hasServers), .serialized)
+struct AMQPBridgeTests {
+    let endpoint = AMQPEndpoint(url: TestEnvironment.amqpURL ?? "amqp://localhost")!
+
+    func topology(_ queue: String) -> AMQPTopology {
+        AMQPTopology(queues: [.init(name: queue)])
+    }
+
+    func message(_ queue: String, _ text: String) -> OutgoingMessage {
+        OutgoingMessage(exchange: "", routingKey: queue, body: Array(text.utf8), messageID: text, headers: ["x-n": .int(7), "x-s": .string("v")])
+    }
+
+    func next(_ consumer: AMQPConsumer, within seconds: Double = 10) async -> AMQPDelivery? {
+        await withTaskGroup(of: AMQPDelivery?.self) { group in
+            group.addTask {
+                var iterator = consumer.deliveries.makeAsyncIterator()
+                return await iterator.next()
+            }
+            group.addTask {
+                try? await Task.sleep(for: .seconds(seconds))
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+    }
+
+    @Test func endpointParsing() {
+        let parsed = AMQPEndpoint(url: "amqp://u%40x:p%2Fw@broker:5673/my%2Fvhost")
+        #expect(parsed?.user == "u@x")
+        #expect(parsed?.password == "p/w")
+        #expect(parsed?.host == "broker" && parsed?.port == 5673)
+        #expect(parsed?.vhost == "my/vhost")
+        #expect(AMQPEndpoint(url: "amqp://h")?.vhost == "/")
+        #expect(AMQPEndpoint(url: "http://h") == nil)
+    }
+
+    @Test func confirmedPublishThenManualAck() async throws {
+        let queue = "test.bridge.\(UUID().uuidString)"
+        let publisher = AMQPPublisher(endpoint: endpoint, topology: topology(queue), logger: TestEnvironment.logger)
+        try await publisher.publish((0..<50).map { message(queue, "m\($0)") })
+        #expect(try await publisher.queueStats([queue]).first?.messages == 50)
+
+        let consumer = AMQPConsumer(
+            configuration: .init(endpoint: endpoint, topology: topology(queue), queue: queue, prefetch: 10),
+            logger: TestEnvironment.logger)
+        consumer.start()
+        var seen: [String] = []
+        for await delivery in consumer.deliveries {
+            seen.append(String(decoding: delivery.body, as: UTF8.self))
+            #expect(delivery.header("x-n") == "7" && delivery.header("x-s") == "v")
+            consumer.ack(delivery)
+            if seen.count == 50 { break }
+        }
+        #expect(seen == (0..<50).map { "m\($0)" })
+        try await Task.sleep(for: .milliseconds(300))
+        await consumer.close()
+        #expect(try await publisher.queueStats([queue]).first?.messages == 0)
+        try await publisher.deleteQueue(queue)
+        await publisher.shutdown()
+    }
+
+    @Test func unroutableMandatoryPublishIsNotConfirmed() async throws {
+        let publisher = AMQPPublisher(endpoint: endpoint, topology: AMQPTopology(), logger: TestEnvironment.logger)
+        do {
+            try await publisher.publish([message("no.such.queue.\(UUID().uuidString)", "lost")])
+            Issue.record("an unroutable message must not count as published")
+        } catch let error as AMQPError {
+            #expect(error.code == .notConfirmed)
+        }
+        await publisher.shutdown()
+    }
+
+    @Test func unackedMessageIsRedeliveredAfterConsumerConnectionCloses() async throws {
+        let queue = "test.bridge.\(UUID().uuidString)"
+        let publisher = AMQPPublisher(endpoint: endpoint, topology: topology(queue), logger: TestEnvironment.logger)
+        try await publisher.publish([message(queue, "only")])
+
+        let first = AMQPConsumer(
+            configuration: .init(endpoint: endpoint, topology: topology(queue), queue: queue, prefetch: 1),
+            logger: TestEnvironment.logger)
+        first.start()
+        let delivered = await next(first)
+        #expect(delivered?.redelivered == false)
+        await first.close()  // never acked
+
+        let second = AMQPConsumer(
+            configuration: .init(endpoint: endpoint, topology: topology(queue), queue: queue, prefetch: 1),
+            logger: TestEnvironment.logger)
+        second.start()
+        let again = try #require(await next(second))
+        #expect(String(decoding: again.body, as: UTF8.self) == "only")
+        #expect(again.redelivered)
+        second.ack(again)
+        try await Task.sleep(for: .milliseconds(300))
+        await second.close()
+        try await publisher.deleteQueue(queue)
+        await publisher.shutdown()
+    }
+
+    @Test func publisherAndConsumerReconnectAfterBrokerRestart() async throws {
+        let queue = "test.bridge.\(UUID().uuidString)"
+        let durable = AMQPTopology(queues: [.init(name: queue, arguments: ["x-queue-type": .string("quorum")])])
+        let publisher = AMQPPublisher(endpoint: endpoint, topology: durable, logger: TestEnvironment.logger)
+        let consumer = AMQPConsumer(
+            configuration: .init(endpoint: endpoint, topology: durable, queue: queue, prefetch: 5),
+            logger: TestEnvironment.logger)
+        consumer.start()
+        try await publisher.publish([message(queue, "before")])
+        let before = try #require(await next(consumer))
+        consumer.ack(before)
+
+        try TestEnvironment.rabbitmqctl("stop_app")
+        try await Task.sleep(for: .seconds(1))
+        await #expect(throws: (any Error).self) { try await publisher.publish([message(queue, "while down")]) }
+        try TestEnvironment.rabbitmqctl("start_app")
+        try TestEnvironment.rabbitmqctl("await_startup")
+
+        _ = try await TestEnvironment.eventually(within: 30) { try await publisher.publish([message(queue, "after")]) }
+        let after = try #require(await next(consumer, within: 30))
+        #expect(String(decoding: after.body, as: UTF8.self) == "after")
+        consumer.ack(after)
+        #expect(consumer.isConnected)
+        try await Task.sleep(for: .milliseconds(300))
+        await consumer.close()
+        try await publisher.deleteQueue(queue)
+        await publisher.shutdown()
+    }
+}

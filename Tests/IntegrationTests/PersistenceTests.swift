@@ -1,0 +1,128 @@
+import Foundation
+import PQBridge
+import Persistence
+import SyncModels
+import Testing
+
+@Suite("Persistence", .enabled(if: TestEnvironment.hasServers), .serialized)
+struct PersistenceTests {
+    func withStores<T>(_ body: (PGPool, DeviceStore, JobStore, ApplyStore, PullStore) async throws -> T) async throws -> T {
+        let pool = PGPool(url: TestEnvironment.databaseURL!, size: 4, logger: TestEnvironment.logger)
+        do {
+            _ = try await Migrations.apply(on: pool, logger: TestEnvironment.logger)
+            let value = try await body(pool, DeviceStore(pool: pool), JobStore(pool: pool), ApplyStore(pool: pool), PullStore(pool: pool))
+            await pool.shutdown()
+            return value
+        } catch {
+            await pool.shutdown()
+            throw error
+        }
+    }
+
+    func user() -> String { "persist-\(UUID().uuidString.prefix(8))" }
+
+    func op(_ type: OpType, _ id: String, _ data: [String: JSONValue]? = nil, hlc: String? = nil) -> Op {
+        Op(opID: UUID().uuidString.lowercased(), type: type, collection: "notes", id: id, data: data, hlc: hlc)
+    }
+
+    func intake(_ user: String, _ device: String, _ ops: [Op], key: String? = nil, hash: String = "h") -> JobStore.Intake {
+        JobStore.Intake(user: user, deviceID: device, ops: ops, idempotencyKey: key, requestHash: hash, traceID: nil, maxClockSkewMilliseconds: 300_000)
+    }
+
+    @Test func migrationsAreIdempotentUnderConcurrency() async throws {
+        try await withStores { pool, _, _, _, _ in
+            let applied = try await withThrowingTaskGroup(of: [Int].self) { group in
+                for _ in 0..<3 { group.addTask { try await Migrations.apply(on: pool, logger: TestEnvironment.logger) } }
+                return try await group.reduce(into: []) { $0 += $1 }
+            }
+            #expect(applied.isEmpty)
+        }
+    }
+
+    @Test func devicesAreScopedToTheirUser() async throws {
+        try await withStores { _, devices, _, _, _ in
+            let alice = user(), bob = user()
+            let device = try await devices.register(user: alice, name: "mac", platform: "macos", pushURL: nil, pushSecret: "s")
+            #expect(try await devices.state(user: alice, deviceID: device.deviceID) == .active)
+            #expect(try await devices.state(user: bob, deviceID: device.deviceID) == .notFound)
+            #expect(try await devices.revoke(user: bob, deviceID: device.deviceID) == false)
+            #expect(try await devices.revoke(user: alice, deviceID: device.deviceID))
+            #expect(try await devices.revoke(user: alice, deviceID: device.deviceID))
+            #expect(try await devices.state(user: alice, deviceID: device.deviceID) == .revoked)
+            #expect(try await devices.list(user: alice).first?.revokedAt != nil)
+            #expect(try await devices.list(user: bob).isEmpty)
+        }
+    }
+
+    @Test func intakeStampsApplyAndPull() async throws {
+        try await withStores { _, devices, jobs, apply, pulls in
+            let alice = user()
+            let device = try await devices.register(user: alice, name: "mac", platform: "macos", pushURL: nil, pushSecret: "s")
+            let future = HLC(milliseconds: Int64(Date().timeIntervalSince1970 * 1000) + 3_600_000, counter: 0, node: "x")!
+            let outcome = try await jobs.create(intake(alice, device.deviceID, [
+                op(.upsert, "n1", ["title": .string("a")]),
+                op(.upsert, "n2", ["title": .string("b")], hlc: future.description),
+                op(.delete, "n3"),
+            ]))
+            guard case .created(let jobID, 3) = outcome else { Issue.record("\(outcome)"); return }
+            let result = try await apply.apply(jobID: jobID)
+            guard case .succeeded(let owner, _, 2, true, _) = result else { Issue.record("\(result)"); return }
+            #expect(owner == alice)
+            let view = try #require(try await jobs.view(user: alice, jobID: jobID))
+            #expect(view.status == .succeeded)
+            #expect(view.results.map(\.status) == [.applied, .rejected, .applied])
+            #expect(view.results[1].reason == "clock_skew")
+            #expect(view.checkpoint == "2")
+            #expect(try await jobs.view(user: user(), jobID: jobID) == nil)
+
+            // A second delivery changes nothing.
+            #expect(try await apply.apply(jobID: jobID) == .alreadyFinished(.succeeded))
+
+            guard case .page(let page) = try await pulls.pull(user: alice, since: 0, limit: 1, collections: nil) else { return }
+            #expect(page.changes.map(\.id) == ["n1"] && page.hasMore && page.cursor == "1")
+            guard case .page(let rest) = try await pulls.pull(user: alice, since: 1, limit: 10, collections: nil) else { return }
+            #expect(rest.changes.map(\.id) == ["n3"] && !rest.hasMore && rest.cursor == "2")
+            #expect(rest.changes[0].deleted && rest.changes[0].data == nil)
+            guard case .page(let none) = try await pulls.pull(user: alice, since: 2, limit: 10, collections: nil) else { return }
+            #expect(none.changes.isEmpty && none.cursor == "2")
+            guard case .page(let filtered) = try await pulls.pull(user: alice, since: 0, limit: 10, collections: ["other"]) else { return }
+            #expect(filtered.changes.isEmpty)
+        }
+    }
+
+    @Test func serverStampsExceedAcceptedClientClocks() async throws {
+        try await withStores { pool, devices, jobs, _, _ in
+            let alice = user()
+            let device = try await devices.register(user: alice, name: "m", platform: "p", pushURL: nil, pushSecret: "s")
+            let ahead = HLC(milliseconds: Int64(Date().timeIntervalSince1970 * 1000) + 60_000, counter: 5, node: "zzz")!
+            guard case .created(let first, _) = try await jobs.create(intake(alice, device.deviceID, [op(.upsert, "a", ["x": .int(1)], hlc: ahead.description)])),
+                  case .created(let second, _) = try await jobs.create(intake(alice, device.deviceID, [op(.upsert, "b", ["x": .int(1)]), op(.upsert, "c", ["x": .int(1)])]))
+            else { Issue.record("jobs not created"); return }
+            let stored = try await pool.query(
+                "SELECT ops FROM jobs WHERE job_id = ANY($1::uuid[]) ORDER BY created_at", [[first, second]]
+            ).rows.map { try JSONCoding.decode([Op].self, from: try $0.string("ops")) }
+            let stamps = stored[1].compactMap(\.hlc).compactMap(HLC.init)
+            #expect(stamps.count == 2)
+            #expect(stamps[0] > ahead && stamps[1] > stamps[0])
+        }
+    }
+
+    @Test func idempotencyKeyReturnsSameJobOrRefusesOtherBody() async throws {
+        try await withStores { _, devices, jobs, _, _ in
+            let alice = user()
+            let device = try await devices.register(user: alice, name: "m", platform: "p", pushURL: nil, pushSecret: "s")
+            let ops = [op(.delete, "x")]
+            let first = try await jobs.create(intake(alice, device.deviceID, ops, key: "k1", hash: "same"))
+            let again = try await jobs.create(intake(alice, device.deviceID, ops, key: "k1", hash: "same"))
+            guard case .created(let jobID, _) = first, case .existing(let sameID, .queued, 1) = again else {
+                Issue.record("\(first) \(again)"); return
+            }
+            #expect(jobID == sameID)
+            #expect(try await jobs.create(intake(alice, device.deviceID, ops, key: "k1", hash: "other")) == .keyReused)
+            // Keys are per user.
+            guard case .created = try await jobs.create(intake(user(), device.deviceID, ops, key: "k1", hash: "same")) else {
+                Issue.record("another user's key must not collide"); return
+            }
+        }
+    }
+}
