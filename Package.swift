@@ -113,7 +113,7 @@ let package = Package(
             path: "Tests/IntegrationTests", swiftSettings: strict),
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["SyncModels", "Auth", "PQBridge"],
+            dependencies: ["SyncModels", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport"],
             path: "Tests/EndToEndTests", swiftSettings: strict),
     ]
 )

@@ -1,0 +1,253 @@
+import AMQPBridge
+import Auth
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Logging
+import PQBridge
+import Testing
+
+enum E2E {
+    static let environment = ProcessInfo.processInfo.environment
+    static let databaseURL = environment["DATABASE_URL"]
+    static let amqpURL = environment["AMQP_URL"]
+    static let binaries = environment["SYNCLINE_BIN"] ?? ".build/debug"
+    static var enabled: Bool {
+        databaseURL != nil && amqpURL != nil && FileManager.default.isExecutableFile(atPath: binaries + "/gateway")
+    }
+    static let secret = environment["JWT_SECRET"] ?? "syncline-test-secret-0123456789abcdef"
+    static let logger: Logger = {
+        var logger = Logger(label: "e2e")
+        logger.logLevel = .warning
+        return logger
+    }()
+
+    static func token(_ user: String, admin: Bool = false) -> String {
+        try! JWTSigner(secret: secret).sign(
+            Claims(sub: user, exp: Int64(Date().timeIntervalSince1970) + 3600, role: admin ? "admin" : nil))
+    }
+
+    static func freePort() -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                _ = bind(fd, pointer, length)
+                _ = getsockname(fd, pointer, &length)
+            }
+        }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    @discardableResult
+    static func shell(_ command: String) -> Int32 {
+        var pid: pid_t = 0
+        let arguments: [String] = ["/bin/sh", "-c", command]
+        let argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        guard posix_spawn(&pid, "/bin/sh", nil, nil, argv, environ) == 0 else { return -1 }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+        return (status >> 8) & 0xff
+    }
+
+    static func eventually<T>(within seconds: Double, _ what: String, _ body: () async throws -> T?) async throws -> T {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if let value = try? await body() { return value }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        if let value = try await body() { return value }
+        throw StackError(description: "timed out after \(seconds) s waiting for \(what)")
+    }
+}
+
+struct StackError: Error, CustomStringConvertible {
+    let description: String
+}
+
+/// One running service process, its output in a log file under test-output/.
+final class ServiceProcess: @unchecked Sendable {
+    // @unchecked: used by one test at a time; `pid` is written once in init.
+    let name: String
+    let port: Int
+    private(set) var pid: pid_t = 0
+    private var exitCode: Int32?
+    let logPath: String
+
+    init(executable: String, name: String, port: Int, environment: [String: String]) throws {
+        self.name = name
+        self.port = port
+        let outputDirectory = E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()
+        self.logPath = "\(outputDirectory)/\(name)-\(port).log"
+        var env = E2E.environment
+        env["PORT"] = String(port)
+        env["LOG_LEVEL"] = env["E2E_LOG_LEVEL"] ?? "info"
+        for (key, value) in environment { env[key] = value }
+        let command = "exec \(E2E.binaries)/\(executable) >>\(logPath) 2>&1"
+        let arguments: [String] = ["/bin/sh", "-c", command]
+        let argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+        let envp: [UnsafeMutablePointer<CChar>?] = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            argv.forEach { free($0) }
+            envp.forEach { free($0) }
+        }
+        let result = posix_spawn(&pid, "/bin/sh", nil, nil, argv, envp)
+        guard result == 0 else { throw StackError(description: "cannot start \(executable): \(result)") }
+    }
+
+    func signal(_ signal: Int32) { kill(pid, signal) }
+
+    /// Sends SIGTERM and waits up to `seconds` for the process to exit; returns its exit code.
+    @discardableResult
+    func stop(within seconds: Double = 15) -> Int32? {
+        if let exitCode { return exitCode }
+        kill(pid, SIGTERM)
+        let deadline = Date().addingTimeInterval(seconds)
+        var status: Int32 = 0
+        while Date() < deadline {
+            if waitpid(pid, &status, WNOHANG) == pid {
+                exitCode = (status >> 8) & 0xff
+                return exitCode
+            }
+            usleep(50_000)
+        }
+        kill(pid, SIGKILL)
+        waitpid(pid, &status, 0)
+        exitCode = -9
+        return nil
+    }
+}
+
+/// A gateway and workers, started as real processes for one test.
+final class Stack: @unchecked Sendable {
+    // @unchecked: the process list is set up before the stack is shared and only read after.
+    let gateway: ServiceProcess
+    var workers: [ServiceProcess]
+    let client: APIClient
+
+    init(workers count: Int = 2, environment: [String: String] = [:]) async throws {
+        gateway = try ServiceProcess(executable: "gateway", name: "gateway", port: E2E.freePort(), environment: environment)
+        workers = try (0..<count).map { _ in
+            try ServiceProcess(executable: "worker", name: "worker", port: E2E.freePort(), environment: environment)
+        }
+        client = APIClient(base: "http://127.0.0.1:\(gateway.port)")
+        let client = self.client
+        _ = try await E2E.eventually(within: 30, "gateway /readyz") {
+            try await client.request("GET", "/readyz").status == 200 ? true : nil
+        }
+        for worker in workers {
+            let probe = APIClient(base: "http://127.0.0.1:\(worker.port)")
+            _ = try await E2E.eventually(within: 30, "worker /readyz") {
+                try await probe.request("GET", "/readyz").status == 200 ? true : nil
+            }
+        }
+    }
+
+    /// Stops every process; returns their exit codes (nil when one had to be killed).
+    @discardableResult
+    func stop() -> [Int32?] {
+        (workers + [gateway]).map { $0.stop() }
+    }
+
+    /// Runs `body` with a fresh stack and always stops it.
+    static func with<T>(workers: Int = 2, environment: [String: String] = [:], _ body: (Stack) async throws -> T) async throws -> T {
+        let stack = try await Stack(workers: workers, environment: environment)
+        do {
+            let value = try await body(stack)
+            stack.stop()
+            return value
+        } catch {
+            stack.stop()
+            throw error
+        }
+    }
+}
+
+struct HTTPResult: Sendable {
+    let status: Int
+    let headers: [String: String]
+    let body: Data
+
+    var json: [String: Any] { (try? JSONSerialization.jsonObject(with: body)) as? [String: Any] ?? [:] }
+    var text: String { String(decoding: body, as: UTF8.self) }
+    func header(_ name: String) -> String? {
+        headers.first { $0.key.lowercased() == name.lowercased() }?.value
+    }
+}
+
+struct APIClient: Sendable {
+    let base: String
+
+    func request(_ method: String, _ path: String, token: String? = nil, body: Data? = nil, headers: [String: String] = [:]) async throws -> HTTPResult {
+        var request = URLRequest(url: URL(string: base + path)!)
+        request.httpMethod = method
+        request.httpBody = body
+        request.timeoutInterval = 30
+        if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        if body != nil { request.setValue("application/json", forHTTPHeaderField: "Content-Type") }
+        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
+        let (data, response) = try await URLSession.shared.data(for: request)
+        let http = response as! HTTPURLResponse
+        var fields: [String: String] = [:]
+        for (key, value) in http.allHeaderFields { fields["\(key)"] = "\(value)" }
+        return HTTPResult(status: http.statusCode, headers: fields, body: data)
+    }
+
+    func json(_ method: String, _ path: String, token: String?, _ object: Any, headers: [String: String] = [:]) async throws -> HTTPResult {
+        try await request(method, path, token: token, body: try JSONSerialization.data(withJSONObject: object), headers: headers)
+    }
+
+    func registerDevice(_ token: String, name: String = "device") async throws -> String {
+        let result = try await json("POST", "/v1/devices", token: token, ["name": name, "platform": "ios"])
+        guard result.status == 201, let id = result.json["device_id"] as? String else {
+            throw StackError(description: "device registration answered \(result.status): \(result.text)")
+        }
+        return id
+    }
+
+    func push(_ token: String, device: String, ops: [[String: Any]], headers: [String: String] = [:]) async throws -> HTTPResult {
+        try await json("POST", "/v1/sync/push", token: token, ["device_id": device, "ops": ops], headers: headers)
+    }
+
+    /// Waits until the job is terminal and returns its view.
+    func awaitJob(_ token: String, _ jobID: String, within seconds: Double = 30) async throws -> [String: Any] {
+        try await E2E.eventually(within: seconds, "job \(jobID)") {
+            let job = try await request("GET", "/v1/sync/jobs/\(jobID)", token: token).json
+            let status = job["status"] as? String
+            return ["succeeded", "dead", "discarded"].contains(status ?? "") ? job : nil
+        }
+    }
+
+    /// Pulls from `since` until has_more is false; returns every change and the final cursor.
+    func pullAll(_ token: String, since: String? = nil, limit: Int = 7) async throws -> (changes: [[String: Any]], cursor: String) {
+        var cursor = since
+        var changes: [[String: Any]] = []
+        while true {
+            let query = "/v1/sync/pull?limit=\(limit)" + (cursor.map { "&since=\($0)" } ?? "")
+            let page = try await request("GET", query, token: token)
+            guard page.status == 200 else { throw StackError(description: "pull answered \(page.status): \(page.text)") }
+            let json = page.json
+            changes += json["changes"] as? [[String: Any]] ?? []
+            cursor = json["cursor"] as? String
+            if json["has_more"] as? Bool != true { return (changes, cursor ?? "0") }
+        }
+    }
+}
+
+func newOpID() -> String { UUID().uuidString.lowercased() }
+
+/// The latest state of each record from a list of changes in pull order.
+func latestState(_ changes: [[String: Any]]) -> [String: [String: Any]] {
+    var state: [String: [String: Any]] = [:]
+    for change in changes {
+        state["\(change["collection"]!)/\(change["id"]!)"] = change
+    }
+    return state
+}
