@@ -23,6 +23,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
+        .package(url: "https://github.com/jpsim/Yams.git", from: "5.0.1"),
     ],
     targets: [
         // Wire models, validation, HLC and the merge rules: pure, no I/O.
@@ -79,6 +80,7 @@ let package = Package(
                 "SyncModels", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -113,7 +115,10 @@ let package = Package(
             path: "Tests/IntegrationTests", swiftSettings: strict),
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["SyncModels", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport"],
+            dependencies: [
+                "SyncModels", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport",
+                .product(name: "Yams", package: "Yams"),
+            ],
             path: "Tests/EndToEndTests", swiftSettings: strict),
     ]
 )

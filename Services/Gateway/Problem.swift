@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import Logging
+import NIOCore
 import PQBridge
 import SyncModels
 
@@ -73,6 +74,8 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
         } catch let error as PGError where error.isUnavailable {
             context.logger.warning("database unavailable", metadata: ["error": "\(error.debugDescription)"])
             throw APIError.unavailable("The database is unavailable; retry later.")
+        } catch is NIOTooManyBytesError {
+            throw APIError(status: .contentTooLarge, code: .payloadTooLarge, detail: "The body is larger than 1 MiB.")
         } catch let error as HTTPError {
             switch error.status {
             case .notFound: throw APIError.notFound()

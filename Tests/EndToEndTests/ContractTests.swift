@@ -1,0 +1,187 @@
+import Auth
+import Foundation
+import PQBridge
+import Testing
+import Yams
+
+/// The OpenAPI document is the single source of truth for the HTTP shapes: every
+/// documented operation is exercised against the running gateway, every answer's status
+/// must be documented for it, and every JSON answer must carry its schema's required keys.
+@Suite("HTTP contract and bad input", .enabled(if: E2E.enabled), .serialized)
+struct ContractTests {
+    static let documentPath = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("Services/Gateway/openapi.yaml").path
+
+    struct Example {
+        let operation: String  // "METHOD /path/template"
+        let run: (APIClient) async throws -> HTTPResult
+    }
+
+    struct Document {
+        let root: [String: Any]
+
+        init(text: String) throws {
+            root = try #require(try Yams.load(yaml: text) as? [String: Any])
+        }
+
+        var operations: [String] {
+            let paths = root["paths"] as? [String: Any] ?? [:]
+            return paths.flatMap { path, item in
+                (item as? [String: Any] ?? [:]).keys.map { "\($0.uppercased()) \(path)" }
+            }.sorted()
+        }
+
+        func responses(_ operation: String) -> [String: Any] {
+            let parts = operation.split(separator: " ", maxSplits: 1).map(String.init)
+            let paths = root["paths"] as? [String: Any]
+            let item = paths?[parts[1]] as? [String: Any]
+            let op = item?[parts[0].lowercased()] as? [String: Any]
+            return op?["responses"] as? [String: Any] ?? [:]
+        }
+
+        func resolve(_ node: Any?) -> [String: Any]? {
+            guard let map = node as? [String: Any] else { return nil }
+            if let ref = map["$ref"] as? String {
+                let keys = ref.dropFirst(2).split(separator: "/").map(String.init)
+                var current: Any? = root
+                for key in keys { current = (current as? [String: Any])?[key] }
+                return resolve(current)
+            }
+            return map
+        }
+
+        /// Required top-level keys of a schema, following $ref and allOf.
+        func requiredKeys(_ schema: Any?) -> Set<String> {
+            guard let schema = resolve(schema) else { return [] }
+            var keys = Set(schema["required"] as? [String] ?? [])
+            for part in schema["allOf"] as? [Any] ?? [] { keys.formUnion(requiredKeys(part)) }
+            return keys
+        }
+
+        func check(_ operation: String, _ result: HTTPResult) {
+            let responses = self.responses(operation)
+            guard let response = resolve(responses[String(result.status)]) else {
+                Issue.record("\(operation) answered \(result.status), which its document does not list: \(result.text)")
+                return
+            }
+            guard let content = response["content"] as? [String: Any], let (type, media) = content.first else { return }
+            #expect(result.header("Content-Type")?.hasPrefix(type) == true, "\(operation) \(result.status): content type \(result.header("Content-Type") ?? "-") is not \(type)")
+            guard type.contains("json") else { return }
+            let body = (try? JSONSerialization.jsonObject(with: result.body)) as? [String: Any]
+            let schema = (media as? [String: Any])?["schema"]
+            let missing = requiredKeys(schema).subtracting(body?.keys.map { $0 } ?? [])
+            #expect(missing.isEmpty, "\(operation) \(result.status) lacks \(missing.sorted()): \(result.text)")
+        }
+    }
+
+    @Test func everyDocumentedOperationAnswersInItsDocumentedShape() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let api = stack.client
+            let served = try await api.request("GET", "/openapi.yaml")
+            let file = try String(contentsOfFile: Self.documentPath, encoding: .utf8)
+            #expect(served.text == file, "the gateway must serve the document in the repository")
+            let document = try Document(text: file)
+
+            let user = "contract-\(UUID().uuidString.prefix(6))"
+            let token = E2E.token(user)
+            let device = try await api.registerDevice(token)
+            let goodOp: [String: Any] = ["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": "n1", "data": ["title": "t"]]
+            let accepted = try await api.push(token, device: device, ops: [goodOp])
+            let job = try #require(accepted.json["job_id"] as? String)
+            _ = try await api.awaitJob(token, job)
+
+            let examples: [Example] = [
+                Example(operation: "POST /v1/devices") { try await $0.json("POST", "/v1/devices", token: token, ["name": "x", "platform": "web"]) },
+                Example(operation: "POST /v1/devices") { try await $0.json("POST", "/v1/devices", token: token, ["name": 5]) },
+                Example(operation: "POST /v1/devices") { try await $0.request("POST", "/v1/devices", token: nil, body: Data("{}".utf8)) },
+                Example(operation: "GET /v1/devices") { try await $0.request("GET", "/v1/devices", token: token) },
+                Example(operation: "DELETE /v1/devices/{device_id}") { api in
+                    let spare = try await api.registerDevice(token, name: "spare")
+                    return try await api.request("DELETE", "/v1/devices/\(spare)", token: token)
+                },
+                Example(operation: "DELETE /v1/devices/{device_id}") { try await $0.request("DELETE", "/v1/devices/\(UUID())", token: token) },
+                Example(operation: "POST /v1/sync/push") { try await $0.push(token, device: device, ops: [["op_id": newOpID(), "type": "delete", "collection": "notes", "id": "n9"]]) },
+                Example(operation: "POST /v1/sync/push") { try await $0.request("POST", "/v1/sync/push", token: token, body: Data("{".utf8)) },
+                Example(operation: "GET /v1/sync/jobs/{job_id}") { try await $0.request("GET", "/v1/sync/jobs/\(job)", token: token) },
+                Example(operation: "GET /v1/sync/jobs/{job_id}") { try await $0.request("GET", "/v1/sync/jobs/\(UUID())", token: token) },
+                Example(operation: "GET /v1/sync/pull") { try await $0.request("GET", "/v1/sync/pull?limit=2", token: token) },
+                Example(operation: "GET /v1/sync/pull") { try await $0.request("GET", "/v1/sync/pull?limit=0", token: token) },
+                Example(operation: "GET /healthz") { try await $0.request("GET", "/healthz") },
+                Example(operation: "GET /readyz") { try await $0.request("GET", "/readyz") },
+                Example(operation: "GET /metrics") { try await $0.request("GET", "/metrics") },
+                Example(operation: "GET /openapi.yaml") { try await $0.request("GET", "/openapi.yaml") },
+            ]
+            #expect(Set(examples.map(\.operation)) == Set(document.operations), "every documented operation needs an example, and only those")
+            for example in examples {
+                document.check(example.operation, try await example.run(api))
+            }
+            // A route the document does not list does not exist.
+            #expect(try await api.request("GET", "/v1/nothing-here", token: token).status == 404)
+        }
+    }
+
+    @Test func badInputGetsAClearAnswerAndCreatesNoJob() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let api = stack.client
+            let document = try Document(text: try String(contentsOfFile: Self.documentPath, encoding: .utf8))
+            let user = "bad-\(UUID().uuidString.prefix(6))"
+            let token = E2E.token(user)
+            let device = try await api.registerDevice(token)
+            let revoked = try await api.registerDevice(token, name: "old")
+            #expect(try await api.request("DELETE", "/v1/devices/\(revoked)", token: token).status == 204)
+            func op(_ extra: [String: Any]) -> [String: Any] {
+                ["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": "n1", "data": ["a": 1]].merging(extra) { $1 }
+            }
+            func raw(_ text: String, token: String? = token) async throws -> HTTPResult {
+                try await api.request("POST", "/v1/sync/push", token: token, body: Data(text.utf8))
+            }
+            let signer = try JWTSigner(secret: E2E.secret)
+            let expired = try signer.sign(Claims(sub: user, exp: Int64(Date().timeIntervalSince1970) - 10))
+            let algNone = Data(#"{"alg":"none"}"#.utf8).base64EncodedString().replacingOccurrences(of: "=", with: "")
+                + "." + Data(#"{"sub":"\#(user)","exp":9999999999}"#.utf8).base64EncodedString().replacingOccurrences(of: "=", with: "") + "."
+            let otherKey = try JWTSigner(secret: "a-different-secret-a-different-secret").sign(Claims(sub: user, exp: 9_999_999_999))
+
+            let cases: [(String, Int, String, () async throws -> HTTPResult)] = [
+                ("malformed JSON", 400, "invalid_request", { try await raw("{\"device_id\":") }),
+                ("wrong types", 422, "invalid_request", { try await raw(#"{"device_id":"\#(device)","ops":"many"}"#) }),
+                ("oversized body", 413, "payload_too_large", { try await raw(String(repeating: " ", count: 1_048_577)) }),
+                ("too many ops", 422, "invalid_request", { try await api.push(token, device: device, ops: (0..<501).map { _ in op([:]) }) }),
+                ("bad collection", 422, "invalid_request", { try await api.push(token, device: device, ops: [op(["collection": "Bad Name"])]) }),
+                ("unknown op type", 422, "invalid_request", { try await api.push(token, device: device, ops: [op(["type": "merge"])]) }),
+                ("bad hlc", 422, "invalid_request", { try await api.push(token, device: device, ops: [op(["hlc": "soon"])]) }),
+                ("bad op_id", 422, "invalid_request", { try await api.push(token, device: device, ops: [op(["op_id": "1"])]) }),
+                ("empty patch", 422, "invalid_request", { try await api.push(token, device: device, ops: [op(["type": "patch", "data": [String: Any]()])]) }),
+                ("unknown device", 404, "not_found", { try await api.push(token, device: UUID().uuidString, ops: [op([:])]) }),
+                ("foreign device", 404, "not_found", { try await api.push(E2E.token("someone-else"), device: device, ops: [op([:])]) }),
+                ("revoked device", 403, "forbidden", { try await api.push(token, device: revoked, ops: [op([:])]) }),
+                ("no token", 401, "unauthorized", { try await api.push("", device: device, ops: [op([:])]) }),
+                ("expired token", 401, "unauthorized", { try await api.push(expired, device: device, ops: [op([:])]) }),
+                ("alg none", 401, "unauthorized", { try await api.push(algNone, device: device, ops: [op([:])]) }),
+                ("wrong key", 401, "unauthorized", { try await api.push(otherKey, device: device, ops: [op([:])]) }),
+                ("reused idempotency key", 422, "invalid_request", {
+                    _ = try await api.push(token, device: device, ops: [op([:])], headers: ["Idempotency-Key": "k"])
+                    return try await api.push(token, device: device, ops: [op([:])], headers: ["Idempotency-Key": "k"])
+                }),
+            ]
+            for (name, status, code, call) in cases {
+                let result = try await call()
+                #expect(result.status == status, "\(name): \(result.status) \(result.text)")
+                #expect(result.json["code"] as? String == code, "\(name): \(result.text)")
+                #expect(result.header("Content-Type") == "application/problem+json", "\(name)")
+                if status == 422 { #expect((result.json["detail"] as? String)?.isEmpty == false) }
+                document.check("POST /v1/sync/push", result)
+            }
+            let detail = try await api.push(token, device: device, ops: [op([:]), op(["id": "bad id"])]).json["detail"] as? String
+            #expect(detail?.hasPrefix("ops[1]") == true, "\(detail ?? "-")")
+
+            // Only the one push with the Idempotency-Key made a job; nothing else did.
+            let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
+            let count = try await pool.query("SELECT count(*) AS n FROM jobs WHERE user_id = $1", [user]).first?["n"]
+            await pool.shutdown()
+            #expect(count == "1")
+            // The gateway is still serving.
+            #expect(try await api.request("GET", "/healthz").status == 200)
+        }
+    }
+}
