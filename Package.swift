@@ -107,7 +107,7 @@ let package = Package(
             path: "Services/Syncctl", swiftSettings: strict),
         .testTarget(
             name: "UnitTests",
-            dependencies: ["SyncModels", "Auth"],
+            dependencies: ["SyncModels", "Auth", .product(name: "Yams", package: "Yams")],
             path: "Tests/UnitTests", swiftSettings: strict),
         .testTarget(
             name: "IntegrationTests",

@@ -1,0 +1,69 @@
+import Foundation
+import Testing
+import Yams
+
+/// No Docker engine runs where the tests run, so compose.yaml is checked statically:
+/// it parses, every service command is an executable Package.swift builds, every
+/// variable a service requires is set, and workers can be scaled.
+@Suite("compose.yaml", .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/docker-compose")))
+struct DeploymentTests {
+    static let root = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    /// What each executable refuses to start without (see ServiceSupport.Configuration).
+    static let requiredEnvironment: [String: Set<String>] = [
+        "gateway": ["DATABASE_URL", "AMQP_URL", "JWT_SECRET"],
+        "worker": ["DATABASE_URL", "AMQP_URL"],
+        "syncctl": ["DATABASE_URL"],
+    ]
+
+    func services() throws -> [String: [String: Any]] {
+        let text = try String(contentsOf: Self.root.appendingPathComponent("compose.yaml"), encoding: .utf8)
+        let root = try #require(try Yams.load(yaml: text) as? [String: Any])
+        return try #require(root["services"] as? [String: [String: Any]])
+    }
+
+    func executables() throws -> Set<String> {
+        let manifest = try String(contentsOf: Self.root.appendingPathComponent("Package.swift"), encoding: .utf8)
+        let pattern = try NSRegularExpression(pattern: #"\.executable\(name: "([a-z]+)""#)
+        let range = NSRange(manifest.startIndex..., in: manifest)
+        return Set(pattern.matches(in: manifest, range: range).compactMap {
+            Range($0.range(at: 1), in: manifest).map { String(manifest[$0]) }
+        })
+    }
+
+    @Test func dockerComposeParsesIt() throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/docker-compose")
+        process.arguments = ["-f", Self.root.appendingPathComponent("compose.yaml").path, "config", "-q"]
+        process.environment = ["PATH": "/usr/bin:/bin"]
+        try process.run()
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+    }
+
+    @Test func everyCommandIsABuiltExecutableWithItsEnvironment() throws {
+        let built = try executables()
+        #expect(built == ["gateway", "worker", "syncctl"])
+        var seen: Set<String> = []
+        for (name, service) in try services() {
+            guard let command = service["command"] as? [String], let executable = command.first else {
+                #expect(service["image"] as? String != "syncline:local", "\(name) runs our image without a command")
+                continue
+            }
+            seen.insert(executable)
+            #expect(built.contains(executable), "\(name) runs \(executable), which Package.swift does not build")
+            let environment = Set((service["environment"] as? [String: Any] ?? [:]).keys)
+            let missing = (Self.requiredEnvironment[executable] ?? []).subtracting(environment)
+            #expect(missing.isEmpty, "\(name) lacks \(missing.sorted())")
+        }
+        #expect(seen.isSuperset(of: ["gateway", "worker", "syncctl"]))
+    }
+
+    @Test func workersScale() throws {
+        let worker = try #require(try services()["worker"])
+        #expect(worker["container_name"] == nil)
+        #expect(worker["ports"] == nil)
+        #expect((worker["depends_on"] as? [String: Any])?.keys.contains("migrate") == true)
+    }
+}
