@@ -12,7 +12,7 @@ struct Syncctl: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "syncctl",
         abstract: "Operate a Syncline deployment.",
-        subcommands: [Migrate.self, Token.self, Jobs.self])
+        subcommands: [Migrate.self, Token.self, Jobs.self, Bench.self])
 }
 
 /// Shared by the subcommands that talk to PostgreSQL.

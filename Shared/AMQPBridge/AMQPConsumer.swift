@@ -182,10 +182,10 @@ public final class AMQPConsumer: Sendable {
                     cancelled = true
                     continuation.finish()
                 }
-                if !live.hasBufferedInput && !waitForInput(socket: live.socketDescriptor, seconds: 1) {
-                    // Idle: still call in so rabbitmq-c sends and checks heartbeats.
-                    _ = try live.nextDelivery(timeout: 0, generation: generation)
-                    continue
+                if !live.hasBufferedInput {
+                    // Wait for input or a wake-up; when idle, still call in below so that
+                    // rabbitmq-c sends and checks heartbeats.
+                    _ = waitForInput(socket: live.socketDescriptor, seconds: 1)
                 }
                 switch try live.nextDelivery(timeout: 0, generation: generation) {
                 case .delivery(let delivery):

@@ -1,0 +1,213 @@
+import ArgumentParser
+import Auth
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import PQBridge
+import ServiceSupport
+import SyncModels
+
+/// The load generator: registers devices, pushes as fast as possible or at a fixed rate,
+/// waits for every job, reports throughput and latencies, and checks the final state.
+struct Bench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Benchmark a running stack (gateway + workers).")
+
+    @Option(help: "Gateway base URL.") var url = "http://127.0.0.1:8080"
+    @Option(help: "Users.") var users = 20
+    @Option(help: "Devices per user.") var devices = 2
+    @Option(help: "Ops per push.") var ops = 20
+    @Option(help: "How long to push, e.g. 20s.") var duration = "20s"
+    @Option(help: "Pushes per second in total; 0 pushes as fast as possible.") var rate = 0.0
+    @Option(help: "Concurrent pushes in flight when pushing as fast as possible.") var concurrency = 16
+
+    struct Sample: Sendable {
+        let jobID: String
+        let user: String
+        let seconds: Double
+    }
+
+    func run() async throws {
+        let configuration = try Configuration.fromEnvironment()
+        let signer = try JWTSigner(secret: try configuration.requireJWTSecret())
+        guard let seconds = Durations.parse(duration) else { throw ValidationError("bad --duration") }
+        let run = UUID().uuidString.prefix(8).lowercased()
+        let client = BenchClient(base: url)
+
+        var clients: [(user: String, token: String, device: String)] = []
+        for u in 0..<users {
+            let user = "bench-\(run)-\(u)"
+            let token = try signer.sign(Claims(sub: user, exp: Int64(Date().timeIntervalSince1970) + 3600))
+            for _ in 0..<devices { clients.append((user, token, try await client.registerDevice(token))) }
+        }
+        print("bench: \(users) users × \(devices) devices, \(ops) ops/push, \(rate > 0 ? "\(rate) pushes/s" : "as fast as possible (\(concurrency) in flight)") for \(duration)")
+
+        let opsPerPush = ops, lanes = concurrency, targets = clients
+        let deadline = Date().addingTimeInterval(seconds)
+        let started = Date()
+        let counter = SequenceNumbers()
+        let samples: [Sample] = try await withThrowingTaskGroup(of: [Sample].self) { group in
+            if rate > 0 {
+                let interval = 1.0 / rate
+                var next = Date()
+                var index = 0
+                while next < deadline {
+                    let wait = next.timeIntervalSinceNow
+                    if wait > 0 { try await Task.sleep(for: .seconds(wait)) }
+                    let target = targets[index % targets.count]
+                    let sequence = index
+                    group.addTask { [target] in
+                        [try await client.push(target.token, target.device, user: target.user, ops: opsPerPush, sequence: sequence)]
+                    }
+                    index += 1
+                    next = started.addingTimeInterval(Double(index) * interval)
+                }
+            } else {
+                for lane in 0..<lanes {
+                    group.addTask {
+                        var mine: [Sample] = []
+                        var round = 0
+                        while Date() < deadline {
+                            let target = targets[(lane + round * lanes) % targets.count]
+                            mine.append(try await client.push(target.token, target.device, user: target.user, ops: opsPerPush, sequence: counter.next()))
+                            round += 1
+                        }
+                        return mine
+                    }
+                }
+            }
+            return try await group.reduce(into: []) { $0 += $1 }
+        }
+        let pushSeconds = Date().timeIntervalSince(started)
+        let totalOps = samples.count * ops
+        print(String(format: "pushed: %d pushes, %d ops in %.1f s → accepted %.0f ops/s", samples.count, totalOps, pushSeconds, Double(totalOps) / pushSeconds))
+        print("push HTTP latency: " + Percentiles(samples.map(\.seconds)).description)
+
+        // Wait for every job, straight from the job rows.
+        let pool = PGPool(url: configuration.databaseURL, size: 1, logger: Observability.bootstrap(service: "bench", level: .warning))
+        let ids = samples.map(\.jobID)
+        let waitDeadline = Date().addingTimeInterval(300)
+        var unfinished = ids.count
+        while Date() < waitDeadline {
+            unfinished = Int(try await pool.query(
+                "SELECT count(*) AS n FROM jobs WHERE job_id = ANY($1::uuid[]) AND status NOT IN ('succeeded','dead','discarded')",
+                [ids]).first?["n"] ?? "0") ?? 0
+            if unfinished == 0 { break }
+            try await Task.sleep(for: .milliseconds(250))
+        }
+        let stats = try await pool.query("""
+            SELECT count(*) FILTER (WHERE status = 'succeeded') AS ok,
+                   extract(epoch FROM max(finished_at) - min(created_at))::float8 AS span,
+                   array_to_string(array_agg(extract(epoch FROM finished_at - created_at)::float8), ',') AS latencies
+            FROM jobs WHERE job_id = ANY($1::uuid[])
+            """, [ids]).first
+        await pool.shutdown()
+        let succeeded = Int(stats?["ok"] ?? "0") ?? 0
+        let span = Double(stats?["span"] ?? "0") ?? 0
+        let latencies = (stats?["latencies"] ?? "").split(separator: ",").compactMap { Double($0) }
+        print(String(format: "applied: %d/%d jobs succeeded, %d ops in %.2f s → applied %.0f ops/s", succeeded, ids.count, totalOps, span, Double(totalOps) / max(span, 0.001)))
+        print("push→applied latency: " + Percentiles(latencies).description)
+
+        // Check the final state: every pushed record is there, once.
+        var expected: [String: Int] = [:]
+        for sample in samples { expected[sample.user, default: 0] += ops }
+        var mismatches = 0
+        for (user, count) in expected {
+            let token = try signer.sign(Claims(sub: user, exp: Int64(Date().timeIntervalSince1970) + 3600))
+            let pulled = try await client.pullCount(token)
+            if pulled != count { mismatches += 1; print("state mismatch for \(user): pulled \(pulled), expected \(count)") }
+        }
+        print(mismatches == 0 ? "state: every user's pull holds exactly the records pushed" : "state: \(mismatches) users differ")
+        for line in ProcessMemory.report(names: ["gateway", "worker"]) { print(line) }
+        if unfinished > 0 || mismatches > 0 || succeeded != ids.count { throw ExitCode.failure }
+    }
+}
+
+final class SequenceNumbers: @unchecked Sendable {
+    // @unchecked: every access holds `lock`.
+    private let lock = NSLock()
+    private var value = 0
+    func next() -> Int { lock.withLock { value += 1; return value } }
+}
+
+struct Percentiles: CustomStringConvertible {
+    let sorted: [Double]
+    init(_ values: [Double]) { sorted = values.sorted() }
+    func at(_ p: Double) -> Double {
+        guard !sorted.isEmpty else { return 0 }
+        return sorted[min(sorted.count - 1, Int((Double(sorted.count) * p).rounded(.up)) - 1)]
+    }
+    var description: String {
+        String(format: "p50 %.1f ms, p95 %.1f ms, p99 %.1f ms (n=%d)", at(0.5) * 1000, at(0.95) * 1000, at(0.99) * 1000, sorted.count)
+    }
+}
+
+enum ProcessMemory {
+    /// Resident and peak resident memory of running processes with these names.
+    static func report(names: Set<String>) -> [String] {
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return entries.compactMap { pid -> String? in
+            guard Int(pid) != nil,
+                  let comm = try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines),
+                  names.contains(comm),
+                  let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+            else { return nil }
+            let fields = status.split(separator: "\n").filter { $0.hasPrefix("VmRSS") || $0.hasPrefix("VmHWM") }
+                .map { $0.split(whereSeparator: { $0 == " " || $0 == "\t" }).joined(separator: " ") }
+            return "memory \(comm) pid \(pid): \(fields.joined(separator: ", "))"
+        }.sorted()
+    }
+}
+
+struct BenchClient: Sendable {
+    let base: String
+    let session: URLSession = {
+        let configuration = URLSessionConfiguration.default
+        configuration.httpMaximumConnectionsPerHost = 64
+        return URLSession(configuration: configuration)
+    }()
+
+    func send(_ method: String, _ path: String, token: String, body: Data?) async throws -> (Int, Data) {
+        var request = URLRequest(url: URL(string: base + path)!)
+        request.httpMethod = method
+        request.httpBody = body
+        request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        let (data, response) = try await session.data(for: request)
+        return ((response as? HTTPURLResponse)?.statusCode ?? 0, data)
+    }
+
+    func registerDevice(_ token: String) async throws -> String {
+        let (status, data) = try await send("POST", "/v1/devices", token: token, body: Data(#"{"name":"bench","platform":"bench"}"#.utf8))
+        guard status == 201, let device = try? JSONDecoder().decode([String: String?].self, from: data)["device_id"] ?? nil else {
+            throw ValidationError("device registration answered \(status)")
+        }
+        return device
+    }
+
+    func push(_ token: String, _ device: String, user: String, ops: Int, sequence: Int) async throws -> Bench.Sample {
+        let list = (0..<ops).map { index in
+            #"{"op_id":"\#(UUID().uuidString.lowercased())","type":"upsert","collection":"bench","id":"p\#(sequence)-\#(index)","data":{"title":"item \#(index)","done":false,"n":\#(index)}}"#
+        }.joined(separator: ",")
+        let body = Data(#"{"device_id":"\#(device)","ops":[\#(list)]}"#.utf8)
+        let start = Date()
+        let (status, data) = try await send("POST", "/v1/sync/push", token: token, body: body)
+        let elapsed = Date().timeIntervalSince(start)
+        guard status == 202, let accepted = try? JSONCoding.decode(PushAccepted.self, from: data) else {
+            throw ValidationError("push answered \(status): \(String(decoding: data, as: UTF8.self))")
+        }
+        return Bench.Sample(jobID: accepted.jobID, user: user, seconds: elapsed)
+    }
+
+    func pullCount(_ token: String) async throws -> Int {
+        var cursor = "0", count = 0
+        while true {
+            let (status, data) = try await send("GET", "/v1/sync/pull?limit=1000&since=\(cursor)", token: token, body: nil)
+            guard status == 200 else { throw ValidationError("pull answered \(status)") }
+            let page = try JSONCoding.decode(PullPage.self, from: data)
+            count += page.changes.count
+            cursor = page.cursor
+            if !page.hasMore { return count }
+        }
+    }
+}
