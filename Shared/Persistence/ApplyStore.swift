@@ -72,7 +72,9 @@ public struct ApplyStore: Sendable {
             if status.isTerminal { return .alreadyFinished(status) }
             let user = try job.string("user_id")
             let deviceID = try job.string("device_id")
-            let ops = try JSONCoding.decode([Op].self, from: try job.string("ops"))
+            guard let ops = Op.decodeStored(try job.string("ops")) else {
+                throw PGError(code: .decoding, message: "job \(id) holds ops that cannot be read")
+            }
 
             try connection.query(
                 "INSERT INTO user_counters (user_id) VALUES ($1) ON CONFLICT DO NOTHING", [user])
@@ -133,10 +135,10 @@ public struct ApplyStore: Sendable {
         var records: [RecordKey: StoredRecord] = [:]
         for row in rows {
             let key = RecordKey(collection: try row.string("collection"), id: try row.string("record_id"))
-            let clocks = try JSONCoding.decode([String: String].self, from: try row.string("field_clocks"))
+            let clocks = try JSONParser.parse(try row.string("field_clocks")).objectValue ?? [:]
             let state = RecordState(
-                fields: try JSONCoding.decode([String: JSONValue].self, from: try row.string("data")),
-                fieldClocks: clocks.compactMapValues(Stamp.init(stored:)),
+                fields: try JSONParser.parse(try row.string("data")).objectValue ?? [:],
+                fieldClocks: clocks.compactMapValues { $0.stringValue.flatMap(Stamp.init(stored:)) },
                 floor: row["floor_clock"].flatMap(Stamp.init(stored:)),
                 writeClock: row["write_clock"].flatMap(Stamp.init(stored:)),
                 deleteClock: row["delete_clock"].flatMap(Stamp.init(stored:)))
@@ -167,8 +169,8 @@ public struct ApplyStore: Sendable {
                 user,
                 column(\.key.collection), column(\.key.id), column { String($0.version) },
                 column { $0.state.deleted ? "t" : "f" },
-                try column { try JSONCoding.encodeString($0.state.fields) },
-                try column { try JSONCoding.encodeString($0.state.fieldClocks.mapValues(\.description)) },
+                column { JSONWriter.string(.object($0.state.fields)) },
+                column { JSONWriter.string(.object($0.state.fieldClocks.mapValues { .string($0.description) })) },
                 column { $0.state.floor?.description ?? "" }, column { $0.state.writeClock?.description ?? "" },
                 column { $0.state.deleteClock?.description ?? "" }, column { $0.updatedBy ?? "" },
             ])

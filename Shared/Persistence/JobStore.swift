@@ -62,7 +62,7 @@ public struct JobStore: Sendable {
                 try connection.query("""
                     INSERT INTO jobs (job_id, user_id, device_id, status, ops, op_count, idempotency_key, request_hash, trace_id)
                     VALUES ($1, $2, $3, 'queued', $4::jsonb, $5, $6, $7, $8)
-                    """, [jobID, intake.user, intake.deviceID, try JSONCoding.encodeString(ops), ops.count,
+                    """, [jobID, intake.user, intake.deviceID, Op.encodeStored(ops), ops.count,
                           intake.idempotencyKey, intake.requestHash, intake.traceID])
                 return .created(jobID: jobID, ops: ops.count)
             }

@@ -36,7 +36,7 @@ public struct PullStore: Sendable {
                 return RecordView(
                     collection: try row.string("collection"), id: try row.string("record_id"),
                     version: try row.int("version"), deleted: deleted,
-                    data: deleted ? nil : try JSONCoding.decode([String: JSONValue].self, from: try row.string("data")),
+                    data: deleted ? nil : try JSONParser.parse(try row.string("data")).objectValue,
                     updatedAt: row["updated_at"], updatedBy: row["updated_by"])
             }
             let cursor = changes.last.map { String($0.version) } ?? String(since)

@@ -39,6 +39,44 @@ public struct Op: Codable, Sendable, Hashable {
         case ifVersion = "if_version", publicID = "public_id", canFork = "can_fork", rejected
     }
 
+    /// The stored form, written without Codable (see `JSONWriter`).
+    public var jsonValue: JSONValue {
+        var fields: [String: JSONValue] = [
+            "op_id": .string(opID), "type": .string(type.rawValue), "collection": .string(collection), "id": .string(id),
+        ]
+        if let data { fields["data"] = .object(data) }
+        if let hlc { fields["hlc"] = .string(hlc) }
+        if let ifVersion { fields["if_version"] = .int(ifVersion) }
+        if let publicID { fields["public_id"] = .string(publicID) }
+        if let canFork { fields["can_fork"] = .bool(canFork) }
+        if let rejected { fields["rejected"] = .string(rejected) }
+        return .object(fields)
+    }
+
+    /// Reads the stored form back; nil when it is not an op.
+    public init?(stored value: JSONValue) {
+        guard let fields = value.objectValue, let opID = fields["op_id"]?.stringValue,
+              let type = fields["type"]?.stringValue.flatMap(OpType.init(rawValue:)),
+              let collection = fields["collection"]?.stringValue, let id = fields["id"]?.stringValue
+        else { return nil }
+        self.init(
+            opID: opID, type: type, collection: collection, id: id, data: fields["data"]?.objectValue,
+            hlc: fields["hlc"]?.stringValue, ifVersion: fields["if_version"]?.intValue,
+            publicID: fields["public_id"]?.stringValue, canFork: fields["can_fork"]?.boolValue,
+            rejected: fields["rejected"]?.stringValue)
+    }
+
+    /// Ops as stored in a job row.
+    public static func encodeStored(_ ops: [Op]) -> String {
+        JSONWriter.string(.array(ops.map(\.jsonValue)))
+    }
+
+    public static func decodeStored(_ text: String) -> [Op]? {
+        guard case .array(let items)? = try? JSONParser.parse(text) else { return nil }
+        let ops = items.compactMap(Op.init(stored:))
+        return ops.count == items.count ? ops : nil
+    }
+
     /// The op's position in the merge order; only meaningful once `hlc` is set.
     public var stamp: Stamp { Stamp(hlc: hlc ?? "", opID: opID) }
 }

@@ -19,7 +19,7 @@ public enum PushValidation {
     public static func parse(_ body: Data) throws(ValidationFailure) -> PushRequest {
         let root: JSONValue
         do {
-            root = try JSONCoding.decode(JSONValue.self, from: body)
+            root = try JSONParser.parse(body)
         } catch {
             throw .notJSON("The request body is not valid JSON.")
         }
@@ -79,7 +79,7 @@ public enum PushValidation {
         case .upsert, .patch:
             guard let data = fields["data"]?.objectValue else { throw OpProblem(text: "data must be an object") }
             if type == .patch && data.isEmpty { throw OpProblem(text: "a patch needs at least one field") }
-            let size = (try? JSONCoding.encode(JSONValue.object(data)).count) ?? Int.max
+            let size = JSONWriter.bytes(.object(data)).count
             guard size <= Names.maxDataBytes else {
                 throw OpProblem(text: "data is \(size) bytes, more than \(Names.maxDataBytes)")
             }

@@ -1,0 +1,50 @@
+import Foundation
+import SyncModels
+import Testing
+
+@Suite("JSON reader and writer")
+struct JSONParserTests {
+    @Test func parsesEveryKind() throws {
+        let value = try JSONParser.parse(#" {"a": [1, -2.5, 1e3, true, false, null], "s": "x\"\\\/\n\u00e9\ud83d\ude00", "o": {}} "#)
+        #expect(value == .object([
+            "a": .array([.int(1), .double(-2.5), .double(1000), .bool(true), .bool(false), .null]),
+            "s": .string("x\"\\/\né😀"),
+            "o": .object([:]),
+        ]))
+    }
+
+    @Test(arguments: ["", "{", "[1,]", "{\"a\" 1}", "01", "1.", "-", "\"\\x\"", "tru", "{} x", "\"a\u{01}\"", "1e", "NaN"])
+    func refusesMalformedInput(_ text: String) {
+        #expect(throws: JSONParser.Failure.self) { try JSONParser.parse(text) }
+    }
+
+    @Test func refusesExcessiveNesting() {
+        let deep = String(repeating: "[", count: 1000) + String(repeating: "]", count: 1000)
+        #expect(throws: JSONParser.Failure.self) { try JSONParser.parse(deep) }
+    }
+
+    @Test func largeIntegersStayExact() throws {
+        #expect(try JSONParser.parse("9007199254740993") == .int(9_007_199_254_740_993))
+        #expect(try JSONParser.parse("99999999999999999999") == .double(1e20))
+    }
+
+    @Test func writerIsCompactSortedAndRoundTrips() throws {
+        let value: JSONValue = .object(["b": .string("a/b\t\"q\"\u{01}"), "a": .array([.int(1), .double(0.5), .null])])
+        let text = JSONWriter.string(value)
+        #expect(text == #"{"a":[1,0.5,null],"b":"a/b\t\"q\"\u0001"}"#)
+        #expect(try JSONParser.parse(text) == value)
+        // Foundation agrees that it is JSON.
+        #expect((try? JSONSerialization.jsonObject(with: Data(text.utf8))) != nil)
+    }
+
+    @Test func opsRoundTripThroughTheirStoredForm() {
+        let ops = [
+            Op(opID: "00000000-0000-4000-8000-000000000001", type: .upsert, collection: "c", id: "i",
+               data: ["t": .string("x")], hlc: "1763800000000-00001-d", ifVersion: 3),
+            Op(opID: "00000000-0000-4000-8000-000000000002", type: .publish, collection: "c", id: "i",
+               publicID: "pub-1", canFork: true, rejected: "clock_skew"),
+        ]
+        #expect(Op.decodeStored(Op.encodeStored(ops)) == ops)
+        #expect(Op.decodeStored("[{\"op_id\":1}]") == nil)
+    }
+}
