@@ -19,7 +19,7 @@ struct Bench: AsyncParsableCommand {
     @Option(help: "Ops per push.") var ops = 20
     @Option(help: "How long to push, e.g. 20s.") var duration = "20s"
     @Option(help: "Pushes per second in total; 0 pushes as fast as possible.") var rate = 0.0
-    @Option(help: "Concurrent pushes in flight when pushing as fast as possible.") var concurrency = 16
+    @Option(help: "Connections pushing in parallel (each waits for its answer before the next push).") var concurrency = 16
 
     struct Sample: Sendable {
         let jobID: String
@@ -42,35 +42,33 @@ struct Bench: AsyncParsableCommand {
         }
         print("bench: \(users) users × \(devices) devices, \(ops) ops/push, \(rate > 0 ? "\(rate) pushes/s" : "as fast as possible (\(concurrency) in flight)") for \(duration)")
 
-        let opsPerPush = ops, lanes = concurrency, targets = clients
-        let deadline = Date().addingTimeInterval(seconds)
+        let opsPerPush = ops, targets = clients, pushRate = rate
+        let lanes = rate > 0 ? max(concurrency, Int(rate / 10) + 1) : concurrency
+        guard let base = URL(string: url), let host = base.host else { throw ValidationError("bad --url") }
+        let port = UInt16(base.port ?? 80)
         let started = Date()
-        let counter = SequenceNumbers()
+        let deadline = started.addingTimeInterval(seconds)
+        // Each lane is a thread with its own keep-alive connection. With --rate, push i is
+        // due at start + i/rate and lane l sends the pushes i ≡ l (mod lanes).
         let samples: [Sample] = try await withThrowingTaskGroup(of: [Sample].self) { group in
-            if rate > 0 {
-                let interval = 1.0 / rate
-                var next = Date()
-                var index = 0
-                while next < deadline {
-                    let wait = next.timeIntervalSinceNow
-                    if wait > 0 { try await Task.sleep(for: .seconds(wait)) }
-                    let target = targets[index % targets.count]
-                    let sequence = index
-                    group.addTask { [target] in
-                        [try await client.push(target.token, target.device, user: target.user, ops: opsPerPush, sequence: sequence)]
-                    }
-                    index += 1
-                    next = started.addingTimeInterval(Double(index) * interval)
-                }
-            } else {
-                for lane in 0..<lanes {
-                    group.addTask {
+            for lane in 0..<lanes {
+                group.addTask {
+                    try await onThread {
+                        let connection = RawHTTPConnection(host: host, port: port)
                         var mine: [Sample] = []
-                        var round = 0
-                        while Date() < deadline {
-                            let target = targets[(lane + round * lanes) % targets.count]
-                            mine.append(try await client.push(target.token, target.device, user: target.user, ops: opsPerPush, sequence: counter.next()))
-                            round += 1
+                        var index = lane
+                        while true {
+                            if pushRate > 0 {
+                                let due = started.addingTimeInterval(Double(index) / pushRate)
+                                if due >= deadline { break }
+                                let wait = due.timeIntervalSinceNow
+                                if wait > 0 { usleep(UInt32(wait * 1_000_000)) }
+                            } else if Date() >= deadline {
+                                break
+                            }
+                            let target = targets[index % targets.count]
+                            mine.append(try Bench.push(connection, target.token, target.device, user: target.user, ops: opsPerPush, sequence: index))
+                            index += lanes
                         }
                         return mine
                     }
@@ -123,13 +121,6 @@ struct Bench: AsyncParsableCommand {
     }
 }
 
-final class SequenceNumbers: @unchecked Sendable {
-    // @unchecked: every access holds `lock`.
-    private let lock = NSLock()
-    private var value = 0
-    func next() -> Int { lock.withLock { value += 1; return value } }
-}
-
 struct Percentiles: CustomStringConvertible {
     let sorted: [Double]
     init(_ values: [Double]) { sorted = values.sorted() }
@@ -159,6 +150,22 @@ enum ProcessMemory {
     }
 }
 
+extension Bench {
+    static func push(_ connection: RawHTTPConnection, _ token: String, _ device: String, user: String, ops: Int, sequence: Int) throws -> Sample {
+        let list = (0..<ops).map { index in
+            #"{"op_id":"\#(UUID().uuidString.lowercased())","type":"upsert","collection":"bench","id":"p\#(sequence)-\#(index)","data":{"title":"item \#(index)","done":false,"n":\#(index)}}"#
+        }.joined(separator: ",")
+        let body = Array(#"{"device_id":"\#(device)","ops":[\#(list)]}"#.utf8)
+        let start = Date()
+        let (status, response) = try connection.send(method: "POST", path: "/v1/sync/push", token: token, body: body)
+        let elapsed = Date().timeIntervalSince(start)
+        guard status == 202, let jobID = (try? JSONParser.parse(response))?.objectValue?["job_id"]?.stringValue else {
+            throw ValidationError("push answered \(status): \(String(decoding: response, as: UTF8.self))")
+        }
+        return Sample(jobID: jobID, user: user, seconds: elapsed)
+    }
+}
+
 struct BenchClient: Sendable {
     let base: String
     let session: URLSession = {
@@ -183,20 +190,6 @@ struct BenchClient: Sendable {
             throw ValidationError("device registration answered \(status)")
         }
         return device
-    }
-
-    func push(_ token: String, _ device: String, user: String, ops: Int, sequence: Int) async throws -> Bench.Sample {
-        let list = (0..<ops).map { index in
-            #"{"op_id":"\#(UUID().uuidString.lowercased())","type":"upsert","collection":"bench","id":"p\#(sequence)-\#(index)","data":{"title":"item \#(index)","done":false,"n":\#(index)}}"#
-        }.joined(separator: ",")
-        let body = Data(#"{"device_id":"\#(device)","ops":[\#(list)]}"#.utf8)
-        let start = Date()
-        let (status, data) = try await send("POST", "/v1/sync/push", token: token, body: body)
-        let elapsed = Date().timeIntervalSince(start)
-        guard status == 202, let accepted = try? JSONCoding.decode(PushAccepted.self, from: data) else {
-            throw ValidationError("push answered \(status): \(String(decoding: data, as: UTF8.self))")
-        }
-        return Bench.Sample(jobID: accepted.jobID, user: user, seconds: elapsed)
     }
 
     func pullCount(_ token: String) async throws -> Int {

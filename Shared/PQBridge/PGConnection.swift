@@ -8,6 +8,10 @@ public final class PGConnection: @unchecked Sendable {
     // pool slot, so never by two threads at once.
     private var handle: OpaquePointer?
     private let conninfo: String
+    /// Statements prepared on this connection, by SQL text: the server parses and plans
+    /// each once instead of on every call.
+    private var prepared: [String: String] = [:]
+    static let maxPrepared = 256
 
     init(conninfo: String) {
         self.conninfo = conninfo
@@ -31,11 +35,13 @@ public final class PGConnection: @unchecked Sendable {
             throw PGError(code: .connection, message: message.trimmingCharacters(in: .whitespacesAndNewlines))
         }
         handle = connection
+        prepared = [:]
     }
 
     func close() {
         if let handle { PQfinish(handle) }
         handle = nil
+        prepared = [:]
     }
 
     /// Runs one parameterized statement and copies its result out.
@@ -45,9 +51,13 @@ public final class PGConnection: @unchecked Sendable {
         let texts: [String?] = parameters.map { $0?.pgText }
         let cStrings: [UnsafeMutablePointer<CChar>?] = texts.map { $0.flatMap { strdup($0) } }
         defer { cStrings.forEach { free($0) } }
+        let statement = try statementName(for: sql, parameterCount: texts.count, handle: handle)
         let result: OpaquePointer? = cStrings.withUnsafeBufferPointer { buffer in
             buffer.withMemoryRebound(to: UnsafePointer<CChar>?.self) { values in
-                PQexecParams(handle, sql, Int32(texts.count), nil, values.baseAddress, nil, nil, 0)
+                if let statement {
+                    return PQexecPrepared(handle, statement, Int32(texts.count), values.baseAddress, nil, nil, 0)
+                }
+                return PQexecParams(handle, sql, Int32(texts.count), nil, values.baseAddress, nil, nil, 0)
             }
         }
         guard let result else {
@@ -55,6 +65,21 @@ public final class PGConnection: @unchecked Sendable {
         }
         defer { PQclear(result) }
         return try Self.read(result, connection: handle)
+    }
+
+    /// The prepared statement for `sql`, preparing it on first use; nil once the cache is
+    /// full (dynamic SQL then runs unprepared rather than growing the server's memory).
+    private func statementName(for sql: String, parameterCount: Int, handle: OpaquePointer) throws(PGError) -> String? {
+        if let name = prepared[sql] { return name }
+        guard prepared.count < Self.maxPrepared else { return nil }
+        let name = "s\(prepared.count)"
+        guard let result = PQprepare(handle, name, sql, Int32(parameterCount), nil) else {
+            throw PGError(code: .connection, message: String(cString: PQerrorMessage(handle)))
+        }
+        defer { PQclear(result) }
+        _ = try Self.read(result, connection: handle)
+        prepared[sql] = name
+        return name
     }
 
     private static func read(_ result: OpaquePointer, connection: OpaquePointer) throws(PGError) -> PGResult {
