@@ -20,6 +20,7 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
     let auth = Authenticator(signer: signer)
     let devices = DeviceStore(pool: pool)
     let jobs = JobStore(pool: pool)
+    let marks = PublishedMarks()
 
     let router = Router(context: BasicRequestContext.self)
     router.addMiddleware {
@@ -28,7 +29,7 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
     }
     DeviceRoutes(auth: auth, devices: devices).register(on: router)
     SyncRoutes(
-        auth: auth, devices: devices, jobs: jobs, pulls: PullStore(pool: pool), publisher: publisher,
+        auth: auth, devices: devices, jobs: jobs, pulls: PullStore(pool: pool), publisher: publisher, marks: marks,
         maxClockSkewMilliseconds: Int64(configuration.maxClockSkew * 1000)
     ).register(on: router)
     OperationsRoutes(pool: pool, publisher: publisher, openAPIDocument: try openAPIDocument()).register(on: router)
@@ -41,7 +42,7 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
                 await publisher.shutdown()
                 await pool.shutdown()
             },
-            JobRelay(jobs: jobs, publisher: publisher, relayAfter: configuration.relayAfter, logger: logger),
+            JobRelay(jobs: jobs, marks: marks, publisher: publisher, relayAfter: configuration.relayAfter, logger: logger),
         ],
         logger: logger)
 }

@@ -1,6 +1,7 @@
 import AMQPBridge
 import Logging
 import Metrics
+import NIOConcurrencyHelpers
 import Persistence
 import ServiceLifecycle
 import ServiceSupport
@@ -11,6 +12,7 @@ import ServiceSupport
 /// Also keeps the oldest-unfinished-job gauge current.
 struct JobRelay: Service {
     let jobs: JobStore
+    let marks: PublishedMarks
     let publisher: AMQPPublisher
     let relayAfter: Double
     let logger: Logger
@@ -18,8 +20,9 @@ struct JobRelay: Service {
     private let relayed = Counter(label: "syncline_relayed_jobs_total")
     private let oldestUnfinished = Gauge(label: "syncline_oldest_unfinished_job_age_seconds")
 
-    init(jobs: JobStore, publisher: AMQPPublisher, relayAfter: Double, logger: Logger) {
+    init(jobs: JobStore, marks: PublishedMarks, publisher: AMQPPublisher, relayAfter: Double, logger: Logger) {
         self.jobs = jobs
+        self.marks = marks
         self.publisher = publisher
         self.relayAfter = relayAfter
         self.logger = logger
@@ -28,12 +31,21 @@ struct JobRelay: Service {
     func run() async throws {
         while !Task.isShuttingDownGracefully && !Task.isCancelled {
             await relayOnce()
-            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .seconds(1)) }
+            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .milliseconds(250)) }
         }
+        try? await jobs.markPublished(marks.take())
     }
 
     func relayOnce() async {
         do {
+            // Marks first, so that a job published in time is never relayed again.
+            let published = marks.take()
+            do {
+                try await jobs.markPublished(published)
+            } catch {
+                marks.restore(published)
+                throw error
+            }
             oldestUnfinished.record(try await jobs.oldestUnfinishedAge())
             while true {
                 let waiting = try await jobs.unpublished(olderThan: relayAfter, limit: 500)
@@ -48,4 +60,21 @@ struct JobRelay: Service {
             logger.debug("relay pass failed; will retry", metadata: ["error": "\(error)"])
         }
     }
+}
+
+/// Jobs confirmed published by the push handler, recorded in the database in batches by
+/// the relay rather than with one UPDATE per push.
+final class PublishedMarks: Sendable {
+    private let pending = NIOLockedValueBox<[String]>([])
+
+    func add(_ jobID: String) { pending.withLockedValue { $0.append(jobID) } }
+
+    func take() -> [String] {
+        pending.withLockedValue { ids in
+            defer { ids = [] }
+            return ids
+        }
+    }
+
+    func restore(_ ids: [String]) { pending.withLockedValue { $0.append(contentsOf: ids) } }
 }

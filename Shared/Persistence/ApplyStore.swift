@@ -76,11 +76,12 @@ public struct ApplyStore: Sendable {
                 throw PGError(code: .decoding, message: "job \(id) holds ops that cannot be read")
             }
 
-            try connection.query(
-                "INSERT INTO user_counters (user_id) VALUES ($1) ON CONFLICT DO NOTHING", [user])
-            let counter = try connection.query(
-                "SELECT counter FROM user_counters WHERE user_id = $1 FOR UPDATE", [user]
-            ).first.map { try $0.int("counter") } ?? 0
+            // Creates the counter row on first use and locks it until commit either way (G4).
+            let counter = try connection.query("""
+                INSERT INTO user_counters (user_id) VALUES ($1)
+                ON CONFLICT (user_id) DO UPDATE SET user_id = EXCLUDED.user_id
+                RETURNING counter
+                """, [user]).first.map { try $0.int("counter") } ?? 0
 
             let known = Set(try connection.query(
                 "SELECT op_id::text AS op_id FROM op_ids WHERE user_id = $1 AND op_id = ANY($2::uuid[])",
@@ -100,11 +101,8 @@ public struct ApplyStore: Sendable {
                     """, [user, outcome.remembered, id])
             }
             try Self.saveRecords(connection, user: user, records: Array(outcome.changed.values))
-            if outcome.counter != counter {
-                try connection.query(
-                    "UPDATE user_counters SET counter = $2 WHERE user_id = $1", [user, outcome.counter])
-            }
             let finished = try connection.query("""
+                WITH counter AS (UPDATE user_counters SET counter = $2 WHERE user_id = $4 AND counter <> $2)
                 UPDATE jobs SET status = 'succeeded', checkpoint = $2, results = $3::jsonb,
                   finished_at = clock_timestamp(), last_error = NULL,
                   attempt_log = CASE WHEN jsonb_array_length(attempt_log) = 0 THEN attempt_log
@@ -113,7 +111,7 @@ public struct ApplyStore: Sendable {
                     END
                 WHERE job_id = $1
                 RETURNING extract(epoch FROM finished_at - created_at)::float8 AS latency
-                """, [id, outcome.counter, try JSONCoding.encodeString(outcome.results)])
+                """, [id, outcome.counter, try JSONCoding.encodeString(outcome.results), user])
             let troubled = outcome.results.contains { $0.status == .rejected || $0.status == .conflict }
             let latency = finished.first?["latency"].flatMap(Double.init) ?? 0
             return .succeeded(

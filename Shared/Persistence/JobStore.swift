@@ -45,25 +45,23 @@ public struct JobStore: Sendable {
                 if let key = intake.idempotencyKey, let existing = try Self.existing(connection, user: intake.user, key: key, hash: intake.requestHash) {
                     return existing
                 }
-                try connection.query(
-                    "INSERT INTO user_clocks (user_id, hlc_ms, hlc_counter) VALUES ($1, 0, 0) ON CONFLICT DO NOTHING",
-                    [intake.user])
-                let row = try connection.query(
-                    "SELECT hlc_ms, hlc_counter FROM user_clocks WHERE user_id = $1 FOR UPDATE", [intake.user]
-                ).first
+                // Creates the clock row on first use and locks it either way.
+                let row = try connection.query("""
+                    INSERT INTO user_clocks (user_id, hlc_ms, hlc_counter) VALUES ($1, 0, 0)
+                    ON CONFLICT (user_id) DO UPDATE SET user_id = EXCLUDED.user_id
+                    RETURNING hlc_ms, hlc_counter
+                    """, [intake.user]).first
                 guard let row else { throw PGError(code: .decoding, message: "user clock row missing") }
                 var clock = HLCState(milliseconds: try row.int("hlc_ms"), counter: Int(try row.int("hlc_counter")))
                 let now = Int64(Date().timeIntervalSince1970 * 1000)
                 let ops = Self.stamp(intake.ops, clock: &clock, now: now, deviceID: intake.deviceID, maxSkew: intake.maxClockSkewMilliseconds)
-                try connection.query(
-                    "UPDATE user_clocks SET hlc_ms = $2, hlc_counter = $3 WHERE user_id = $1",
-                    [intake.user, clock.milliseconds, clock.counter])
                 let jobID = UUID().uuidString.lowercased()
                 try connection.query("""
+                    WITH clock AS (UPDATE user_clocks SET hlc_ms = $9, hlc_counter = $10 WHERE user_id = $2)
                     INSERT INTO jobs (job_id, user_id, device_id, status, ops, op_count, idempotency_key, request_hash, trace_id)
                     VALUES ($1, $2, $3, 'queued', $4::jsonb, $5, $6, $7, $8)
                     """, [jobID, intake.user, intake.deviceID, Op.encodeStored(ops), ops.count,
-                          intake.idempotencyKey, intake.requestHash, intake.traceID])
+                          intake.idempotencyKey, intake.requestHash, intake.traceID, clock.milliseconds, clock.counter])
                 return .created(jobID: jobID, ops: ops.count)
             }
         } catch let error as PGError where error.sqlState == "23505" && intake.idempotencyKey != nil {

@@ -16,13 +16,15 @@ struct SyncRoutes: Sendable {
     let jobs: JobStore
     let pulls: PullStore
     let publisher: AMQPPublisher
+    let marks: PublishedMarks
     let maxClockSkewMilliseconds: Int64
 
     private let pushes = Counter(label: "syncline_pushes_total")
     private let pushedOps = Counter(label: "syncline_pushed_ops_total")
     private let publishFailures = Counter(label: "syncline_publish_failures_total")
 
-    init(auth: Authenticator, devices: DeviceStore, jobs: JobStore, pulls: PullStore, publisher: AMQPPublisher, maxClockSkewMilliseconds: Int64) {
+    init(auth: Authenticator, devices: DeviceStore, jobs: JobStore, pulls: PullStore, publisher: AMQPPublisher, marks: PublishedMarks, maxClockSkewMilliseconds: Int64) {
+        self.marks = marks
         self.auth = auth
         self.devices = devices
         self.jobs = jobs
@@ -78,8 +80,7 @@ struct SyncRoutes: Sendable {
     private func publish(jobID: String, traceID: String, logger: Logger) async {
         do {
             try await publisher.publish([SynclineTopology.jobMessage(jobID: jobID, traceID: traceID)])
-            let jobs = self.jobs
-            Task { try? await jobs.markPublished([jobID]) }
+            marks.add(jobID)
         } catch {
             publishFailures.increment()
             logger.warning("publish failed; the relay will retry", metadata: ["job.id": "\(jobID)", "error": "\(error)"])
