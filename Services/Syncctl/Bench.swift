@@ -19,12 +19,14 @@ struct Bench: AsyncParsableCommand {
     @Option(help: "Ops per push.") var ops = 20
     @Option(help: "How long to push, e.g. 20s.") var duration = "20s"
     @Option(help: "Pushes per second in total; 0 pushes as fast as possible.") var rate = 0.0
+    @Option(help: "Leading part of the run left out of the latency figures (connections, prepared statements and caches warm up).") var warmup = "2s"
     @Option(help: "Connections pushing in parallel (each waits for its answer before the next push).") var concurrency = 16
 
     struct Sample: Sendable {
         let jobID: String
         let user: String
         let seconds: Double
+        let sentAt: Date
     }
 
     func run() async throws {
@@ -79,7 +81,9 @@ struct Bench: AsyncParsableCommand {
         let pushSeconds = Date().timeIntervalSince(started)
         let totalOps = samples.count * ops
         print(String(format: "pushed: %d pushes, %d ops in %.1f s → accepted %.0f ops/s", samples.count, totalOps, pushSeconds, Double(totalOps) / pushSeconds))
-        print("push HTTP latency: " + Percentiles(samples.map(\.seconds)).description)
+        guard let warmupSeconds = Durations.parse(warmup) else { throw ValidationError("bad --warmup") }
+        let measured = samples.filter { $0.sentAt >= started.addingTimeInterval(warmupSeconds) }
+        print("push HTTP latency (after \(warmup) warm-up): " + Percentiles(measured.map(\.seconds)).description)
 
         // Wait for every job, straight from the job rows.
         let pool = PGPool(url: configuration.databaseURL, size: 1, logger: Observability.bootstrap(service: "bench", level: .warning))
@@ -96,15 +100,16 @@ struct Bench: AsyncParsableCommand {
         let stats = try await pool.query("""
             SELECT count(*) FILTER (WHERE status = 'succeeded') AS ok,
                    extract(epoch FROM max(finished_at) - min(created_at))::float8 AS span,
-                   array_to_string(array_agg(extract(epoch FROM finished_at - created_at)::float8), ',') AS latencies
+                   array_to_string(array_agg(extract(epoch FROM finished_at - created_at)::float8)
+                     FILTER (WHERE job_id = ANY($2::uuid[])), ',') AS latencies
             FROM jobs WHERE job_id = ANY($1::uuid[])
-            """, [ids]).first
+            """, [ids, measured.map(\.jobID)]).first
         await pool.shutdown()
         let succeeded = Int(stats?["ok"] ?? "0") ?? 0
         let span = Double(stats?["span"] ?? "0") ?? 0
         let latencies = (stats?["latencies"] ?? "").split(separator: ",").compactMap { Double($0) }
         print(String(format: "applied: %d/%d jobs succeeded, %d ops in %.2f s → applied %.0f ops/s", succeeded, ids.count, totalOps, span, Double(totalOps) / max(span, 0.001)))
-        print("push→applied latency: " + Percentiles(latencies).description)
+        print("push→applied latency (after \(warmup) warm-up): " + Percentiles(latencies).description)
 
         // Check the final state: every pushed record is there, once.
         var expected: [String: Int] = [:]
@@ -162,7 +167,7 @@ extension Bench {
         guard status == 202, let jobID = (try? JSONParser.parse(response))?.objectValue?["job_id"]?.stringValue else {
             throw ValidationError("push answered \(status): \(String(decoding: response, as: UTF8.self))")
         }
-        return Sample(jobID: jobID, user: user, seconds: elapsed)
+        return Sample(jobID: jobID, user: user, seconds: elapsed, sentAt: start)
     }
 }
 
