@@ -11,9 +11,7 @@ import ServiceSupport
 /// Tests build the same application.
 func buildApplication(configuration: Configuration, logger: Logger) async throws -> some ApplicationProtocol {
     let signer = try JWTSigner(secret: try configuration.requireJWTSecret())
-    guard let endpoint = AMQPEndpoint(url: configuration.amqpURL) else {
-        throw Configuration.Invalid(description: "AMQP_URL must look like amqp://user:pass@host:5672/vhost")
-    }
+    let endpoint = try configuration.amqpEndpoint()
     let pool = PGPool(url: configuration.databaseURL, size: configuration.databasePoolSize, logger: logger)
     let publisher = AMQPPublisher(
         endpoint: endpoint, topology: SynclineTopology.topology, confirmTimeout: 2, logger: logger)

@@ -8,9 +8,7 @@ import ServiceSupport
 /// Wires the worker: one consumer on `sync.jobs`, a pool sized for its prefetch, a
 /// publisher for dead letters, and the operations endpoints.
 func buildWorker(configuration: Configuration, logger: Logger) throws -> some ApplicationProtocol {
-    guard let endpoint = AMQPEndpoint(url: configuration.amqpURL) else {
-        throw Configuration.Invalid(description: "AMQP_URL must look like amqp://user:pass@host:5672/vhost")
-    }
+    let endpoint = try configuration.amqpEndpoint()
     let pool = PGPool(
         url: configuration.databaseURL, size: min(configuration.databasePoolSize, configuration.workerPrefetch),
         logger: logger)

@@ -1,3 +1,4 @@
+import AMQPBridge
 import Foundation
 import Logging
 
@@ -67,6 +68,27 @@ public struct Configuration: Sendable {
             logLevel: level,
             databasePoolSize: try int("DATABASE_POOL_SIZE", 8),
             relayAfter: try duration("RELAY_AFTER", "2s"))
+    }
+
+    /// Reads the environment for a service's `main`, or prints why it cannot start and
+    /// exits with status 2 (a configuration error is not worth a crash loop's stack trace).
+    public static func forService(_ name: String, defaultPort: Int, requiresJWTSecret: Bool = false) -> Configuration {
+        do {
+            let configuration = try fromEnvironment(defaultPort: defaultPort)
+            if requiresJWTSecret { _ = try configuration.requireJWTSecret() }
+            return configuration
+        } catch {
+            FileHandle.standardError.write(Data("\(name): \(error)\n".utf8))
+            exit(2)
+        }
+    }
+
+    /// The broker endpoint from `AMQP_URL`.
+    public func amqpEndpoint() throws(Invalid) -> AMQPEndpoint {
+        guard let endpoint = AMQPEndpoint(url: amqpURL) else {
+            throw Invalid(description: "AMQP_URL must look like amqp://user:pass@host:5672/vhost")
+        }
+        return endpoint
     }
 
     /// The JWT secret, or the reason a token-checking service must refuse to start.
