@@ -191,6 +191,34 @@ struct SyncFlowTests {
         }
     }
 
+    /// G1's other half: while PostgreSQL is down a push gets 503 with Retry-After (nothing
+    /// is accepted that is not durable), and the gateway recovers by itself afterwards.
+    @Test func pushWhileDatabaseIsDownIsRefusedWithRetryAfter() async throws {
+        let cluster = (E2E.environment["PG_CLUSTER"] ?? "15/main").replacingOccurrences(of: "/", with: " ")
+        try await Stack.with(workers: 1) { stack in
+            let api = stack.client
+            let token = E2E.token("pgdown-\(UUID().uuidString.prefix(6))")
+            let device = try await api.registerDevice(token)
+            let op: () -> [[String: Any]] = { [["op_id": newOpID(), "type": "delete", "collection": "notes", "id": "x"]] }
+            #expect(E2E.shell("pg_ctlcluster \(cluster) stop -m fast >/dev/null 2>&1") == 0)
+            var started = false
+            defer { if !started { E2E.shell("pg_ctlcluster \(cluster) start >/dev/null 2>&1") } }
+            let refused = try await api.push(token, device: device, ops: op())
+            #expect(refused.status == 503, "\(refused.text)")
+            #expect(refused.json["code"] as? String == "unavailable")
+            #expect(refused.header("Retry-After") != nil)
+            #expect(try await api.request("GET", "/readyz").status == 503)
+            #expect(E2E.shell("pg_ctlcluster \(cluster) start >/dev/null 2>&1") == 0)
+            started = true
+            let accepted = try await E2E.eventually(within: 30, "push accepted again") {
+                let result = try await api.push(token, device: device, ops: op())
+                return result.status == 202 ? result : nil
+            }
+            let job = try #require(accepted.json["job_id"] as? String)
+            #expect(try await api.awaitJob(token, job)["status"] as? String == "succeeded")
+        }
+    }
+
     /// A message on the jobs queue that is not a job is parked in the dead-letter queue
     /// (never acked as success, never a crash loop) while real jobs keep flowing.
     @Test func invalidMessageIsParkedAndWorkKeepsFlowing() async throws {
