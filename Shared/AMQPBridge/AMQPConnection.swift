@@ -193,13 +193,6 @@ final class AMQPConnection {
         return QueueStats(name: name, messages: Int(ok.pointee.message_count), consumers: Int(ok.pointee.consumer_count))
     }
 
-    func purge(_ name: String) throws(AMQPError) {
-        let state = try live()
-        let arena = CArena()
-        amqp_queue_purge(state, channel, arena.bytes(name))
-        try check(amqp_get_rpc_reply(state), "queue.purge \(name)")
-    }
-
     func deleteQueue(_ name: String) throws(AMQPError) {
         let state = try live()
         let arena = CArena()

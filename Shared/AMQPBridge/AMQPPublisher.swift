@@ -76,11 +76,6 @@ public final class AMQPPublisher: Sendable {
         try await onThread { connection in try names.map { try connection.queueStats($0) } }
     }
 
-    /// Empties a queue (tests and operators).
-    public func purge(_ name: String) async throws {
-        try await onThread { try $0.purge(name) }
-    }
-
     public func deleteQueue(_ name: String) async throws {
         try await onThread { try $0.deleteQueue(name) }
     }

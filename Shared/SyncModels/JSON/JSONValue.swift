@@ -110,11 +110,4 @@ public enum Timestamp {
         date.formatted(
             Date.ISO8601FormatStyle(includingFractionalSeconds: true, timeZone: .gmt))
     }
-
-    public static func parse(_ string: String) -> Date? {
-        if let date = try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(string) {
-            return date
-        }
-        return try? Date.ISO8601FormatStyle().parse(string)
-    }
 }
