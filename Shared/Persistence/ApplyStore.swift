@@ -27,6 +27,19 @@ public struct ApplyStore: Sendable {
             """, [jobID]).first?.optionalInt("attempts").map(Int.init)
     }
 
+    /// SQL for `attempt_log` with its last, still open attempt closed now (with `error`,
+    /// an SQL expression, when given). A log that is empty or already closed stays as is.
+    static func closingLastAttempt(error: String?) -> String {
+        let fields = "'finished_at', syncline_rfc3339(clock_timestamp())" + (error.map { ", 'error', \($0)" } ?? "")
+        return """
+            CASE WHEN jsonb_array_length(attempt_log) = 0 OR (attempt_log -> -1 ->> 'finished_at') IS NOT NULL
+              THEN attempt_log
+              ELSE jsonb_set(attempt_log, ARRAY[(jsonb_array_length(attempt_log) - 1)::text],
+                (attempt_log -> -1) || jsonb_build_object(\(fields)))
+            END
+            """
+    }
+
     /// Whether the job exists and, if so, its status.
     public func status(jobID: String) async throws -> JobStatus? {
         guard let id = Names.canonicalUUID(jobID) else { return nil }
@@ -38,11 +51,7 @@ public struct ApplyStore: Sendable {
     public func markDead(jobID: String, error: String) async throws {
         try await pool.query("""
             UPDATE jobs SET status = 'dead', last_error = $2, finished_at = clock_timestamp(),
-              attempt_log = CASE WHEN jsonb_array_length(attempt_log) = 0 THEN attempt_log
-                WHEN (attempt_log -> -1 ->> 'finished_at') IS NOT NULL THEN attempt_log
-                ELSE jsonb_set(attempt_log, ARRAY[(jsonb_array_length(attempt_log) - 1)::text],
-                  (attempt_log -> -1) || jsonb_build_object('finished_at', syncline_rfc3339(clock_timestamp()), 'error', $2::text))
-                END
+              attempt_log = \(Self.closingLastAttempt(error: "$2::text"))
             WHERE job_id = $1 AND status NOT IN ('succeeded', 'discarded')
             """, [jobID, error])
     }
@@ -51,10 +60,7 @@ public struct ApplyStore: Sendable {
     public func failAttempt(jobID: String, error: String) async throws {
         try await pool.query("""
             UPDATE jobs SET status = 'retrying', last_error = $2,
-              attempt_log = CASE WHEN jsonb_array_length(attempt_log) = 0 THEN attempt_log
-                ELSE jsonb_set(attempt_log, ARRAY[(jsonb_array_length(attempt_log) - 1)::text],
-                  (attempt_log -> -1) || jsonb_build_object('finished_at', syncline_rfc3339(clock_timestamp()), 'error', $2::text))
-                END
+              attempt_log = \(Self.closingLastAttempt(error: "$2::text"))
             WHERE job_id = $1 AND status = 'processing'
             """, [jobID, error])
     }
@@ -105,10 +111,7 @@ public struct ApplyStore: Sendable {
                 WITH counter AS (UPDATE user_counters SET counter = $2 WHERE user_id = $4 AND counter <> $2)
                 UPDATE jobs SET status = 'succeeded', checkpoint = $2, results = $3::jsonb,
                   finished_at = clock_timestamp(), last_error = NULL,
-                  attempt_log = CASE WHEN jsonb_array_length(attempt_log) = 0 THEN attempt_log
-                    ELSE jsonb_set(attempt_log, ARRAY[(jsonb_array_length(attempt_log) - 1)::text],
-                      (attempt_log -> -1) || jsonb_build_object('finished_at', syncline_rfc3339(clock_timestamp())))
-                    END
+                  attempt_log = \(Self.closingLastAttempt(error: nil))
                 WHERE job_id = $1
                 RETURNING extract(epoch FROM finished_at - created_at)::float8 AS latency
                 """, [id, outcome.counter, try JSONCoding.encodeString(outcome.results), user])

@@ -102,14 +102,10 @@ public struct JobStore: Sendable {
             ops: Int(try row.int("op_count")))
     }
 
+    /// The job if it belongs to `user`; a foreign job is as unknown as a missing one.
     public func view(user: String, jobID: String) async throws -> JobView? {
-        guard let id = Names.canonicalUUID(jobID) else { return nil }
-        let row = try await pool.query("""
-            SELECT job_id, status, attempts, attempt_log, syncline_rfc3339(created_at) AS created_at,
-                   syncline_rfc3339(finished_at) AS finished_at, last_error, checkpoint, results
-            FROM jobs WHERE job_id = $1 AND user_id = $2
-            """, [id, user]).first
-        return try row.map(Self.view)
+        guard let found = try await view(jobID: jobID), found.user == user else { return nil }
+        return found.job
     }
 
     /// A job regardless of its owner (operators' tools).

@@ -44,7 +44,7 @@ struct DeviceRegistration {
     var pushURL: String?
 
     static func parse(_ body: Data) throws(APIError) -> DeviceRegistration {
-        guard let root = try? JSONCoding.decode(JSONValue.self, from: body) else {
+        guard let root = try? JSONParser.parse(body) else {
             throw .badRequest("The request body is not valid JSON.")
         }
         guard let fields = root.objectValue else { throw .unprocessable("The body must be a JSON object.") }
