@@ -67,6 +67,7 @@ let package = Package(
             name: "ServiceSupport",
             dependencies: [
                 "SyncModels", "PQBridge", "AMQPBridge",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -74,10 +75,16 @@ let package = Package(
                 .product(name: "Hummingbird", package: "hummingbird"),
             ],
             path: "Shared/ServiceSupport", swiftSettings: strict),
+        // Operators' tools over dead letters and queues, shared by the gateway's admin API and syncctl.
+        .target(
+            name: "Operations",
+            dependencies: ["SyncModels", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport",
+                           .product(name: "Logging", package: "swift-log")],
+            path: "Shared/Operations", swiftSettings: strict),
         .executableTarget(
             name: "Gateway",
             dependencies: [
-                "SyncModels", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport",
+                "SyncModels", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "Operations",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -87,7 +94,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             path: "Services/Gateway",
-            resources: [.copy("openapi.yaml")],
+            resources: [.copy("openapi.yaml"), .copy("admin.html")],
             swiftSettings: strict),
         .executableTarget(
             name: "Worker",
@@ -102,13 +109,13 @@ let package = Package(
         .executableTarget(
             name: "Syncctl",
             dependencies: [
-                "SyncModels", "Auth", "PQBridge", "Persistence", "ServiceSupport",
+                "SyncModels", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "Operations",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Services/Syncctl", swiftSettings: strict),
         .testTarget(
             name: "UnitTests",
-            dependencies: ["SyncModels", "Auth", .product(name: "Yams", package: "Yams")],
+            dependencies: ["SyncModels", "Auth", "ServiceSupport", .product(name: "Yams", package: "Yams")],
             path: "Tests/UnitTests", swiftSettings: strict),
         .testTarget(
             name: "IntegrationTests",

@@ -3,6 +3,7 @@ import Auth
 import Foundation
 import Hummingbird
 import Logging
+import Operations
 import PQBridge
 import Persistence
 import ServiceSupport
@@ -14,7 +15,8 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
     let endpoint = try configuration.amqpEndpoint()
     let pool = PGPool(url: configuration.databaseURL, size: configuration.databasePoolSize, logger: logger)
     let publisher = AMQPPublisher(
-        endpoint: endpoint, topology: SynclineTopology.topology, confirmTimeout: 2, logger: logger)
+        endpoint: endpoint, topology: SynclineTopology.topology(retryDelays: configuration.retryDelays),
+        confirmTimeout: 2, logger: logger)
     let auth = Authenticator(signer: signer)
     let devices = DeviceStore(pool: pool)
     let jobs = JobStore(pool: pool)
@@ -30,7 +32,12 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
         auth: auth, devices: devices, jobs: jobs, pulls: PullStore(pool: pool), publisher: publisher, marks: marks,
         maxClockSkewMilliseconds: Int64(configuration.maxClockSkew * 1000)
     ).register(on: router)
-    OperationsRoutes(pool: pool, publisher: publisher, openAPIDocument: try openAPIDocument()).register(on: router)
+    AdminRoutes(
+        auth: auth,
+        office: DeadLetterOffice(pool: pool, publisher: publisher, retryDelays: configuration.retryDelays, logger: logger),
+        page: try resource("admin", "html")
+    ).register(on: router)
+    OperationsRoutes(pool: pool, publisher: publisher, openAPIDocument: try resource("openapi", "yaml")).register(on: router)
 
     return Application(
         router: router,
@@ -45,9 +52,10 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
         logger: logger)
 }
 
-func openAPIDocument() throws -> String {
-    guard let url = Bundle.module.url(forResource: "openapi", withExtension: "yaml") else {
-        throw Configuration.Invalid(description: "openapi.yaml is missing from the gateway's resources")
+/// A text file shipped in the gateway's resources (`openapi.yaml`, `admin.html`).
+func resource(_ name: String, _ type: String) throws -> String {
+    guard let url = Bundle.module.url(forResource: name, withExtension: type) else {
+        throw Configuration.Invalid(description: "\(name).\(type) is missing from the gateway's resources")
     }
     return try String(contentsOf: url, encoding: .utf8)
 }

@@ -12,7 +12,7 @@ struct Syncctl: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "syncctl",
         abstract: "Operate a Syncline deployment.",
-        subcommands: [Migrate.self, Token.self, Jobs.self, Bench.self])
+        subcommands: [Migrate.self, Token.self, Jobs.self, DeadLetters.self, Queues.self, Bench.self])
 }
 
 /// Shared by the subcommands that talk to PostgreSQL.
@@ -72,9 +72,7 @@ struct Jobs: AsyncParsableCommand {
                 let user_id: String
                 let job: JobView
             }
-            let encoder = JSONCoding.encoder()
-            encoder.outputFormatting.insert(.prettyPrinted)
-            print(String(decoding: try encoder.encode(Shown(user_id: found.user, job: found.job)), as: UTF8.self))
+            try printJSON(Shown(user_id: found.user, job: found.job))
         }
     }
 }

@@ -5,24 +5,28 @@ import PQBridge
 import Persistence
 import ServiceSupport
 
-/// Wires the worker: one consumer on `sync.jobs`, a pool sized for its prefetch, a
-/// publisher for dead letters, and the operations endpoints.
+/// Wires the worker: consumers on `sync.jobs` and `sync.jobs.exhausted`, a pool sized for
+/// its prefetch, a publisher for retries and dead letters, and the operations endpoints.
 func buildWorker(configuration: Configuration, logger: Logger) throws -> some ApplicationProtocol {
     let endpoint = try configuration.amqpEndpoint()
     let pool = PGPool(
         url: configuration.databaseURL, size: min(configuration.databasePoolSize, configuration.workerPrefetch),
         logger: logger)
-    let publisher = AMQPPublisher(endpoint: endpoint, topology: SynclineTopology.topology, logger: logger)
-    let consumer = AMQPConsumer(
+    let topology = SynclineTopology.topology(retryDelays: configuration.retryDelays)
+    let publisher = AMQPPublisher(endpoint: endpoint, topology: topology, logger: logger)
+    let jobs = AMQPConsumer(
         configuration: .init(
-            endpoint: endpoint, topology: SynclineTopology.topology, queue: SynclineTopology.jobsQueue,
+            endpoint: endpoint, topology: topology, queue: SynclineTopology.jobsQueue,
             prefetch: UInt16(configuration.workerPrefetch)),
+        logger: logger)
+    let exhausted = AMQPConsumer(
+        configuration: .init(endpoint: endpoint, topology: topology, queue: SynclineTopology.exhaustedQueue, prefetch: 4),
         logger: logger)
 
     let router = Router(context: BasicRequestContext.self)
     OperationsEndpoints.register(on: router) {
         async let database = (try? await pool.query("SELECT 1")) != nil
-        return ["database": await database, "broker": consumer.isConnected]
+        return ["database": await database, "broker": jobs.isConnected]
     }
     return Application(
         router: router,
@@ -33,8 +37,8 @@ func buildWorker(configuration: Configuration, logger: Logger) throws -> some Ap
                 await pool.shutdown()
             },
             JobConsumer(
-                consumer: consumer, store: ApplyStore(pool: pool), publisher: publisher,
-                configuration: configuration, logger: logger),
+                jobs: jobs, exhausted: exhausted, store: ApplyStore(pool: pool), deadLetters: DeadLetterStore(pool: pool),
+                publisher: publisher, configuration: configuration, logger: logger),
         ],
         logger: logger)
 }

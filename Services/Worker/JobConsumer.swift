@@ -10,149 +10,258 @@ import SyncModels
 
 /// Takes job messages off `sync.jobs` and applies each job in PostgreSQL, acking only
 /// after the applying transaction committed. The message only names the job: the user,
-/// device and ops come from the job row.
+/// device and ops come from the job row. Every delivery is settled exactly once:
+///
+/// - applied (or already finished) → ack;
+/// - failed transiently → the attempt is recorded, a copy waits in the retry queue of its
+///   tier (`sync.retry.<delay>`, which dead-letters back to `sync.jobs`), then ack;
+/// - failed `MAX_ATTEMPTS` times, permanently, or not a job at all → recorded as a dead
+///   letter (the job `dead`), parked in `sync.jobs.dlq` with a confirm, then ack;
+/// - PostgreSQL unreachable → wait for it, take the attempt back, hand the message back.
+///
+/// It also consumes `sync.jobs.exhausted`, where the broker puts a message it redelivered
+/// past the queue's delivery limit (workers dying on it), and dead-letters those jobs.
 struct JobConsumer: Service {
-    let consumer: AMQPConsumer
+    let jobs: AMQPConsumer
+    let exhausted: AMQPConsumer
     let store: ApplyStore
+    let deadLetters: DeadLetterStore
     let publisher: AMQPPublisher
     let configuration: Configuration
     let logger: Logger
 
     private let processed = Counter(label: "syncline_jobs_processed_total", dimensions: [("outcome", "succeeded")])
     private let duplicates = Counter(label: "syncline_jobs_processed_total", dimensions: [("outcome", "already_finished")])
-    private let retried = Counter(label: "syncline_job_retries_total", dimensions: [("reason", "transient")])
-    private let deadLettered = Counter(label: "syncline_dead_letters_total")
+    private let outageWaits = Counter(label: "syncline_job_outage_waits_total")
     private let pushToApplied = Timer(label: "syncline_push_to_applied_seconds")
 
-    init(consumer: AMQPConsumer, store: ApplyStore, publisher: AMQPPublisher, configuration: Configuration, logger: Logger) {
-        self.consumer = consumer
-        self.store = store
-        self.publisher = publisher
-        self.configuration = configuration
-        self.logger = logger
-    }
-
     func run() async throws {
-        consumer.start()
+        jobs.start()
+        exhausted.start()
         await withGracefulShutdownHandler {
             await withTaskGroup(of: Void.self) { group in
-                var inFlight = 0
-                for await delivery in consumer.deliveries {
-                    if inFlight >= configuration.workerPrefetch {
-                        await group.next()
-                        inFlight -= 1
-                    }
-                    group.addTask { await handle(delivery) }
-                    inFlight += 1
-                }
-                // Stopped consuming: finish what is in flight, so each is acked or handed back.
-                await group.waitForAll()
+                group.addTask { await consume(jobs, limit: configuration.workerPrefetch) { await handle($0) } }
+                group.addTask { await consume(exhausted, limit: 4) { await handleExhausted($0) } }
             }
         } onGracefulShutdown: {
             logger.info("stopping: no new jobs, finishing in-flight ones")
-            consumer.stopConsuming()
+            jobs.stopConsuming()
+            exhausted.stopConsuming()
         }
-        await consumer.close()
+        await jobs.close()
+        await exhausted.close()
         logger.info("job consumer stopped")
     }
 
-    /// What happened to one delivery; each case settles the message exactly once.
+    /// Handles deliveries concurrently, at most `limit` at once, until the consumer stops;
+    /// then finishes what is in flight, so each is acked or handed back.
+    private func consume(_ consumer: AMQPConsumer, limit: Int, _ handler: @escaping @Sendable (AMQPDelivery) async -> Void) async {
+        await withTaskGroup(of: Void.self) { group in
+            var inFlight = 0
+            for await delivery in consumer.deliveries {
+                if inFlight >= limit {
+                    await group.next()
+                    inFlight -= 1
+                }
+                group.addTask { await handler(delivery) }
+                inFlight += 1
+            }
+            await group.waitForAll()
+        }
+    }
+
+    /// One delivery from `sync.jobs`.
     func handle(_ delivery: AMQPDelivery) async {
-        guard let jobID = Self.jobID(in: delivery) else {
-            await deadLetter(delivery, jobID: nil, reason: "invalid_message", error: "the message does not name a job")
+        guard let jobID = SynclineTopology.jobID(inMessage: delivery.body) else {
+            await park(delivery, from: jobs, jobID: nil, reason: DeadLetterReason.invalidMessage, error: "the message does not name a job")
             return
         }
         var logger = self.logger
         logger[metadataKey: "job.id"] = "\(jobID)"
-        if let trace = delivery.header("traceparent") { logger[metadataKey: "trace.id"] = "\(trace)" }
+        if let trace = delivery.header(SynclineTopology.Header.trace) { logger[metadataKey: "trace.id"] = "\(trace)" }
 
         let attempt: Int
         do {
             guard let started = try await store.beginAttempt(jobID: jobID) else {
-                // Unknown, or already terminal (a duplicate or late delivery).
-                switch try await store.status(jobID: jobID) {
-                case nil:
-                    await deadLetter(delivery, jobID: jobID, reason: "unknown_job", error: "no job row with this id")
-                case let status?:
-                    logger.debug("job already finished; acking duplicate delivery", metadata: ["job.status": "\(status.rawValue)"])
-                    duplicates.increment()
-                    consumer.ack(delivery)
-                }
+                await settleFinishedOrUnknown(delivery, from: jobs, jobID: jobID, logger: logger)
                 return
             }
             attempt = started
         } catch {
-            // The database is unreachable: no attempt was spent. Hand the message back later.
-            await retryLater(delivery, attempt: 1, error: error, logger: logger)
+            // Nothing was recorded, so no attempt was spent.
+            await handBack(delivery, to: jobs, error: error, logger: logger)
             return
         }
 
         do {
             switch try await store.apply(jobID: jobID) {
             case .succeeded(_, _, let checkpoint, _, let latency):
-                consumer.ack(delivery)
+                jobs.ack(delivery)
                 processed.increment()
                 pushToApplied.recordSeconds(latency)
                 logger.debug("job applied", metadata: ["job.checkpoint": "\(checkpoint)", "job.attempt": "\(attempt)"])
             case .alreadyFinished:
                 duplicates.increment()
-                consumer.ack(delivery)
+                jobs.ack(delivery)
             case .unknownJob:
-                await deadLetter(delivery, jobID: jobID, reason: "unknown_job", error: "no job row with this id")
-            }
-        } catch let error as PGError where error.isRetryable {
-            try? await store.failAttempt(jobID: jobID, error: error.debugDescription)
-            if attempt >= configuration.maxAttempts {
-                await deadLetter(delivery, jobID: jobID, reason: "max_attempts", error: error.debugDescription, attempts: attempt)
-            } else {
-                await retryLater(delivery, attempt: attempt, error: error, logger: logger)
+                await park(delivery, from: jobs, jobID: jobID, reason: DeadLetterReason.unknownJob, error: "no job row with this id")
             }
         } catch {
-            // Not worth retrying: the job itself cannot be applied.
-            try? await store.failAttempt(jobID: jobID, error: "\(error)")
-            await deadLetter(delivery, jobID: jobID, reason: "permanent_error", error: "\(error)", attempts: attempt)
+            let failure = JobFailure.classify(error)
+            let message = (error as? PGError)?.debugDescription ?? "\(error)"
+            switch failure {
+            case .outage:
+                await handBack(delivery, to: jobs, error: error, releasingAttemptOf: jobID, logger: logger)
+            case .transient where attempt < configuration.maxAttempts:
+                try? await store.failAttempt(jobID: jobID, error: message)
+                await retryLater(delivery, jobID: jobID, attempt: attempt, failure: failure, error: message, logger: logger)
+            case .transient:
+                try? await store.failAttempt(jobID: jobID, error: message)
+                await park(delivery, from: jobs, jobID: jobID, reason: DeadLetterReason.maxAttempts, error: message)
+            case .permanent(let reason):
+                try? await store.failAttempt(jobID: jobID, error: message)
+                await park(delivery, from: jobs, jobID: jobID, reason: reason, error: message)
+            }
         }
     }
 
-    static func jobID(in delivery: AMQPDelivery) -> String? {
-        struct Body: Decodable { let job_id: String }
-        guard let body = try? JSONDecoder().decode(Body.self, from: Data(delivery.body)) else { return nil }
-        return Names.canonicalUUID(body.job_id)
+    /// One delivery from `sync.jobs.exhausted`: the broker gave up redelivering it.
+    func handleExhausted(_ delivery: AMQPDelivery) async {
+        guard let jobID = SynclineTopology.jobID(inMessage: delivery.body) else {
+            await park(delivery, from: exhausted, jobID: nil, reason: DeadLetterReason.invalidMessage, error: "the message does not name a job")
+            return
+        }
+        do {
+            switch try await store.status(jobID: jobID) {
+            case .succeeded?, .discarded?, .dead?, nil:
+                await settleFinishedOrUnknown(delivery, from: exhausted, jobID: jobID, logger: logger)
+            case .queued?, .processing?, .retrying?:
+                let error = "the broker redelivered the message \(SynclineTopology.deliveryLimit) times without an ack"
+                try await store.failAttempt(jobID: jobID, error: error)
+                await park(delivery, from: exhausted, jobID: jobID, reason: DeadLetterReason.deliveryLimit, error: error)
+            }
+        } catch {
+            await handBack(delivery, to: exhausted, error: error, logger: logger)
+        }
     }
 
-    /// Waits the retry delay for this attempt, then hands the message back to the queue.
-    private func retryLater(_ delivery: AMQPDelivery, attempt: Int, error: any Error, logger: Logger) async {
-        retried.increment()
-        let delays = configuration.retryDelays
-        let delay = delays[min(max(attempt - 1, 0), delays.count - 1)] * Double.random(in: 0.8...1.2)
+    /// A delivery for a job that is terminal or unknown: a duplicate is acked, an unknown
+    /// job is dead-lettered, and a dead job is made sure to be parked (a worker may have
+    /// died between recording it and parking its message; a second copy is harmless, the
+    /// admin tools keep one).
+    private func settleFinishedOrUnknown(_ delivery: AMQPDelivery, from consumer: AMQPConsumer, jobID: String, logger: Logger) async {
+        do {
+            switch try await store.status(jobID: jobID) {
+            case nil:
+                await park(delivery, from: consumer, jobID: jobID, reason: DeadLetterReason.unknownJob, error: "no job row with this id")
+            case .dead?:
+                if let parked = try await deadLetters.detail(id: jobID)?.item {
+                    await park(delivery, from: consumer, jobID: jobID, reason: parked.reason, error: parked.lastError ?? "")
+                } else {
+                    consumer.ack(delivery)  // its dead letter has passed DEAD_LETTER_RETENTION
+                }
+            case let status?:
+                logger.debug("job already finished; acking duplicate delivery", metadata: ["job.status": "\(status.rawValue)"])
+                duplicates.increment()
+                consumer.ack(delivery)
+            }
+        } catch {
+            await handBack(delivery, to: consumer, error: error, logger: logger)
+        }
+    }
+
+    /// Sends the job to wait in its tier's retry queue (confirmed), then acks this copy.
+    /// A small random hold first spreads out jobs that failed together, without mixing
+    /// TTLs inside one queue.
+    private func retryLater(
+        _ delivery: AMQPDelivery, jobID: String, attempt: Int, failure: JobFailure, error: String, logger: Logger
+    ) async {
+        let (queue, delay) = SynclineTopology.retryQueue(afterAttempt: attempt, delays: configuration.retryDelays)
+        Counter(label: "syncline_job_retries_total", dimensions: [("reason", failure.reason)]).increment()
         logger.warning("job failed transiently; retrying", metadata: [
-            "error": "\(error)", "retry.in_ms": "\(Int(delay * 1000))",
+            "error": "\(error)", "job.attempt": "\(attempt)", "retry.queue": "\(queue)",
         ])
-        try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .seconds(delay)) }
+        let jitter = Double.random(in: 0...min(delay * 0.1, 1))
+        if !(await pause(seconds: jitter)) {
+            jobs.reject(delivery, requeue: true)
+            return
+        }
+        do {
+            try await publisher.publish([SynclineTopology.retryMessage(
+                queue: queue, jobID: jobID, attempt: attempt, traceID: delivery.header(SynclineTopology.Header.trace))])
+            jobs.ack(delivery)
+        } catch {
+            // The broker is in trouble: the message goes back (its attempt stays counted).
+            logger.warning("cannot reach the retry queue; handing the message back", metadata: ["error": "\(error)"])
+            _ = await pause(seconds: configuration.retryDelays[0])
+            jobs.reject(delivery, requeue: true)
+        }
+    }
+
+    /// Records the dead letter (the job `dead`), parks the message in `sync.jobs.dlq` with
+    /// a confirm, then acks — so a dead letter is never only in one place for long, and
+    /// never lost.
+    private func park(_ delivery: AMQPDelivery, from consumer: AMQPConsumer, jobID: String?, reason: String, error: String) async {
+        let id = SynclineTopology.deadLetterID(jobID: jobID, body: delivery.body)
+        do {
+            guard let attempts = try await deadLetters.record(
+                id: id, namedJobID: jobID, reason: reason, error: error, message: String(decoding: delivery.body, as: UTF8.self))
+            else {
+                consumer.ack(delivery)  // it succeeded meanwhile: nothing to park
+                return
+            }
+            try await publisher.publish([SynclineTopology.deadLetterMessage(
+                id: id, jobID: jobID, body: delivery.body, reason: reason, error: error, attempts: attempts,
+                traceID: delivery.header(SynclineTopology.Header.trace))])
+            Counter(label: "syncline_dead_letters_total", dimensions: [("reason", reason)]).increment()
+            logger.error("dead-lettered a message", metadata: [
+                "job.id": "\(jobID ?? "-")", "reason": "\(reason)", "error": "\(error)", "job.attempts": "\(attempts)",
+            ])
+            consumer.ack(delivery)
+        } catch {
+            await handBack(delivery, to: consumer, error: error, logger: logger)
+        }
+    }
+
+    /// Hands a message back after a failure that is nobody's fault but the infrastructure's:
+    /// waits until PostgreSQL answers (when it was the one failing), takes back the attempt
+    /// it interrupted, and requeues. On shutdown it requeues at once.
+    private func handBack(
+        _ delivery: AMQPDelivery, to consumer: AMQPConsumer, error: any Error, releasingAttemptOf jobID: String? = nil,
+        logger: Logger
+    ) async {
+        let failure = JobFailure.classify(error)
+        logger.warning("handing the message back", metadata: ["error": "\(error)", "reason": "\(failure.reason)"])
+        if case .outage = failure {
+            outageWaits.increment()
+            if await waitForDatabase(), let jobID {
+                try? await store.releaseAttempt(jobID: jobID, error: (error as? PGError)?.debugDescription ?? "\(error)")
+            }
+        } else {
+            _ = await pause(seconds: configuration.retryDelays[0])
+        }
         consumer.reject(delivery, requeue: true)
     }
 
-    /// Parks the message in the dead-letter queue (confirmed) before acking it, so it is
-    /// never lost; marks the job dead when there is one.
-    private func deadLetter(_ delivery: AMQPDelivery, jobID: String?, reason: String, error: String, attempts: Int = 0) async {
-        var headers: [String: AMQPTopology.Argument] = [
-            "x-syncline-reason": .string(reason), "x-syncline-error": .string(error),
-            "x-syncline-attempts": .int(Int64(attempts)),
-        ]
-        if let jobID { headers["x-syncline-job-id"] = .string(jobID) }
-        let message = OutgoingMessage(
-            exchange: SynclineTopology.deadLetterExchange, routingKey: SynclineTopology.deadLetterRoutingKey,
-            body: delivery.body, messageID: delivery.messageID ?? jobID, headers: headers)
+    /// Polls PostgreSQL with a growing pause until it answers; false if the worker is
+    /// shutting down first.
+    private func waitForDatabase() async -> Bool {
+        var wait = 0.25
+        while true {
+            if (try? await store.ping()) != nil { return true }
+            guard await pause(seconds: wait) else { return false }
+            wait = min(wait * 2, 5)
+        }
+    }
+
+    /// Sleeps, unless the worker is shutting down; false when it is.
+    private func pause(seconds: Double) async -> Bool {
+        guard seconds > 0 else { return !Task.isShuttingDownGracefully }
         do {
-            try await publisher.publish([message])
-            if let jobID { try await store.markDead(jobID: jobID, error: "\(reason): \(error)") }
-            deadLettered.increment()
-            logger.error("dead-lettered a message", metadata: ["job.id": "\(jobID ?? "-")", "reason": "\(reason)", "error": "\(error)"])
-            consumer.ack(delivery)
+            try await cancelWhenGracefulShutdown { try await Task.sleep(for: .seconds(seconds)) }
+            return true
         } catch {
-            logger.warning("cannot dead-letter yet; handing the message back", metadata: ["error": "\(error)"])
-            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .seconds(configuration.retryDelays[0])) }
-            consumer.reject(delivery, requeue: true)
+            return false
         }
     }
 }

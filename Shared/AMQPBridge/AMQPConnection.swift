@@ -286,6 +286,48 @@ final class AMQPConnection {
         if failed { throw AMQPError(.notConfirmed, "the broker nacked or returned a message") }
     }
 
+    // MARK: sweeping a queue
+
+    /// Reads the ready messages of `queue` one by one (basic.get, at most `limit`), acks
+    /// those `remove` picks and hands every other one back in its place (basic.nack with
+    /// requeue), so an operator's tool can take single messages out of a parked queue.
+    func sweep(queue: String, limit: Int, remove: (AMQPDelivery) -> Bool) throws(AMQPError) -> SweepResult {
+        let state = try live()
+        let arena = CArena()
+        var result = SweepResult(examined: 0, removed: 0)
+        var lastKept: UInt64?
+        var removedTags: [UInt64] = []
+        while result.examined < limit {
+            let reply = amqp_basic_get(state, channel, arena.bytes(queue), 0)
+            try check(reply, "basic.get \(queue)")
+            guard reply.reply.id == AMQP_BASIC_GET_OK_METHOD, let decoded = reply.reply.decoded else { break }
+            let tag = decoded.assumingMemoryBound(to: amqp_basic_get_ok_t.self).pointee.delivery_tag
+            var message = amqp_message_t()
+            try check(amqp_read_message(state, channel, &message, 0), "reading \(queue)")
+            let properties = message.properties
+            let hasID = properties._flags & UInt32(AMQP_BASIC_MESSAGE_ID_FLAG) != 0
+            let hasHeaders = properties._flags & UInt32(AMQP_BASIC_HEADERS_FLAG) != 0
+            let delivery = AMQPDelivery(
+                body: message.body.byteArray,
+                messageID: hasID ? properties.message_id.swiftString : nil,
+                headers: hasHeaders ? decodeTable(properties.headers) : [:],
+                redelivered: false, exchange: "", routingKey: queue, deliveryTag: tag, generation: 0)
+            amqp_destroy_message(&message)
+            amqp_maybe_release_buffers(state)
+            result.examined += 1
+            if remove(delivery) { removedTags.append(tag) } else { lastKept = tag }
+        }
+        for tag in removedTags { try ack(tag) }
+        if let lastKept {
+            try checkStatus(amqp_basic_nack(state, channel, lastKept, 1, 1), "basic.nack")
+        }
+        result.removed = removedTags.count
+        // A round trip, so the acks and the hand-back are processed before the caller
+        // reads the queue's depth.
+        _ = try queueStats(queue)
+        return result
+    }
+
     // MARK: consuming
 
     func consume(queue: String, prefetch: UInt16, consumerTag: String) throws(AMQPError) {

@@ -76,6 +76,14 @@ public final class AMQPPublisher: Sendable {
         try await onThread { connection in try names.map { try connection.queueStats($0) } }
     }
 
+    /// Takes the messages `remove` picks out of `queue` and leaves the others in place
+    /// (see `AMQPConnection.sweep`). Publishing waits while a sweep runs.
+    public func sweep(
+        queue: String, limit: Int = 1_000_000, remove: @escaping @Sendable (AMQPDelivery) -> Bool
+    ) async throws -> SweepResult {
+        try await onThread { connection in try connection.sweep(queue: queue, limit: limit, remove: remove) }
+    }
+
     public func deleteQueue(_ name: String) async throws {
         try await onThread { try $0.deleteQueue(name) }
     }

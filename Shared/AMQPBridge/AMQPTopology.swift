@@ -85,6 +85,12 @@ public struct AMQPDelivery: Sendable {
     }
 }
 
+/// What a sweep of a queue did.
+public struct SweepResult: Sendable, Equatable {
+    public var examined: Int
+    public var removed: Int
+}
+
 /// Depth and consumers of a queue, as the broker reports them.
 public struct QueueStats: Sendable, Equatable {
     public var name: String

@@ -56,6 +56,21 @@ public struct ApplyStore: Sendable {
             """, [jobID, error])
     }
 
+    /// Takes back an attempt the database outage interrupted: it stays in the log, closed
+    /// with the error, but does not count towards `MAX_ATTEMPTS`.
+    public func releaseAttempt(jobID: String, error: String) async throws {
+        try await pool.query("""
+            UPDATE jobs SET status = 'retrying', attempts = greatest(attempts - 1, 0),
+              attempt_log = \(Self.closingLastAttempt(error: "$2::text"))
+            WHERE job_id = $1 AND status = 'processing'
+            """, [jobID, "\(error) (not counted: database unavailable)"])
+    }
+
+    /// Whether the database answers.
+    public func ping() async throws {
+        try await pool.query("SELECT 1")
+    }
+
     /// Records a failed attempt; the job waits for its next delivery as `retrying`.
     public func failAttempt(jobID: String, error: String) async throws {
         try await pool.query("""

@@ -156,4 +156,33 @@ public struct JobStore: Sendable {
             """).first
         return row?["age"].flatMap(Double.init) ?? 0
     }
+
+    /// Jobs finished per minute over the last `minutes` minutes (oldest first), and the
+    /// jobs not yet finished.
+    public func rates(minutes: Int) async throws -> JobRates {
+        let rows = try await pool.query("""
+            WITH finished AS (
+              SELECT date_trunc('minute', finished_at) AS minute, status, count(*) AS n FROM jobs
+              WHERE finished_at >= date_trunc('minute', clock_timestamp()) - make_interval(mins => $1 - 1)
+              GROUP BY 1, 2
+            )
+            SELECT syncline_rfc3339(m) AS minute,
+                   coalesce(sum(n) FILTER (WHERE status = 'succeeded'), 0) AS succeeded,
+                   coalesce(sum(n) FILTER (WHERE status = 'dead'), 0) AS dead
+            FROM generate_series(date_trunc('minute', clock_timestamp()) - make_interval(mins => $1 - 1),
+                                 date_trunc('minute', clock_timestamp()), interval '1 minute') AS m
+            LEFT JOIN finished ON finished.minute = m
+            GROUP BY m ORDER BY m
+            """, [minutes]).rows
+        let unfinished = try await pool.query("""
+            SELECT count(*) AS n, coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8 AS age
+            FROM jobs WHERE status IN ('queued', 'processing', 'retrying')
+            """).first
+        return JobRates(
+            minutes: try rows.map {
+                JobRates.Minute(minute: try $0.string("minute"), succeeded: Int(try $0.int("succeeded")), dead: Int(try $0.int("dead")))
+            },
+            unfinished: Int(unfinished?.optionalInt("n") ?? 0),
+            oldestUnfinishedAgeSeconds: unfinished?["age"].flatMap(Double.init) ?? 0)
+    }
 }

@@ -106,6 +106,38 @@ public enum Migrations {
             CREATE INDEX records_changes ON records (user_id, version);
             CREATE UNIQUE INDEX records_by_public_id ON records (public_id) WHERE public_id IS NOT NULL;
             """),
+        Migration(version: 2, name: "dead letters and audit", sql: """
+            -- One row per message parked in a dead-letter queue and not yet acted on; the
+            -- queue holds one message per row (admin actions reconcile the two).
+            CREATE TABLE dead_letters (
+              dead_letter_id uuid PRIMARY KEY,   -- the job id, or derived from the message body
+              queue          text NOT NULL DEFAULT 'sync' CHECK (queue IN ('sync', 'notify')),
+              job_id         uuid,               -- set when the message names a job that exists
+              user_id        text,
+              device_id      uuid,
+              reason         text NOT NULL,
+              last_error     text,
+              attempts       integer NOT NULL DEFAULT 0,
+              op_count       integer NOT NULL DEFAULT 0,
+              payload        text NOT NULL,      -- the message body as received
+              dead_at        timestamptz NOT NULL DEFAULT clock_timestamp()
+            );
+            CREATE INDEX dead_letters_by_time ON dead_letters (queue, dead_at DESC, dead_letter_id DESC);
+            CREATE INDEX dead_letters_by_user ON dead_letters (user_id, dead_at);
+
+            CREATE TABLE admin_audit (
+              audit_id bigserial PRIMARY KEY,
+              at       timestamptz NOT NULL DEFAULT clock_timestamp(),
+              actor    text NOT NULL,
+              action   text NOT NULL,
+              target   text,
+              filter   jsonb,
+              count    integer NOT NULL DEFAULT 0
+            );
+
+            -- Recent job rates for operators.
+            CREATE INDEX jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
+            """),
     ]
 
     /// Applies every migration not yet applied. Safe to run from many processes at once.

@@ -45,8 +45,8 @@ public struct Configuration: Sendable {
             return seconds
         }
         let delays = (value("RETRY_DELAYS") ?? "1s,5s,25s,2m").split(separator: ",").map { Durations.parse(String($0)) }
-        guard !delays.isEmpty, delays.allSatisfy({ $0 != nil }) else {
-            throw Invalid(description: "RETRY_DELAYS must be a comma-separated list of durations")
+        guard !delays.isEmpty, delays.allSatisfy({ ($0 ?? 0) >= 0.001 }) else {
+            throw Invalid(description: "RETRY_DELAYS must be a comma-separated list of durations of at least 1ms")
         }
         let levelText = value("LOG_LEVEL") ?? "info"
         guard let level = Logger.Level(rawValue: levelText.lowercased()) else {
@@ -111,5 +111,15 @@ public enum Durations {
         }
         guard let number = Double(trimmed), number >= 0 else { return nil }
         return number
+    }
+
+    /// The shortest exact spelling of a duration in whole units: `250ms`, `5s`, `2m`, `1h`.
+    public static func label(_ seconds: Double) -> String {
+        let milliseconds = Int((seconds * 1000).rounded())
+        for (suffix, scale) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)]
+        where milliseconds >= scale && milliseconds % scale == 0 {
+            return "\(milliseconds / scale)\(suffix)"
+        }
+        return "\(milliseconds)ms"
     }
 }

@@ -1,35 +1,87 @@
 import AMQPBridge
+import Crypto
+import Foundation
+import SyncModels
 
 /// Broker names and the topology every service declares at start-up (SPEC §9).
+///
+///     sync.jobs (exchange) ──► sync.jobs (quorum queue) ──► workers
+///        ▲                         │ delivery-limit exceeded (the broker's own backstop)
+///        │ TTL expired             ▼
+///     sync.retry.<delay> ◄─┐    sync.dlx ──► sync.jobs.exhausted ──► workers mark the job dead
+///     (one queue per tier) │       │
+///              workers ────┘       └───────► sync.jobs.dlq (classic) ◄── workers, after MAX_ATTEMPTS
+///
+/// Every queue the broker dead-letters from names an exchange that exists and routes, and
+/// quorum queues dead-letter at-least-once, so the broker never drops a job by itself.
 public enum SynclineTopology {
     public static let jobsExchange = "sync.jobs"
     public static let jobsQueue = "sync.jobs"
     public static let jobsRoutingKey = "sync.jobs"
     public static let deadLetterExchange = "sync.dlx"
+    /// Parked messages, one per dead letter an operator has not acted on. A classic queue:
+    /// admin tools read it with basic.get and hand back what they keep, and a quorum queue
+    /// would count those returns against a delivery limit (20 by default from RabbitMQ 4.0)
+    /// and finally drop the message.
     public static let deadLetterQueue = "sync.jobs.dlq"
     public static let deadLetterRoutingKey = "sync.jobs.dlq"
+    /// Where the broker puts a job message it redelivered `deliveryLimit` times (workers
+    /// crashing on it): workers consume it and dead-letter the job properly.
+    public static let exhaustedQueue = "sync.jobs.exhausted"
+    public static let exhaustedRoutingKey = "sync.jobs.exhausted"
     /// The broker's own backstop against a message redelivered forever; well above
     /// MAX_ATTEMPTS so it only ever catches what the worker could not.
     public static let deliveryLimit: Int64 = 50
 
-    public static var topology: AMQPTopology {
-        AMQPTopology(
+    /// The retry queue for one tier: `sync.retry.5s`.
+    public static func retryQueue(delay: Double) -> String { "sync.retry.\(Durations.label(delay))" }
+
+    /// The retry queue that holds a job before its attempt `attempt + 1` (SPEC §8: attempt
+    /// n+1 waits the n-th delay, the last one repeating).
+    public static func retryQueue(afterAttempt attempt: Int, delays: [Double]) -> (name: String, delay: Double) {
+        let delay = delays[min(max(attempt - 1, 0), delays.count - 1)]
+        return (retryQueue(delay: delay), delay)
+    }
+
+    /// Every queue of the job pipeline, in the order an operator reads them.
+    public static func queueNames(retryDelays: [Double]) -> [String] {
+        [jobsQueue] + uniqueDelays(retryDelays).map(retryQueue(delay:)) + [exhaustedQueue, deadLetterQueue]
+    }
+
+    public static func topology(retryDelays: [Double]) -> AMQPTopology {
+        let atLeastOnce: [String: AMQPTopology.Argument] = [
+            "x-queue-type": .string("quorum"),
+            "x-dead-letter-strategy": .string("at-least-once"),
+            "x-overflow": .string("reject-publish"),
+        ]
+        let retryQueues = uniqueDelays(retryDelays).map { delay in
+            AMQPTopology.Queue(name: retryQueue(delay: delay), arguments: atLeastOnce.merging([
+                "x-message-ttl": .int(Int64((delay * 1000).rounded())),
+                "x-dead-letter-exchange": .string(jobsExchange),
+                "x-dead-letter-routing-key": .string(jobsRoutingKey),
+            ]) { $1 })
+        }
+        return AMQPTopology(
             exchanges: [.init(name: jobsExchange), .init(name: deadLetterExchange)],
             queues: [
-                .init(name: jobsQueue, arguments: [
-                    "x-queue-type": .string("quorum"),
+                .init(name: jobsQueue, arguments: atLeastOnce.merging([
                     "x-delivery-limit": .int(deliveryLimit),
                     "x-dead-letter-exchange": .string(deadLetterExchange),
-                    "x-dead-letter-routing-key": .string(deadLetterRoutingKey),
-                    "x-dead-letter-strategy": .string("at-least-once"),
-                    "x-overflow": .string("reject-publish"),
-                ]),
-                .init(name: deadLetterQueue, arguments: ["x-queue-type": .string("quorum")]),
-            ],
+                    "x-dead-letter-routing-key": .string(exhaustedRoutingKey),
+                ]) { $1 }),
+                .init(name: exhaustedQueue, arguments: ["x-queue-type": .string("quorum")]),
+                .init(name: deadLetterQueue),
+            ] + retryQueues,
             bindings: [
                 .init(queue: jobsQueue, exchange: jobsExchange, routingKey: jobsRoutingKey),
+                .init(queue: exhaustedQueue, exchange: deadLetterExchange, routingKey: exhaustedRoutingKey),
                 .init(queue: deadLetterQueue, exchange: deadLetterExchange, routingKey: deadLetterRoutingKey),
             ])
+    }
+
+    private static func uniqueDelays(_ delays: [Double]) -> [Double] {
+        var seen = Set<String>()
+        return delays.filter { seen.insert(Durations.label($0)).inserted }
     }
 
     /// The message that announces a committed job: its id, nothing the worker trusts.
@@ -39,5 +91,62 @@ public enum SynclineTopology {
         return OutgoingMessage(
             exchange: jobsExchange, routingKey: jobsRoutingKey,
             body: Array(#"{"job_id":"\#(jobID)"}"#.utf8), messageID: jobID, headers: headers)
+    }
+
+    /// The id a dead letter is listed under: its job's id, or — for a message that names
+    /// no job — a UUID derived from the body, so a redelivered copy is the same dead letter.
+    public static func deadLetterID(jobID: String?, body: [UInt8]) -> String {
+        if let jobID { return jobID }
+        var bytes = Array(SHA256.hash(data: body).prefix(16))
+        bytes[6] = (bytes[6] & 0x0F) | 0x50  // version 5 style (name-based)
+        bytes[8] = (bytes[8] & 0x3F) | 0x80
+        let hex = bytes.map { String(format: "%02x", $0) }.joined()
+        let parts = [hex.prefix(8), hex.dropFirst(8).prefix(4), hex.dropFirst(12).prefix(4), hex.dropFirst(16).prefix(4), hex.dropFirst(20)]
+        return parts.joined(separator: "-")
+    }
+
+    /// The message parked in `sync.jobs.dlq`: the body as received, and headers saying why.
+    public static func deadLetterMessage(
+        id: String, jobID: String?, body: [UInt8], reason: String, error: String, attempts: Int, traceID: String?
+    ) -> OutgoingMessage {
+        var headers: [String: AMQPTopology.Argument] = [
+            Header.deadLetterID: .string(id), Header.reason: .string(reason),
+            Header.error: .string(String(error.prefix(1000))), Header.attempts: .int(Int64(attempts)),
+        ]
+        if let jobID { headers[Header.jobID] = .string(jobID) }
+        if let traceID { headers[Header.trace] = .string(traceID) }
+        return OutgoingMessage(
+            exchange: deadLetterExchange, routingKey: deadLetterRoutingKey, body: body, messageID: id, headers: headers)
+    }
+
+    /// A job message sent to wait in a retry queue before attempt `attempt + 1`.
+    public static func retryMessage(queue: String, jobID: String, attempt: Int, traceID: String?) -> OutgoingMessage {
+        var message = jobMessage(jobID: jobID, traceID: traceID)
+        message.exchange = ""  // the default exchange routes by queue name
+        message.routingKey = queue
+        message.headers[Header.attempt] = .int(Int64(attempt))
+        return message
+    }
+
+    /// The job id a job message names, or nil when it is not a job message.
+    public static func jobID(inMessage body: [UInt8]) -> String? {
+        guard let id = (try? JSONParser.parse(body))?.objectValue?["job_id"]?.stringValue else { return nil }
+        return Names.canonicalUUID(id)
+    }
+
+    /// The dead letter a parked message stands for.
+    public static func deadLetterID(of message: AMQPDelivery) -> String {
+        message.header(Header.deadLetterID) ?? deadLetterID(jobID: jobID(inMessage: message.body), body: message.body)
+    }
+
+    /// Header names Syncline sets on the messages it moves between queues.
+    public enum Header {
+        public static let attempt = "x-syncline-attempt"
+        public static let deadLetterID = "x-syncline-dead-letter-id"
+        public static let reason = "x-syncline-reason"
+        public static let error = "x-syncline-error"
+        public static let attempts = "x-syncline-attempts"
+        public static let jobID = "x-syncline-job-id"
+        public static let trace = "traceparent"
     }
 }

@@ -6,6 +6,7 @@ import FoundationNetworking
 #endif
 import Logging
 import PQBridge
+import ServiceSupport
 import Testing
 
 enum E2E {
@@ -17,6 +18,14 @@ enum E2E {
         databaseURL != nil && amqpURL != nil && FileManager.default.isExecutableFile(atPath: binaries + "/gateway")
     }
     static let secret = environment["JWT_SECRET"] ?? "syncline-test-secret-0123456789abcdef"
+    /// Short retry tiers and attempts, so failure tests finish in seconds (configuration,
+    /// not code: the services read these like any deployment would).
+    static let retryDelays: [Double] = [0.3, 0.6, 1.2]
+    static let maxAttempts = 4
+    static let serviceDefaults = [
+        "RETRY_DELAYS": "300ms,600ms,1200ms", "MAX_ATTEMPTS": String(maxAttempts), "RELAY_AFTER": "1s",
+    ]
+    static let topology = SynclineTopology.topology(retryDelays: retryDelays)
     static let logger: Logger = {
         var logger = Logger(label: "e2e")
         logger.logLevel = .warning
@@ -89,7 +98,7 @@ final class ServiceProcess: @unchecked Sendable {
         var env = E2E.environment
         env["PORT"] = String(port)
         env["LOG_LEVEL"] = env["E2E_LOG_LEVEL"] ?? "info"
-        for (key, value) in environment { env[key] = value }
+        for (key, value) in E2E.serviceDefaults.merging(environment, uniquingKeysWith: { $1 }) { env[key] = value }
         let command = "exec \(E2E.binaries)/\(executable) >>\(logPath) 2>&1"
         let arguments: [String] = ["/bin/sh", "-c", command]
         let argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]

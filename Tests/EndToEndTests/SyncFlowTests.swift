@@ -224,7 +224,7 @@ struct SyncFlowTests {
     @Test func invalidMessageIsParkedAndWorkKeepsFlowing() async throws {
         try await Stack.with { stack in
             let endpoint = try #require(AMQPEndpoint(url: E2E.amqpURL!))
-            let publisher = AMQPPublisher(endpoint: endpoint, topology: SynclineTopology.topology, logger: E2E.logger)
+            let publisher = AMQPPublisher(endpoint: endpoint, topology: E2E.topology, logger: E2E.logger)
             let before = try await publisher.queueStats([SynclineTopology.deadLetterQueue]).first?.messages ?? 0
             try await publisher.publish([
                 OutgoingMessage(exchange: SynclineTopology.jobsExchange, routingKey: SynclineTopology.jobsRoutingKey, body: Array("not json".utf8)),

@@ -78,6 +78,7 @@ struct SyncRoutes: Sendable {
     /// The job is committed: announce it. A failure here loses nothing — the relay
     /// publishes every job left unpublished — so the push is still accepted.
     private func publish(jobID: String, traceID: String, logger: Logger) async {
+        if let pause = Failpoints.pauseBeforePublish { try? await Task.sleep(for: .seconds(pause)) }
         do {
             try await publisher.publish([SynclineTopology.jobMessage(jobID: jobID, traceID: traceID)])
             marks.add(jobID)

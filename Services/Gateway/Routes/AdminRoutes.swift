@@ -1,0 +1,152 @@
+import Auth
+import Foundation
+import Hummingbird
+import Operations
+import Persistence
+import SyncModels
+
+/// The admin API (SPEC §5): dead letters, bulk replay, audit log, queues, job rates, and
+/// the `/admin` page. Every endpoint needs a token with `role: admin` (the page itself
+/// holds no data and needs none).
+struct AdminRoutes: Sendable {
+    let auth: Authenticator
+    let office: DeadLetterOffice
+    let page: String
+
+    func register(on router: Router<BasicRequestContext>) {
+        router.get("/v1/admin/dead-letters", use: list)
+        router.post("/v1/admin/dead-letters/replay", use: bulkReplay)
+        router.get("/v1/admin/dead-letters/:job_id", use: show)
+        router.post("/v1/admin/dead-letters/:job_id/replay", use: replay)
+        router.post("/v1/admin/dead-letters/:job_id/discard", use: discard)
+        router.get("/v1/admin/audit", use: audit)
+        router.get("/v1/admin/queues", use: queues)
+        router.get("/v1/admin/job-rates", use: jobRates)
+        router.get("/admin") { _, _ in
+            var headers = HTTPFields()
+            headers[.contentType] = "text/html; charset=utf-8"
+            headers[.cacheControl] = "no-store"
+            headers[.contentSecurityPolicy] = "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'"
+            return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: page)))
+        }
+    }
+
+    @Sendable func list(_ request: Request, context: BasicRequestContext) async throws -> Response {
+        _ = try auth.admin(request, context: context)
+        let query = request.uri.queryParameters
+        let queue = query["queue"].map(String.init) ?? "sync"
+        guard queue == "sync" || queue == "notify" else { throw APIError.badRequest("queue must be sync or notify.") }
+        let limit = try Self.limit(query["limit"].map(String.init), default: 50, max: 500)
+        var cursor: DeadLetterStore.Cursor?
+        if let text = query["cursor"].map(String.init), !text.isEmpty {
+            guard let parsed = DeadLetterStore.Cursor(text: text) else { throw APIError.badRequest("cursor must be a next_cursor from an earlier page.") }
+            cursor = parsed
+        }
+        let filter = try Self.filter(
+            userID: query["user_id"].map(String.init), reason: query["reason"].map(String.init),
+            deadBefore: query["dead_before"].map(String.init), deadAfter: query["dead_after"].map(String.init),
+            invalid: APIError.badRequest)
+        return try jsonResponse(try await office.list(queue: queue, filter: filter, limit: limit, cursor: cursor))
+    }
+
+    @Sendable func show(_ request: Request, context: BasicRequestContext) async throws -> Response {
+        _ = try auth.admin(request, context: context)
+        guard let detail = try await office.detail(id: try context.parameters.require("job_id")) else {
+            throw APIError.notFound("No such dead letter.")
+        }
+        return try jsonResponse(detail)
+    }
+
+    @Sendable func replay(_ request: Request, context: BasicRequestContext) async throws -> Response {
+        let claims = try auth.admin(request, context: context)
+        switch try await office.replay(id: try context.parameters.require("job_id"), actor: claims.sub) {
+        case .replayed(let jobID):
+            return try jsonResponse(DeadLetterAction(jobID: jobID, status: .queued), status: .accepted)
+        case .notFound:
+            throw APIError.notFound("No dead job with this id.")
+        case .namesNoJob:
+            throw APIError.unprocessable("This dead letter names no job that could run again; discard it.")
+        }
+    }
+
+    @Sendable func discard(_ request: Request, context: BasicRequestContext) async throws -> Response {
+        let claims = try auth.admin(request, context: context)
+        let id = try context.parameters.require("job_id")
+        guard try await office.discard(id: id, actor: claims.sub) else { throw APIError.notFound("No such dead letter.") }
+        return try jsonResponse(DeadLetterAction(jobID: Names.canonicalUUID(id) ?? id, status: .discarded))
+    }
+
+    @Sendable func bulkReplay(_ request: Request, context: BasicRequestContext) async throws -> Response {
+        let claims = try auth.admin(request, context: context)
+        let body = try await request.body.collect(upTo: 64 * 1024)
+        guard let root = try? JSONParser.parse(Data(buffer: body)) else { throw APIError.badRequest("The request body is not valid JSON.") }
+        guard let fields = root.objectValue else { throw APIError.unprocessable("The body must be a JSON object.") }
+        func text(_ name: String) throws -> String? {
+            guard let value = fields[name], !value.isNull else { return nil }
+            guard let string = value.stringValue else { throw APIError.unprocessable("\(name) must be a string.") }
+            return string
+        }
+        var dryRun = false
+        if let value = fields["dry_run"], !value.isNull {
+            guard let flag = value.boolValue else { throw APIError.unprocessable("dry_run must be a boolean.") }
+            dryRun = flag
+        }
+        let filter = try Self.filter(
+            userID: try text("user_id"), reason: try text("reason"), deadBefore: try text("dead_before"),
+            deadAfter: try text("dead_after"), invalid: APIError.unprocessable)
+        guard !filter.isEmpty else {
+            throw APIError.unprocessable("A filter is required: user_id, reason, dead_before or dead_after (dry_run is no filter).")
+        }
+        return try jsonResponse(try await office.bulkReplay(filter: filter, dryRun: dryRun, actor: claims.sub))
+    }
+
+    @Sendable func audit(_ request: Request, context: BasicRequestContext) async throws -> Response {
+        _ = try auth.admin(request, context: context)
+        let limit = try Self.limit(request.uri.queryParameters["limit"].map(String.init), default: 100, max: 1000)
+        return try jsonResponse(AuditLog(items: try await office.auditLog(limit: limit)))
+    }
+
+    @Sendable func queues(_ request: Request, context: BasicRequestContext) async throws -> Response {
+        _ = try auth.admin(request, context: context)
+        do {
+            return try jsonResponse(QueueList(items: try await office.queues()))
+        } catch let error as APIError {
+            throw error
+        } catch {
+            throw APIError.unavailable("The broker cannot be reached.")
+        }
+    }
+
+    @Sendable func jobRates(_ request: Request, context: BasicRequestContext) async throws -> Response {
+        _ = try auth.admin(request, context: context)
+        let minutes = try Self.limit(request.uri.queryParameters["minutes"].map(String.init), default: 15, max: 240, name: "minutes")
+        return try jsonResponse(try await office.jobRates(minutes: minutes))
+    }
+
+    static func limit(_ text: String?, default fallback: Int, max: Int, name: String = "limit") throws -> Int {
+        guard let text, !text.isEmpty else { return fallback }
+        guard let value = Int(text), (1...max).contains(value) else { throw APIError.badRequest("\(name) must be 1 to \(max).") }
+        return value
+    }
+
+    static func filter(
+        userID: String?, reason: String?, deadBefore: String?, deadAfter: String?, invalid: (String) -> APIError
+    ) throws -> DeadLetterFilter {
+        func nonEmpty(_ text: String?) -> String? { text.flatMap { $0.isEmpty ? nil : $0 } }
+        for (name, value) in [("dead_before", nonEmpty(deadBefore)), ("dead_after", nonEmpty(deadAfter))] {
+            if let value, !RFC3339.isValid(value) { throw invalid("\(name) must be an RFC 3339 time.") }
+        }
+        return DeadLetterFilter(
+            userID: nonEmpty(userID), reason: nonEmpty(reason), deadBefore: nonEmpty(deadBefore), deadAfter: nonEmpty(deadAfter))
+    }
+}
+
+enum RFC3339 {
+    static func isValid(_ text: String) -> Bool {
+        let plain = ISO8601DateFormatter()
+        plain.formatOptions = [.withInternetDateTime]
+        let fractional = ISO8601DateFormatter()
+        fractional.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return plain.date(from: text) != nil || fractional.date(from: text) != nil
+    }
+}

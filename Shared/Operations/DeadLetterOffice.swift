@@ -1,0 +1,137 @@
+import AMQPBridge
+import Logging
+import PQBridge
+import Persistence
+import ServiceSupport
+import SyncModels
+
+/// What an operator can do about dead letters and queues, in one place for the gateway's
+/// admin API and for syncctl. PostgreSQL holds the list (`dead_letters`); the broker's
+/// `sync.jobs.dlq` holds one parked message per listed dead letter. Every action changes
+/// the database first (the truth), then takes the matching messages out of the queue,
+/// and is written to the audit log.
+public struct DeadLetterOffice: Sendable {
+    let deadLetters: DeadLetterStore
+    let audit: AuditStore
+    let jobs: JobStore
+    let publisher: AMQPPublisher
+    let retryDelays: [Double]
+    let logger: Logger
+
+    public init(pool: PGPool, publisher: AMQPPublisher, retryDelays: [Double], logger: Logger) {
+        self.deadLetters = DeadLetterStore(pool: pool)
+        self.audit = AuditStore(pool: pool)
+        self.jobs = JobStore(pool: pool)
+        self.publisher = publisher
+        self.retryDelays = retryDelays
+        self.logger = logger
+    }
+
+    public func list(queue: String = "sync", filter: DeadLetterFilter, limit: Int, cursor: DeadLetterStore.Cursor?) async throws -> DeadLetterPage {
+        try await deadLetters.list(queue: queue, filter: filter, limit: limit, cursor: cursor)
+    }
+
+    public func detail(id: String) async throws -> DeadLetterDetail? {
+        try await deadLetters.detail(id: id)
+    }
+
+    public enum ReplayAnswer: Sendable, Equatable {
+        case replayed(jobID: String)
+        case notFound
+        case namesNoJob
+    }
+
+    /// Queues the dead job again with attempts reset and takes its message out of the DLQ.
+    public func replay(id: String, actor: String) async throws -> ReplayAnswer {
+        let answer = try await replayOne(id)
+        if case .replayed(let jobID) = answer {
+            await reconcile()
+            try await audit.record(actor: actor, action: "replay", target: jobID, count: 1)
+        }
+        return answer
+    }
+
+    private func replayOne(_ id: String) async throws -> ReplayAnswer {
+        switch try await deadLetters.replay(id: id) {
+        case .notFound: return .notFound
+        case .namesNoJob: return .namesNoJob
+        case .replayed(let jobID, let traceID):
+            do {
+                try await publisher.publish([SynclineTopology.jobMessage(jobID: jobID, traceID: traceID)])
+                try await jobs.markPublished([jobID])
+            } catch {
+                // Committed as queued and unpublished: the gateway's relay publishes it.
+                logger.warning("replayed job not published yet; the relay will", metadata: ["job.id": "\(jobID)", "error": "\(error)"])
+            }
+            return .replayed(jobID: jobID)
+        }
+    }
+
+    /// Gives up on a dead letter: it leaves the list and the queue; its job says `discarded`.
+    public func discard(id: String, actor: String) async throws -> Bool {
+        guard try await deadLetters.discard(id: id) else { return false }
+        await reconcile()
+        try await audit.record(actor: actor, action: "discard", target: Names.canonicalUUID(id), count: 1)
+        return true
+    }
+
+    /// Replays every dead letter the filter selects (a filter is required); with `dryRun`
+    /// only counts them.
+    public func bulkReplay(filter: DeadLetterFilter, dryRun: Bool, actor: String) async throws -> BulkReplayResult {
+        let ids = try await deadLetters.matching(queue: "sync", filter: filter)
+        var replayed = 0
+        if !dryRun {
+            for id in ids {
+                if case .replayed = try await replayOne(id) { replayed += 1 }
+            }
+            if replayed > 0 { await reconcile() }
+        }
+        try await audit.record(
+            actor: actor, action: dryRun ? "bulk_replay_dry_run" : "bulk_replay", filter: filter,
+            count: dryRun ? ids.count : replayed)
+        return BulkReplayResult(matched: ids.count, replayed: replayed)
+    }
+
+    public func auditLog(limit: Int) async throws -> [AuditEntry] {
+        try await audit.recent(limit: limit)
+    }
+
+    /// Depth and consumers of every queue of the job pipeline.
+    public func queues() async throws -> [QueueView] {
+        try await publisher.queueStats(SynclineTopology.queueNames(retryDelays: retryDelays))
+            .map { QueueView(name: $0.name, messages: $0.messages, consumers: $0.consumers) }
+    }
+
+    public func jobRates(minutes: Int) async throws -> JobRates {
+        try await jobs.rates(minutes: minutes)
+    }
+
+    /// Makes `sync.jobs.dlq` hold exactly one message per listed dead letter: messages of
+    /// dead letters replayed or discarded, and second copies (a worker that died between
+    /// recording and acking parks again), are taken out. A broker that cannot be reached
+    /// leaves them for the next action; the list stays right meanwhile.
+    @discardableResult
+    public func reconcile() async -> SweepResult? {
+        do {
+            let listed = try await deadLetters.ids(queue: "sync")
+            let seen = SeenSet()
+            let result = try await publisher.sweep(queue: SynclineTopology.deadLetterQueue) { message in
+                let id = SynclineTopology.deadLetterID(of: message)
+                return !listed.contains(id) || !seen.insert(id)
+            }
+            if result.removed > 0 {
+                logger.info("took acted-on messages out of the dead-letter queue", metadata: ["messages.removed": "\(result.removed)"])
+            }
+            return result
+        } catch {
+            logger.warning("could not reconcile the dead-letter queue", metadata: ["error": "\(error)"])
+            return nil
+        }
+    }
+}
+
+/// Ids seen during one sweep (the sweep's closure runs on the publisher's thread).
+private final class SeenSet: @unchecked Sendable {
+    private var ids = Set<String>()
+    func insert(_ id: String) -> Bool { ids.insert(id).inserted }
+}

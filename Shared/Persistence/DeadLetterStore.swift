@@ -1,0 +1,218 @@
+import Foundation
+import PQBridge
+import SyncModels
+
+/// Dead letters as operators see them: one row per parked message, kept in step with the
+/// job it names (a dead job has a row; replaying or discarding removes it).
+public struct DeadLetterStore: Sendable {
+    let pool: PGPool
+
+    public init(pool: PGPool) { self.pool = pool }
+
+    /// Records a dead letter and, when the message names a job, marks that job dead with
+    /// the error — one transaction. Returns the job's attempts, or nil, recording nothing,
+    /// when the job already succeeded or was discarded (a late duplicate has nothing to park).
+    public func record(
+        id: String, queue: String = "sync", namedJobID: String?, reason: String, error: String, message: String
+    ) async throws -> Int? {
+        try await pool.transaction { connection in
+            var job: PGRow?
+            if let namedJobID {
+                job = try connection.query("""
+                    SELECT job_id, user_id, device_id, op_count, attempts, status FROM jobs WHERE job_id = $1 FOR UPDATE
+                    """, [namedJobID]).first
+                if let status = job?["status"], status == JobStatus.succeeded.rawValue || status == JobStatus.discarded.rawValue {
+                    return nil
+                }
+                if job != nil {
+                    try connection.query("""
+                        UPDATE jobs SET status = 'dead', last_error = $2, finished_at = clock_timestamp(),
+                          attempt_log = \(ApplyStore.closingLastAttempt(error: "$2::text"))
+                        WHERE job_id = $1
+                        """, [namedJobID, "\(reason): \(error)"])
+                }
+            }
+            try connection.query("""
+                INSERT INTO dead_letters
+                  (dead_letter_id, queue, job_id, user_id, device_id, reason, last_error, attempts, op_count, payload)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                ON CONFLICT (dead_letter_id) DO UPDATE SET
+                  reason = EXCLUDED.reason, last_error = EXCLUDED.last_error, attempts = EXCLUDED.attempts
+                """, [
+                    id, queue, job?["job_id"], job?["user_id"], job?["device_id"], reason, error,
+                    Int(job?.optionalInt("attempts") ?? 0), Int(job?.optionalInt("op_count") ?? 0), message,
+                ])
+            return Int(job?.optionalInt("attempts") ?? 0)
+        }
+    }
+
+    /// The columns of a list item, from table alias `d`.
+    static let itemColumns = """
+        d.dead_letter_id, d.queue, d.user_id, d.device_id, d.attempts, d.reason, d.last_error,
+        syncline_rfc3339(d.dead_at) AS dead_at, d.op_count, d.dead_at::text AS dead_at_exact
+        """
+
+    static func item(_ row: PGRow) throws -> DeadLetterItem {
+        DeadLetterItem(
+            jobID: try row.string("dead_letter_id"), queue: try row.string("queue"), userID: row["user_id"],
+            deviceID: row["device_id"], attempts: Int(try row.int("attempts")), reason: try row.string("reason"),
+            lastError: row["last_error"], deadAt: try row.string("dead_at"), ops: Int(try row.int("op_count")))
+    }
+
+    /// SQL conditions for a filter, binding from parameter `first` on.
+    static func conditions(_ filter: DeadLetterFilter, first: Int) -> (sql: String, parameters: [(any PGBindable)?]) {
+        (
+            """
+            ($\(first)::text IS NULL OR user_id = $\(first)) AND ($\(first + 1)::text IS NULL OR reason = $\(first + 1))
+              AND ($\(first + 2)::timestamptz IS NULL OR dead_at < $\(first + 2))
+              AND ($\(first + 3)::timestamptz IS NULL OR dead_at > $\(first + 3))
+            """,
+            [filter.userID, filter.reason, filter.deadBefore, filter.deadAfter]
+        )
+    }
+
+    /// Newest first, `limit` at a time; `cursor` is the previous page's `next_cursor`.
+    public func list(queue: String, filter: DeadLetterFilter, limit: Int, cursor: Cursor?) async throws -> DeadLetterPage {
+        let (conditions, parameters) = Self.conditions(filter, first: 5)
+        let rows = try await pool.query("""
+            SELECT \(Self.itemColumns) FROM dead_letters d
+            WHERE queue = $1 AND ($2::text IS NULL OR (dead_at, dead_letter_id) < ($2::timestamptz, $3::uuid))
+              AND \(conditions)
+            ORDER BY dead_at DESC, dead_letter_id DESC
+            LIMIT $4
+            """, [queue, cursor?.deadAt, cursor?.id, limit + 1] + parameters).rows
+        let items = try rows.prefix(limit).map(Self.item)
+        let next = rows.count > limit
+            ? Cursor(deadAt: try rows[limit - 1].string("dead_at_exact"), id: try rows[limit - 1].string("dead_letter_id")).text
+            : nil
+        return DeadLetterPage(items: items, nextCursor: next)
+    }
+
+    /// A position in the list: the last item's exact time and id.
+    public struct Cursor: Sendable, Equatable {
+        public let deadAt: String
+        public let id: String
+
+        public init?(text: String) {
+            var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+            while base64.count % 4 != 0 { base64 += "=" }
+            guard let data = Data(base64Encoded: base64), let decoded = String(data: data, encoding: .utf8) else { return nil }
+            let parts = decoded.split(separator: "|", omittingEmptySubsequences: false)
+            guard parts.count == 2, let id = Names.canonicalUUID(String(parts[1])),
+                  !parts[0].isEmpty, parts[0].allSatisfy({ $0.isNumber || " -:.+".contains($0) })
+            else { return nil }
+            self.init(deadAt: String(parts[0]), id: id)
+        }
+
+        init(deadAt: String, id: String) {
+            self.deadAt = deadAt
+            self.id = id
+        }
+
+        public var text: String {
+            Data("\(deadAt)|\(id)".utf8).base64EncodedString()
+                .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+                .replacingOccurrences(of: "=", with: "")
+        }
+    }
+
+    /// One dead letter with its message, the job's ops and its attempts.
+    public func detail(id: String) async throws -> DeadLetterDetail? {
+        guard let id = Names.canonicalUUID(id) else { return nil }
+        guard let row = try await pool.query("""
+            SELECT \(Self.itemColumns), d.payload, j.ops, j.status AS job_status, j.attempt_log
+            FROM dead_letters d LEFT JOIN jobs j ON j.job_id = d.job_id
+            WHERE d.dead_letter_id = $1
+            """, [id]).first
+        else { return nil }
+        return DeadLetterDetail(
+            item: try Self.item(row), message: try row.string("payload"),
+            payload: try row["ops"].map { try JSONParser.parse($0) },
+            jobStatus: row["job_status"].flatMap(JobStatus.init(rawValue:)),
+            attemptLog: try row["attempt_log"].map { try JSONCoding.decode([AttemptView].self, from: $0) } ?? [])
+    }
+
+    public enum ReplayOutcome: Sendable, Equatable {
+        /// The job is queued again with its attempts reset; publish it.
+        case replayed(jobID: String, traceID: String?)
+        case notFound
+        /// The dead letter names no job that could run (not a job message, or an unknown job).
+        case namesNoJob
+    }
+
+    /// Takes the dead letter off the list and queues its job again with attempts reset
+    /// (unpublished, so the gateway's relay publishes it if the caller cannot).
+    public func replay(id: String) async throws -> ReplayOutcome {
+        guard let id = Names.canonicalUUID(id) else { return .notFound }
+        return try await pool.transaction { connection in
+            guard let letter = try connection.query(
+                "SELECT job_id FROM dead_letters WHERE dead_letter_id = $1 AND queue = 'sync' FOR UPDATE", [id]
+            ).first else { return .notFound }
+            guard let jobID = letter["job_id"] else { return .namesNoJob }
+            let job = try connection.query("""
+                UPDATE jobs SET status = 'queued', attempts = 0, published_at = NULL, finished_at = NULL, last_error = NULL
+                WHERE job_id = $1 AND status = 'dead'
+                RETURNING trace_id
+                """, [jobID]).first
+            try connection.query("DELETE FROM dead_letters WHERE dead_letter_id = $1", [id])
+            guard let job else { return .notFound }
+            return .replayed(jobID: jobID, traceID: job["trace_id"])
+        }
+    }
+
+    /// Takes the dead letter off the list for good; its job says `discarded`.
+    public func discard(id: String) async throws -> Bool {
+        guard let id = Names.canonicalUUID(id) else { return false }
+        return try await pool.transaction { connection in
+            guard let letter = try connection.query(
+                "DELETE FROM dead_letters WHERE dead_letter_id = $1 AND queue = 'sync' RETURNING job_id", [id]
+            ).first else { return false }
+            if let jobID = letter["job_id"] {
+                try connection.query(
+                    "UPDATE jobs SET status = 'discarded', finished_at = clock_timestamp() WHERE job_id = $1 AND status = 'dead'",
+                    [jobID])
+            }
+            return true
+        }
+    }
+
+    /// The ids of the dead letters a filter selects.
+    public func matching(queue: String, filter: DeadLetterFilter) async throws -> [String] {
+        let (conditions, parameters) = Self.conditions(filter, first: 2)
+        return try await pool.query(
+            "SELECT dead_letter_id FROM dead_letters WHERE queue = $1 AND \(conditions) ORDER BY dead_at",
+            [queue] + parameters
+        ).rows.map { try $0.string("dead_letter_id") }
+    }
+
+    /// Every dead letter id of a queue (to reconcile the broker's queue with the list).
+    public func ids(queue: String) async throws -> Set<String> {
+        Set(try await pool.query("SELECT dead_letter_id FROM dead_letters WHERE queue = $1", [queue])
+            .rows.map { try $0.string("dead_letter_id") })
+    }
+}
+
+/// Every admin action: who, what, on what, how many, when.
+public struct AuditStore: Sendable {
+    let pool: PGPool
+
+    public init(pool: PGPool) { self.pool = pool }
+
+    public func record(actor: String, action: String, target: String? = nil, filter: DeadLetterFilter? = nil, count: Int) async throws {
+        try await pool.query(
+            "INSERT INTO admin_audit (actor, action, target, filter, count) VALUES ($1, $2, $3, $4::jsonb, $5)",
+            [actor, action, target, try filter.map { try JSONCoding.encodeString($0) }, count])
+    }
+
+    public func recent(limit: Int) async throws -> [AuditEntry] {
+        try await pool.query("""
+            SELECT syncline_rfc3339(at) AS at, actor, action, target, filter, count
+            FROM admin_audit ORDER BY audit_id DESC LIMIT $1
+            """, [limit]).rows.map { row in
+            AuditEntry(
+                at: try row.string("at"), actor: try row.string("actor"), action: try row.string("action"),
+                target: row["target"], filter: try row["filter"].map { try JSONCoding.decode(DeadLetterFilter.self, from: $0) },
+                count: Int(try row.int("count")))
+        }
+    }
+}

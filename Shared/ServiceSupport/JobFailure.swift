@@ -1,0 +1,59 @@
+import AMQPBridge
+import PQBridge
+
+/// What a failed job attempt means — decided here and nowhere else.
+///
+/// - `outage`: PostgreSQL cannot be reached (connection refused or lost, the server shutting
+///   down or starting, too many connections). The job is not at fault, so the attempt is
+///   not counted: the worker waits for the database and hands the job back. An outage
+///   longer than the whole backoff schedule therefore never turns good jobs into dead ones.
+/// - `transient`: worth another attempt after the next retry delay (serialization failure,
+///   deadlock, lock timeout, the broker failing us). Counts towards `MAX_ATTEMPTS`.
+/// - `permanent`: another attempt cannot help (stored ops that cannot be read, any other
+///   database error); dead-lettered at once with the reason.
+public enum JobFailure: Equatable, Sendable {
+    case outage(reason: String)
+    case transient(reason: String)
+    case permanent(reason: String)
+
+    /// The label used in logs, metrics and dead-letter headers.
+    public var reason: String {
+        switch self {
+        case .outage(let reason), .transient(let reason), .permanent(let reason): return reason
+        }
+    }
+
+    public static func classify(_ error: any Error) -> JobFailure {
+        switch error {
+        case let error as PGError:
+            if error.isUnavailable { return .outage(reason: "database_unavailable") }
+            switch error.sqlState {
+            case "40001": return .transient(reason: "serialization_failure")
+            case "40P01": return .transient(reason: "deadlock")
+            case "55P03": return .transient(reason: "lock_not_available")
+            case let state? where error.isRetryable: return .transient(reason: "database_\(state)")
+            case _ where error.code == .decoding: return .permanent(reason: "invalid_payload")
+            case let state?: return .permanent(reason: "database_error_\(state)")
+            case nil: return .permanent(reason: "database_error")
+            }
+        case let error as AMQPError:
+            return error.isRetryable ? .transient(reason: "broker") : .permanent(reason: "broker_closed")
+        case is CancellationError:
+            return .outage(reason: "shutting_down")
+        default:
+            return .permanent(reason: "internal_error")
+        }
+    }
+}
+
+/// Reasons a message is dead-lettered without (further) attempts.
+public enum DeadLetterReason {
+    /// The message is not a job message (not JSON, no job id).
+    public static let invalidMessage = "invalid_message"
+    /// The message names a job no row exists for.
+    public static let unknownJob = "unknown_job"
+    /// The job failed transiently `MAX_ATTEMPTS` times.
+    public static let maxAttempts = "max_attempts"
+    /// The broker redelivered the message past its delivery limit (workers kept dying on it).
+    public static let deliveryLimit = "delivery_limit"
+}
