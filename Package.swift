@@ -115,7 +115,7 @@ let package = Package(
             path: "Services/Syncctl", swiftSettings: strict),
         .testTarget(
             name: "UnitTests",
-            dependencies: ["SyncModels", "Auth", "ServiceSupport", .product(name: "Yams", package: "Yams")],
+            dependencies: ["SyncModels", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", .product(name: "Yams", package: "Yams")],
             path: "Tests/UnitTests", swiftSettings: strict),
         .testTarget(
             name: "IntegrationTests",

@@ -1,6 +1,8 @@
+import AMQPBridge
 import Auth
 import Foundation
 import PQBridge
+import ServiceSupport
 import Testing
 import Yams
 
@@ -90,6 +92,16 @@ struct ContractTests {
             let accepted = try await api.push(token, device: device, ops: [goodOp])
             let job = try #require(accepted.json["job_id"] as? String)
             _ = try await api.awaitJob(token, job)
+            // A dead letter to show and discard: a message naming a job that does not exist.
+            let admin = E2E.token("contract-admin", admin: true)
+            let deadJob = UUID().uuidString.lowercased()
+            let publisher = AMQPPublisher(
+                endpoint: try #require(AMQPEndpoint(url: E2E.amqpURL!)), topology: E2E.topology, logger: E2E.logger)
+            try await publisher.publish([SynclineTopology.jobMessage(jobID: deadJob, traceID: nil)])
+            await publisher.shutdown()
+            _ = try await E2E.eventually(within: 10, "the unknown job dead-lettered") {
+                try await api.request("GET", "/v1/admin/dead-letters/\(deadJob)", token: admin).status == 200 ? true : nil
+            }
 
             let examples: [Example] = [
                 Example(operation: "POST /v1/devices") { try await $0.json("POST", "/v1/devices", token: token, ["name": "x", "platform": "web"]) },
@@ -107,6 +119,19 @@ struct ContractTests {
                 Example(operation: "GET /v1/sync/jobs/{job_id}") { try await $0.request("GET", "/v1/sync/jobs/\(UUID())", token: token) },
                 Example(operation: "GET /v1/sync/pull") { try await $0.request("GET", "/v1/sync/pull?limit=2", token: token) },
                 Example(operation: "GET /v1/sync/pull") { try await $0.request("GET", "/v1/sync/pull?limit=0", token: token) },
+                Example(operation: "GET /v1/admin/dead-letters") { try await $0.request("GET", "/v1/admin/dead-letters?limit=1", token: admin) },
+                Example(operation: "GET /v1/admin/dead-letters") { try await $0.request("GET", "/v1/admin/dead-letters", token: token) },
+                Example(operation: "GET /v1/admin/dead-letters") { try await $0.request("GET", "/v1/admin/dead-letters?cursor=nope", token: admin) },
+                Example(operation: "GET /v1/admin/dead-letters/{job_id}") { try await $0.request("GET", "/v1/admin/dead-letters/\(deadJob)", token: admin) },
+                Example(operation: "GET /v1/admin/dead-letters/{job_id}") { try await $0.request("GET", "/v1/admin/dead-letters/\(UUID())", token: admin) },
+                Example(operation: "POST /v1/admin/dead-letters/{job_id}/discard") { try await $0.request("POST", "/v1/admin/dead-letters/\(deadJob)/discard", token: admin) },
+                Example(operation: "POST /v1/admin/dead-letters/{job_id}/replay") { try await $0.request("POST", "/v1/admin/dead-letters/\(deadJob)/replay", token: admin) },
+                Example(operation: "POST /v1/admin/dead-letters/replay") { try await $0.json("POST", "/v1/admin/dead-letters/replay", token: admin, ["user_id": user, "dry_run": true]) },
+                Example(operation: "POST /v1/admin/dead-letters/replay") { try await $0.json("POST", "/v1/admin/dead-letters/replay", token: admin, ["dry_run": true]) },
+                Example(operation: "GET /v1/admin/audit") { try await $0.request("GET", "/v1/admin/audit?limit=5", token: admin) },
+                Example(operation: "GET /v1/admin/queues") { try await $0.request("GET", "/v1/admin/queues", token: admin) },
+                Example(operation: "GET /v1/admin/job-rates") { try await $0.request("GET", "/v1/admin/job-rates?minutes=5", token: admin) },
+                Example(operation: "GET /admin") { try await $0.request("GET", "/admin") },
                 Example(operation: "GET /healthz") { try await $0.request("GET", "/healthz") },
                 Example(operation: "GET /readyz") { try await $0.request("GET", "/readyz") },
                 Example(operation: "GET /metrics") { try await $0.request("GET", "/metrics") },

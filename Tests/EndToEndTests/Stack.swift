@@ -137,11 +137,13 @@ final class ServiceProcess: @unchecked Sendable {
 /// A gateway and workers, started as real processes for one test.
 final class Stack: @unchecked Sendable {
     // @unchecked: the process list is set up before the stack is shared and only read after.
-    let gateway: ServiceProcess
+    private(set) var gateway: ServiceProcess
     var workers: [ServiceProcess]
     let client: APIClient
+    let environment: [String: String]
 
     init(workers count: Int = 2, environment: [String: String] = [:]) async throws {
+        self.environment = environment
         gateway = try ServiceProcess(executable: "gateway", name: "gateway", port: E2E.freePort(), environment: environment)
         workers = try (0..<count).map { _ in
             try ServiceProcess(executable: "worker", name: "worker", port: E2E.freePort(), environment: environment)
@@ -156,6 +158,27 @@ final class Stack: @unchecked Sendable {
             _ = try await E2E.eventually(within: 30, "worker /readyz") {
                 try await probe.request("GET", "/readyz").status == 200 ? true : nil
             }
+        }
+    }
+
+    /// Starts another gateway on the same port (after the first one was killed).
+    func replaceGateway(environment: [String: String]? = nil) async throws {
+        gateway.stop(within: 1)
+        gateway = try ServiceProcess(
+            executable: "gateway", name: "gateway", port: gateway.port, environment: environment ?? self.environment)
+        let client = self.client
+        _ = try await E2E.eventually(within: 30, "gateway /readyz") {
+            try await client.request("GET", "/readyz").status == 200 ? true : nil
+        }
+    }
+
+    /// Starts one more worker and waits until it is ready.
+    func addWorker() async throws {
+        let worker = try ServiceProcess(executable: "worker", name: "worker", port: E2E.freePort(), environment: environment)
+        workers.append(worker)
+        let probe = APIClient(base: "http://127.0.0.1:\(worker.port)")
+        _ = try await E2E.eventually(within: 30, "worker /readyz") {
+            try await probe.request("GET", "/readyz").status == 200 ? true : nil
         }
     }
 

@@ -1,0 +1,50 @@
+import Foundation
+import Testing
+
+/// The `/admin` page in a real browser: headless Chromium loads it, the operator pastes an
+/// admin token, sees a dead letter with its reason, clicks Replay, and sees it leave the
+/// list while the job succeeds. Screenshots land in test-output/.
+@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+struct AdminPageTests {
+    @Test func operatorReplaysADeadLetterFromThePage() async throws {
+        let failing = try await FailureTests.FailingCollection("page_poison")
+        var removed = false
+        defer { if !removed { Task { try? await failing.remove() } } }
+        try await Stack.with(workers: 1) { stack in
+            let api = stack.client
+            let user = "page-\(UUID().uuidString.prefix(6))"
+            let token = E2E.token(user)
+            let device = try await api.registerDevice(token)
+            let push = try await api.push(token, device: device, ops: [
+                ["op_id": newOpID(), "type": "upsert", "collection": "page_poison", "id": "c1", "data": ["title": "Pre-departure checklist"]],
+            ])
+            let jobID = try #require(push.json["job_id"] as? String)
+            #expect(try await api.awaitJob(token, jobID)["status"] as? String == "dead")
+            try await failing.remove()
+            removed = true
+
+            let output = E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()
+            let browser = try Browser()
+            defer { browser.quit() }
+            try browser.open("\(api.base)/admin")
+            try browser.waitFor("!document.getElementById('login').hidden")
+            try browser.type(into: "#token", E2E.token("page-operator", admin: true))
+            try browser.click("#save")
+            let row = "tr[data-job-id='\(jobID)']"
+            try browser.waitFor("document.querySelector(\"\(row)\")")
+            let reason = try browser.evaluate("document.querySelector(\"\(row) .reason\").textContent") as? String
+            #expect(reason == "max_attempts")
+            let queues = try browser.evaluate("document.querySelectorAll('#queues tbody tr').length") as? Int
+            #expect((queues ?? 0) >= 3, "the queue table lists the pipeline's queues")
+            try browser.screenshot(to: "\(output)/admin-page.png")
+
+            try browser.click("\(row) button.replay")
+            try browser.waitFor("!document.querySelector(\"\(row)\")")
+            try browser.screenshot(to: "\(output)/admin-page-after-replay.png")
+            #expect(try await api.awaitJob(token, jobID)["status"] as? String == "succeeded")
+            // The token stayed in the tab's session storage, not in a cookie or the URL.
+            #expect(try browser.evaluate("sessionStorage.getItem('syncline.adminToken') !== null") as? Bool == true)
+            #expect(try browser.evaluate("document.cookie") as? String == "")
+        }
+    }
+}

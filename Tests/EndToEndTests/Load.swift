@@ -1,0 +1,119 @@
+import Foundation
+import PQBridge
+import Testing
+
+/// A steady push load from several devices of several users, for fault tests. Every op
+/// creates its own record, so after the load the expected state is exact: each user has
+/// one record per acknowledged op, and — each op being applied exactly once — the user's
+/// cursor equals that count (every application takes one version).
+final class SteadyLoad: @unchecked Sendable {
+    // @unchecked: `accepted` is guarded by `lock`; the rest is set in init.
+    struct Device: Sendable {
+        let user: String
+        let token: String
+        let id: String
+    }
+
+    let devices: [Device]
+    let collection: String
+    private let lock = NSLock()
+    private var acceptedOps: [String: [String]] = [:]  // user → record ids
+    private var acceptedJobs: [String] = []
+    private var task: Task<Void, Never>?
+    private var stopping = false
+
+    init(client: APIClient, users: Int, devicesPerUser: Int, tag: String) async throws {
+        var devices: [Device] = []
+        for u in 0..<users {
+            let user = "\(tag)-\(u)-\(UUID().uuidString.prefix(6))"
+            let token = E2E.token(user)
+            for d in 0..<devicesPerUser {
+                devices.append(Device(user: user, token: token, id: try await client.registerDevice(token, name: "d\(d)")))
+            }
+        }
+        self.devices = devices
+        self.collection = "load"
+    }
+
+    var users: [String] { Array(Set(devices.map(\.user))).sorted() }
+
+    /// Pushes from every device, one push at a time each, `opsPerPush` ops a push, until
+    /// `stop()`. A push is retried with its Idempotency-Key until the gateway answers 202
+    /// (503 while PostgreSQL is down, connection refused while the gateway is down): only
+    /// a 202 acknowledges ops.
+    func start(client: @escaping @Sendable () -> APIClient, opsPerPush: Int = 3, pause: Double = 0.05) {
+        let devices = self.devices
+        task = Task {
+            await withTaskGroup(of: Void.self) { group in
+                for device in devices {
+                    group.addTask {
+                        while !self.isStopping {
+                            let ids = (0..<opsPerPush).map { _ in "r-\(newOpID())" }
+                            let ops: [[String: Any]] = ids.map {
+                                ["op_id": newOpID(), "type": "upsert", "collection": self.collection, "id": $0, "data": ["n": 1]]
+                            }
+                            let key = newOpID()
+                            while true {
+                                if let result = try? await client().push(device.token, device: device.id, ops: ops, headers: ["Idempotency-Key": key]),
+                                   result.status == 202, let job = result.json["job_id"] as? String {
+                                    self.record(user: device.user, ids: ids, job: job)
+                                    break
+                                }
+                                if self.isStopping { return }  // never acknowledged: not expected
+                                try? await Task.sleep(for: .milliseconds(200))
+                            }
+                            try? await Task.sleep(for: .seconds(pause))
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    private var isStopping: Bool { lock.withLock { stopping } }
+
+    private func record(user: String, ids: [String], job: String) {
+        lock.withLock {
+            acceptedOps[user, default: []].append(contentsOf: ids)
+            acceptedJobs.append(job)
+        }
+    }
+
+    func stop() async {
+        lock.withLock { stopping = true }
+        await task?.value
+    }
+
+    var jobs: [String] { lock.withLock { acceptedJobs } }
+    var opCount: Int { lock.withLock { acceptedOps.values.reduce(0) { $0 + $1.count } } }
+
+    /// Waits until every acknowledged job is terminal, then checks: every job succeeded,
+    /// no acknowledged op is missing from a pull, and each was applied exactly once.
+    func verify(client: APIClient, within seconds: Double = 60) async throws {
+        let jobs = self.jobs
+        #expect(!jobs.isEmpty, "the load pushed nothing")
+        let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
+        defer { Task { await pool.shutdown() } }
+        let statuses = try await E2E.eventually(within: seconds, "\(jobs.count) jobs terminal") { () -> [String: Int]? in
+            let rows = try await pool.query(
+                "SELECT status, count(*) AS n FROM jobs WHERE job_id = ANY($1::uuid[]) GROUP BY status", [jobs]).rows
+            var counts: [String: Int] = [:]
+            for row in rows { counts[row["status"] ?? "?"] = Int(row["n"] ?? "0") ?? 0 }
+            let unfinished = (counts["queued"] ?? 0) + (counts["processing"] ?? 0) + (counts["retrying"] ?? 0)
+            return unfinished == 0 && counts.values.reduce(0, +) == jobs.count ? counts : nil
+        }
+        #expect(statuses == ["succeeded": jobs.count], "job outcomes: \(statuses)")
+
+        let expected = lock.withLock { acceptedOps }
+        for (user, ids) in expected {
+            let token = E2E.token(user)
+            let (changes, cursor) = try await client.pullAll(token, limit: 1000)
+            let pulled = Set(changes.filter { $0["collection"] as? String == collection }.compactMap { $0["id"] as? String })
+            let missing = Set(ids).subtracting(pulled)
+            #expect(missing.isEmpty, "\(user): \(missing.count) acknowledged ops lost")
+            #expect(pulled.count == ids.count, "\(user): pulled \(pulled.count) records for \(ids.count) ops")
+            // One version per application: more would mean an op applied twice.
+            #expect(Int(cursor) == ids.count, "\(user): cursor \(cursor) for \(ids.count) ops")
+        }
+    }
+}
