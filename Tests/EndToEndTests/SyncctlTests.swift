@@ -1,14 +1,16 @@
+import AMQPBridge
 import Foundation
+import ServiceSupport
 import Testing
 
 /// The operator CLI against the same running stack.
 @Suite("syncctl", .enabled(if: E2E.enabled), .serialized)
 struct SyncctlTests {
     /// Runs syncctl with the test environment and returns its exit code and standard output.
-    func syncctl(_ arguments: String) throws -> (Int32, String) {
+    func syncctl(_ arguments: String, env: String = "") throws -> (Int32, String) {
         let output = FileManager.default.temporaryDirectory.appendingPathComponent("syncctl-\(UUID().uuidString).out").path
         defer { try? FileManager.default.removeItem(atPath: output) }
-        let status = E2E.shell("\(E2E.binaries)/syncctl \(arguments) > \(output) 2>/dev/null")
+        let status = E2E.shell("\(env) \(E2E.binaries)/syncctl \(arguments) > \(output) 2>/dev/null")
         return (status, (try? String(contentsOfFile: output, encoding: .utf8)) ?? "")
     }
 
@@ -40,6 +42,50 @@ struct SyncctlTests {
             // An admin token is also an ordinary user token.
             let (_, adminToken) = try syncctl("token --user ops --admin")
             #expect(try await api.request("GET", "/v1/devices", token: adminToken.trimmingCharacters(in: .whitespacesAndNewlines)).status == 200)
+        }
+    }
+
+    @Test func deadLetterCommandsAndQueues() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let publisher = AMQPPublisher(
+                endpoint: try #require(AMQPEndpoint(url: E2E.amqpURL!)), topology: E2E.topology, logger: E2E.logger)
+            let unknown = UUID().uuidString.lowercased()
+            try await publisher.publish([SynclineTopology.jobMessage(jobID: unknown, traceID: nil)])
+            let admin = E2E.token("cli-admin", admin: true)
+            _ = try await E2E.eventually(within: 10, "the unknown job dead-lettered") {
+                try await stack.client.request("GET", "/v1/admin/dead-letters/\(unknown)", token: admin).status == 200 ? true : nil
+            }
+            let env = "RETRY_DELAYS=\(E2E.serviceDefaults["RETRY_DELAYS"]!) USER=tester"
+
+            let (listed, listOutput) = try syncctl("dlq list --reason unknown_job --limit 500 --json", env: env)
+            #expect(listed == 0)
+            let page = try #require(try JSONSerialization.jsonObject(with: Data(listOutput.utf8)) as? [String: Any])
+            #expect((page["items"] as? [[String: Any]] ?? []).contains { $0["job_id"] as? String == unknown })
+            let (_, table) = try syncctl("dlq list --reason unknown_job --limit 500", env: env)
+            #expect(table.contains(unknown) && table.contains("unknown_job"))
+
+            let (shown, showOutput) = try syncctl("dlq show \(unknown)", env: env)
+            #expect(shown == 0)
+            #expect(showOutput.contains("\"reason\" : \"unknown_job\""))
+            #expect(try syncctl("dlq replay \(unknown)", env: env).0 != 0, "a dead letter naming no job cannot be replayed")
+            #expect(try syncctl("dlq replay --dry-run", env: env).0 != 0, "bulk replay needs a filter")
+            let (dry, dryOutput) = try syncctl("dlq replay --reason unknown_job --dry-run", env: env)
+            #expect(dry == 0 && dryOutput.contains("dry run"))
+
+            let (queues, queuesOutput) = try syncctl("queues", env: env)
+            #expect(queues == 0)
+            let dlqLine = try #require(queuesOutput.split(separator: "\n").first { $0.hasPrefix("sync.jobs.dlq") })
+            let depth = Int(dlqLine.split(separator: " ", omittingEmptySubsequences: true)[1]) ?? -1
+            #expect(try syncctl("dlq discard \(unknown)", env: env).0 == 0)
+            #expect(try syncctl("dlq show \(unknown)", env: env).0 != 0)
+            let after = try await publisher.queueStats([SynclineTopology.deadLetterQueue]).first?.messages
+            // Its message left the DLQ (a sweep may also drop stale copies of other dead letters).
+            #expect((after ?? depth) <= depth - 1, "discarding took its message out of the DLQ")
+            await publisher.shutdown()
+
+            let audit = try await stack.client.request("GET", "/v1/admin/audit", token: admin).json["items"] as? [[String: Any]] ?? []
+            #expect(audit.contains { $0["actor"] as? String == "syncctl:tester" && $0["action"] as? String == "discard" })
+            #expect(audit.contains { $0["actor"] as? String == "syncctl:tester" && $0["action"] as? String == "bulk_replay_dry_run" })
         }
     }
 }
