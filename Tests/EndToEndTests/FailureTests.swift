@@ -348,4 +348,57 @@ struct FailureTests {
             #expect(cursor == "100", "each op takes one version when applied once")
         }
     }
+
+    /// The broker's backstop: a job message handed back more times than the quorum queue's
+    /// delivery limit is dead-lettered by RabbitMQ into `sync.jobs.exhausted` (never
+    /// dropped), and a worker turns it into a dead letter with reason `delivery_limit`.
+    @Test func deliveryLimitBackstopEndsInADeadLetter() async throws {
+        try await Stack.with(workers: 0) { stack in
+            let api = stack.client
+            let user = "backstop-\(UUID().uuidString.prefix(6))"
+            let token = E2E.token(user)
+            let device = try await api.registerDevice(token)
+            let push = try await api.push(token, device: device, ops: [
+                ["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": "b1", "data": ["t": 1]],
+            ])
+            let jobID = try #require(push.json["job_id"] as? String)
+
+            // Stand in for workers that keep dying on it: hand it back until the broker gives up.
+            let endpoint = try #require(AMQPEndpoint(url: E2E.amqpURL!))
+            let consumer = AMQPConsumer(
+                configuration: .init(endpoint: endpoint, topology: E2E.topology, queue: SynclineTopology.jobsQueue, prefetch: 1),
+                logger: E2E.logger)
+            consumer.start()
+            var handedBack = 0
+            while true {
+                let next = await withTaskGroup(of: AMQPDelivery?.self) { group in
+                    group.addTask {
+                        var iterator = consumer.deliveries.makeAsyncIterator()
+                        return await iterator.next()
+                    }
+                    group.addTask {
+                        try? await Task.sleep(for: .seconds(3))
+                        return nil
+                    }
+                    let first = await group.next() ?? nil
+                    group.cancelAll()
+                    return first
+                }
+                guard let delivery = next else { break }
+                if SynclineTopology.jobID(inMessage: delivery.body) == jobID { handedBack += 1 }
+                consumer.reject(delivery, requeue: true)
+                #expect(handedBack <= SynclineTopology.deliveryLimit + 5, "the broker never gave up")
+                if handedBack > SynclineTopology.deliveryLimit + 5 { break }
+            }
+            consumer.stopConsuming()
+            await consumer.close()
+            #expect(handedBack >= Int(SynclineTopology.deliveryLimit))
+
+            try await stack.addWorker()
+            let dead = try await api.awaitJob(token, jobID, within: 15)
+            #expect(dead["status"] as? String == "dead")
+            let letter = try await api.request("GET", "/v1/admin/dead-letters/\(jobID)", token: E2E.token("ops", admin: true)).json
+            #expect(letter["reason"] as? String == "delivery_limit")
+        }
+    }
 }
