@@ -21,6 +21,7 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
     let devices = DeviceStore(pool: pool)
     let jobs = JobStore(pool: pool)
     let marks = PublishedMarks()
+    let views = ViewCounter(store: PublicStore(pool: pool), logger: logger)
 
     let router = Router(context: BasicRequestContext.self)
     router.addMiddleware {
@@ -32,6 +33,7 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
         auth: auth, devices: devices, jobs: jobs, pulls: PullStore(pool: pool), publisher: publisher, marks: marks,
         maxClockSkewMilliseconds: Int64(configuration.maxClockSkew * 1000)
     ).register(on: router)
+    PublicRoutes(records: PublicStore(pool: pool), views: views).register(on: router)
     AdminRoutes(
         auth: auth,
         office: DeadLetterOffice(pool: pool, publisher: publisher, retryDelays: configuration.retryDelays, logger: logger),
@@ -48,6 +50,7 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
                 await pool.shutdown()
             },
             JobRelay(jobs: jobs, marks: marks, publisher: publisher, relayAfter: configuration.relayAfter, logger: logger),
+            views,
         ],
         logger: logger)
 }

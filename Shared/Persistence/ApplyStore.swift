@@ -87,7 +87,7 @@ public struct ApplyStore: Sendable {
         guard let id = Names.canonicalUUID(jobID) else { return .unknownJob }
         return try await pool.transaction { connection in
             guard let job = try connection.query(
-                "SELECT user_id, device_id, status, ops FROM jobs WHERE job_id = $1 FOR UPDATE", [id]
+                "SELECT user_id, device_id, status, ops, author_name FROM jobs WHERE job_id = $1 FOR UPDATE", [id]
             ).first else { return .unknownJob }
             let status = JobStatus(rawValue: try job.string("status")) ?? .queued
             if status.isTerminal { return .alreadyFinished(status) }
@@ -111,9 +111,11 @@ public struct ApplyStore: Sendable {
 
             let keys = Array(Set(ops.map { RecordKey(collection: $0.collection, id: $0.id) }))
             let records = try Self.loadRecords(connection, user: user, keys: keys)
+            let owners = try Self.publicIDOwners(connection, user: user, ops: ops)
 
             let outcome = JobApplier.apply(
-                ops: ops, records: records, knownOpIDs: known, counter: counter, deviceID: deviceID)
+                ops: ops, records: records, knownOpIDs: known, counter: counter, deviceID: deviceID,
+                publicIDOwners: owners)
 
             if !outcome.remembered.isEmpty {
                 try connection.query("""
@@ -121,7 +123,7 @@ public struct ApplyStore: Sendable {
                     SELECT $1, unnest($2::uuid[]), $3 ON CONFLICT DO NOTHING
                     """, [user, outcome.remembered, id])
             }
-            try Self.saveRecords(connection, user: user, records: Array(outcome.changed.values))
+            try Self.saveRecords(connection, user: user, records: Array(outcome.changed.values), author: job["author_name"])
             let finished = try connection.query("""
                 WITH counter AS (UPDATE user_counters SET counter = $2 WHERE user_id = $4 AND counter <> $2)
                 UPDATE jobs SET status = 'succeeded', checkpoint = $2, results = $3::jsonb,
@@ -138,11 +140,32 @@ public struct ApplyStore: Sendable {
         }
     }
 
+    /// Who holds each public id the job's publish ops name: a record of this user, or
+    /// (nil) one of another user. Each id is locked for the rest of the transaction first,
+    /// in order, so two users publishing the same id at once are serialized and exactly one
+    /// gets it.
+    static func publicIDOwners(_ connection: PGConnection, user: String, ops: [Op]) throws -> [String: RecordKey?] {
+        let ids = Array(Set(ops.filter { $0.type == .publish && $0.rejected == nil }.compactMap(\.publicID))).sorted()
+        guard !ids.isEmpty else { return [:] }
+        try connection.query(
+            "SELECT pg_advisory_xact_lock(hashtextextended('syncline.public_id:' || id, 0)) FROM unnest($1::text[]) AS id",
+            [ids])
+        var owners: [String: RecordKey?] = [:]
+        for row in try connection.query(
+            "SELECT public_id, user_id, collection, record_id FROM records WHERE public_id = ANY($1::text[])", [ids]
+        ).rows {
+            let key = try row.string("user_id") == user
+                ? RecordKey(collection: try row.string("collection"), id: try row.string("record_id")) : nil
+            owners[try row.string("public_id")] = .some(key)
+        }
+        return owners
+    }
+
     static func loadRecords(_ connection: PGConnection, user: String, keys: [RecordKey]) throws -> [RecordKey: StoredRecord] {
         guard !keys.isEmpty else { return [:] }
         let rows = try connection.query("""
             SELECT r.collection, r.record_id, r.version, r.data, r.field_clocks, r.floor_clock,
-                   r.write_clock, r.delete_clock, r.updated_by
+                   r.write_clock, r.delete_clock, r.updated_by, r.public_id, r.can_fork, r.visibility_clock
             FROM records r
             JOIN unnest($2::text[], $3::text[]) AS k(collection, record_id)
               ON r.collection = k.collection AND r.record_id = k.record_id
@@ -157,30 +180,46 @@ public struct ApplyStore: Sendable {
                 fieldClocks: clocks.compactMapValues { $0.stringValue.flatMap(Stamp.init(stored:)) },
                 floor: row["floor_clock"].flatMap(Stamp.init(stored:)),
                 writeClock: row["write_clock"].flatMap(Stamp.init(stored:)),
-                deleteClock: row["delete_clock"].flatMap(Stamp.init(stored:)))
+                deleteClock: row["delete_clock"].flatMap(Stamp.init(stored:)),
+                visibility: row["visibility_clock"].flatMap(Stamp.init(stored:)).map {
+                    RecordState.Visibility(publicID: row["public_id"], canFork: row["can_fork"] == "t", clock: $0)
+                })
             records[key] = StoredRecord(key: key, version: try row.int("version"), state: state, updatedBy: row["updated_by"])
         }
         return records
     }
 
-    static func saveRecords(_ connection: PGConnection, user: String, records: [StoredRecord]) throws {
+    /// Writes changed records. A record that became public (or changed its public id) is
+    /// stamped `published_at` now, with `author` (the publishing token's name).
+    static func saveRecords(_ connection: PGConnection, user: String, records: [StoredRecord], author: String? = nil) throws {
         guard !records.isEmpty else { return }
         let sorted = records.sorted { $0.key < $1.key }
         func column(_ value: (StoredRecord) throws -> String) rethrows -> [String] { try sorted.map(value) }
         try connection.query("""
             INSERT INTO records (user_id, collection, record_id, version, deleted, data, field_clocks,
-                                 floor_clock, write_clock, delete_clock, updated_by, updated_at)
+                                 floor_clock, write_clock, delete_clock, updated_by, updated_at,
+                                 visibility, public_id, can_fork, visibility_clock, published_at, author)
             SELECT $1, c, i, v, d, data::jsonb, clocks::jsonb, NULLIF(f, ''), NULLIF(w, ''), NULLIF(x, ''),
-                   NULLIF(b, '')::uuid, clock_timestamp()
+                   NULLIF(b, '')::uuid, clock_timestamp(),
+                   CASE WHEN p = '' THEN 'private' ELSE 'public' END, NULLIF(p, ''), k, NULLIF(vc, ''),
+                   CASE WHEN p = '' THEN NULL ELSE clock_timestamp() END, CASE WHEN p = '' THEN NULL ELSE $15 END
             FROM unnest($2::text[], $3::text[], $4::bigint[], $5::boolean[], $6::text[], $7::text[],
-                        $8::text[], $9::text[], $10::text[], $11::text[])
-                 AS u(c, i, v, d, data, clocks, f, w, x, b)
+                        $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::boolean[], $14::text[])
+                 AS u(c, i, v, d, data, clocks, f, w, x, b, p, k, vc)
             ON CONFLICT (user_id, collection, record_id) DO UPDATE SET
               updated_at = CASE WHEN records.version <> EXCLUDED.version THEN EXCLUDED.updated_at ELSE records.updated_at END,
               updated_by = EXCLUDED.updated_by,
               version = EXCLUDED.version, deleted = EXCLUDED.deleted, data = EXCLUDED.data,
               field_clocks = EXCLUDED.field_clocks, floor_clock = EXCLUDED.floor_clock,
-              write_clock = EXCLUDED.write_clock, delete_clock = EXCLUDED.delete_clock
+              write_clock = EXCLUDED.write_clock, delete_clock = EXCLUDED.delete_clock,
+              visibility = EXCLUDED.visibility, can_fork = EXCLUDED.can_fork, visibility_clock = EXCLUDED.visibility_clock,
+              published_at = CASE WHEN EXCLUDED.public_id IS NULL THEN NULL
+                                  WHEN records.public_id IS NOT DISTINCT FROM EXCLUDED.public_id THEN records.published_at
+                                  ELSE EXCLUDED.published_at END,
+              author = CASE WHEN EXCLUDED.public_id IS NULL THEN records.author
+                            WHEN records.public_id IS NOT DISTINCT FROM EXCLUDED.public_id THEN records.author
+                            ELSE EXCLUDED.author END,
+              public_id = EXCLUDED.public_id
             """, [
                 user,
                 column(\.key.collection), column(\.key.id), column { String($0.version) },
@@ -189,6 +228,8 @@ public struct ApplyStore: Sendable {
                 column { JSONWriter.string(.object($0.state.fieldClocks.mapValues { .string($0.description) })) },
                 column { $0.state.floor?.description ?? "" }, column { $0.state.writeClock?.description ?? "" },
                 column { $0.state.deleteClock?.description ?? "" }, column { $0.updatedBy ?? "" },
+                column { $0.state.visibility?.publicID ?? "" }, column { $0.state.visibility?.canFork == true ? "t" : "f" },
+                column { $0.state.visibility?.clock.description ?? "" }, author,
             ])
     }
 }

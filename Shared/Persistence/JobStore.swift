@@ -16,8 +16,11 @@ public struct JobStore: Sendable {
         public var requestHash: String
         public var traceID: String?
         public var maxClockSkewMilliseconds: Int64
+        /// The token's `name` claim: shown as the author of what this job publishes.
+        public var authorName: String?
 
-        public init(user: String, deviceID: String, ops: [Op], idempotencyKey: String?, requestHash: String, traceID: String?, maxClockSkewMilliseconds: Int64) {
+        public init(user: String, deviceID: String, ops: [Op], idempotencyKey: String?, requestHash: String, traceID: String?, maxClockSkewMilliseconds: Int64, authorName: String? = nil) {
+            self.authorName = authorName
             self.user = user
             self.deviceID = deviceID
             self.ops = ops
@@ -58,10 +61,11 @@ public struct JobStore: Sendable {
                 let jobID = UUID().uuidString.lowercased()
                 try connection.query("""
                     WITH clock AS (UPDATE user_clocks SET hlc_ms = $9, hlc_counter = $10 WHERE user_id = $2)
-                    INSERT INTO jobs (job_id, user_id, device_id, status, ops, op_count, idempotency_key, request_hash, trace_id)
-                    VALUES ($1, $2, $3, 'queued', $4::jsonb, $5, $6, $7, $8)
+                    INSERT INTO jobs (job_id, user_id, device_id, status, ops, op_count, idempotency_key, request_hash, trace_id, author_name)
+                    VALUES ($1, $2, $3, 'queued', $4::jsonb, $5, $6, $7, $8, $11)
                     """, [jobID, intake.user, intake.deviceID, Op.encodeStored(ops), ops.count,
-                          intake.idempotencyKey, intake.requestHash, intake.traceID, clock.milliseconds, clock.counter])
+                          intake.idempotencyKey, intake.requestHash, intake.traceID, clock.milliseconds, clock.counter,
+                          intake.authorName])
                 return .created(jobID: jobID, ops: ops.count)
             }
         } catch let error as PGError where error.sqlState == "23505" && intake.idempotencyKey != nil {

@@ -138,6 +138,18 @@ public enum Migrations {
             -- Recent job rates for operators.
             CREATE INDEX jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
             """),
+        Migration(version: 3, name: "public content", sql: """
+            -- Who published (the token's name claim, never the user id) and how often read.
+            ALTER TABLE jobs ADD COLUMN author_name text;
+            ALTER TABLE records ADD COLUMN author text;
+            ALTER TABLE records ADD COLUMN view_count bigint NOT NULL DEFAULT 0;
+            -- One record per public id, checked at commit so that one job may move an id
+            -- from one record to another.
+            DROP INDEX records_by_public_id;
+            ALTER TABLE records ADD CONSTRAINT records_public_id_unique UNIQUE (public_id) DEFERRABLE INITIALLY DEFERRED;
+            CREATE INDEX records_public_listing ON records (published_at DESC, public_id)
+              WHERE public_id IS NOT NULL AND NOT deleted;
+            """),
     ]
 
     /// Applies every migration not yet applied. Safe to run from many processes at once.

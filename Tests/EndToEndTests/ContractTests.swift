@@ -92,6 +92,12 @@ struct ContractTests {
             let accepted = try await api.push(token, device: device, ops: [goodOp])
             let job = try #require(accepted.json["job_id"] as? String)
             _ = try await api.awaitJob(token, job)
+            // A published record to read.
+            let publicID = "contract-\(UUID().uuidString.prefix(8).lowercased())"
+            let published = try await api.push(token, device: device, ops: [
+                ["op_id": newOpID(), "type": "publish", "collection": "notes", "id": "n1", "public_id": publicID],
+            ])
+            _ = try await api.awaitJob(token, try #require(published.json["job_id"] as? String))
             // A dead letter to show and discard: a message naming a job that does not exist.
             let admin = E2E.token("contract-admin", admin: true)
             let deadJob = UUID().uuidString.lowercased()
@@ -119,6 +125,10 @@ struct ContractTests {
                 Example(operation: "GET /v1/sync/jobs/{job_id}") { try await $0.request("GET", "/v1/sync/jobs/\(UUID())", token: token) },
                 Example(operation: "GET /v1/sync/pull") { try await $0.request("GET", "/v1/sync/pull?limit=2", token: token) },
                 Example(operation: "GET /v1/sync/pull") { try await $0.request("GET", "/v1/sync/pull?limit=0", token: token) },
+                Example(operation: "GET /v1/public") { try await $0.request("GET", "/v1/public?collection=notes&limit=5") },
+                Example(operation: "GET /v1/public") { try await $0.request("GET", "/v1/public?limit=1000") },
+                Example(operation: "GET /v1/public/{public_id}") { try await $0.request("GET", "/v1/public/\(publicID)") },
+                Example(operation: "GET /v1/public/{public_id}") { try await $0.request("GET", "/v1/public/no-such-thing") },
                 Example(operation: "GET /v1/admin/dead-letters") { try await $0.request("GET", "/v1/admin/dead-letters?limit=1", token: admin) },
                 Example(operation: "GET /v1/admin/dead-letters") { try await $0.request("GET", "/v1/admin/dead-letters", token: token) },
                 Example(operation: "GET /v1/admin/dead-letters") { try await $0.request("GET", "/v1/admin/dead-letters?cursor=nope", token: admin) },

@@ -28,9 +28,12 @@ struct ConvergencePropertyTests {
             for field in fields where Bool.random(using: &rng) {
                 data[field] = values.randomElement(using: &rng)!
             }
-            switch Int.random(in: 0..<10, using: &rng) {
+            switch Int.random(in: 0..<12, using: &rng) {
             case 0..<3: return upsert(n, data, at: time, id: id)
             case 3..<7: return patch(n, data.isEmpty ? ["a": 1] : data, at: time, id: id)
+            // One public id per record: contested ids are the documented order-dependent case.
+            case 7: return publish(n, "pub-\(id.lowercased())", at: time, id: id, canFork: Bool.random(using: &rng))
+            case 8: return unpublish(n, at: time, id: id)
             default: return delete(n, at: time, id: id)
             }
         }

@@ -162,12 +162,47 @@ struct MergeRuleTests {
         #expect(!replica.known.contains(opID(1)))
     }
 
-    @Test func publishIsRejectedUntilSupported() {
+    @Test func visibilityIsLastWriterWinsInEitherOrder() {
+        for ops in [[publish(1, "pre-charter", at: 10), unpublish(2, at: 20)], [unpublish(2, at: 20), publish(1, "pre-charter", at: 10)]] {
+            var replica = Replica()
+            replica.apply([upsert(0, ["title": "Checklist"], at: 5)])
+            let results = replica.apply(ops)
+            #expect(replica.state()?.visibility?.isPublic == false)
+            #expect(replica.state()?.listedPublicID == nil)
+            #expect(results.contains { $0.status == .applied })
+        }
         var replica = Replica()
-        let op = Op(opID: opID(1), type: .publish, collection: "todos", id: "r1", hlc: clock(1), publicID: "abc")
-        let results = replica.apply([op])
-        #expect(results[0].status == .rejected)
-        #expect(results[0].reason == RejectReason.notSupportedYet)
+        replica.apply([upsert(0, ["title": "Checklist"], at: 5), publish(1, "pre-charter", at: 30, canFork: true), unpublish(2, at: 20)])
+        #expect(replica.state()?.listedPublicID == "pre-charter")
+        #expect(replica.state()?.visibility?.canFork == true)
+    }
+
+    @Test func aPublicIDHeldByAnotherRecordIsRejected() {
+        var replica = Replica()
+        replica.foreignPublicIDs = ["someone-elses"]
+        let results = replica.apply([
+            upsert(1, ["title": "a"], at: 1, id: "a"), upsert(2, ["title": "b"], at: 1, id: "b"),
+            publish(3, "mine", at: 2, id: "a"),
+            publish(4, "mine", at: 3, id: "b"),           // held by record a (this job)
+            publish(5, "someone-elses", at: 4, id: "b"),  // held by another user's record
+            publish(6, "mine", at: 5, id: "a"),           // the holder may publish it again
+        ])
+        #expect(results.map(\.status) == [.applied, .applied, .applied, .rejected, .rejected, .applied])
+        #expect(results[3].reason == RejectReason.publicIDTaken && results[4].reason == RejectReason.publicIDTaken)
+        #expect(!replica.known.contains(opID(4)), "a rejected op is not remembered")
+        // Once a unpublishes, b may take the id.
+        let later = replica.apply([unpublish(7, at: 6, id: "a"), publish(8, "mine", at: 7, id: "b")])
+        #expect(later.map(\.status) == [.applied, .applied])
+        #expect(replica.state("b")?.listedPublicID == "mine")
+    }
+
+    @Test func aDeletedRecordIsNeverListedPublicly() {
+        var replica = Replica()
+        replica.apply([upsert(1, ["title": "a"], at: 1), publish(2, "gone-soon", at: 2), delete(3, at: 3)])
+        #expect(replica.state()?.visibility?.publicID == "gone-soon")
+        #expect(replica.state()?.listedPublicID == nil)
+        replica.apply([upsert(4, ["title": "back"], at: 4)])
+        #expect(replica.state()?.listedPublicID == "gone-soon")
     }
 
     @Test func versionsAreUniqueAndIncreasing() {

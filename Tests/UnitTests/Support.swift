@@ -27,10 +27,21 @@ struct Replica {
     var records: [RecordKey: StoredRecord] = [:]
     var known: Set<String> = []
     var counter: Int64 = 0
+    /// Public ids held by other users' records.
+    var foreignPublicIDs: Set<String> = []
 
     @discardableResult
     mutating func apply(_ ops: [Op]) -> [OpResult] {
-        let outcome = JobApplier.apply(ops: ops, records: records, knownOpIDs: known, counter: counter, deviceID: "dev")
+        // As the worker does: who holds each public id a publish names.
+        var owners: [String: RecordKey?] = foreignPublicIDs.reduce(into: [:]) { $0[$1] = .some(nil) }
+        for op in ops where op.type == .publish {
+            guard let publicID = op.publicID, owners[publicID] == nil else { continue }
+            if let holder = records.values.first(where: { $0.state.visibility?.publicID == publicID }) {
+                owners[publicID] = .some(holder.key)
+            }
+        }
+        let outcome = JobApplier.apply(
+            ops: ops, records: records, knownOpIDs: known, counter: counter, deviceID: "dev", publicIDOwners: owners)
         for (key, record) in outcome.changed { records[key] = record }
         known.formUnion(outcome.remembered)
         counter = outcome.counter
@@ -44,4 +55,12 @@ struct Replica {
     func version(_ id: String = "r1") -> Int64? {
         records[RecordKey(collection: "todos", id: id)]?.version
     }
+}
+
+func publish(_ n: Int, _ publicID: String, at time: Int, id: String = "r1", canFork: Bool = false) -> Op {
+    Op(opID: opID(n), type: .publish, collection: "todos", id: id, hlc: clock(time), publicID: publicID, canFork: canFork)
+}
+
+func unpublish(_ n: Int, at time: Int, id: String = "r1") -> Op {
+    Op(opID: opID(n), type: .unpublish, collection: "todos", id: id, hlc: clock(time))
 }

@@ -61,7 +61,7 @@ struct SyncRoutes: Sendable {
         let outcome = try await jobs.create(JobStore.Intake(
             user: claims.sub, deviceID: Names.canonicalUUID(push.deviceID) ?? push.deviceID, ops: push.ops,
             idempotencyKey: key, requestHash: Digests.sha256Hex(body), traceID: traceID,
-            maxClockSkewMilliseconds: maxClockSkewMilliseconds))
+            maxClockSkewMilliseconds: maxClockSkewMilliseconds, authorName: claims.name))
         switch outcome {
         case .keyReused:
             throw APIError.unprocessable("This Idempotency-Key was used with a different body.")

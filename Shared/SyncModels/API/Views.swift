@@ -135,3 +135,98 @@ public struct PullPage: Codable, Sendable {
 
     enum CodingKeys: String, CodingKey { case changes, cursor, hasMore = "has_more" }
 }
+
+/// One published record in the public listing (SPEC §5). `author` is the publisher's
+/// display name when known — never a user id.
+public struct PublicItem: Codable, Sendable, Equatable {
+    public var publicID: String
+    public var collection: String
+    public var title: String?
+    public var author: String?
+    public var publishedAt: String
+    public var viewCount: Int64
+
+    public init(publicID: String, collection: String, title: String?, author: String?, publishedAt: String, viewCount: Int64) {
+        self.publicID = publicID
+        self.collection = collection
+        self.title = title
+        self.author = author
+        self.publishedAt = publishedAt
+        self.viewCount = viewCount
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case publicID = "public_id", collection, title, author, publishedAt = "published_at", viewCount = "view_count"
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(publicID, forKey: .publicID)
+        try container.encode(collection, forKey: .collection)
+        try container.encode(title, forKey: .title)
+        try container.encode(author, forKey: .author)
+        try container.encode(publishedAt, forKey: .publishedAt)
+        try container.encode(viewCount, forKey: .viewCount)
+    }
+}
+
+public struct PublicList: Codable, Sendable {
+    public var items: [PublicItem]
+    public init(items: [PublicItem]) { self.items = items }
+}
+
+/// One published record, read without auth.
+public struct PublicRecord: Codable, Sendable, Equatable {
+    public var publicID: String
+    public var collection: String
+    public var data: JSONValue
+    public var author: String?
+    public var publishedAt: String
+    public var updatedAt: String
+    public var viewCount: Int64
+    public var canFork: Bool
+    /// The record's version: the ETag.
+    public var version: Int64
+
+    public init(publicID: String, collection: String, data: JSONValue, author: String?, publishedAt: String, updatedAt: String, viewCount: Int64, canFork: Bool, version: Int64) {
+        self.publicID = publicID
+        self.collection = collection
+        self.data = data
+        self.author = author
+        self.publishedAt = publishedAt
+        self.updatedAt = updatedAt
+        self.viewCount = viewCount
+        self.canFork = canFork
+        self.version = version
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case publicID = "public_id", collection, data, author, publishedAt = "published_at", updatedAt = "updated_at"
+        case viewCount = "view_count", canFork = "can_fork"
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        publicID = try container.decode(String.self, forKey: .publicID)
+        collection = try container.decode(String.self, forKey: .collection)
+        data = try container.decode(JSONValue.self, forKey: .data)
+        author = try container.decodeIfPresent(String.self, forKey: .author)
+        publishedAt = try container.decode(String.self, forKey: .publishedAt)
+        updatedAt = try container.decode(String.self, forKey: .updatedAt)
+        viewCount = try container.decode(Int64.self, forKey: .viewCount)
+        canFork = try container.decode(Bool.self, forKey: .canFork)
+        version = 0
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(publicID, forKey: .publicID)
+        try container.encode(collection, forKey: .collection)
+        try container.encode(data, forKey: .data)
+        try container.encode(author, forKey: .author)
+        try container.encode(publishedAt, forKey: .publishedAt)
+        try container.encode(updatedAt, forKey: .updatedAt)
+        try container.encode(viewCount, forKey: .viewCount)
+        try container.encode(canFork, forKey: .canFork)
+    }
+}

@@ -47,10 +47,13 @@ public struct JobApplier {
         public var counter: Int64
     }
 
+    /// `publicIDOwners`: for each public id a publish op of this job names, the record of
+    /// this user that holds it, or nil when a record of another user holds it (absent: free).
     public static func apply(
         ops: [Op], records: [RecordKey: StoredRecord], knownOpIDs: Set<String>, counter: Int64,
-        deviceID: String?
+        deviceID: String?, publicIDOwners: [String: RecordKey?] = [:]
     ) -> Outcome {
+        var owners = publicIDOwners
         var records = records
         var known = knownOpIDs
         var counter = counter
@@ -68,10 +71,15 @@ public struct JobApplier {
                 results.append(OpResult(opID: op.opID, status: .duplicate))
                 continue
             }
+            let key = RecordKey(collection: op.collection, id: op.id)
+            if op.type == .publish, let publicID = op.publicID, let owner = owners[publicID], owner != key {
+                // Held by another record (of this user, or of someone else when nil).
+                results.append(OpResult(opID: op.opID, status: .rejected, reason: RejectReason.publicIDTaken))
+                continue
+            }
             known.insert(op.opID)
             remembered.append(op.opID)
 
-            let key = RecordKey(collection: op.collection, id: op.id)
             var record = records[key] ?? StoredRecord(key: key, version: 0, state: RecordState())
             if let expected = op.ifVersion {
                 let current: Int64 = (record.state.exists && !record.state.deleted) ? record.version : 0
@@ -86,7 +94,12 @@ public struct JobApplier {
             case .upsert: record.state.upsert(op.data ?? [:], at: op.stamp)
             case .patch: record.state.patch(op.data ?? [:], at: op.stamp)
             case .delete: record.state.delete(at: op.stamp)
-            case .publish, .unpublish: break  // refused by `rejection(of:)`
+            case .publish: record.state.setVisibility(publicID: op.publicID, canFork: op.canFork ?? false, at: op.stamp)
+            case .unpublish: record.state.setVisibility(publicID: nil, canFork: false, at: op.stamp)
+            }
+            if before.visibility?.publicID != record.state.visibility?.publicID {
+                if let old = before.visibility?.publicID { owners[old] = nil }
+                if let new = record.state.visibility?.publicID { owners[new] = .some(key) }
             }
             if record.state.differsMeaningfully(from: before) {
                 counter += 1
@@ -105,9 +118,6 @@ public struct JobApplier {
 
     /// Ops the applier refuses by rule rather than by merge.
     static func rejection(of op: Op) -> String? {
-        switch op.type {
-        case .publish, .unpublish: return RejectReason.notSupportedYet
-        case .upsert, .patch, .delete: return op.hlc == nil ? "missing_hlc" : nil
-        }
+        op.hlc == nil ? "missing_hlc" : nil
     }
 }

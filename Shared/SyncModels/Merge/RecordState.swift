@@ -13,16 +13,34 @@ public struct RecordState: Sendable, Equatable {
     public var writeClock: Stamp?
     /// The newest delete.
     public var deleteClock: Stamp?
+    /// The newest publish or unpublish (last writer wins on visibility).
+    public var visibility: Visibility?
+
+    /// Whether the record is published, under which public id, as of which stamp.
+    public struct Visibility: Sendable, Equatable {
+        public var publicID: String?
+        public var canFork: Bool
+        public var clock: Stamp
+
+        public init(publicID: String?, canFork: Bool, clock: Stamp) {
+            self.publicID = publicID
+            self.canFork = canFork
+            self.clock = clock
+        }
+
+        public var isPublic: Bool { publicID != nil }
+    }
 
     public init(
         fields: [String: JSONValue] = [:], fieldClocks: [String: Stamp] = [:],
-        floor: Stamp? = nil, writeClock: Stamp? = nil, deleteClock: Stamp? = nil
+        floor: Stamp? = nil, writeClock: Stamp? = nil, deleteClock: Stamp? = nil, visibility: Visibility? = nil
     ) {
         self.fields = fields
         self.fieldClocks = fieldClocks
         self.floor = floor
         self.writeClock = writeClock
         self.deleteClock = deleteClock
+        self.visibility = visibility
     }
 
     /// A record is deleted when its newest delete is newer than every write to it.
@@ -33,7 +51,10 @@ public struct RecordState: Sendable, Equatable {
     }
 
     /// Whether any op ever reached this record.
-    public var exists: Bool { writeClock != nil || deleteClock != nil }
+    public var exists: Bool { writeClock != nil || deleteClock != nil || visibility != nil }
+
+    /// The public id under which the record is listed publicly, if it is (never when deleted).
+    public var listedPublicID: String? { deleted ? nil : visibility?.publicID }
 
     /// The data a pull shows: nil for a tombstone.
     public var visibleData: [String: JSONValue]? { deleted ? nil : fields }
@@ -80,11 +101,17 @@ public struct RecordState: Sendable, Equatable {
         raiseFloor(to: stamp)
     }
 
+    /// `publicID` publishes the record under that id; nil unpublishes it. The newest stamp wins.
+    public mutating func setVisibility(publicID: String?, canFork: Bool, at stamp: Stamp) {
+        if let visibility, stamp < visibility.clock { return }
+        visibility = Visibility(publicID: publicID, canFork: publicID == nil ? false : canFork, clock: stamp)
+    }
+
     /// True when `other` differs in anything that is visible or can still decide a later
     /// merge. The newest write alone never can once a newer delete exists, and otherwise
     /// it only moves together with a field clock or the floor.
     public func differsMeaningfully(from other: RecordState) -> Bool {
         fields != other.fields || fieldClocks != other.fieldClocks || floor != other.floor
-            || deleteClock != other.deleteClock || deleted != other.deleted
+            || deleteClock != other.deleteClock || deleted != other.deleted || visibility != other.visibility
     }
 }

@@ -153,5 +153,6 @@ public struct OpResult: Codable, Sendable, Equatable {
 /// Reasons an op is rejected without failing its job.
 public enum RejectReason {
     public static let clockSkew = "clock_skew"
-    public static let notSupportedYet = "not_supported_yet"
+    /// A publish names a public id another record holds.
+    public static let publicIDTaken = "public_id_taken"
 }

@@ -1,0 +1,54 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Persistence
+import SyncModels
+
+/// `GET /v1/public` and `GET /v1/public/{public_id}`: published records, no auth.
+struct PublicRoutes: Sendable {
+    let records: PublicStore
+    let views: ViewCounter
+
+    func register(on router: Router<BasicRequestContext>) {
+        router.get("/v1/public", use: list)
+        router.get("/v1/public/:public_id", use: show)
+    }
+
+    @Sendable func list(_ request: Request, context: BasicRequestContext) async throws -> Response {
+        let query = request.uri.queryParameters
+        var collection: String?
+        if let text = query["collection"].map(String.init), !text.isEmpty {
+            guard Names.isValidCollection(text) else { throw APIError.badRequest("collection must be a collection name.") }
+            collection = text
+        }
+        let limit = try AdminRoutes.limit(query["limit"].map(String.init), default: 20, max: 100)
+        var offset = 0
+        if let text = query["offset"].map(String.init), !text.isEmpty {
+            guard let value = Int(text), (0...100_000).contains(value) else { throw APIError.badRequest("offset must be 0 to 100000.") }
+            offset = value
+        }
+        var items = try await records.list(collection: collection, limit: limit, offset: offset)
+        for index in items.indices { items[index].viewCount += Int64(views.pending(items[index].publicID)) }
+        var headers = HTTPFields()
+        headers[.cacheControl] = "public, max-age=5"
+        return try jsonResponse(PublicList(items: items), headers: headers)
+    }
+
+    /// Counts a view (in memory, flushed in batches: reads never queue behind writes) and
+    /// answers with an ETag of the record's version; a matching If-None-Match gets 304.
+    @Sendable func show(_ request: Request, context: BasicRequestContext) async throws -> Response {
+        let publicID = try context.parameters.require("public_id")
+        guard Names.isValidPublicID(publicID), var record = try await records.record(publicID: publicID) else {
+            throw APIError.notFound("No such public record.")
+        }
+        record.viewCount += Int64(views.count(publicID))
+        let etag = "W/\"\(record.version)\""
+        var headers = HTTPFields()
+        headers[.eTag] = etag
+        headers[.cacheControl] = "no-cache"
+        if let match = request.headers[.ifNoneMatch], match.split(separator: ",").contains(where: { $0.trimmingCharacters(in: .whitespaces) == etag || $0 == "*" }) {
+            return Response(status: .notModified, headers: headers)
+        }
+        return try jsonResponse(record, headers: headers)
+    }
+}
