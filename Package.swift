@@ -11,6 +11,7 @@ let package = Package(
     products: [
         .executable(name: "gateway", targets: ["Gateway"]),
         .executable(name: "worker", targets: ["Worker"]),
+        .executable(name: "purge", targets: ["Purge"]),
         .executable(name: "syncctl", targets: ["Syncctl"]),
     ],
     dependencies: [
@@ -106,6 +107,17 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             path: "Services/Worker", swiftSettings: strict),
+        .executableTarget(
+            name: "Purge",
+            dependencies: [
+                "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "Operations",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Services/Purge", swiftSettings: strict),
         .executableTarget(
             name: "Syncctl",
             dependencies: [

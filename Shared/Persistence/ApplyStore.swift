@@ -98,11 +98,13 @@ public struct ApplyStore: Sendable {
             }
 
             // Creates the counter row on first use and locks it until commit either way (G4).
-            let counter = try connection.query("""
+            let counterRow = try connection.query("""
                 INSERT INTO user_counters (user_id) VALUES ($1)
                 ON CONFLICT (user_id) DO UPDATE SET user_id = EXCLUDED.user_id
-                RETURNING counter
-                """, [user]).first.map { try $0.int("counter") } ?? 0
+                RETURNING counter, purge_clock
+                """, [user]).first
+            let counter = try counterRow.map { try $0.int("counter") } ?? 0
+            let purgeClock = counterRow?["purge_clock"].flatMap(Stamp.init(stored:))
 
             let known = Set(try connection.query(
                 "SELECT op_id::text AS op_id FROM op_ids WHERE user_id = $1 AND op_id = ANY($2::uuid[])",
@@ -115,7 +117,7 @@ public struct ApplyStore: Sendable {
 
             let outcome = JobApplier.apply(
                 ops: ops, records: records, knownOpIDs: known, counter: counter, deviceID: deviceID,
-                publicIDOwners: owners)
+                publicIDOwners: owners, purgeClock: purgeClock)
 
             if !outcome.remembered.isEmpty {
                 try connection.query("""

@@ -60,7 +60,9 @@ public struct JobStore: Sendable {
                 let ops = Self.stamp(intake.ops, clock: &clock, now: now, deviceID: intake.deviceID, maxSkew: intake.maxClockSkewMilliseconds)
                 let jobID = UUID().uuidString.lowercased()
                 try connection.query("""
-                    WITH clock AS (UPDATE user_clocks SET hlc_ms = $9, hlc_counter = $10 WHERE user_id = $2)
+                    WITH clock AS (UPDATE user_clocks SET hlc_ms = $9, hlc_counter = $10 WHERE user_id = $2),
+                    seen AS (UPDATE devices SET last_seen_at = clock_timestamp()
+                             WHERE device_id = $3 AND last_seen_at < clock_timestamp() - interval '1 hour')
                     INSERT INTO jobs (job_id, user_id, device_id, status, ops, op_count, idempotency_key, request_hash, trace_id, author_name)
                     VALUES ($1, $2, $3, 'queued', $4::jsonb, $5, $6, $7, $8, $11)
                     """, [jobID, intake.user, intake.deviceID, Op.encodeStored(ops), ops.count,

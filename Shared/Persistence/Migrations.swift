@@ -150,6 +150,14 @@ public enum Migrations {
             CREATE INDEX records_public_listing ON records (published_at DESC, public_id)
               WHERE public_id IS NOT NULL AND NOT deleted;
             """),
+        Migration(version: 4, name: "retention", sql: """
+            -- The newest delete clock of a purged tombstone: an op older than it on a record
+            -- that no longer exists is refused (it could resurrect a purged delete).
+            ALTER TABLE user_counters ADD COLUMN purge_clock text COLLATE "C";
+            CREATE INDEX op_ids_by_age ON op_ids (created_at);
+            CREATE INDEX records_tombstones ON records (updated_at) WHERE deleted;
+            CREATE INDEX dead_letters_by_age ON dead_letters (dead_at);
+            """),
     ]
 
     /// Applies every migration not yet applied. Safe to run from many processes at once.

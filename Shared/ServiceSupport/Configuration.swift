@@ -16,6 +16,8 @@ public struct Configuration: Sendable {
     public var tombstoneRetention: Double
     public var jobRetention: Double
     public var deadLetterRetention: Double
+    /// Devices revoked, or not seen pushing, for this long are deleted by purge.
+    public var deviceRetention: Double
     public var allowPrivateWebhooks: Bool
     public var logLevel: Logger.Level
     public var databasePoolSize: Int
@@ -64,6 +66,7 @@ public struct Configuration: Sendable {
             tombstoneRetention: try duration("TOMBSTONE_RETENTION", "30d"),
             jobRetention: try duration("JOB_RETENTION", "7d"),
             deadLetterRetention: try duration("DEAD_LETTER_RETENTION", "30d"),
+            deviceRetention: try duration("DEVICE_RETENTION", "90d"),
             allowPrivateWebhooks: value("ALLOW_PRIVATE_WEBHOOKS") == "true",
             logLevel: level,
             databasePoolSize: try int("DATABASE_POOL_SIZE", 8),

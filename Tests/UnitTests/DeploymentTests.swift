@@ -14,6 +14,7 @@ struct DeploymentTests {
     static let requiredEnvironment: [String: Set<String>] = [
         "gateway": ["DATABASE_URL", "AMQP_URL", "JWT_SECRET"],
         "worker": ["DATABASE_URL", "AMQP_URL"],
+        "purge": ["DATABASE_URL", "AMQP_URL"],
         "syncctl": ["DATABASE_URL"],
     ]
 
@@ -57,7 +58,7 @@ struct DeploymentTests {
             let missing = (Self.requiredEnvironment[executable] ?? []).subtracting(environment)
             #expect(missing.isEmpty, "\(name) lacks \(missing.sorted())")
         }
-        #expect(seen.isSuperset(of: ["gateway", "worker", "syncctl"]))
+        #expect(seen.isSuperset(of: ["gateway", "worker", "purge", "syncctl"]))
     }
 
     @Test func workersScale() throws {

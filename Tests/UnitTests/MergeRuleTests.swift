@@ -196,6 +196,19 @@ struct MergeRuleTests {
         #expect(replica.state("b")?.listedPublicID == "mine")
     }
 
+    @Test func anOpNoNewerThanAPurgedDeleteCannotRecreateItsRecord() {
+        let purged = Stamp(hlc: clock(50), opID: opID(99))
+        let outcome = JobApplier.apply(
+            ops: [upsert(1, ["t": "old"], at: 40, id: "gone"), upsert(2, ["t": "new"], at: 60, id: "fresh"),
+                  upsert(3, ["t": "kept"], at: 40, id: "live")],
+            records: [RecordKey(collection: "todos", id: "live"): StoredRecord(
+                key: RecordKey(collection: "todos", id: "live"), version: 7, state: RecordState())],
+            knownOpIDs: [], counter: 7, deviceID: "dev", purgeClock: purged)
+        #expect(outcome.results.map(\.status) == [.rejected, .applied, .applied])
+        #expect(outcome.results[0].reason == RejectReason.stale)
+        #expect(!outcome.remembered.contains(opID(1)))
+    }
+
     @Test func aDeletedRecordIsNeverListedPublicly() {
         var replica = Replica()
         replica.apply([upsert(1, ["title": "a"], at: 1), publish(2, "gone-soon", at: 2), delete(3, at: 3)])

@@ -49,9 +49,12 @@ public struct JobApplier {
 
     /// `publicIDOwners`: for each public id a publish op of this job names, the record of
     /// this user that holds it, or nil when a record of another user holds it (absent: free).
+    /// `purgeClock`: the newest delete among this user's purged tombstones; an op no newer
+    /// than it, on a record that does not exist, is refused as `stale` — it might be the
+    /// re-push of a write that a purged delete had overruled.
     public static func apply(
         ops: [Op], records: [RecordKey: StoredRecord], knownOpIDs: Set<String>, counter: Int64,
-        deviceID: String?, publicIDOwners: [String: RecordKey?] = [:]
+        deviceID: String?, publicIDOwners: [String: RecordKey?] = [:], purgeClock: Stamp? = nil
     ) -> Outcome {
         var owners = publicIDOwners
         var records = records
@@ -72,6 +75,10 @@ public struct JobApplier {
                 continue
             }
             let key = RecordKey(collection: op.collection, id: op.id)
+            if let purgeClock, records[key] == nil, op.stamp <= purgeClock {
+                results.append(OpResult(opID: op.opID, status: .rejected, reason: RejectReason.stale))
+                continue
+            }
             if op.type == .publish, let publicID = op.publicID, let owner = owners[publicID], owner != key {
                 // Held by another record (of this user, or of someone else when nil).
                 results.append(OpResult(opID: op.opID, status: .rejected, reason: RejectReason.publicIDTaken))

@@ -153,6 +153,8 @@ public struct OpResult: Codable, Sendable, Equatable {
 /// Reasons an op is rejected without failing its job.
 public enum RejectReason {
     public static let clockSkew = "clock_skew"
+    /// The op is no newer than a purged delete and its record no longer exists (G7).
+    public static let stale = "stale"
     /// A publish names a public id another record holds.
     public static let publicIDTaken = "public_id_taken"
 }

@@ -1,0 +1,127 @@
+import AMQPBridge
+import ArgumentParser
+import Foundation
+import Hummingbird
+import Logging
+import Metrics
+import Operations
+import PQBridge
+import Persistence
+import ServiceLifecycle
+import ServiceSupport
+
+/// Retention: `purge --once` for cron or a Kubernetes CronJob (exit status 0 when the run
+/// completed or another purge was already running, non-zero on failure), or
+/// `purge --every 1h` as a long-running service with `/healthz` `/readyz` `/metrics`.
+@main
+struct Purge: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "purge",
+        abstract: "Delete tombstones, finished jobs, op_ids, dead letters and stale devices past their retention.")
+
+    @Flag(help: "Run one purge and exit.") var once = false
+    @Option(help: "Run a purge this often (e.g. 1h) until stopped.") var every: String?
+
+    func validate() throws {
+        guard once != (every != nil) else { throw ValidationError("give exactly one of --once and --every") }
+        if let every, (Durations.parse(every) ?? 0) <= 0 { throw ValidationError("--every must be a duration such as 1h") }
+    }
+
+    func run() async throws {
+        let configuration = Configuration.forService("purge", defaultPort: 8082)
+        let logger = Observability.bootstrap(service: "purge", level: configuration.logLevel)
+        let pool = PGPool(url: configuration.databaseURL, size: 2, logger: logger)
+        let publisher = AMQPPublisher(
+            endpoint: try configuration.amqpEndpoint(),
+            topology: SynclineTopology.topology(retryDelays: configuration.retryDelays), logger: logger)
+        let runner = PurgeRunner(
+            store: PurgeStore(pool: pool),
+            office: DeadLetterOffice(pool: pool, publisher: publisher, retryDelays: configuration.retryDelays, logger: logger),
+            retention: .init(
+                tombstones: configuration.tombstoneRetention, jobs: configuration.jobRetention,
+                deadLetters: configuration.deadLetterRetention, devices: configuration.deviceRetention),
+            logger: logger)
+        if once {
+            do {
+                _ = try await runner.runOnce()
+            } catch {
+                logger.error("purge failed", metadata: ["error": "\(error)"])
+                await publisher.shutdown()
+                await pool.shutdown()
+                throw ExitCode.failure
+            }
+            await publisher.shutdown()
+            await pool.shutdown()
+            return
+        }
+        let router = Router(context: BasicRequestContext.self)
+        OperationsEndpoints.register(on: router) {
+            async let database = (try? await pool.query("SELECT 1")) != nil
+            async let broker = publisher.ping()
+            return ["database": await database, "broker": await broker]
+        }
+        let app = Application(
+            router: router,
+            configuration: .init(address: .hostname("0.0.0.0", port: configuration.port), serverName: "syncline-purge"),
+            services: [
+                ResourceCloser {
+                    await publisher.shutdown()
+                    await pool.shutdown()
+                },
+                PurgeLoop(runner: runner, interval: Durations.parse(every!)!),
+            ],
+            logger: logger)
+        try await app.runService()
+    }
+}
+
+/// One purge run, with its logs and metrics.
+struct PurgeRunner: Sendable {
+    let store: PurgeStore
+    let office: DeadLetterOffice
+    let retention: PurgeStore.Retention
+    let logger: Logger
+
+    /// The report, or nil when another purge was running.
+    func runOnce() async throws -> PurgeStore.Report? {
+        let started = Date()
+        guard let report = try await store.run(retention) else {
+            logger.notice("another purge is running; skipped")
+            Counter(label: "syncline_purge_runs_total", dimensions: [("outcome", "skipped")]).increment()
+            return nil
+        }
+        if report.deadLetters > 0 { await office.reconcile() }
+        for (kind, count) in [
+            ("tombstones", report.tombstones), ("jobs", report.jobs), ("op_ids", report.opIDs),
+            ("dead_letters", report.deadLetters), ("devices", report.devices),
+        ] {
+            Counter(label: "syncline_purged_total", dimensions: [("kind", kind)]).increment(by: count)
+        }
+        Counter(label: "syncline_purge_runs_total", dimensions: [("outcome", "completed")]).increment()
+        logger.info("purge completed", metadata: [
+            "purged.tombstones": "\(report.tombstones)", "purged.jobs": "\(report.jobs)", "purged.op_ids": "\(report.opIDs)",
+            "purged.dead_letters": "\(report.deadLetters)", "purged.devices": "\(report.devices)",
+            "duration_ms": "\(Int(Date().timeIntervalSince(started) * 1000))",
+        ])
+        return report
+    }
+}
+
+/// `--every`: a purge, then a wait, until SIGTERM. A failed run is logged and retried at
+/// the next interval; it never ends the service.
+struct PurgeLoop: Service {
+    let runner: PurgeRunner
+    let interval: Double
+
+    func run() async throws {
+        while !Task.isShuttingDownGracefully && !Task.isCancelled {
+            do {
+                _ = try await runner.runOnce()
+            } catch {
+                Counter(label: "syncline_purge_runs_total", dimensions: [("outcome", "failed")]).increment()
+                runner.logger.error("purge failed; next run at the next interval", metadata: ["error": "\(error)"])
+            }
+            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .seconds(interval)) }
+        }
+    }
+}

@@ -1,0 +1,118 @@
+import PQBridge
+
+/// Retention (SPEC §7, G7): deletes what is past its keeping time in small batches, each
+/// its own short transaction that skips rows another transaction holds, so purge never
+/// holds long locks or blocks the sync path. Only one purge runs at a time: it holds a
+/// session advisory lock on its connection for the whole run.
+public struct PurgeStore: Sendable {
+    let pool: PGPool
+
+    public init(pool: PGPool) { self.pool = pool }
+
+    static let lockKey: Int64 = 0x5359_4E43_5055  // "SYNCPU"
+
+    public struct Retention: Sendable {
+        public var tombstones: Double
+        public var jobs: Double
+        public var deadLetters: Double
+        public var devices: Double
+
+        public init(tombstones: Double, jobs: Double, deadLetters: Double, devices: Double) {
+            self.tombstones = tombstones
+            self.jobs = jobs
+            self.deadLetters = deadLetters
+            self.devices = devices
+        }
+    }
+
+    /// What one run deleted.
+    public struct Report: Sendable, Equatable, CustomStringConvertible {
+        public var tombstones = 0
+        public var jobs = 0
+        public var opIDs = 0
+        public var deadLetters = 0
+        public var devices = 0
+
+        public var description: String {
+            "tombstones=\(tombstones) jobs=\(jobs) op_ids=\(opIDs) dead_letters=\(deadLetters) devices=\(devices)"
+        }
+    }
+
+    /// Runs one purge, or returns nil at once when another purge holds the lock.
+    public func run(_ retention: Retention, batch: Int = 1000) async throws -> Report? {
+        try await pool.withConnection { connection in
+            guard try connection.query("SELECT pg_try_advisory_lock($1) AS locked", [Self.lockKey]).first?["locked"] == "t" else {
+                return nil
+            }
+            defer { _ = try? connection.query("SELECT pg_advisory_unlock($1)", [Self.lockKey]) }
+            var report = Report()
+            func drain(_ sql: String, _ age: Double) throws -> Int {
+                var total = 0
+                while true {
+                    let n = Int(try connection.query(sql, [age, batch]).first?.optionalInt("n") ?? 0)
+                    total += n
+                    if n < batch { return total }
+                }
+            }
+            // Tombstones, raising each user's purge horizon (cursor) and purge clock.
+            report.tombstones = try drain("""
+                WITH doomed AS (
+                  SELECT user_id, collection, record_id FROM records
+                  WHERE deleted AND updated_at < clock_timestamp() - make_interval(secs => $1)
+                  ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+                gone AS (
+                  DELETE FROM records r USING doomed d
+                  WHERE r.user_id = d.user_id AND r.collection = d.collection AND r.record_id = d.record_id
+                  RETURNING r.user_id, r.version, r.delete_clock COLLATE "C" AS delete_clock),
+                horizons AS (
+                  SELECT user_id, max(version) AS version, max(delete_clock) AS clock FROM gone GROUP BY user_id),
+                raised AS (
+                  UPDATE user_counters u SET purge_horizon = greatest(u.purge_horizon, h.version),
+                    purge_clock = CASE WHEN u.purge_clock IS NULL OR h.clock > u.purge_clock THEN h.clock ELSE u.purge_clock END
+                  FROM horizons h WHERE u.user_id = h.user_id)
+                SELECT count(*) AS n FROM gone
+                """, retention.tombstones)
+            // Dead letters first, so that their jobs become purgeable below.
+            report.deadLetters = try drain("""
+                WITH gone AS (
+                  DELETE FROM dead_letters WHERE dead_letter_id IN (
+                    SELECT dead_letter_id FROM dead_letters
+                    WHERE dead_at < clock_timestamp() - make_interval(secs => $1) LIMIT $2)
+                  RETURNING 1)
+                SELECT count(*) AS n FROM gone
+                """, retention.deadLetters)
+            // Finished jobs (and with them their idempotency keys); a dead job only once
+            // its dead letter is gone.
+            report.jobs = try drain("""
+                WITH gone AS (
+                  DELETE FROM jobs WHERE job_id IN (
+                    SELECT job_id FROM jobs j
+                    WHERE finished_at < clock_timestamp() - make_interval(secs => $1)
+                      AND (status IN ('succeeded', 'discarded')
+                           OR (status = 'dead' AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.job_id = j.job_id)))
+                    LIMIT $2 FOR UPDATE SKIP LOCKED)
+                  RETURNING 1)
+                SELECT count(*) AS n FROM gone
+                """, retention.jobs)
+            report.opIDs = try drain("""
+                WITH gone AS (
+                  DELETE FROM op_ids WHERE (user_id, op_id) IN (
+                    SELECT user_id, op_id FROM op_ids
+                    WHERE created_at < clock_timestamp() - make_interval(secs => $1) LIMIT $2 FOR UPDATE SKIP LOCKED)
+                  RETURNING 1)
+                SELECT count(*) AS n FROM gone
+                """, retention.jobs)
+            report.devices = try drain("""
+                WITH gone AS (
+                  DELETE FROM devices WHERE device_id IN (
+                    SELECT device_id FROM devices
+                    WHERE revoked_at < clock_timestamp() - make_interval(secs => $1)
+                       OR last_seen_at < clock_timestamp() - make_interval(secs => $1)
+                    LIMIT $2 FOR UPDATE SKIP LOCKED)
+                  RETURNING 1)
+                SELECT count(*) AS n FROM gone
+                """, retention.devices)
+            return report
+        }
+    }
+}

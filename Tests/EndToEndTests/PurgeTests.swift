@@ -1,0 +1,94 @@
+import Foundation
+import PQBridge
+import Testing
+
+/// Retention (G7) with the real `purge` executable and retention set to a second.
+@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+struct PurgeTests {
+    static let shortRetention = "TOMBSTONE_RETENTION=1s JOB_RETENTION=1s DEAD_LETTER_RETENTION=1h DEVICE_RETENTION=365d"
+
+    /// Runs `purge --once`; returns its exit status and what it logged.
+    func purgeOnce(_ env: String = shortRetention) -> (Int32, String) {
+        let log = FileManager.default.temporaryDirectory.appendingPathComponent("purge-\(UUID().uuidString).log").path
+        defer { try? FileManager.default.removeItem(atPath: log) }
+        let status = E2E.shell("\(env) \(E2E.binaries)/purge --once > \(log) 2>&1")
+        return (status, (try? String(contentsOfFile: log, encoding: .utf8)) ?? "")
+    }
+
+    @Test func tombstonesArePurgedStaleCursorsGet410AndNothingResurrects() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let api = stack.client
+            let user = "purge-\(UUID().uuidString.prefix(6))"
+            let token = E2E.token(user)
+            let device = try await api.registerDevice(token)
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            func hlc(_ offset: Int64) -> String { "\(now + offset)-00000-\(device)" }
+            let oldWrite: [String: Any] = [
+                "op_id": newOpID(), "type": "upsert", "collection": "recipes", "id": "b", "data": ["t": "soup"], "hlc": hlc(1),
+            ]
+            let first = try await api.push(token, device: device, ops: [
+                ["op_id": newOpID(), "type": "upsert", "collection": "recipes", "id": "a", "data": ["t": "bread"], "hlc": hlc(0)],
+                oldWrite,
+                ["op_id": newOpID(), "type": "upsert", "collection": "recipes", "id": "c", "data": ["t": "salad"], "hlc": hlc(2)],
+            ])
+            let firstJob = try #require(first.json["job_id"] as? String)
+            #expect(try await api.awaitJob(token, firstJob)["status"] as? String == "succeeded")
+            let (_, before) = try await api.pullAll(token)
+            let delete = try await api.push(token, device: device, ops: [
+                ["op_id": newOpID(), "type": "delete", "collection": "recipes", "id": "b", "hlc": hlc(3)],
+            ])
+            _ = try await api.awaitJob(token, try #require(delete.json["job_id"] as? String))
+            let (withTombstone, tombstoneCursor) = try await api.pullAll(token)
+            #expect(withTombstone.contains { $0["id"] as? String == "b" && $0["deleted"] as? Bool == true })
+
+            try await Task.sleep(for: .milliseconds(1500))
+            let (status, log) = purgeOnce()
+            #expect(status == 0, "\(log)")
+            #expect(log.contains("purge completed"), "\(log)")
+
+            // The tombstone is gone; a cursor from before it must resync, not miss it.
+            let stale = try await api.request("GET", "/v1/sync/pull?since=\(before)", token: token)
+            #expect(stale.status == 410)
+            #expect(stale.json["code"] as? String == "resync_required")
+            // A cursor at or past the horizon still works, and a pull from scratch is complete.
+            #expect(try await api.request("GET", "/v1/sync/pull?since=\(tombstoneCursor)", token: token).status == 200)
+            let (fresh, _) = try await api.pullAll(token)
+            #expect(Set(fresh.compactMap { $0["id"] as? String }) == ["a", "c"])
+            #expect(fresh.allSatisfy { $0["deleted"] as? Bool == false })
+            #expect((fresh.first { $0["id"] as? String == "a" }?["data"] as? [String: Any])?["t"] as? String == "bread")
+            // The finished jobs (with their op_ids) are gone too.
+            #expect(try await api.request("GET", "/v1/sync/jobs/\(firstJob)", token: token).status == 404)
+
+            // The old write re-pushed after its op_id was purged cannot resurrect b.
+            let again = try await api.push(token, device: device, ops: [oldWrite])
+            let job = try await api.awaitJob(token, try #require(again.json["job_id"] as? String))
+            let result = (job["results"] as? [[String: Any]])?.first
+            #expect(result?["status"] as? String == "rejected")
+            #expect(result?["reason"] as? String == "stale")
+            #expect(try await api.pullAll(token).changes.contains { $0["id"] as? String == "b" } == false)
+            // A new record with a current clock is fine.
+            let fresher = try await api.push(token, device: device, ops: [
+                ["op_id": newOpID(), "type": "upsert", "collection": "recipes", "id": "d", "data": ["t": "pie"]],
+            ])
+            #expect((try await api.awaitJob(token, try #require(fresher.json["job_id"] as? String))["results"] as? [[String: Any]])?
+                .first?["status"] as? String == "applied")
+        }
+    }
+
+    @Test func onlyOnePurgeRunsAtATime() async throws {
+        let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
+        // Another purge holds the lock (its session) while this one starts.
+        let (status, log) = try await pool.withConnection { connection in
+            try connection.query("SELECT pg_advisory_lock($1)", [Int64(0x5359_4E43_5055)])
+            defer { _ = try? connection.query("SELECT pg_advisory_unlock($1)", [Int64(0x5359_4E43_5055)]) }
+            return purgeOnce()
+        }
+        await pool.shutdown()
+        #expect(status == 0)
+        #expect(log.contains("another purge is running; skipped"), "\(log)")
+        #expect(!log.contains("purge completed"))
+        // Once it is free, a purge runs.
+        let (after, afterLog) = purgeOnce("TOMBSTONE_RETENTION=30d")
+        #expect(after == 0 && afterLog.contains("purge completed"), "\(afterLog)")
+    }
+}
