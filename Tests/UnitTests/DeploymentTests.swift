@@ -45,7 +45,7 @@ struct DeploymentTests {
 
     @Test func everyCommandIsABuiltExecutableWithItsEnvironment() throws {
         let built = try executables()
-        #expect(built == ["gateway", "worker", "syncctl"])
+        #expect(built == ["gateway", "worker", "purge", "syncctl"])
         var seen: Set<String> = []
         for (name, service) in try services() {
             guard let command = service["command"] as? [String], let executable = command.first else {
