@@ -11,11 +11,13 @@ let package = Package(
     products: [
         .executable(name: "gateway", targets: ["Gateway"]),
         .executable(name: "worker", targets: ["Worker"]),
+        .executable(name: "fanout", targets: ["Fanout"]),
         .executable(name: "purge", targets: ["Purge"]),
         .executable(name: "syncctl", targets: ["Syncctl"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.1"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
@@ -67,7 +69,7 @@ let package = Package(
         .target(
             name: "ServiceSupport",
             dependencies: [
-                "SyncModels", "PQBridge", "AMQPBridge",
+                "SyncModels", "Auth", "PQBridge", "AMQPBridge",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -108,6 +110,20 @@ let package = Package(
             ],
             path: "Services/Worker", swiftSettings: strict),
         .executableTarget(
+            name: "Fanout",
+            dependencies: [
+                "SyncModels", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Services/Fanout", swiftSettings: strict),
+        .executableTarget(
             name: "Purge",
             dependencies: [
                 "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "Operations",
@@ -138,6 +154,7 @@ let package = Package(
             dependencies: [
                 "SyncModels", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport",
                 .product(name: "Yams", package: "Yams"),
+                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
             ],
             path: "Tests/EndToEndTests", swiftSettings: strict),
     ]

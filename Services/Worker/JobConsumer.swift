@@ -95,11 +95,14 @@ struct JobConsumer: Service {
 
         do {
             switch try await store.apply(jobID: jobID) {
-            case .succeeded(_, _, let checkpoint, _, let latency):
+            case .succeeded(let user, let deviceID, let checkpoint, let troubled, let latency):
                 jobs.ack(delivery)
                 processed.increment()
                 pushToApplied.recordSeconds(latency)
                 logger.debug("job applied", metadata: ["job.checkpoint": "\(checkpoint)", "job.attempt": "\(attempt)"])
+                await announce(JobEvent(
+                    userID: user, deviceID: deviceID, jobID: jobID, status: .succeeded, checkpoint: String(checkpoint),
+                    troubled: troubled))
             case .alreadyFinished:
                 duplicates.increment()
                 jobs.ack(delivery)
@@ -204,22 +207,35 @@ struct JobConsumer: Service {
     private func park(_ delivery: AMQPDelivery, from consumer: AMQPConsumer, jobID: String?, reason: String, error: String) async {
         let id = SynclineTopology.deadLetterID(jobID: jobID, body: delivery.body)
         do {
-            guard let attempts = try await deadLetters.record(
+            guard let recorded = try await deadLetters.record(
                 id: id, namedJobID: jobID, reason: reason, error: error, message: String(decoding: delivery.body, as: UTF8.self))
             else {
                 consumer.ack(delivery)  // it succeeded meanwhile: nothing to park
                 return
             }
             try await publisher.publish([SynclineTopology.deadLetterMessage(
-                id: id, jobID: jobID, body: delivery.body, reason: reason, error: error, attempts: attempts,
+                id: id, jobID: jobID, body: delivery.body, reason: reason, error: error, attempts: recorded.attempts,
                 traceID: delivery.header(SynclineTopology.Header.trace))])
             Counter(label: "syncline_dead_letters_total", dimensions: [("reason", reason)]).increment()
             logger.error("dead-lettered a message", metadata: [
-                "job.id": "\(jobID ?? "-")", "reason": "\(reason)", "error": "\(error)", "job.attempts": "\(attempts)",
+                "job.id": "\(jobID ?? "-")", "reason": "\(reason)", "error": "\(error)", "job.attempts": "\(recorded.attempts)",
             ])
             consumer.ack(delivery)
+            if let jobID, let user = recorded.userID, let device = recorded.deviceID {
+                await announce(JobEvent(userID: user, deviceID: device, jobID: jobID, status: .dead, checkpoint: nil, troubled: true))
+            }
         } catch {
             await handBack(delivery, to: consumer, error: error, logger: logger)
+        }
+    }
+
+    /// Tells fanout a job finished, after its commit. Best effort: the job is done either
+    /// way, and a device that misses a poke still gets the change at its next pull.
+    private func announce(_ event: JobEvent) async {
+        do {
+            try await publisher.publish([SynclineTopology.eventMessage(event)])
+        } catch {
+            logger.debug("job event not published", metadata: ["job.id": "\(event.jobID)", "error": "\(error)"])
         }
     }
 

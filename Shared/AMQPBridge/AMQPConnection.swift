@@ -193,6 +193,20 @@ final class AMQPConnection {
         return QueueStats(name: name, messages: Int(ok.pointee.message_count), consumers: Int(ok.pointee.consumer_count))
     }
 
+    func bind(queue: String, exchange: String, routingKey: String) throws(AMQPError) {
+        let state = try live()
+        let arena = CArena()
+        amqp_queue_bind(state, channel, arena.bytes(queue), arena.bytes(exchange), arena.bytes(routingKey), amqp_empty_table)
+        try check(amqp_get_rpc_reply(state), "queue.bind \(queue)")
+    }
+
+    func unbind(queue: String, exchange: String, routingKey: String) throws(AMQPError) {
+        let state = try live()
+        let arena = CArena()
+        amqp_queue_unbind(state, channel, arena.bytes(queue), arena.bytes(exchange), arena.bytes(routingKey), amqp_empty_table)
+        try check(amqp_get_rpc_reply(state), "queue.unbind \(queue)")
+    }
+
     func deleteQueue(_ name: String) throws(AMQPError) {
         let state = try live()
         let arena = CArena()
@@ -230,7 +244,7 @@ final class AMQPConnection {
             }
             let status = amqp_basic_publish(
                 state, channel, arena.bytes(message.exchange), arena.bytes(message.routingKey),
-                1, 0, &properties, arena.bytes(message.body))
+                message.mandatory ? 1 : 0, 0, &properties, arena.bytes(message.body))
             try checkStatus(status, "basic.publish")
             nextPublishSeq += 1
         }

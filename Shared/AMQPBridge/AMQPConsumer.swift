@@ -45,6 +45,7 @@ public final class AMQPConsumer: Sendable {
         var settlements: [Settlement] = []
         var phase: Phase = .consuming
         var connected = false
+        var connections = 0
     }
 
     public let deliveries: AsyncStream<AMQPDelivery>
@@ -70,6 +71,10 @@ public final class AMQPConsumer: Sendable {
 
     /// Whether the consumer currently holds a live connection (for `/readyz`).
     public var isConnected: Bool { shared.withLockedValue { $0.connected } }
+
+    /// How many times the consumer has (re)connected: a change means the broker may have
+    /// lost state tied to the old connection (for example bindings of an expired queue).
+    public var connectionCount: Int { shared.withLockedValue { $0.connections } }
 
     public func start() {
         let thread = Thread { [self] in
@@ -155,7 +160,10 @@ public final class AMQPConsumer: Sendable {
                     try fresh.consume(queue: configuration.queue, prefetch: configuration.prefetch, consumerTag: configuration.consumerTag)
                     connection = fresh
                     backoff = 0
-                    shared.withLockedValue { $0.connected = true }
+                    shared.withLockedValue {
+                        $0.connected = true
+                        $0.connections += 1
+                    }
                     logger.info("AMQP consumer connected", metadata: ["amqp.queue": "\(configuration.queue)"])
                 } catch {
                     backoff = min(max(backoff * 2, 0.25), 10)

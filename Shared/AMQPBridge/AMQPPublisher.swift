@@ -84,6 +84,20 @@ public final class AMQPPublisher: Sendable {
         try await onThread { connection in try connection.sweep(queue: queue, limit: limit, remove: remove) }
     }
 
+    /// Adds (or, with `bound: false`, removes) bindings, in order, over this connection.
+    public func setBindings(_ bindings: [AMQPTopology.Binding], bound: Bool) async throws {
+        guard !bindings.isEmpty else { return }
+        try await onThread { connection in
+            for binding in bindings {
+                if bound {
+                    try connection.bind(queue: binding.queue, exchange: binding.exchange, routingKey: binding.routingKey)
+                } else {
+                    try connection.unbind(queue: binding.queue, exchange: binding.exchange, routingKey: binding.routingKey)
+                }
+            }
+        }
+    }
+
     public func deleteQueue(_ name: String) async throws {
         try await onThread { try $0.deleteQueue(name) }
     }

@@ -52,16 +52,20 @@ public struct OutgoingMessage: Sendable {
     public var body: [UInt8]
     public var messageID: String?
     public var headers: [String: AMQPTopology.Argument]
+    /// Whether a message no queue takes counts as a failed publish (it does for jobs; a
+    /// notification nobody is listening for is simply dropped).
+    public var mandatory: Bool
 
     public init(
         exchange: String, routingKey: String, body: [UInt8], messageID: String? = nil,
-        headers: [String: AMQPTopology.Argument] = [:]
+        headers: [String: AMQPTopology.Argument] = [:], mandatory: Bool = true
     ) {
         self.exchange = exchange
         self.routingKey = routingKey
         self.body = body
         self.messageID = messageID
         self.headers = headers
+        self.mandatory = mandatory
     }
 }
 

@@ -9,12 +9,19 @@ public struct DeadLetterStore: Sendable {
 
     public init(pool: PGPool) { self.pool = pool }
 
+    /// What was recorded: the job's attempts and, when it names a job, its user and device.
+    public struct Recorded: Sendable {
+        public let attempts: Int
+        public let userID: String?
+        public let deviceID: String?
+    }
+
     /// Records a dead letter and, when the message names a job, marks that job dead with
-    /// the error — one transaction. Returns the job's attempts, or nil, recording nothing,
-    /// when the job already succeeded or was discarded (a late duplicate has nothing to park).
+    /// the error — one transaction. Returns nil, recording nothing, when the job already
+    /// succeeded or was discarded (a late duplicate has nothing to park).
     public func record(
         id: String, queue: String = "sync", namedJobID: String?, reason: String, error: String, message: String
-    ) async throws -> Int? {
+    ) async throws -> Recorded? {
         try await pool.transaction { connection in
             var job: PGRow?
             if let namedJobID {
@@ -42,7 +49,7 @@ public struct DeadLetterStore: Sendable {
                     id, queue, job?["job_id"], job?["user_id"], job?["device_id"], reason, error,
                     Int(job?.optionalInt("attempts") ?? 0), Int(job?.optionalInt("op_count") ?? 0), message,
                 ])
-            return Int(job?.optionalInt("attempts") ?? 0)
+            return Recorded(attempts: Int(job?.optionalInt("attempts") ?? 0), userID: job?["user_id"], deviceID: job?["device_id"])
         }
     }
 

@@ -43,4 +43,10 @@ public struct PullStore: Sendable {
             return .page(PullPage(changes: changes, cursor: cursor, hasMore: rows.count > limit))
         }
     }
+
+    /// The user's cursor now: a stream's `hello`.
+    public func currentCursor(user: String) async throws -> String {
+        let counter = try await pool.query("SELECT counter FROM user_counters WHERE user_id = $1", [user]).first?.optionalInt("counter")
+        return String(counter ?? 0)
+    }
 }

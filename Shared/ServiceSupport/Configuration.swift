@@ -23,6 +23,8 @@ public struct Configuration: Sendable {
     public var databasePoolSize: Int
     /// How long a committed job may stay unpublished before the relay publishes it.
     public var relayAfter: Double
+    /// How often a stream without news gets a heartbeat.
+    public var streamHeartbeat: Double
 
     public struct Invalid: Error, CustomStringConvertible {
         public let description: String
@@ -70,7 +72,8 @@ public struct Configuration: Sendable {
             allowPrivateWebhooks: value("ALLOW_PRIVATE_WEBHOOKS") == "true",
             logLevel: level,
             databasePoolSize: try int("DATABASE_POOL_SIZE", 8),
-            relayAfter: try duration("RELAY_AFTER", "2s"))
+            relayAfter: try duration("RELAY_AFTER", "2s"),
+            streamHeartbeat: try duration("STREAM_HEARTBEAT", "30s"))
     }
 
     /// Reads the environment for a service's `main`, or prints why it cannot start and

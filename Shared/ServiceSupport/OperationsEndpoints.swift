@@ -5,8 +5,8 @@ import ServiceLifecycle
 /// `/healthz` (alive), `/readyz` (every dependency reachable) and `/metrics`, the same in
 /// every long-running service.
 public enum OperationsEndpoints {
-    public static func register(
-        on router: Router<BasicRequestContext>,
+    public static func register<Context: RequestContext>(
+        on router: Router<Context>,
         readiness: @escaping @Sendable () async -> [String: Bool]
     ) {
         router.get("/healthz") { _, _ in

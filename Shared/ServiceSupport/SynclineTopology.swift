@@ -16,6 +16,8 @@ import SyncModels
 /// quorum queues dead-letter at-least-once, so the broker never drops a job by itself.
 public enum SynclineTopology {
     public static let jobsExchange = "sync.jobs"
+    /// Topic exchange: one event per finished job, routing key `user.<sha256 of user id>`.
+    public static let eventsExchange = "sync.events"
     public static let jobsQueue = "sync.jobs"
     public static let jobsRoutingKey = "sync.jobs"
     public static let deadLetterExchange = "sync.dlx"
@@ -62,7 +64,7 @@ public enum SynclineTopology {
             ]) { $1 })
         }
         return AMQPTopology(
-            exchanges: [.init(name: jobsExchange), .init(name: deadLetterExchange)],
+            exchanges: [.init(name: jobsExchange), .init(name: deadLetterExchange), .init(name: eventsExchange, type: "topic")],
             queues: [
                 .init(name: jobsQueue, arguments: atLeastOnce.merging([
                     "x-delivery-limit": .int(deliveryLimit),
@@ -137,6 +139,19 @@ public enum SynclineTopology {
     /// The dead letter a parked message stands for.
     public static func deadLetterID(of message: AMQPDelivery) -> String {
         message.header(Header.deadLetterID) ?? deadLetterID(jobID: jobID(inMessage: message.body), body: message.body)
+    }
+
+    /// The routing key of a user's events: the user id hashed, so any id fits a topic key.
+    public static func eventRoutingKey(user: String) -> String {
+        "user." + SHA256.hash(data: Array(user.utf8)).map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// The event a worker publishes after a job finished (committed or dead-lettered). Not
+    /// mandatory: with no fanout listening for the user it is simply dropped.
+    public static func eventMessage(_ event: JobEvent) -> OutgoingMessage {
+        OutgoingMessage(
+            exchange: eventsExchange, routingKey: eventRoutingKey(user: event.userID),
+            body: Array((try? JSONCoding.encode(event)) ?? Data()), messageID: event.jobID, mandatory: false)
     }
 
     /// Header names Syncline sets on the messages it moves between queues.

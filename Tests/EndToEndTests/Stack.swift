@@ -139,10 +139,11 @@ final class Stack: @unchecked Sendable {
     // @unchecked: the process list is set up before the stack is shared and only read after.
     private(set) var gateway: ServiceProcess
     var workers: [ServiceProcess]
+    var fanouts: [ServiceProcess] = []
     let client: APIClient
     let environment: [String: String]
 
-    init(workers count: Int = 2, environment: [String: String] = [:]) async throws {
+    init(workers count: Int = 2, fanouts fanoutCount: Int = 0, environment: [String: String] = [:]) async throws {
         self.environment = environment
         gateway = try ServiceProcess(executable: "gateway", name: "gateway", port: E2E.freePort(), environment: environment)
         workers = try (0..<count).map { _ in
@@ -159,6 +160,19 @@ final class Stack: @unchecked Sendable {
                 try await probe.request("GET", "/readyz").status == 200 ? true : nil
             }
         }
+        for _ in 0..<fanoutCount { try await addFanout() }
+    }
+
+    /// Starts one more fanout (on `port`, or a free one) and waits until it is ready.
+    @discardableResult
+    func addFanout(port: Int? = nil) async throws -> ServiceProcess {
+        let fanout = try ServiceProcess(executable: "fanout", name: "fanout", port: port ?? E2E.freePort(), environment: environment)
+        fanouts.append(fanout)
+        let probe = APIClient(base: "http://127.0.0.1:\(fanout.port)")
+        _ = try await E2E.eventually(within: 30, "fanout /readyz") {
+            try await probe.request("GET", "/readyz").status == 200 ? true : nil
+        }
+        return fanout
     }
 
     /// Starts another gateway on the same port (after the first one was killed).
@@ -185,12 +199,14 @@ final class Stack: @unchecked Sendable {
     /// Stops every process; returns their exit codes (nil when one had to be killed).
     @discardableResult
     func stop() -> [Int32?] {
-        (workers + [gateway]).map { $0.stop() }
+        (fanouts + workers + [gateway]).map { $0.stop() }
     }
 
     /// Runs `body` with a fresh stack and always stops it.
-    static func with<T>(workers: Int = 2, environment: [String: String] = [:], _ body: (Stack) async throws -> T) async throws -> T {
-        let stack = try await Stack(workers: workers, environment: environment)
+    static func with<T>(
+        workers: Int = 2, fanouts: Int = 0, environment: [String: String] = [:], _ body: (Stack) async throws -> T
+    ) async throws -> T {
+        let stack = try await Stack(workers: workers, fanouts: fanouts, environment: environment)
         do {
             let value = try await body(stack)
             stack.stop()

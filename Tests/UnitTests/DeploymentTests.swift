@@ -15,6 +15,7 @@ struct DeploymentTests {
         "gateway": ["DATABASE_URL", "AMQP_URL", "JWT_SECRET"],
         "worker": ["DATABASE_URL", "AMQP_URL"],
         "purge": ["DATABASE_URL", "AMQP_URL"],
+        "fanout": ["DATABASE_URL", "AMQP_URL", "JWT_SECRET"],
         "syncctl": ["DATABASE_URL"],
     ]
 
@@ -45,7 +46,7 @@ struct DeploymentTests {
 
     @Test func everyCommandIsABuiltExecutableWithItsEnvironment() throws {
         let built = try executables()
-        #expect(built == ["gateway", "worker", "purge", "syncctl"])
+        #expect(built == ["gateway", "worker", "fanout", "purge", "syncctl"])
         var seen: Set<String> = []
         for (name, service) in try services() {
             guard let command = service["command"] as? [String], let executable = command.first else {
@@ -58,7 +59,7 @@ struct DeploymentTests {
             let missing = (Self.requiredEnvironment[executable] ?? []).subtracting(environment)
             #expect(missing.isEmpty, "\(name) lacks \(missing.sorted())")
         }
-        #expect(seen.isSuperset(of: ["gateway", "worker", "purge", "syncctl"]))
+        #expect(seen.isSuperset(of: ["gateway", "worker", "fanout", "purge", "syncctl"]))
     }
 
     @Test func workersScale() throws {

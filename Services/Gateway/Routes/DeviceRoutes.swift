@@ -1,6 +1,7 @@
 import Auth
 import Foundation
 import Hummingbird
+import ServiceSupport
 import Persistence
 import SyncModels
 

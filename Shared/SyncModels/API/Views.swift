@@ -230,3 +230,28 @@ public struct PublicRecord: Codable, Sendable, Equatable {
         try container.encode(canFork, forKey: .canFork)
     }
 }
+
+/// What a worker announces on `sync.events` when a job finished: fanout pokes the user's
+/// other devices and tells the origin device about rejected, conflicting or dead jobs.
+public struct JobEvent: Codable, Sendable, Equatable {
+    public var userID: String
+    public var deviceID: String
+    public var jobID: String
+    public var status: JobStatus
+    public var checkpoint: String?
+    /// Some op was rejected or conflicted.
+    public var troubled: Bool
+
+    public init(userID: String, deviceID: String, jobID: String, status: JobStatus, checkpoint: String?, troubled: Bool) {
+        self.userID = userID
+        self.deviceID = deviceID
+        self.jobID = jobID
+        self.status = status
+        self.checkpoint = checkpoint
+        self.troubled = troubled
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case userID = "user_id", deviceID = "device_id", jobID = "job_id", status, checkpoint, troubled
+    }
+}

@@ -7,8 +7,8 @@ import PQBridge
 import SyncModels
 
 /// An error the API answers with: `application/problem+json` with a stable `code`.
-struct APIError: HTTPResponseError, Sendable {
-    enum Code: String, Sendable {
+public struct APIError: HTTPResponseError, Sendable {
+    public enum Code: String, Sendable {
         case invalidRequest = "invalid_request"
         case unauthorized
         case forbidden
@@ -20,21 +20,28 @@ struct APIError: HTTPResponseError, Sendable {
         case internalError = "internal_error"
     }
 
-    let status: HTTPResponse.Status
-    let code: Code
-    let detail: String
-    var retryAfterSeconds: Int?
+    public let status: HTTPResponse.Status
+    public let code: Code
+    public let detail: String
+    public var retryAfterSeconds: Int?
 
-    static func badRequest(_ detail: String) -> APIError { APIError(status: .badRequest, code: .invalidRequest, detail: detail) }
-    static func unprocessable(_ detail: String) -> APIError { APIError(status: .unprocessableContent, code: .invalidRequest, detail: detail) }
-    static func unauthorized(_ detail: String) -> APIError { APIError(status: .unauthorized, code: .unauthorized, detail: detail) }
-    static func forbidden(_ detail: String) -> APIError { APIError(status: .forbidden, code: .forbidden, detail: detail) }
-    static func notFound(_ detail: String = "No such resource.") -> APIError { APIError(status: .notFound, code: .notFound, detail: detail) }
-    static func unavailable(_ detail: String) -> APIError {
+    public init(status: HTTPResponse.Status, code: Code, detail: String, retryAfterSeconds: Int? = nil) {
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.retryAfterSeconds = retryAfterSeconds
+    }
+
+    public static func badRequest(_ detail: String) -> APIError { APIError(status: .badRequest, code: .invalidRequest, detail: detail) }
+    public static func unprocessable(_ detail: String) -> APIError { APIError(status: .unprocessableContent, code: .invalidRequest, detail: detail) }
+    public static func unauthorized(_ detail: String) -> APIError { APIError(status: .unauthorized, code: .unauthorized, detail: detail) }
+    public static func forbidden(_ detail: String) -> APIError { APIError(status: .forbidden, code: .forbidden, detail: detail) }
+    public static func notFound(_ detail: String = "No such resource.") -> APIError { APIError(status: .notFound, code: .notFound, detail: detail) }
+    public static func unavailable(_ detail: String) -> APIError {
         APIError(status: .serviceUnavailable, code: .unavailable, detail: detail, retryAfterSeconds: 5)
     }
 
-    static func from(_ failure: ValidationFailure) -> APIError {
+    public static func from(_ failure: ValidationFailure) -> APIError {
         switch failure {
         case .notJSON(let detail): return .badRequest(detail)
         case .invalid(let detail): return .unprocessable(detail)
@@ -49,7 +56,7 @@ struct APIError: HTTPResponseError, Sendable {
         let code: String
     }
 
-    func response(from request: Request, context: some RequestContext) throws -> Response {
+    public func response(from request: Request, context: some RequestContext) throws -> Response {
         let body = Body(
             type: "https://syncline.dev/problems/\(code.rawValue)", title: status.reasonPhrase,
             status: status.code, detail: detail, code: code.rawValue)
@@ -65,8 +72,10 @@ struct APIError: HTTPResponseError, Sendable {
 
 /// Turns every error into problem+json in one place: database outages become 503 with
 /// Retry-After, framework errors keep their status, anything else is a logged 500.
-struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+public struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
+    public init() {}
+
+    public func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         do {
             return try await next(request, context)
         } catch let error as APIError {
@@ -95,7 +104,7 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
 }
 
 /// JSON responses, encoded the one way the API encodes JSON.
-func jsonResponse<T: Encodable>(_ value: T, status: HTTPResponse.Status = .ok, headers: HTTPFields = [:]) throws -> Response {
+public func jsonResponse<T: Encodable>(_ value: T, status: HTTPResponse.Status = .ok, headers: HTTPFields = [:]) throws -> Response {
     var headers = headers
     headers[.contentType] = "application/json"
     return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: try JSONCoding.encode(value))))

@@ -1,0 +1,54 @@
+import AMQPBridge
+import Auth
+import Foundation
+import Hummingbird
+import HummingbirdWebSocket
+import Logging
+import PQBridge
+import Persistence
+import ServiceLifecycle
+import ServiceSupport
+
+/// Wires fanout: this replica's event queue and hub, the stream routes (SSE and
+/// WebSocket on one path), and the operations endpoints — as one service group. The hub
+/// comes last so that on SIGTERM it is stopped first: it ends every open stream, and then
+/// the HTTP server, which waits for open responses, can finish.
+func buildFanout(configuration: Configuration, logger: Logger) throws -> ServiceGroup {
+    let signer = try JWTSigner(secret: try configuration.requireJWTSecret())
+    let endpoint = try configuration.amqpEndpoint()
+    let pool = PGPool(url: configuration.databaseURL, size: configuration.databasePoolSize, logger: logger)
+    // This replica's own queue: not exclusive (it survives a reconnect), and gone two
+    // minutes after the replica is.
+    let queue = "fanout.\(UUID().uuidString.prefix(12).lowercased())"
+    var topology = SynclineTopology.topology(retryDelays: configuration.retryDelays)
+    topology.queues.append(.init(name: queue, arguments: ["x-expires": .int(120_000)]))
+    let publisher = AMQPPublisher(endpoint: endpoint, topology: topology, confirmTimeout: 2, logger: logger)
+    let consumer = AMQPConsumer(
+        configuration: .init(endpoint: endpoint, topology: topology, queue: queue, prefetch: 256), logger: logger)
+    let hub = Hub(queue: queue, publisher: publisher, consumer: consumer, heartbeat: configuration.streamHeartbeat, logger: logger)
+    let routes = StreamRoutes(
+        auth: Authenticator(signer: signer, allowQueryToken: true), devices: DeviceStore(pool: pool),
+        pulls: PullStore(pool: pool), hub: hub)
+
+    let router = Router(context: BasicWebSocketRequestContext.self)
+    router.addMiddleware { ProblemMiddleware() }
+    routes.registerHTTP(on: router)
+    OperationsEndpoints.register(on: router) {
+        async let database = (try? await pool.query("SELECT 1")) != nil
+        return ["database": await database, "broker": consumer.isConnected]
+    }
+    let webSocketRouter = Router(context: BasicWebSocketRequestContext.self)
+    routes.registerWebSocket(on: webSocketRouter)
+
+    let app = Application(
+        router: router,
+        server: .http1WebSocketUpgrade(webSocketRouter: webSocketRouter, configuration: .init(autoPing: .disabled)),
+        configuration: .init(address: .hostname("0.0.0.0", port: configuration.port), serverName: "syncline-fanout"),
+        logger: logger)
+    let closer = ResourceCloser {
+        await publisher.shutdown()
+        await pool.shutdown()
+    }
+    return ServiceGroup(configuration: .init(
+        services: [closer, app, hub], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+}

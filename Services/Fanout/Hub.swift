@@ -1,0 +1,195 @@
+import AMQPBridge
+import Foundation
+import Logging
+import Metrics
+import NIOConcurrencyHelpers
+import ServiceLifecycle
+import ServiceSupport
+import SyncModels
+
+/// What a stream sends, one JSON object per message (SPEC §6).
+enum StreamMessage: Sendable, Equatable {
+    case hello(cursor: String)
+    case poke(cursor: String)
+    case job(jobID: String, status: JobStatus, checkpoint: String?)
+    case heartbeat
+
+    var json: String {
+        let value: JSONValue
+        switch self {
+        case .hello(let cursor): value = .object(["type": .string("hello"), "cursor": .string(cursor)])
+        case .poke(let cursor): value = .object(["type": .string("poke"), "cursor": .string(cursor)])
+        case .job(let jobID, let status, let checkpoint):
+            value = .object([
+                "type": .string("job"), "job_id": .string(jobID), "status": .string(status.rawValue),
+                "checkpoint": checkpoint.map(JSONValue.string) ?? .null,
+            ])
+        case .heartbeat: value = .object(["type": .string("heartbeat")])
+        }
+        return JSONWriter.string(value)
+    }
+}
+
+/// The connected streams of this fanout replica, by user, and this replica's own queue on
+/// `sync.events`: bound to a user's routing key while at least one of the user's devices
+/// is connected here, so every replica receives exactly the events of its users.
+final class Hub: Service, Sendable {
+    private struct Subscriber: Sendable {
+        let deviceID: String
+        let continuation: AsyncStream<StreamMessage>.Continuation
+    }
+
+    private struct State: Sendable {
+        var users: [String: [UUID: Subscriber]] = [:]
+        var closed = false
+    }
+
+    let queue: String
+    private let state = NIOLockedValueBox(State())
+    private let bindingLock = NIOLock()
+    private let publisher: AMQPPublisher
+    private let consumer: AMQPConsumer
+    private let logger: Logger
+    private let connected = Meter(label: "syncline_stream_connections")
+    private let delivered = Counter(label: "syncline_stream_messages_total")
+
+    private let heartbeat: Double
+
+    init(queue: String, publisher: AMQPPublisher, consumer: AMQPConsumer, heartbeat: Double, logger: Logger) {
+        self.heartbeat = heartbeat
+        self.queue = queue
+        self.publisher = publisher
+        self.consumer = consumer
+        self.logger = logger
+    }
+
+    private func binding(_ user: String) -> AMQPTopology.Binding {
+        .init(queue: queue, exchange: SynclineTopology.eventsExchange, routingKey: SynclineTopology.eventRoutingKey(user: user))
+    }
+
+    /// Registers a stream; its messages come out of the returned sequence until
+    /// `unsubscribe` (or shutdown) finishes it.
+    func subscribe(user: String, deviceID: String) async throws -> (UUID, AsyncStream<StreamMessage>) {
+        let id = UUID()
+        let (stream, continuation) = AsyncStream.makeStream(of: StreamMessage.self, bufferingPolicy: .bufferingNewest(64))
+        let first = state.withLockedValue { state -> Bool? in
+            if state.closed { return nil }
+            let first = state.users[user] == nil
+            state.users[user, default: [:]][id] = Subscriber(deviceID: deviceID, continuation: continuation)
+            return first
+        }
+        guard let first else {
+            continuation.finish()
+            throw CancellationError()
+        }
+        connected.increment()
+        if first {
+            do {
+                try await publisher.setBindings([binding(user)], bound: true)
+            } catch {
+                unsubscribe(user: user, id: id)
+                throw error
+            }
+        }
+        return (id, stream)
+    }
+
+    func unsubscribe(user: String, id: UUID) {
+        let last = state.withLockedValue { state -> Bool in
+            guard let subscriber = state.users[user]?.removeValue(forKey: id) else { return false }
+            subscriber.continuation.finish()
+            if state.users[user]?.isEmpty == true {
+                state.users[user] = nil
+                return true
+            }
+            return false
+        }
+        connected.decrement()
+        if last {
+            let binding = binding(user), publisher = self.publisher, logger = self.logger
+            Task {
+                do {
+                    // Unless the user came back meanwhile.
+                    if self.state.withLockedValue({ $0.users[user] == nil }) {
+                        try await publisher.setBindings([binding], bound: false)
+                    }
+                } catch {
+                    logger.debug("unbind failed; the queue's bindings are rebuilt on reconnect", metadata: ["error": "\(error)"])
+                }
+            }
+        }
+    }
+
+    /// Routes one job event to this replica's streams of its user: a poke to every other
+    /// device; to the origin device, the job's outcome when it had rejected or conflicting
+    /// ops or was dead-lettered.
+    func deliver(_ event: JobEvent) {
+        let subscribers = state.withLockedValue { $0.users[event.userID].map { Array($0.values) } ?? [] }
+        for subscriber in subscribers {
+            if subscriber.deviceID == event.deviceID {
+                if event.troubled || event.status == .dead {
+                    subscriber.continuation.yield(.job(jobID: event.jobID, status: event.status, checkpoint: event.checkpoint))
+                    delivered.increment()
+                }
+            } else if let cursor = event.checkpoint, event.status == .succeeded {
+                subscriber.continuation.yield(.poke(cursor: cursor))
+                delivered.increment()
+            }
+        }
+    }
+
+    /// Consumes this replica's queue; after every (re)connect binds the keys of every
+    /// connected user again (an expired queue loses its bindings). On shutdown, ends every
+    /// stream so their responses finish.
+    func run() async throws {
+        consumer.start()
+        await withGracefulShutdownHandler {
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    for await delivery in self.consumer.deliveries {
+                        self.consumer.ack(delivery)
+                        if let event = try? JSONCoding.decode(JobEvent.self, from: Data(delivery.body)) { self.deliver(event) }
+                    }
+                }
+                group.addTask { await self.keepBindings() }
+            }
+        } onGracefulShutdown: {
+            self.consumer.stopConsuming()
+            self.closeAll()
+        }
+        await consumer.close()
+    }
+
+    private func keepBindings() async {
+        var boundFor = 0
+        var lastHeartbeat = Date()
+        while !Task.isShuttingDownGracefully && !Task.isCancelled {
+            if Date().timeIntervalSince(lastHeartbeat) >= heartbeat {
+                lastHeartbeat = Date()
+                let subscribers = state.withLockedValue { $0.users.values.flatMap(\.values) }
+                subscribers.forEach { $0.continuation.yield(.heartbeat) }
+            }
+            let connections = consumer.connectionCount
+            if connections != boundFor, consumer.isConnected {
+                let users = state.withLockedValue { Array($0.users.keys) }
+                do {
+                    try await publisher.setBindings(users.map(binding), bound: true)
+                    boundFor = connections
+                    if !users.isEmpty { logger.info("rebound users after (re)connect", metadata: ["users": "\(users.count)"]) }
+                } catch {
+                    logger.warning("cannot bind yet", metadata: ["error": "\(error)"])
+                }
+            }
+            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .milliseconds(200)) }
+        }
+    }
+
+    private func closeAll() {
+        let subscribers = state.withLockedValue { state -> [Subscriber] in
+            state.closed = true
+            defer { state.users = [:] }
+            return state.users.values.flatMap(\.values)
+        }
+        subscribers.forEach { $0.continuation.finish() }
+    }
+}

@@ -1,0 +1,129 @@
+import Foundation
+import Testing
+
+/// Fanout streams (SPEC §6) with real processes: gateway, worker, fanout replicas.
+@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+struct FanoutTests {
+    struct Device {
+        let user: String
+        let token: String
+        let id: String
+    }
+
+    static func devices(_ api: APIClient, user: String, count: Int) async throws -> [Device] {
+        let token = E2E.token(user)
+        var devices: [Device] = []
+        for i in 0..<count { devices.append(Device(user: user, token: token, id: try await api.registerDevice(token, name: "d\(i)"))) }
+        return devices
+    }
+
+    static func path(_ device: Device) -> String { "/v1/stream?device_id=\(device.id)&access_token=\(device.token)" }
+
+    static func upsert(_ api: APIClient, _ device: Device, id: String = "r-\(UUID().uuidString.prefix(6))") async throws -> (job: String, accepted: Date) {
+        let result = try await api.push(device.token, device: device.id, ops: [
+            ["op_id": newOpID(), "type": "upsert", "collection": "todos", "id": id, "data": ["title": "x"]],
+        ])
+        return (try #require(result.json["job_id"] as? String), Date())
+    }
+
+    /// Device B (SSE) and C (WebSocket) get a poke with the checkpoint within a second of
+    /// A's job committing; A does not. Each stream starts with hello and the current cursor.
+    @Test func otherDevicesArePokedWithinASecondTheOriginIsNot() async throws {
+        try await Stack.with(workers: 1, fanouts: 1) { stack in
+            let api = stack.client
+            let port = stack.fanouts[0].port
+            let devices = try await Self.devices(api, user: "fan-\(UUID().uuidString.prefix(6))", count: 3)
+            let (a, b, c) = (devices[0], devices[1], devices[2])
+            let origin = try SSEClient(port: port, path: Self.path(a))
+            let other = try SSEClient(port: port, path: Self.path(b))
+            let socket = WSClient(port: port, path: Self.path(c))
+            defer { origin.close(); other.close() }
+            for inbox in [origin.inbox, other.inbox, socket.inbox] {
+                #expect(try await inbox.next("hello").message["cursor"] as? String == "0")
+            }
+            let (jobID, _) = try await Self.upsert(api, a)
+            let job = try await api.awaitJob(a.token, jobID)
+            let committed = Date()
+            let checkpoint = try #require(job["checkpoint"] as? String)
+            for inbox in [other.inbox, socket.inbox] {
+                let poke = try await inbox.next("poke", within: 2)
+                #expect(poke.message["cursor"] as? String == checkpoint)
+                #expect(poke.at.timeIntervalSince(committed) < 1.0)
+            }
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(origin.inbox.of(type: "poke").isEmpty, "the origin device is never poked")
+            #expect(origin.inbox.of(type: "job").isEmpty, "a clean job sends the origin nothing")
+
+            // A job with a rejected op: the origin hears about it, the others get a poke.
+            let skewed = try await api.push(a.token, device: a.id, ops: [
+                ["op_id": newOpID(), "type": "upsert", "collection": "todos", "id": "late", "data": ["t": 1],
+                 "hlc": "\(Int64(Date().timeIntervalSince1970 * 1000) + 3_600_000)-00000-\(a.id)"],
+                ["op_id": newOpID(), "type": "upsert", "collection": "todos", "id": "ok", "data": ["t": 1]],
+            ])
+            let skewedJob = try #require(skewed.json["job_id"] as? String)
+            let notice = try await origin.inbox.next("job", within: 5)
+            #expect(notice.message["job_id"] as? String == skewedJob)
+            #expect(notice.message["status"] as? String == "succeeded")
+            // A new stream's hello carries the current cursor.
+            let late = try SSEClient(port: port, path: Self.path(b))
+            defer { late.close() }
+            #expect(try await late.inbox.next("hello").message["cursor"] as? String == notice.message["checkpoint"] as? String)
+            await socket.close()
+            // SIGTERM with streams open: they end, and the process exits 0 promptly.
+            #expect(stack.fanouts[0].stop(within: 5) == 0)
+            _ = try await E2E.eventually(within: 2, "the streams ended") { other.inbox.finished ? true : nil }
+        }
+    }
+
+    /// With two fanout replicas and the user's devices spread over both, every device
+    /// other than the origin is poked.
+    @Test func everyDeviceIsPokedWhicheverReplicaItIsOn() async throws {
+        try await Stack.with(workers: 1, fanouts: 2) { stack in
+            let api = stack.client
+            let devices = try await Self.devices(api, user: "spread-\(UUID().uuidString.prefix(6))", count: 5)
+            let clients = try devices.enumerated().map { index, device in
+                try SSEClient(port: stack.fanouts[index % 2].port, path: Self.path(device))
+            }
+            defer { clients.forEach { $0.close() } }
+            for client in clients { _ = try await client.inbox.next("hello") }
+            _ = try await api.awaitJob(devices[0].token, try await Self.upsert(api, devices[0]).job)
+            for client in clients.dropFirst() { _ = try await client.inbox.next("poke", within: 2) }
+            #expect(clients[0].inbox.of(type: "poke").isEmpty)
+        }
+    }
+
+    /// A killed fanout, restarted on the same port: clients reconnect and are poked again.
+    @Test func aRestartedFanoutResumesDelivering() async throws {
+        try await Stack.with(workers: 1, fanouts: 1) { stack in
+            let api = stack.client
+            let devices = try await Self.devices(api, user: "restart-\(UUID().uuidString.prefix(6))", count: 2)
+            let port = stack.fanouts[0].port
+            stack.fanouts[0].signal(SIGKILL)
+            stack.fanouts[0].stop(within: 1)
+            try await stack.addFanout(port: port)
+            let client = try SSEClient(port: port, path: Self.path(devices[1]))
+            defer { client.close() }
+            _ = try await client.inbox.next("hello")
+            _ = try await api.awaitJob(devices[0].token, try await Self.upsert(api, devices[0]).job)
+            _ = try await client.inbox.next("poke", within: 2)
+        }
+    }
+
+    /// Refusals are problem+json: no token 401, unknown or foreign device 404, revoked 403.
+    @Test func refusals() async throws {
+        try await Stack.with(workers: 0, fanouts: 1) { stack in
+            let fanout = APIClient(base: "http://127.0.0.1:\(stack.fanouts[0].port)")
+            let api = stack.client
+            let mine = try await Self.devices(api, user: "refuse-\(UUID().uuidString.prefix(6))", count: 2)
+            #expect(try await api.request("DELETE", "/v1/devices/\(mine[1].id)", token: mine[0].token).status == 204)
+            let sse = ["Accept": "text/event-stream"]
+            let noToken = try await fanout.request("GET", "/v1/stream?device_id=\(mine[0].id)", headers: sse)
+            #expect(noToken.status == 401 && noToken.json["code"] as? String == "unauthorized")
+            let foreign = try await fanout.request("GET", "/v1/stream?device_id=\(mine[0].id)", token: E2E.token("someone-else"), headers: sse)
+            #expect(foreign.status == 404 && foreign.header("Content-Type") == "application/problem+json")
+            #expect(try await fanout.request("GET", "/v1/stream?device_id=\(UUID())", token: mine[0].token, headers: sse).status == 404)
+            let revoked = try await fanout.request("GET", "/v1/stream?device_id=\(mine[1].id)", token: mine[0].token, headers: sse)
+            #expect(revoked.status == 403 && revoked.json["code"] as? String == "forbidden")
+        }
+    }
+}
