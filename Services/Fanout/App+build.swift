@@ -10,7 +10,8 @@ import ServiceLifecycle
 import ServiceSupport
 
 /// Wires fanout: this replica's event queue and hub, the stream routes (SSE and
-/// WebSocket on one path), and the operations endpoints — as one service group. The hub
+/// WebSocket on one path), the webhook dispatcher, and the operations endpoints — as one
+/// service group. The hub
 /// comes last so that on SIGTERM it is stopped first: it ends every open stream, and then
 /// the HTTP server, which waits for open responses, can finish.
 func buildFanout(configuration: Configuration, logger: Logger) throws -> ServiceGroup {
@@ -26,6 +27,15 @@ func buildFanout(configuration: Configuration, logger: Logger) throws -> Service
     let consumer = AMQPConsumer(
         configuration: .init(endpoint: endpoint, topology: topology, queue: queue, prefetch: 256), logger: logger)
     let hub = Hub(queue: queue, publisher: publisher, consumer: consumer, heartbeat: configuration.streamHeartbeat, logger: logger)
+    let webhooks = WebhookDispatcher(
+        events: AMQPConsumer(
+            configuration: .init(endpoint: endpoint, topology: topology, queue: SynclineTopology.notifyEventsQueue, prefetch: 32),
+            logger: logger),
+        deliveries: AMQPConsumer(
+            configuration: .init(endpoint: endpoint, topology: topology, queue: SynclineTopology.notifyDeliveriesQueue, prefetch: 64),
+            logger: logger),
+        devices: DeviceStore(pool: pool), deadLetters: DeadLetterStore(pool: pool), publisher: publisher,
+        configuration: configuration, logger: logger)
     let routes = StreamRoutes(
         auth: Authenticator(signer: signer, allowQueryToken: true), devices: DeviceStore(pool: pool),
         pulls: PullStore(pool: pool), hub: hub)
@@ -50,5 +60,5 @@ func buildFanout(configuration: Configuration, logger: Logger) throws -> Service
         await pool.shutdown()
     }
     return ServiceGroup(configuration: .init(
-        services: [closer, app, hub], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        services: [closer, app, webhooks, hub], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
 }

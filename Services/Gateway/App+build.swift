@@ -28,7 +28,7 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
         ProblemMiddleware()
         MetricsMiddleware()
     }
-    DeviceRoutes(auth: auth, devices: devices).register(on: router)
+    DeviceRoutes(auth: auth, devices: devices, allowPrivateWebhooks: configuration.allowPrivateWebhooks).register(on: router)
     SyncRoutes(
         auth: auth, devices: devices, jobs: jobs, pulls: PullStore(pool: pool), publisher: publisher, marks: marks,
         maxClockSkewMilliseconds: Int64(configuration.maxClockSkew * 1000)

@@ -93,6 +93,11 @@ public struct AMQPDelivery: Sendable {
 public struct SweepResult: Sendable, Equatable {
     public var examined: Int
     public var removed: Int
+
+    public init(examined: Int, removed: Int) {
+        self.examined = examined
+        self.removed = removed
+    }
 }
 
 /// Depth and consumers of a queue, as the broker reports them.

@@ -105,3 +105,22 @@ public enum Digests {
         SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined()
     }
 }
+
+/// The signature on a webhook (SPEC §6): `t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`.
+public enum WebhookSignature {
+    public static func header(secret: String, timestamp: Int64, body: [UInt8]) -> String {
+        let signed = Array("\(timestamp).".utf8) + body
+        let mac = HMAC<SHA256>.authenticationCode(for: signed, using: SymmetricKey(data: Array(secret.utf8)))
+        return "t=\(timestamp),v1=" + mac.map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// Checks a header against the body; a receiver should also refuse old timestamps.
+    public static func isValid(_ header: String, secret: String, body: [UInt8]) -> Bool {
+        let parts = Dictionary(header.split(separator: ",").compactMap { part -> (String, String)? in
+            let pair = part.split(separator: "=", maxSplits: 1)
+            return pair.count == 2 ? (String(pair[0]), String(pair[1])) : nil
+        }, uniquingKeysWith: { first, _ in first })
+        guard let t = parts["t"].flatMap(Int64.init), parts["v1"] != nil else { return false }
+        return self.header(secret: secret, timestamp: t, body: body) == header
+    }
+}

@@ -55,6 +55,14 @@ public struct DeadLetterOffice: Sendable {
         switch try await deadLetters.replay(id: id) {
         case .notFound: return .notFound
         case .namesNoJob: return .namesNoJob
+        case .redeliver(let id, let message):
+            do {
+                try await publisher.publish([SynclineTopology.webhookDeliveryMessage(body: Array(message.utf8), attempt: 0)])
+            } catch {
+                logger.warning("replayed webhook delivery not published", metadata: ["dead_letter.id": "\(id)", "error": "\(error)"])
+                throw error
+            }
+            return .replayed(jobID: id)
         case .replayed(let jobID, let traceID):
             do {
                 try await publisher.publish([SynclineTopology.jobMessage(jobID: jobID, traceID: traceID)])
@@ -77,8 +85,8 @@ public struct DeadLetterOffice: Sendable {
 
     /// Replays every dead letter the filter selects (a filter is required); with `dryRun`
     /// only counts them.
-    public func bulkReplay(filter: DeadLetterFilter, dryRun: Bool, actor: String) async throws -> BulkReplayResult {
-        let ids = try await deadLetters.matching(queue: "sync", filter: filter)
+    public func bulkReplay(queue: String = "sync", filter: DeadLetterFilter, dryRun: Bool, actor: String) async throws -> BulkReplayResult {
+        let ids = try await deadLetters.matching(queue: queue, filter: filter)
         var replayed = 0
         if !dryRun {
             for id in ids {
@@ -106,27 +114,35 @@ public struct DeadLetterOffice: Sendable {
         try await jobs.rates(minutes: minutes)
     }
 
-    /// Makes `sync.jobs.dlq` hold exactly one message per listed dead letter: messages of
-    /// dead letters replayed or discarded, and second copies (a worker that died between
-    /// recording and acking parks again), are taken out. A broker that cannot be reached
-    /// leaves them for the next action; the list stays right meanwhile.
+    /// Makes each dead-letter queue (`sync.jobs.dlq`, `notify.dlq`) hold exactly one
+    /// message per listed dead letter: messages of dead letters replayed or discarded, and
+    /// second copies (a worker that died between recording and acking parks again), are
+    /// taken out. A broker that cannot be reached leaves them for the next action; the
+    /// list stays right meanwhile.
     @discardableResult
     public func reconcile() async -> SweepResult? {
-        do {
-            let listed = try await deadLetters.ids(queue: "sync")
-            let seen = SeenSet()
-            let result = try await publisher.sweep(queue: SynclineTopology.deadLetterQueue) { message in
-                let id = SynclineTopology.deadLetterID(of: message)
-                return !listed.contains(id) || !seen.insert(id)
+        var total = SweepResult(examined: 0, removed: 0)
+        for (queue, name) in [("sync", SynclineTopology.deadLetterQueue), ("notify", SynclineTopology.notifyDeadLetterQueue)] {
+            do {
+                let listed = try await deadLetters.ids(queue: queue)
+                let seen = SeenSet()
+                let result = try await publisher.sweep(queue: name) { message in
+                    let id = SynclineTopology.deadLetterID(of: message)
+                    return !listed.contains(id) || !seen.insert(id)
+                }
+                if result.removed > 0 {
+                    logger.info("took acted-on messages out of a dead-letter queue", metadata: [
+                        "amqp.queue": "\(name)", "messages.removed": "\(result.removed)",
+                    ])
+                }
+                total.examined += result.examined
+                total.removed += result.removed
+            } catch {
+                logger.warning("could not reconcile a dead-letter queue", metadata: ["amqp.queue": "\(name)", "error": "\(error)"])
+                return nil
             }
-            if result.removed > 0 {
-                logger.info("took acted-on messages out of the dead-letter queue", metadata: ["messages.removed": "\(result.removed)"])
-            }
-            return result
-        } catch {
-            logger.warning("could not reconcile the dead-letter queue", metadata: ["error": "\(error)"])
-            return nil
         }
+        return total
     }
 }
 

@@ -19,8 +19,10 @@ public struct DeadLetterStore: Sendable {
     /// Records a dead letter and, when the message names a job, marks that job dead with
     /// the error — one transaction. Returns nil, recording nothing, when the job already
     /// succeeded or was discarded (a late duplicate has nothing to park).
+    /// `userID`/`deviceID` name whom a message that is not a job concerns (a webhook).
     public func record(
-        id: String, queue: String = "sync", namedJobID: String?, reason: String, error: String, message: String
+        id: String, queue: String = "sync", namedJobID: String?, reason: String, error: String, message: String,
+        userID: String? = nil, deviceID: String? = nil, attempts: Int? = nil
     ) async throws -> Recorded? {
         try await pool.transaction { connection in
             var job: PGRow?
@@ -46,10 +48,12 @@ public struct DeadLetterStore: Sendable {
                 ON CONFLICT (dead_letter_id) DO UPDATE SET
                   reason = EXCLUDED.reason, last_error = EXCLUDED.last_error, attempts = EXCLUDED.attempts
                 """, [
-                    id, queue, job?["job_id"], job?["user_id"], job?["device_id"], reason, error,
-                    Int(job?.optionalInt("attempts") ?? 0), Int(job?.optionalInt("op_count") ?? 0), message,
+                    id, queue, job?["job_id"], job?["user_id"] ?? userID, job?["device_id"] ?? deviceID, reason, error,
+                    Int(job?.optionalInt("attempts") ?? Int64(attempts ?? 0)), Int(job?.optionalInt("op_count") ?? 0), message,
                 ])
-            return Recorded(attempts: Int(job?.optionalInt("attempts") ?? 0), userID: job?["user_id"], deviceID: job?["device_id"])
+            return Recorded(
+                attempts: Int(job?.optionalInt("attempts") ?? Int64(attempts ?? 0)),
+                userID: job?["user_id"] ?? userID, deviceID: job?["device_id"] ?? deviceID)
         }
     }
 
@@ -142,6 +146,8 @@ public struct DeadLetterStore: Sendable {
     public enum ReplayOutcome: Sendable, Equatable {
         /// The job is queued again with its attempts reset; publish it.
         case replayed(jobID: String, traceID: String?)
+        /// A webhook delivery: publish its message again, attempts reset.
+        case redeliver(id: String, message: String)
         case notFound
         /// The dead letter names no job that could run (not a job message, or an unknown job).
         case namesNoJob
@@ -153,8 +159,12 @@ public struct DeadLetterStore: Sendable {
         guard let id = Names.canonicalUUID(id) else { return .notFound }
         return try await pool.transaction { connection in
             guard let letter = try connection.query(
-                "SELECT job_id FROM dead_letters WHERE dead_letter_id = $1 AND queue = 'sync' FOR UPDATE", [id]
+                "SELECT job_id, queue, payload FROM dead_letters WHERE dead_letter_id = $1 FOR UPDATE", [id]
             ).first else { return .notFound }
+            if letter["queue"] == "notify" {
+                try connection.query("DELETE FROM dead_letters WHERE dead_letter_id = $1", [id])
+                return .redeliver(id: id, message: try letter.string("payload"))
+            }
             guard let jobID = letter["job_id"] else { return .namesNoJob }
             let job = try connection.query("""
                 UPDATE jobs SET status = 'queued', attempts = 0, published_at = NULL, finished_at = NULL, last_error = NULL
@@ -172,7 +182,7 @@ public struct DeadLetterStore: Sendable {
         guard let id = Names.canonicalUUID(id) else { return false }
         return try await pool.transaction { connection in
             guard let letter = try connection.query(
-                "DELETE FROM dead_letters WHERE dead_letter_id = $1 AND queue = 'sync' RETURNING job_id", [id]
+                "DELETE FROM dead_letters WHERE dead_letter_id = $1 RETURNING job_id", [id]
             ).first else { return false }
             if let jobID = letter["job_id"] {
                 try connection.query(

@@ -60,4 +60,33 @@ public struct DeviceStore: Sendable {
         guard let row else { return .notFound }
         return try row.bool("revoked") ? .revoked : .active
     }
+
+    /// A device's webhook: where to POST and the secret to sign with.
+    public struct Webhook: Sendable, Equatable {
+        public let deviceID: String
+        public let url: String
+        public let secret: String
+    }
+
+    /// The webhooks of a user's active devices other than `excluding`.
+    public func webhooks(user: String, excluding deviceID: String?) async throws -> [Webhook] {
+        try await pool.query("""
+            SELECT device_id, push_url, push_secret FROM devices
+            WHERE user_id = $1 AND push_url IS NOT NULL AND revoked_at IS NULL
+              AND ($2::uuid IS NULL OR device_id <> $2::uuid)
+            ORDER BY device_id
+            """, [user, deviceID]).rows.map {
+            Webhook(deviceID: try $0.string("device_id"), url: try $0.string("push_url"), secret: try $0.string("push_secret"))
+        }
+    }
+
+    /// One device's webhook, if it still has one and is not revoked.
+    public func webhook(user: String, deviceID: String) async throws -> Webhook? {
+        try await pool.query("""
+            SELECT device_id, push_url, push_secret FROM devices
+            WHERE user_id = $1 AND device_id = $2::uuid AND push_url IS NOT NULL AND revoked_at IS NULL
+            """, [user, deviceID]).first.map {
+            Webhook(deviceID: try $0.string("device_id"), url: try $0.string("push_url"), secret: try $0.string("push_secret"))
+        }
+    }
 }

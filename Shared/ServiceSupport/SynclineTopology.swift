@@ -35,6 +35,17 @@ public enum SynclineTopology {
     /// MAX_ATTEMPTS so it only ever catches what the worker could not.
     public static let deliveryLimit: Int64 = 50
 
+    // Webhooks: events fan out into one delivery per device; failed deliveries wait in
+    // their tier's `notify.retry.<delay>` and, after MAX_ATTEMPTS, park in `notify.dlq`.
+    public static let notifyEventsQueue = "notify.events"
+    public static let notifyExchange = "notify"
+    public static let notifyDeliveriesQueue = "notify.deliveries"
+    public static let notifyDeliveriesRoutingKey = "notify.deliveries"
+    public static let notifyDeadLetterQueue = "notify.dlq"
+    public static let notifyDeadLetterRoutingKey = "notify.dlq"
+
+    public static func notifyRetryQueue(delay: Double) -> String { "notify.retry.\(Durations.label(delay))" }
+
     /// The retry queue for one tier: `sync.retry.5s`.
     public static func retryQueue(delay: Double) -> String { "sync.retry.\(Durations.label(delay))" }
 
@@ -48,6 +59,8 @@ public enum SynclineTopology {
     /// Every queue of the job pipeline, in the order an operator reads them.
     public static func queueNames(retryDelays: [Double]) -> [String] {
         [jobsQueue] + uniqueDelays(retryDelays).map(retryQueue(delay:)) + [exhaustedQueue, deadLetterQueue]
+            + [notifyEventsQueue, notifyDeliveriesQueue] + uniqueDelays(retryDelays).map(notifyRetryQueue(delay:))
+            + [notifyDeadLetterQueue]
     }
 
     public static func topology(retryDelays: [Double]) -> AMQPTopology {
@@ -63,8 +76,18 @@ public enum SynclineTopology {
                 "x-dead-letter-routing-key": .string(jobsRoutingKey),
             ]) { $1 })
         }
+        let notifyRetryQueues = uniqueDelays(retryDelays).map { delay in
+            AMQPTopology.Queue(name: notifyRetryQueue(delay: delay), arguments: atLeastOnce.merging([
+                "x-message-ttl": .int(Int64((delay * 1000).rounded())),
+                "x-dead-letter-exchange": .string(notifyExchange),
+                "x-dead-letter-routing-key": .string(notifyDeliveriesRoutingKey),
+            ]) { $1 })
+        }
         return AMQPTopology(
-            exchanges: [.init(name: jobsExchange), .init(name: deadLetterExchange), .init(name: eventsExchange, type: "topic")],
+            exchanges: [
+                .init(name: jobsExchange), .init(name: deadLetterExchange), .init(name: eventsExchange, type: "topic"),
+                .init(name: notifyExchange),
+            ],
             queues: [
                 .init(name: jobsQueue, arguments: atLeastOnce.merging([
                     "x-delivery-limit": .int(deliveryLimit),
@@ -73,11 +96,17 @@ public enum SynclineTopology {
                 ]) { $1 }),
                 .init(name: exhaustedQueue, arguments: ["x-queue-type": .string("quorum")]),
                 .init(name: deadLetterQueue),
-            ] + retryQueues,
+                .init(name: notifyEventsQueue, arguments: ["x-queue-type": .string("quorum")]),
+                .init(name: notifyDeliveriesQueue, arguments: ["x-queue-type": .string("quorum")]),
+                .init(name: notifyDeadLetterQueue),
+            ] + retryQueues + notifyRetryQueues,
             bindings: [
                 .init(queue: jobsQueue, exchange: jobsExchange, routingKey: jobsRoutingKey),
                 .init(queue: exhaustedQueue, exchange: deadLetterExchange, routingKey: exhaustedRoutingKey),
                 .init(queue: deadLetterQueue, exchange: deadLetterExchange, routingKey: deadLetterRoutingKey),
+                .init(queue: notifyEventsQueue, exchange: eventsExchange, routingKey: "#"),
+                .init(queue: notifyDeliveriesQueue, exchange: notifyExchange, routingKey: notifyDeliveriesRoutingKey),
+                .init(queue: notifyDeadLetterQueue, exchange: deadLetterExchange, routingKey: notifyDeadLetterRoutingKey),
             ])
     }
 
@@ -119,6 +148,14 @@ public enum SynclineTopology {
         if let traceID { headers[Header.trace] = .string(traceID) }
         return OutgoingMessage(
             exchange: deadLetterExchange, routingKey: deadLetterRoutingKey, body: body, messageID: id, headers: headers)
+    }
+
+    /// A webhook delivery (body: `WebhookDelivery`) after `attempt` failed attempts: to
+    /// `notify.deliveries` now, or with `retryQueue`, to wait there first.
+    public static func webhookDeliveryMessage(body: [UInt8], attempt: Int, retryQueue: String? = nil) -> OutgoingMessage {
+        OutgoingMessage(
+            exchange: retryQueue == nil ? notifyExchange : "", routingKey: retryQueue ?? notifyDeliveriesRoutingKey,
+            body: body, headers: [Header.attempt: .int(Int64(attempt))])
     }
 
     /// A job message sent to wait in a retry queue before attempt `attempt + 1`.

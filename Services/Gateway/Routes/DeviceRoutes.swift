@@ -9,6 +9,7 @@ import SyncModels
 struct DeviceRoutes: Sendable {
     let auth: Authenticator
     let devices: DeviceStore
+    let allowPrivateWebhooks: Bool
 
     func register(on router: Router<BasicRequestContext>) {
         router.post("/v1/devices", use: create)
@@ -19,7 +20,7 @@ struct DeviceRoutes: Sendable {
     @Sendable func create(_ request: Request, context: BasicRequestContext) async throws -> Response {
         let claims = try auth.user(request, context: context)
         let body = try await request.body.collect(upTo: 64 * 1024)
-        let registration = try DeviceRegistration.parse(Data(buffer: body))
+        let registration = try DeviceRegistration.parse(Data(buffer: body), allowPrivateWebhooks: allowPrivateWebhooks)
         let device = try await devices.register(
             user: claims.sub, name: registration.name, platform: registration.platform,
             pushURL: registration.pushURL, pushSecret: Secrets.random())
@@ -44,7 +45,7 @@ struct DeviceRegistration {
     var platform: String
     var pushURL: String?
 
-    static func parse(_ body: Data) throws(APIError) -> DeviceRegistration {
+    static func parse(_ body: Data, allowPrivateWebhooks: Bool = false) throws(APIError) -> DeviceRegistration {
         guard let root = try? JSONParser.parse(body) else {
             throw .badRequest("The request body is not valid JSON.")
         }
@@ -60,6 +61,9 @@ struct DeviceRegistration {
             guard let text = raw.stringValue, text.count <= 2048, let url = URL(string: text),
                   url.scheme == "https" || url.scheme == "http", url.host != nil
             else { throw .unprocessable("push_url must be an http(s) URL.") }
+            if !allowPrivateWebhooks, let host = url.host, WebhookAddresses.isPrivateLiteral(host: host) {
+                throw .unprocessable("push_url must not point to a private or loopback address.")
+            }
             pushURL = text
         }
         return DeviceRegistration(name: name, platform: platform, pushURL: pushURL)

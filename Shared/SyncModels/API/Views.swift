@@ -255,3 +255,27 @@ public struct JobEvent: Codable, Sendable, Equatable {
         case userID = "user_id", deviceID = "device_id", jobID = "job_id", status, checkpoint, troubled
     }
 }
+
+/// One webhook to deliver: a poke for `device_id` of `user_id` up to `cursor`.
+public struct WebhookDelivery: Codable, Sendable, Equatable {
+    public var userID: String
+    public var deviceID: String
+    public var cursor: String
+    public var jobID: String
+
+    public init(userID: String, deviceID: String, cursor: String, jobID: String) {
+        self.userID = userID
+        self.deviceID = deviceID
+        self.cursor = cursor
+        self.jobID = jobID
+    }
+
+    enum CodingKeys: String, CodingKey { case userID = "user_id", deviceID = "device_id", cursor, jobID = "job_id" }
+
+    /// The body POSTed to the device's push_url (SPEC §6).
+    public var pokeBody: [UInt8] {
+        JSONWriter.bytes(.object([
+            "type": .string("poke"), "user_id": .string(userID), "device_id": .string(deviceID), "cursor": .string(cursor),
+        ]))
+    }
+}

@@ -1,0 +1,197 @@
+import AMQPBridge
+import Auth
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Logging
+import Metrics
+import Persistence
+import ServiceLifecycle
+import ServiceSupport
+import SyncModels
+
+/// Signed webhooks (SPEC §6). Two steps over shared durable queues, so any fanout replica
+/// can do either:
+/// 1. `notify.events` (every job event): one delivery message per other device of the user
+///    with a `push_url`, published to `notify.deliveries`;
+/// 2. `notify.deliveries`: one POST each, concurrently (a slow or dead receiver holds only
+///    its own delivery, for at most the request timeout). A failure waits in the retry
+///    queue of its tier; after `MAX_ATTEMPTS` it is a dead letter (`queue=notify`) parked
+///    in `notify.dlq`. The attempt count travels in the message's own header.
+struct WebhookDispatcher: Service {
+    let events: AMQPConsumer
+    let deliveries: AMQPConsumer
+    let devices: DeviceStore
+    let deadLetters: DeadLetterStore
+    let publisher: AMQPPublisher
+    let configuration: Configuration
+    let logger: Logger
+    let session: URLSession
+
+    static let requestTimeout: Double = 5
+
+    init(
+        events: AMQPConsumer, deliveries: AMQPConsumer, devices: DeviceStore, deadLetters: DeadLetterStore,
+        publisher: AMQPPublisher, configuration: Configuration, logger: Logger
+    ) {
+        self.events = events
+        self.deliveries = deliveries
+        self.devices = devices
+        self.deadLetters = deadLetters
+        self.publisher = publisher
+        self.configuration = configuration
+        self.logger = logger
+        let sessionConfiguration = URLSessionConfiguration.ephemeral
+        sessionConfiguration.timeoutIntervalForRequest = Self.requestTimeout
+        sessionConfiguration.httpMaximumConnectionsPerHost = 16
+        session = URLSession(configuration: sessionConfiguration)
+    }
+
+    func run() async throws {
+        events.start()
+        deliveries.start()
+        await withGracefulShutdownHandler {
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await consume(events, limit: 32) { await expand($0) } }
+                group.addTask { await consume(deliveries, limit: 64) { await deliver($0) } }
+            }
+        } onGracefulShutdown: {
+            events.stopConsuming()
+            deliveries.stopConsuming()
+        }
+        await events.close()
+        await deliveries.close()
+    }
+
+    private func consume(_ consumer: AMQPConsumer, limit: Int, _ handler: @escaping @Sendable (AMQPDelivery) async -> Void) async {
+        await withTaskGroup(of: Void.self) { group in
+            var inFlight = 0
+            for await delivery in consumer.deliveries {
+                if inFlight >= limit {
+                    await group.next()
+                    inFlight -= 1
+                }
+                group.addTask { await handler(delivery) }
+                inFlight += 1
+            }
+            await group.waitForAll()
+        }
+    }
+
+    /// One job event → one delivery per other device of the user that has a webhook.
+    func expand(_ message: AMQPDelivery) async {
+        guard let event = try? JSONCoding.decode(JobEvent.self, from: Data(message.body)),
+              event.status == .succeeded, let cursor = event.checkpoint
+        else {
+            events.ack(message)  // nothing to poke about
+            return
+        }
+        do {
+            let hooks = try await devices.webhooks(user: event.userID, excluding: event.deviceID)
+            let messages = hooks.map { hook in
+                SynclineTopology.webhookDeliveryMessage(
+                    body: Array((try? JSONCoding.encode(WebhookDelivery(
+                        userID: event.userID, deviceID: hook.deviceID, cursor: cursor, jobID: event.jobID))) ?? Data()),
+                    attempt: 0)
+            }
+            try await publisher.publish(messages)
+            events.ack(message)
+        } catch {
+            logger.warning("cannot expand a job event yet", metadata: ["error": "\(error)"])
+            try? await Task.sleep(for: .seconds(configuration.retryDelays[0]))
+            events.reject(message, requeue: true)
+        }
+    }
+
+    /// One POST; then ack, retry by tier, or dead-letter.
+    func deliver(_ message: AMQPDelivery) async {
+        guard let delivery = try? JSONCoding.decode(WebhookDelivery.self, from: Data(message.body)) else {
+            await park(message, delivery: nil, reason: DeadLetterReason.invalidMessage, error: "not a webhook delivery", attempts: 0)
+            return
+        }
+        let attempt = (message.header(SynclineTopology.Header.attempt).flatMap(Int.init) ?? 0) + 1
+        do {
+            guard let hook = try await devices.webhook(user: delivery.userID, deviceID: delivery.deviceID) else {
+                deliveries.ack(message)  // revoked, deleted, or no push_url any more
+                return
+            }
+            if !configuration.allowPrivateWebhooks, let host = URL(string: hook.url)?.host,
+               await Self.resolvesToPrivate(host) {
+                await park(message, delivery: delivery, reason: "private_address",
+                           error: "\(host) is a private or loopback address (ALLOW_PRIVATE_WEBHOOKS is off)", attempts: attempt)
+                return
+            }
+            let status = try await post(delivery, to: hook)
+            if (200..<300).contains(status) {
+                Counter(label: "syncline_webhooks_total", dimensions: [("outcome", "delivered")]).increment()
+                deliveries.ack(message)
+                return
+            }
+            await failed(message, delivery: delivery, attempt: attempt, error: "HTTP \(status)")
+        } catch {
+            await failed(message, delivery: delivery, attempt: attempt, error: "\(error)")
+        }
+    }
+
+    private func post(_ delivery: WebhookDelivery, to hook: DeviceStore.Webhook) async throws -> Int {
+        guard let url = URL(string: hook.url) else { return 0 }
+        let body = delivery.pokeBody
+        var request = URLRequest(url: url)
+        request.httpMethod = "POST"
+        request.httpBody = Data(body)
+        request.timeoutInterval = Self.requestTimeout
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.setValue(
+            WebhookSignature.header(secret: hook.secret, timestamp: Int64(Date().timeIntervalSince1970), body: body),
+            forHTTPHeaderField: "Syncline-Signature")
+        let (_, response) = try await session.data(for: request)
+        return (response as? HTTPURLResponse)?.statusCode ?? 0
+    }
+
+    private func failed(_ message: AMQPDelivery, delivery: WebhookDelivery, attempt: Int, error: String) async {
+        Counter(label: "syncline_webhooks_total", dimensions: [("outcome", "failed")]).increment()
+        if attempt >= configuration.maxAttempts {
+            await park(message, delivery: delivery, reason: DeadLetterReason.maxAttempts, error: error, attempts: attempt)
+            return
+        }
+        let delay = configuration.retryDelays[min(attempt - 1, configuration.retryDelays.count - 1)]
+        let queue = SynclineTopology.notifyRetryQueue(delay: delay)
+        do {
+            try await publisher.publish([SynclineTopology.webhookDeliveryMessage(body: message.body, attempt: attempt, retryQueue: queue)])
+            logger.info("webhook failed; retrying", metadata: ["device.id": "\(delivery.deviceID)", "error": "\(error)", "retry.queue": "\(queue)"])
+            deliveries.ack(message)
+        } catch {
+            try? await Task.sleep(for: .seconds(configuration.retryDelays[0]))
+            deliveries.reject(message, requeue: true)
+        }
+    }
+
+    /// Records the dead letter (`queue=notify`), parks the message in `notify.dlq`, acks.
+    private func park(_ message: AMQPDelivery, delivery: WebhookDelivery?, reason: String, error: String, attempts: Int) async {
+        let id = SynclineTopology.deadLetterID(jobID: nil, body: message.body)
+        do {
+            _ = try await deadLetters.record(
+                id: id, queue: "notify", namedJobID: nil, reason: reason, error: error,
+                message: String(decoding: message.body, as: UTF8.self), userID: delivery?.userID,
+                deviceID: delivery?.deviceID, attempts: attempts)
+            var parked = SynclineTopology.deadLetterMessage(
+                id: id, jobID: nil, body: message.body, reason: reason, error: error, attempts: attempts, traceID: nil)
+            parked.routingKey = SynclineTopology.notifyDeadLetterRoutingKey
+            try await publisher.publish([parked])
+            Counter(label: "syncline_webhook_dead_letters_total", dimensions: [("reason", reason)]).increment()
+            logger.error("webhook dead-lettered", metadata: ["device.id": "\(delivery?.deviceID ?? "-")", "reason": "\(reason)", "error": "\(error)"])
+            deliveries.ack(message)
+        } catch {
+            try? await Task.sleep(for: .seconds(configuration.retryDelays[0]))
+            deliveries.reject(message, requeue: true)
+        }
+    }
+
+    /// DNS resolution blocks: done on a detached thread, never on an event loop.
+    static func resolvesToPrivate(_ host: String) async -> Bool {
+        await withCheckedContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(returning: WebhookAddresses.resolvesToPrivate(host: host)) }
+        }
+    }
+}

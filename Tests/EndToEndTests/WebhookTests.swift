@@ -1,0 +1,213 @@
+import Auth
+import Foundation
+import NIOConcurrencyHelpers
+import Testing
+
+/// A tiny HTTP server for webhook tests: records each request and answers with the
+/// status `respond` picks (after `delay` seconds), one connection per request.
+final class WebhookReceiver: @unchecked Sendable {
+    // @unchecked: `listener` is set once; requests sit behind a lock.
+    struct Received: Sendable {
+        let at: Date
+        let headers: [String: String]
+        let body: [UInt8]
+    }
+
+    let port: Int
+    private let listener: Int32
+    private let received = NIOLockedValueBox<[Received]>([])
+    private let respond: @Sendable (Int) -> (status: Int, delay: Double)
+
+    init(respond: @escaping @Sendable (Int) -> (status: Int, delay: Double)) throws {
+        self.respond = respond
+        listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var yes: Int32 = 1
+        setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let listener = self.listener
+        withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                _ = bind(listener, pointer, length)
+                _ = getsockname(listener, pointer, &length)
+            }
+        }
+        port = Int(UInt16(bigEndian: address.sin_port))
+        guard listen(listener, 64) == 0 else { throw StackError(description: "listen failed") }
+        let received = self.received, respond = self.respond
+        Thread.detachNewThread {
+            while true {
+                let connection = accept(listener, nil, nil)
+                if connection < 0 { return }
+                let index = received.withLockedValue { $0.count }
+                Thread.detachNewThread { Self.serve(connection, index: index, received: received, respond: respond) }
+                // Let the serving thread record before the next accept picks an index.
+                usleep(1000)
+            }
+        }
+    }
+
+    private static func serve(_ fd: Int32, index: Int, received: NIOLockedValueBox<[Received]>, respond: (Int) -> (status: Int, delay: Double)) {
+        defer { Glibc.close(fd) }
+        var data: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        var headerEnd: Int?
+        var contentLength = 0
+        while true {
+            let n = recv(fd, &buffer, buffer.count, 0)
+            if n <= 0 { return }
+            data += buffer[..<n]
+            if headerEnd == nil, let end = data.indices.dropLast(3).first(where: { data[$0] == 13 && data[$0 + 1] == 10 && data[$0 + 2] == 13 && data[$0 + 3] == 10 }) {
+                headerEnd = end + 4
+                let head = String(decoding: data[..<end], as: UTF8.self)
+                for line in head.split(separator: "\r\n").dropFirst() where line.lowercased().hasPrefix("content-length:") {
+                    contentLength = Int(line.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)) ?? 0
+                }
+            }
+            if let headerEnd, data.count >= headerEnd + contentLength { break }
+        }
+        let end = headerEnd!
+        var headers: [String: String] = [:]
+        for line in String(decoding: data[..<end], as: UTF8.self).split(separator: "\r\n").dropFirst() {
+            let pair = line.split(separator: ":", maxSplits: 1)
+            if pair.count == 2 { headers[pair[0].lowercased()] = pair[1].trimmingCharacters(in: .whitespaces) }
+        }
+        let answer = respond(index)
+        if answer.delay > 0 { usleep(UInt32(answer.delay * 1_000_000)) }
+        received.withLockedValue { $0.append(Received(at: Date(), headers: headers, body: Array(data[end..<(end + contentLength)]))) }
+        let response = "HTTP/1.1 \(answer.status) X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        _ = response.withCString { send(fd, $0, strlen($0), 0) }
+    }
+
+    var requests: [Received] { received.withLockedValue { $0 } }
+
+    func close() {
+        shutdown(listener, Int32(SHUT_RDWR))
+        Glibc.close(listener)
+    }
+}
+
+/// Signed webhooks with retries and dead letters (SPEC §6), real processes throughout.
+@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+struct WebhookTests {
+    static let allowLoopback = ["ALLOW_PRIVATE_WEBHOOKS": "true"]
+
+    static func register(_ api: APIClient, token: String, pushURL: String? = nil) async throws -> (id: String, secret: String?) {
+        var body: [String: Any] = ["name": "phone", "platform": "ios"]
+        if let pushURL { body["push_url"] = pushURL }
+        let result = try await api.json("POST", "/v1/devices", token: token, body)
+        guard result.status == 201, let id = result.json["device_id"] as? String else {
+            throw StackError(description: "registration answered \(result.status): \(result.text)")
+        }
+        return (id, result.json["push_secret"] as? String)
+    }
+
+    /// The receiver answers 500 twice, then 200: three signed POSTs, spaced by the tiers.
+    @Test func signedPokesAreRetriedByTier() async throws {
+        let receiver = try WebhookReceiver { index in (index < 2 ? 500 : 200, 0) }
+        defer { receiver.close() }
+        try await Stack.with(workers: 1, fanouts: 1, environment: Self.allowLoopback) { stack in
+            let api = stack.client
+            let user = "hook-\(UUID().uuidString.prefix(6))"
+            let token = E2E.token(user)
+            let origin = try await Self.register(api, token: token)
+            let phone = try await Self.register(api, token: token, pushURL: "http://127.0.0.1:\(receiver.port)/hook")
+            let push = try await api.push(token, device: origin.id, ops: [
+                ["op_id": newOpID(), "type": "upsert", "collection": "lists", "id": "l1", "data": ["t": "eggs"]],
+            ])
+            let job = try await api.awaitJob(token, try #require(push.json["job_id"] as? String))
+            let requests = try await E2E.eventually(within: 10, "three webhook requests") {
+                receiver.requests.count >= 3 ? receiver.requests : nil
+            }
+            #expect(requests.count == 3)
+            for request in requests {
+                let signature = try #require(request.headers["syncline-signature"])
+                #expect(WebhookSignature.isValid(signature, secret: try #require(phone.secret), body: request.body))
+                #expect(!WebhookSignature.isValid(signature, secret: "not-the-secret", body: request.body))
+                let body = try #require(try JSONSerialization.jsonObject(with: Data(request.body)) as? [String: Any])
+                #expect(body["type"] as? String == "poke")
+                #expect(body["user_id"] as? String == user)
+                #expect(body["device_id"] as? String == phone.id)
+                #expect(body["cursor"] as? String == job["checkpoint"] as? String)
+            }
+            for (index, tier) in E2E.retryDelays.prefix(2).enumerated() {
+                let gap = requests[index + 1].at.timeIntervalSince(requests[index].at)
+                #expect(gap >= tier - 0.05 && gap < tier + 1.5, "retry \(index + 1) after \(gap) s; tier \(tier) s")
+            }
+        }
+    }
+
+    /// Always 500: dead-lettered after MAX_ATTEMPTS, listed by the admin API with
+    /// `queue=notify`; replayed once the receiver is healthy, it is delivered.
+    @Test func failingWebhooksAreDeadLetteredAndReplayable() async throws {
+        let healthy = NIOLockedValueBox(false)
+        let receiver = try WebhookReceiver { _ in (healthy.withLockedValue { $0 } ? 200 : 500, 0) }
+        defer { receiver.close() }
+        try await Stack.with(workers: 1, fanouts: 1, environment: Self.allowLoopback) { stack in
+            let api = stack.client
+            let admin = E2E.token("hook-admin", admin: true)
+            let user = "deadhook-\(UUID().uuidString.prefix(6))"
+            let token = E2E.token(user)
+            let origin = try await Self.register(api, token: token)
+            _ = try await Self.register(api, token: token, pushURL: "http://127.0.0.1:\(receiver.port)/hook")
+            _ = try await api.push(token, device: origin.id, ops: [
+                ["op_id": newOpID(), "type": "delete", "collection": "lists", "id": "l1"],
+            ])
+            let item = try await E2E.eventually(within: 15, "the webhook dead-lettered") { () -> [String: Any]? in
+                let page = try await api.request("GET", "/v1/admin/dead-letters?queue=notify&user_id=\(user)", token: admin).json
+                return (page["items"] as? [[String: Any]])?.first
+            }
+            #expect(item["reason"] as? String == "max_attempts")
+            #expect(item["attempts"] as? Int == E2E.maxAttempts)
+            #expect(item["queue"] as? String == "notify")
+            #expect(receiver.requests.count == E2E.maxAttempts)
+
+            healthy.withLockedValue { $0 = true }
+            let id = try #require(item["job_id"] as? String)
+            #expect(try await api.request("POST", "/v1/admin/dead-letters/\(id)/replay", token: admin).status == 202)
+            _ = try await E2E.eventually(within: 10, "the replayed webhook delivered") {
+                receiver.requests.count == E2E.maxAttempts + 1 ? true : nil
+            }
+            let after = try await api.request("GET", "/v1/admin/dead-letters?queue=notify&user_id=\(user)", token: admin).json
+            #expect((after["items"] as? [Any])?.isEmpty == true)
+        }
+    }
+
+    /// A receiver that hangs does not hold up another device's delivery.
+    @Test func aSlowReceiverDoesNotDelayOthers() async throws {
+        let slow = try WebhookReceiver { _ in (200, 4) }
+        let fast = try WebhookReceiver { _ in (200, 0) }
+        defer { slow.close(); fast.close() }
+        try await Stack.with(workers: 1, fanouts: 1, environment: Self.allowLoopback) { stack in
+            let api = stack.client
+            let token = E2E.token("slowhook-\(UUID().uuidString.prefix(6))")
+            let origin = try await Self.register(api, token: token)
+            for receiver in [slow, fast, slow] {
+                _ = try await Self.register(api, token: token, pushURL: "http://127.0.0.1:\(receiver.port)/hook")
+            }
+            let push = try await api.push(token, device: origin.id, ops: [
+                ["op_id": newOpID(), "type": "delete", "collection": "lists", "id": "x"],
+            ])
+            _ = try await api.awaitJob(token, try #require(push.json["job_id"] as? String))
+            let committed = Date()
+            let first = try await E2E.eventually(within: 3, "the fast receiver's poke") { fast.requests.first }
+            #expect(first.at.timeIntervalSince(committed) < 1.5)
+            #expect(slow.requests.isEmpty, "the slow receivers are still answering")
+        }
+    }
+
+    /// Without ALLOW_PRIVATE_WEBHOOKS, private and loopback push URLs are refused.
+    @Test func privateAddressesAreRefused() async throws {
+        try await Stack.with(workers: 0) { stack in
+            let token = E2E.token("private-\(UUID().uuidString.prefix(6))")
+            for url in ["http://127.0.0.1:9/x", "http://10.1.2.3/x", "http://localhost/x", "http://[::1]/x", "http://192.168.0.10/x"] {
+                let result = try await stack.client.json("POST", "/v1/devices", token: token, ["name": "p", "platform": "ios", "push_url": url])
+                #expect(result.status == 422, "\(url): \(result.status)")
+            }
+            let public_ = try await stack.client.json("POST", "/v1/devices", token: token, ["name": "p", "platform": "ios", "push_url": "https://hooks.example.com/x"])
+            #expect(public_.status == 201)
+        }
+    }
+}
