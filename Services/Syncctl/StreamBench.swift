@@ -1,0 +1,170 @@
+import ArgumentParser
+import Auth
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import Logging
+import PQBridge
+import ServiceSupport
+import SyncModels
+
+/// Poke latency: opens many SSE streams on fanout, pushes from one device per user at a
+/// fixed rate, and measures commit → delivered for every poke (the job's `finished_at`,
+/// set inside the applying transaction, to the moment the poke's bytes arrive here).
+struct StreamBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "bench-streams", abstract: "Benchmark poke latency over many open streams (gateway + workers + fanout).")
+
+    @Option(help: "Gateway base URL.") var url = "http://127.0.0.1:8080"
+    @Option(help: "Fanout base URL.") var fanout = "http://127.0.0.1:8081"
+    @Option(help: "Users.") var users = 100
+    @Option(help: "Streaming devices per user (one more device per user pushes).") var streams = 10
+    @Option(help: "Pushes in all.") var pushes = 300
+    @Option(help: "Pushes per second.") var rate = 20.0
+
+    func run() async throws {
+        let configuration = try Configuration.fromEnvironment()
+        let signer = try JWTSigner(secret: try configuration.requireJWTSecret())
+        guard let fanoutURL = URL(string: fanout), let fanoutHost = fanoutURL.host, let gatewayURL = URL(string: url),
+              let gatewayHost = gatewayURL.host
+        else { throw ValidationError("bad --url or --fanout") }
+        var limit = rlimit()
+        getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        limit.rlim_cur = limit.rlim_max
+        setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+
+        let run = UUID().uuidString.prefix(8).lowercased()
+        let client = BenchClient(base: url)
+        var pushers: [(user: String, token: String, device: String)] = []
+        var listeners: [(user: String, token: String, device: String)] = []
+        for u in 0..<users {
+            let user = "streams-\(run)-\(u)"
+            let token = try signer.sign(Claims(sub: user, exp: Int64(Date().timeIntervalSince1970) + 3600))
+            pushers.append((user, token, try await client.registerDevice(token)))
+            for _ in 0..<streams { listeners.append((user, token, try await client.registerDevice(token))) }
+        }
+        let reader = try PokeReader(host: fanoutHost, port: UInt16(fanoutURL.port ?? 80), streams: listeners.map {
+            (user: $0.user, path: "/v1/stream?device_id=\($0.device)&access_token=\($0.token)")
+        })
+        let opened = try await reader.waitForHellos(within: 60)
+        print("bench-streams: \(opened) streams open (\(users) users × \(streams)), \(pushes) pushes at \(rate)/s")
+
+        // Push at the fixed rate, one op each, from a round-robin of users.
+        let connection = RawHTTPConnection(host: gatewayHost, port: UInt16(gatewayURL.port ?? 80))
+        var jobs: [String: String] = [:]  // job id → user
+        let started = Date()
+        for i in 0..<pushes {
+            let due = started.addingTimeInterval(Double(i) / rate)
+            if due > Date() { try await Task.sleep(for: .seconds(due.timeIntervalSinceNow)) }
+            let pusher = pushers[i % pushers.count]
+            let sample = try Bench.push(connection, pusher.token, pusher.device, user: pusher.user, ops: 1, sequence: i)
+            jobs[sample.jobID] = pusher.user
+        }
+        try await Task.sleep(for: .seconds(2))  // let the last pokes arrive
+
+        let pool = PGPool(url: configuration.databaseURL, size: 1, logger: Logger(label: "bench"))
+        let rows = try await pool.query("""
+            SELECT job_id, checkpoint, extract(epoch FROM finished_at)::float8 AS finished FROM jobs
+            WHERE job_id = ANY($1::uuid[]) AND status = 'succeeded'
+            """, [Array(jobs.keys)]).rows
+        await pool.shutdown()
+        let received = reader.stop()
+        var latencies: [Double] = []
+        var missing = 0
+        for row in rows {
+            guard let jobID = row["job_id"], let user = jobs[jobID], let checkpoint = row["checkpoint"],
+                  let finished = row["finished"].flatMap(Double.init) else { continue }
+            let arrivals = received[PokeReader.Key(user: user, cursor: checkpoint)] ?? []
+            missing += max(0, streams - arrivals.count)
+            latencies += arrivals.map { $0 - finished }
+        }
+        print("jobs succeeded: \(rows.count)/\(pushes); pokes delivered: \(latencies.count)/\(rows.count * streams)" + (missing > 0 ? " (\(missing) missing)" : ""))
+        print("poke latency (commit → delivered): " + Percentiles(latencies).description)
+        for line in ProcessMemory.report(names: ["fanout"]) { print(line) }
+        if missing > 0 || rows.count != pushes { throw ExitCode.failure }
+    }
+}
+
+/// Holds many SSE connections on one thread (poll), recording when each poke arrived.
+final class PokeReader: @unchecked Sendable {
+    // @unchecked: `arrivals`/`hellos` are guarded by `lock`; the rest belongs to the thread.
+    struct Key: Hashable { let user: String; let cursor: String }
+
+    private var fds: [Int32] = []
+    private var users: [Int32: String] = [:]
+    private var arrivals: [Key: [Double]] = [:]
+    private var hellos = 0
+    private var running = true
+    private let lock = NSLock()
+
+    init(host: String, port: UInt16, streams: [(user: String, path: String)]) throws {
+        var fds: [Int32] = [], users: [Int32: String] = [:]
+        for stream in streams {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = port.bigEndian
+            address.sin_addr.s_addr = inet_addr(host == "localhost" ? "127.0.0.1" : host)
+            let result = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            guard result == 0 else { throw ValidationError("cannot connect to fanout") }
+            let request = "GET \(stream.path) HTTP/1.1\r\nHost: \(host)\r\nAccept: text/event-stream\r\n\r\n"
+            _ = request.withCString { send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+            fds.append(fd)
+            users[fd] = stream.user
+        }
+        self.fds = fds
+        self.users = users
+        Thread.detachNewThread { [self] in loop() }
+    }
+
+    func waitForHellos(within seconds: Double) async throws -> Int {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            let count = lock.withLock { hellos }
+            if count == fds.count { return count }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        throw ValidationError("only \(lock.withLock { hellos }) of \(fds.count) streams said hello")
+    }
+
+    func stop() -> [Key: [Double]] {
+        lock.withLock { running = false }
+        return lock.withLock { arrivals }
+    }
+
+    private func loop() {
+        var pending: [Int32: [UInt8]] = [:]
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        var pollSet = fds.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+        while lock.withLock({ running }) {
+            guard poll(&pollSet, nfds_t(pollSet.count), 100) > 0 else { continue }
+            let now = Date().timeIntervalSince1970
+            for index in pollSet.indices where pollSet[index].revents != 0 {
+                let fd = pollSet[index].fd
+                let n = recv(fd, &buffer, buffer.count, 0)
+                if n <= 0 { pollSet[index].events = 0; continue }
+                pending[fd, default: []] += buffer[..<n]
+                // Each event is one `data: {...}` line; find the JSON objects in what arrived.
+                var text = String(decoding: pending[fd]!, as: UTF8.self)
+                while let start = text.range(of: "data: "), let end = text[start.upperBound...].firstIndex(of: "\n") {
+                    let json = String(text[start.upperBound..<end])
+                    text = String(text[text.index(after: end)...])
+                    guard let object = (try? JSONParser.parse(json))?.objectValue else { continue }
+                    switch object["type"]?.stringValue {
+                    case "hello": lock.withLock { hellos += 1 }
+                    case "poke":
+                        if let cursor = object["cursor"]?.stringValue, let user = users[fd] {
+                            lock.withLock { arrivals[Key(user: user, cursor: cursor), default: []].append(now) }
+                        }
+                    default: break
+                    }
+                }
+                pending[fd] = Array(text.utf8)
+            }
+        }
+        for fd in fds { close(fd) }
+    }
+}
