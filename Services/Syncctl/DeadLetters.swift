@@ -144,3 +144,17 @@ struct Queues: AsyncParsableCommand {
         }
     }
 }
+
+struct Topology: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print the broker topology as RabbitMQ definitions JSON (for review or pre-provisioning).")
+    @Option(help: "The vhost to put in the definitions.") var vhost = "/"
+
+    func run() async throws {
+        let configuration = try Configuration.fromEnvironment()
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        let json = BrokerDefinitions.json(retryDelays: configuration.retryDelays, vhost: vhost)
+        print(String(decoding: try encoder.encode(json), as: UTF8.self))
+    }
+}

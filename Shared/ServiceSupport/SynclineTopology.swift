@@ -96,7 +96,10 @@ public enum SynclineTopology {
                 ]) { $1 }),
                 .init(name: exhaustedQueue, arguments: ["x-queue-type": .string("quorum")]),
                 .init(name: deadLetterQueue),
-                .init(name: notifyEventsQueue, arguments: ["x-queue-type": .string("quorum")]),
+                // Pokes are hints: with no fanout running for a long time, the oldest go.
+                .init(name: notifyEventsQueue, arguments: [
+                    "x-queue-type": .string("quorum"), "x-max-length": .int(100_000), "x-overflow": .string("drop-head"),
+                ]),
                 .init(name: notifyDeliveriesQueue, arguments: ["x-queue-type": .string("quorum")]),
                 .init(name: notifyDeadLetterQueue),
             ] + retryQueues + notifyRetryQueues,

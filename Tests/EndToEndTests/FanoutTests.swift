@@ -92,9 +92,10 @@ struct FanoutTests {
         }
     }
 
-    /// A killed fanout, restarted on the same port: clients reconnect and are poked again.
+    /// A killed fanout, restarted on the same port: clients reconnect and are poked again;
+    /// an idle stream gets heartbeats (every STREAM_HEARTBEAT).
     @Test func aRestartedFanoutResumesDelivering() async throws {
-        try await Stack.with(workers: 1, fanouts: 1) { stack in
+        try await Stack.with(workers: 1, fanouts: 1, environment: ["STREAM_HEARTBEAT": "300ms"]) { stack in
             let api = stack.client
             let devices = try await Self.devices(api, user: "restart-\(UUID().uuidString.prefix(6))", count: 2)
             let port = stack.fanouts[0].port
@@ -106,6 +107,33 @@ struct FanoutTests {
             _ = try await client.inbox.next("hello")
             _ = try await api.awaitJob(devices[0].token, try await Self.upsert(api, devices[0]).job)
             _ = try await client.inbox.next("poke", within: 2)
+            _ = try await client.inbox.next("heartbeat", within: 2)
+        }
+    }
+
+    /// The origin device learns that its job was dead-lettered, without polling.
+    @Test func theOriginHearsWhenItsJobDies() async throws {
+        let failing = try await FailureTests.FailingCollection("stream_poison")
+        var removed = false
+        defer { if !removed { Task { try? await failing.remove() } } }
+        try await Stack.with(workers: 1, fanouts: 1) { stack in
+            let api = stack.client
+            let devices = try await Self.devices(api, user: "dies-\(UUID().uuidString.prefix(6))", count: 2)
+            let origin = try SSEClient(port: stack.fanouts[0].port, path: Self.path(devices[0]))
+            let other = try SSEClient(port: stack.fanouts[0].port, path: Self.path(devices[1]))
+            defer { origin.close(); other.close() }
+            _ = try await origin.inbox.next("hello")
+            _ = try await other.inbox.next("hello")
+            let push = try await api.push(devices[0].token, device: devices[0].id, ops: [
+                ["op_id": newOpID(), "type": "upsert", "collection": "stream_poison", "id": "x", "data": ["t": 1]],
+            ])
+            let jobID = try #require(push.json["job_id"] as? String)
+            let notice = try await origin.inbox.next("job", within: 15)
+            #expect(notice.message["job_id"] as? String == jobID)
+            #expect(notice.message["status"] as? String == "dead")
+            #expect(other.inbox.of(type: "poke").isEmpty, "nothing changed: no poke")
+            try await failing.remove()
+            removed = true
         }
     }
 

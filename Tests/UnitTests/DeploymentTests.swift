@@ -1,4 +1,6 @@
 import Foundation
+import ServiceSupport
+import SyncModels
 import Testing
 import Yams
 
@@ -67,5 +69,45 @@ struct DeploymentTests {
         #expect(worker["container_name"] == nil)
         #expect(worker["ports"] == nil)
         #expect((worker["depends_on"] as? [String: Any])?.keys.contains("migrate") == true)
+    }
+
+    /// Every container of the Kubernetes manifests runs an executable Package.swift builds,
+    /// with the secret that carries what it requires.
+    @Test func kubernetesManifestsRunBuiltExecutables() throws {
+        let built = try executables()
+        let folder = Self.root.appendingPathComponent("deploy/kubernetes")
+        var seen: Set<String> = []
+        for file in try FileManager.default.contentsOfDirectory(atPath: folder.path) where file.hasSuffix(".yaml") {
+            let text = try String(contentsOf: folder.appendingPathComponent(file), encoding: .utf8)
+            for document in try Yams.load_all(yaml: text) {
+                guard let object = document as? [String: Any] else { continue }
+                for container in Self.containers(in: object) {
+                    let command = try #require(container["command"] as? [String], "\(file): a container without a command")
+                    let executable = try #require(command.first)
+                    #expect(built.contains(executable), "\(file) runs \(executable), which Package.swift does not build")
+                    let secrets = (container["envFrom"] as? [[String: Any]] ?? []).compactMap { ($0["secretRef"] as? [String: Any])?["name"] as? String }
+                    #expect(secrets.contains("syncline"), "\(file): \(executable) lacks the syncline secret")
+                    seen.insert(executable)
+                }
+            }
+        }
+        #expect(seen == ["gateway", "worker", "fanout", "purge", "syncctl"])
+    }
+
+    static func containers(in object: [String: Any]) -> [[String: Any]] {
+        var found: [[String: Any]] = []
+        for (key, value) in object {
+            if key == "containers", let list = value as? [[String: Any]] { found += list }
+            if let nested = value as? [String: Any] { found += containers(in: nested) }
+        }
+        return found
+    }
+
+    /// The committed broker definitions are exactly what the services declare.
+    @Test func brokerDefinitionsMatchTheTopology() throws {
+        let file = Self.root.appendingPathComponent("deploy/kubernetes/rabbitmq-definitions.json")
+        let committed = try JSONParser.parse(try String(contentsOf: file, encoding: .utf8))
+        #expect(committed == BrokerDefinitions.json(retryDelays: [1, 5, 25, 120]),
+                "regenerate with: syncctl topology > deploy/kubernetes/rabbitmq-definitions.json")
     }
 }
