@@ -56,12 +56,10 @@ public struct DeadLetterOffice: Sendable {
         case .notFound: return .notFound
         case .namesNoJob: return .namesNoJob
         case .redeliver(let id, let message):
-            do {
-                try await publisher.publish([SynclineTopology.webhookDeliveryMessage(body: Array(message.utf8), attempt: 0)])
-            } catch {
-                logger.warning("replayed webhook delivery not published", metadata: ["dead_letter.id": "\(id)", "error": "\(error)"])
-                throw error
-            }
+            // Published first, then taken off the list: a failure leaves it listed (and the
+            // caller gets the error); a crash in between only sends one poke twice.
+            try await publisher.publish([SynclineTopology.webhookDeliveryMessage(body: Array(message.utf8), attempt: 0)])
+            try await deadLetters.remove(id: id)
             return .replayed(jobID: id)
         case .replayed(let jobID, let traceID):
             do {

@@ -146,7 +146,7 @@ public struct DeadLetterStore: Sendable {
     public enum ReplayOutcome: Sendable, Equatable {
         /// The job is queued again with its attempts reset; publish it.
         case replayed(jobID: String, traceID: String?)
-        /// A webhook delivery: publish its message again, attempts reset.
+        /// A webhook delivery: publish its message again (attempts reset), then `remove` it.
         case redeliver(id: String, message: String)
         case notFound
         /// The dead letter names no job that could run (not a job message, or an unknown job).
@@ -162,7 +162,7 @@ public struct DeadLetterStore: Sendable {
                 "SELECT job_id, queue, payload FROM dead_letters WHERE dead_letter_id = $1 FOR UPDATE", [id]
             ).first else { return .notFound }
             if letter["queue"] == "notify" {
-                try connection.query("DELETE FROM dead_letters WHERE dead_letter_id = $1", [id])
+                // Kept until the caller has published it again (`remove`): never lost in between.
                 return .redeliver(id: id, message: try letter.string("payload"))
             }
             guard let jobID = letter["job_id"] else { return .namesNoJob }
@@ -175,6 +175,11 @@ public struct DeadLetterStore: Sendable {
             guard let job else { return .notFound }
             return .replayed(jobID: jobID, traceID: job["trace_id"])
         }
+    }
+
+    /// Takes a dead letter off the list once it has been sent again.
+    public func remove(id: String) async throws {
+        try await pool.query("DELETE FROM dead_letters WHERE dead_letter_id = $1", [id])
     }
 
     /// Takes the dead letter off the list for good; its job says `discarded`.

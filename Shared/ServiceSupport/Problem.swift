@@ -1,3 +1,4 @@
+import AMQPBridge
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -70,8 +71,8 @@ public struct APIError: HTTPResponseError, Sendable {
     }
 }
 
-/// Turns every error into problem+json in one place: database outages become 503 with
-/// Retry-After, framework errors keep their status, anything else is a logged 500.
+/// Turns every error into problem+json in one place: database and broker outages become
+/// 503 with Retry-After, framework errors keep their status, anything else is a logged 500.
 public struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
     public init() {}
 
@@ -83,6 +84,9 @@ public struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
         } catch let error as PGError where error.isUnavailable {
             context.logger.warning("database unavailable", metadata: ["error": "\(error.debugDescription)"])
             throw APIError.unavailable("The database is unavailable; retry later.")
+        } catch let error as AMQPError {
+            context.logger.warning("broker unavailable", metadata: ["error": "\(error)"])
+            throw APIError.unavailable("The message broker is unavailable; retry later.")
         } catch is NIOTooManyBytesError {
             throw APIError(status: .contentTooLarge, code: .payloadTooLarge, detail: "The body is larger than 1 MiB.")
         } catch let error as HTTPError {

@@ -109,13 +109,7 @@ struct AdminRoutes: Sendable {
 
     @Sendable func queues(_ request: Request, context: BasicRequestContext) async throws -> Response {
         _ = try auth.admin(request, context: context)
-        do {
-            return try jsonResponse(QueueList(items: try await office.queues()))
-        } catch let error as APIError {
-            throw error
-        } catch {
-            throw APIError.unavailable("The broker cannot be reached.")
-        }
+        return try jsonResponse(QueueList(items: try await office.queues()))
     }
 
     @Sendable func jobRates(_ request: Request, context: BasicRequestContext) async throws -> Response {
