@@ -401,4 +401,24 @@ struct FailureTests {
             #expect(letter["reason"] as? String == "delivery_limit")
         }
     }
+
+    /// SIGTERM on the gateway while a push is in flight (held 2 s after its commit by the
+    /// debug-only failpoint): the push still gets its 202, then the gateway exits 0.
+    @Test func gatewayFinishesInFlightRequestsOnSIGTERM() async throws {
+        try await Stack.with(workers: 1, environment: ["SYNCLINE_FAILPOINT_PAUSE_BEFORE_PUBLISH": "2s"]) { stack in
+            let api = stack.client
+            let token = E2E.token("gw-term-\(UUID().uuidString.prefix(6))")
+            let device = try await api.registerDevice(token)
+            let pushing = Task {
+                try await api.push(token, device: device, ops: [
+                    ["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": "n1", "data": ["t": 1]],
+                ])
+            }
+            try await Task.sleep(for: .milliseconds(700))
+            stack.gateway.signal(SIGTERM)
+            let result = try await pushing.value
+            #expect(result.status == 202, "the in-flight push finished: \(result.status)")
+            #expect(stack.gateway.stop(within: 10) == 0, "the gateway exited 0")
+        }
+    }
 }
