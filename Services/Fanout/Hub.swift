@@ -109,12 +109,15 @@ final class Hub: Service, Sendable {
             let binding = binding(user), publisher = self.publisher, logger = self.logger
             Task {
                 do {
-                    // Unless the user came back meanwhile.
-                    if self.state.withLockedValue({ $0.users[user] == nil }) {
-                        try await publisher.setBindings([binding], bound: false)
+                    guard self.state.withLockedValue({ $0.users[user] == nil }) else { return }
+                    try await publisher.setBindings([binding], bound: false)
+                    // The user may have come back between the check and the unbind (their
+                    // bind may even have run first): bind again, after the unbind.
+                    if self.state.withLockedValue({ $0.users[user] != nil }) {
+                        try await publisher.setBindings([binding], bound: true)
                     }
                 } catch {
-                    logger.debug("unbind failed; the queue's bindings are rebuilt on reconnect", metadata: ["error": "\(error)"])
+                    logger.debug("unbind failed; bindings are rebuilt periodically", metadata: ["error": "\(error)"])
                 }
             }
         }
@@ -163,6 +166,7 @@ final class Hub: Service, Sendable {
     private func keepBindings() async {
         var boundFor = 0
         var lastHeartbeat = Date()
+        var lastRebind = Date()
         while !Task.isShuttingDownGracefully && !Task.isCancelled {
             if Date().timeIntervalSince(lastHeartbeat) >= heartbeat {
                 lastHeartbeat = Date()
@@ -170,12 +174,16 @@ final class Hub: Service, Sendable {
                 subscribers.forEach { $0.continuation.yield(.heartbeat) }
             }
             let connections = consumer.connectionCount
-            if connections != boundFor, consumer.isConnected {
+            // After every (re)connect, and once a minute as a safety net.
+            if consumer.isConnected, connections != boundFor || Date().timeIntervalSince(lastRebind) >= 60 {
+                lastRebind = Date()
                 let users = state.withLockedValue { Array($0.users.keys) }
                 do {
                     try await publisher.setBindings(users.map(binding), bound: true)
+                    if !users.isEmpty, connections != boundFor {
+                        logger.info("rebound users after (re)connect", metadata: ["users": "\(users.count)"])
+                    }
                     boundFor = connections
-                    if !users.isEmpty { logger.info("rebound users after (re)connect", metadata: ["users": "\(users.count)"]) }
                 } catch {
                     logger.warning("cannot bind yet", metadata: ["error": "\(error)"])
                 }

@@ -111,6 +111,25 @@ struct FanoutTests {
         }
     }
 
+    /// A device that drops its stream and reconnects at once (a page reload), five times,
+    /// keeps getting pokes on the new stream.
+    @Test func aQuickReconnectKeepsPokesFlowing() async throws {
+        try await Stack.with(workers: 1, fanouts: 1) { stack in
+            let api = stack.client
+            let devices = try await Self.devices(api, user: "reload-\(UUID().uuidString.prefix(6))", count: 2)
+            for _ in 0..<5 {
+                let old = try SSEClient(port: stack.fanouts[0].port, path: Self.path(devices[1]))
+                _ = try await old.inbox.next("hello")
+                old.close()
+                let fresh = try SSEClient(port: stack.fanouts[0].port, path: Self.path(devices[1]))
+                defer { fresh.close() }
+                _ = try await fresh.inbox.next("hello")
+                _ = try await api.awaitJob(devices[0].token, try await Self.upsert(api, devices[0]).job)
+                _ = try await fresh.inbox.next("poke", within: 2)
+            }
+        }
+    }
+
     /// The origin device learns that its job was dead-lettered, without polling.
     @Test func theOriginHearsWhenItsJobDies() async throws {
         let failing = try await FailureTests.FailingCollection("stream_poison")
