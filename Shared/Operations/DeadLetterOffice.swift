@@ -92,6 +92,8 @@ public struct DeadLetterOffice: Sendable {
             }
             if replayed > 0 { await reconcile() }
         }
+        // Each replay is its own transaction and publish: one that fails stops the run,
+        // and what was replayed before it stays replayed (and counted in the audit log).
         try await audit.record(
             actor: actor, action: dryRun ? "bulk_replay_dry_run" : "bulk_replay", filter: filter,
             count: dryRun ? ids.count : replayed)
