@@ -85,15 +85,21 @@ public struct DeadLetterOffice: Sendable {
     /// only counts them.
     public func bulkReplay(queue: String = "sync", filter: DeadLetterFilter, dryRun: Bool, actor: String) async throws -> BulkReplayResult {
         let ids = try await deadLetters.matching(queue: queue, filter: filter)
+        // Each replay is its own transaction and publish: one that fails stops the run, and
+        // what was replayed before it stays replayed and is in the audit log.
         var replayed = 0
         if !dryRun {
-            for id in ids {
-                if case .replayed = try await replayOne(id) { replayed += 1 }
+            do {
+                for id in ids {
+                    if case .replayed = try await replayOne(id) { replayed += 1 }
+                }
+            } catch {
+                if replayed > 0 { await reconcile() }
+                try? await audit.record(actor: actor, action: "bulk_replay", filter: filter, count: replayed)
+                throw error
             }
             if replayed > 0 { await reconcile() }
         }
-        // Each replay is its own transaction and publish: one that fails stops the run,
-        // and what was replayed before it stays replayed (and counted in the audit log).
         try await audit.record(
             actor: actor, action: dryRun ? "bulk_replay_dry_run" : "bulk_replay", filter: filter,
             count: dryRun ? ids.count : replayed)
