@@ -86,9 +86,20 @@ public struct ApplyStore: Sendable {
     public func apply(jobID: String) async throws -> Outcome {
         guard let id = Names.canonicalUUID(jobID) else { return .unknownJob }
         return try await pool.transaction { connection in
-            guard let job = try connection.query(
-                "SELECT user_id, device_id, status, ops, author_name FROM jobs WHERE job_id = $1 FOR UPDATE", [id]
-            ).first else { return .unknownJob }
+            // Locks the job row, then — unless the job is finished — the user's counter row,
+            // created on first use (G4); one statement. Both locks are held until commit.
+            guard let job = try connection.query("""
+                WITH job AS (
+                  SELECT user_id, device_id, status, ops, author_name FROM jobs WHERE job_id = $1 FOR UPDATE),
+                counter AS (
+                  INSERT INTO user_counters (user_id)
+                  SELECT user_id FROM job WHERE status IN ('queued', 'processing', 'retrying')
+                  ON CONFLICT (user_id) DO UPDATE SET user_id = EXCLUDED.user_id
+                  RETURNING counter, purge_clock)
+                SELECT job.user_id, job.device_id, job.status, job.ops, job.author_name,
+                       counter.counter, counter.purge_clock
+                FROM job LEFT JOIN counter ON true
+                """, [id]).first else { return .unknownJob }
             let status = JobStatus(rawValue: try job.string("status")) ?? .queued
             if status.isTerminal { return .alreadyFinished(status) }
             let user = try job.string("user_id")
@@ -96,44 +107,21 @@ public struct ApplyStore: Sendable {
             guard let ops = Op.decodeStored(try job.string("ops")) else {
                 throw PGError(code: .decoding, message: "job \(id) holds ops that cannot be read")
             }
+            let counter = job.optionalInt("counter") ?? 0
+            let purgeClock = job["purge_clock"].flatMap(Stamp.init(stored:))
 
-            // Creates the counter row on first use and locks it until commit either way (G4).
-            let counterRow = try connection.query("""
-                INSERT INTO user_counters (user_id) VALUES ($1)
-                ON CONFLICT (user_id) DO UPDATE SET user_id = EXCLUDED.user_id
-                RETURNING counter, purge_clock
-                """, [user]).first
-            let counter = try counterRow.map { try $0.int("counter") } ?? 0
-            let purgeClock = counterRow?["purge_clock"].flatMap(Stamp.init(stored:))
-
-            let known = Set(try connection.query(
-                "SELECT op_id::text AS op_id FROM op_ids WHERE user_id = $1 AND op_id = ANY($2::uuid[])",
-                [user, ops.map(\.opID)]
-            ).rows.map { try $0.string("op_id") })
-
+            // After the counter lock, in one statement: the op_ids already remembered and the
+            // records the ops touch (a statement after the lock sees every earlier commit).
             let keys = Array(Set(ops.map { RecordKey(collection: $0.collection, id: $0.id) }))
-            let records = try Self.loadRecords(connection, user: user, keys: keys)
+            let (known, records) = try Self.loadState(connection, user: user, opIDs: ops.map(\.opID), keys: keys)
             let owners = try Self.publicIDOwners(connection, user: user, ops: ops)
 
             let outcome = JobApplier.apply(
                 ops: ops, records: records, knownOpIDs: known, counter: counter, deviceID: deviceID,
                 publicIDOwners: owners, purgeClock: purgeClock)
 
-            if !outcome.remembered.isEmpty {
-                try connection.query("""
-                    INSERT INTO op_ids (user_id, op_id, job_id)
-                    SELECT $1, unnest($2::uuid[]), $3 ON CONFLICT DO NOTHING
-                    """, [user, outcome.remembered, id])
-            }
-            try Self.saveRecords(connection, user: user, records: Array(outcome.changed.values), author: job["author_name"])
-            let finished = try connection.query("""
-                WITH counter AS (UPDATE user_counters SET counter = $2 WHERE user_id = $4 AND counter <> $2)
-                UPDATE jobs SET status = 'succeeded', checkpoint = $2, results = $3::jsonb,
-                  finished_at = clock_timestamp(), last_error = NULL,
-                  attempt_log = \(Self.closingLastAttempt(error: nil))
-                WHERE job_id = $1
-                RETURNING extract(epoch FROM finished_at - created_at)::float8 AS latency
-                """, [id, outcome.counter, try JSONCoding.encodeString(outcome.results), user])
+            let finished = try Self.saveOutcome(
+                connection, user: user, jobID: id, outcome: outcome, author: job["author_name"])
             let troubled = outcome.results.contains { $0.status == .rejected || $0.status == .conflict }
             let latency = finished.first?["latency"].flatMap(Double.init) ?? 0
             return .succeeded(
@@ -163,18 +151,31 @@ public struct ApplyStore: Sendable {
         return owners
     }
 
-    static func loadRecords(_ connection: PGConnection, user: String, keys: [RecordKey]) throws -> [RecordKey: StoredRecord] {
-        guard !keys.isEmpty else { return [:] }
+    /// The op_ids among `opIDs` already remembered for the user, and the user's records
+    /// with these keys — one statement (rows of kind `o` and `r`).
+    static func loadState(
+        _ connection: PGConnection, user: String, opIDs: [String], keys: [RecordKey]
+    ) throws -> (known: Set<String>, records: [RecordKey: StoredRecord]) {
         let rows = try connection.query("""
-            SELECT r.collection, r.record_id, r.version, r.data, r.field_clocks, r.floor_clock,
+            SELECT 'o' AS kind, op_id::text AS collection, NULL AS record_id, NULL::bigint AS version, NULL AS data,
+                   NULL AS field_clocks, NULL AS floor_clock, NULL AS write_clock, NULL AS delete_clock,
+                   NULL::uuid AS updated_by, NULL AS public_id, NULL::boolean AS can_fork, NULL AS visibility_clock
+            FROM op_ids WHERE user_id = $1 AND op_id = ANY($2::uuid[])
+            UNION ALL
+            SELECT 'r', r.collection, r.record_id, r.version, r.data::text, r.field_clocks::text, r.floor_clock,
                    r.write_clock, r.delete_clock, r.updated_by, r.public_id, r.can_fork, r.visibility_clock
             FROM records r
-            JOIN unnest($2::text[], $3::text[]) AS k(collection, record_id)
+            JOIN unnest($3::text[], $4::text[]) AS k(collection, record_id)
               ON r.collection = k.collection AND r.record_id = k.record_id
             WHERE r.user_id = $1
-            """, [user, keys.map(\.collection), keys.map(\.id)]).rows
+            """, [user, opIDs, keys.map(\.collection), keys.map(\.id)]).rows
+        var known = Set<String>()
         var records: [RecordKey: StoredRecord] = [:]
         for row in rows {
+            if row["kind"] == "o" {
+                known.insert(try row.string("collection"))
+                continue
+            }
             let key = RecordKey(collection: try row.string("collection"), id: try row.string("record_id"))
             let clocks = try JSONParser.parse(try row.string("field_clocks")).objectValue ?? [:]
             let state = RecordState(
@@ -188,40 +189,54 @@ public struct ApplyStore: Sendable {
                 })
             records[key] = StoredRecord(key: key, version: try row.int("version"), state: state, updatedBy: row["updated_by"])
         }
-        return records
+        return (known, records)
     }
 
-    /// Writes changed records. A record that became public (or changed its public id) is
-    /// stamped `published_at` now, with `author` (the publishing token's name).
-    static func saveRecords(_ connection: PGConnection, user: String, records: [StoredRecord], author: String? = nil) throws {
-        guard !records.isEmpty else { return }
-        let sorted = records.sorted { $0.key < $1.key }
+    /// Every write of the job in one statement: the remembered op_ids, the changed records
+    /// (a record that became public, or changed its public id, is stamped `published_at`
+    /// now, with `author`, the publishing token's name), the user's counter, and the job
+    /// itself — `succeeded`, with results and checkpoint. Returns the job's push→applied
+    /// seconds.
+    static func saveOutcome(
+        _ connection: PGConnection, user: String, jobID: String, outcome: JobApplier.Outcome, author: String?
+    ) throws -> PGResult {
+        let sorted = outcome.changed.values.sorted { $0.key < $1.key }
         func column(_ value: (StoredRecord) throws -> String) rethrows -> [String] { try sorted.map(value) }
-        try connection.query("""
-            INSERT INTO records (user_id, collection, record_id, version, deleted, data, field_clocks,
-                                 floor_clock, write_clock, delete_clock, updated_by, updated_at,
-                                 visibility, public_id, can_fork, visibility_clock, published_at, author)
-            SELECT $1, c, i, v, d, data::jsonb, clocks::jsonb, NULLIF(f, ''), NULLIF(w, ''), NULLIF(x, ''),
-                   NULLIF(b, '')::uuid, clock_timestamp(),
-                   CASE WHEN p = '' THEN 'private' ELSE 'public' END, NULLIF(p, ''), k, NULLIF(vc, ''),
-                   CASE WHEN p = '' THEN NULL ELSE clock_timestamp() END, CASE WHEN p = '' THEN NULL ELSE $15 END
-            FROM unnest($2::text[], $3::text[], $4::bigint[], $5::boolean[], $6::text[], $7::text[],
-                        $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::boolean[], $14::text[])
-                 AS u(c, i, v, d, data, clocks, f, w, x, b, p, k, vc)
-            ON CONFLICT (user_id, collection, record_id) DO UPDATE SET
-              updated_at = CASE WHEN records.version <> EXCLUDED.version THEN EXCLUDED.updated_at ELSE records.updated_at END,
-              updated_by = EXCLUDED.updated_by,
-              version = EXCLUDED.version, deleted = EXCLUDED.deleted, data = EXCLUDED.data,
-              field_clocks = EXCLUDED.field_clocks, floor_clock = EXCLUDED.floor_clock,
-              write_clock = EXCLUDED.write_clock, delete_clock = EXCLUDED.delete_clock,
-              visibility = EXCLUDED.visibility, can_fork = EXCLUDED.can_fork, visibility_clock = EXCLUDED.visibility_clock,
-              published_at = CASE WHEN EXCLUDED.public_id IS NULL THEN NULL
-                                  WHEN records.public_id IS NOT DISTINCT FROM EXCLUDED.public_id THEN records.published_at
-                                  ELSE EXCLUDED.published_at END,
-              author = CASE WHEN EXCLUDED.public_id IS NULL THEN records.author
-                            WHEN records.public_id IS NOT DISTINCT FROM EXCLUDED.public_id THEN records.author
-                            ELSE EXCLUDED.author END,
-              public_id = EXCLUDED.public_id
+        return try connection.query("""
+            WITH remembered AS (
+              INSERT INTO op_ids (user_id, op_id, job_id)
+              SELECT $1, unnest($19::uuid[]), $16 ON CONFLICT DO NOTHING),
+            saved AS (
+              INSERT INTO records (user_id, collection, record_id, version, deleted, data, field_clocks,
+                                   floor_clock, write_clock, delete_clock, updated_by, updated_at,
+                                   visibility, public_id, can_fork, visibility_clock, published_at, author)
+              SELECT $1, c, i, v, d, data::jsonb, clocks::jsonb, NULLIF(f, ''), NULLIF(w, ''), NULLIF(x, ''),
+                     NULLIF(b, '')::uuid, clock_timestamp(),
+                     CASE WHEN p = '' THEN 'private' ELSE 'public' END, NULLIF(p, ''), k, NULLIF(vc, ''),
+                     CASE WHEN p = '' THEN NULL ELSE clock_timestamp() END, CASE WHEN p = '' THEN NULL ELSE $15 END
+              FROM unnest($2::text[], $3::text[], $4::bigint[], $5::boolean[], $6::text[], $7::text[],
+                          $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::boolean[], $14::text[])
+                   AS u(c, i, v, d, data, clocks, f, w, x, b, p, k, vc)
+              ON CONFLICT (user_id, collection, record_id) DO UPDATE SET
+                updated_at = CASE WHEN records.version <> EXCLUDED.version THEN EXCLUDED.updated_at ELSE records.updated_at END,
+                updated_by = EXCLUDED.updated_by,
+                version = EXCLUDED.version, deleted = EXCLUDED.deleted, data = EXCLUDED.data,
+                field_clocks = EXCLUDED.field_clocks, floor_clock = EXCLUDED.floor_clock,
+                write_clock = EXCLUDED.write_clock, delete_clock = EXCLUDED.delete_clock,
+                visibility = EXCLUDED.visibility, can_fork = EXCLUDED.can_fork, visibility_clock = EXCLUDED.visibility_clock,
+                published_at = CASE WHEN EXCLUDED.public_id IS NULL THEN NULL
+                                    WHEN records.public_id IS NOT DISTINCT FROM EXCLUDED.public_id THEN records.published_at
+                                    ELSE EXCLUDED.published_at END,
+                author = CASE WHEN EXCLUDED.public_id IS NULL THEN records.author
+                              WHEN records.public_id IS NOT DISTINCT FROM EXCLUDED.public_id THEN records.author
+                              ELSE EXCLUDED.author END,
+                public_id = EXCLUDED.public_id),
+            counter AS (UPDATE user_counters SET counter = $17 WHERE user_id = $1 AND counter <> $17)
+            UPDATE jobs SET status = 'succeeded', checkpoint = $17, results = $18::jsonb,
+              finished_at = clock_timestamp(), last_error = NULL,
+              attempt_log = \(Self.closingLastAttempt(error: nil))
+            WHERE job_id = $16
+            RETURNING extract(epoch FROM finished_at - created_at)::float8 AS latency
             """, [
                 user,
                 column(\.key.collection), column(\.key.id), column { String($0.version) },
@@ -232,6 +247,7 @@ public struct ApplyStore: Sendable {
                 column { $0.state.deleteClock?.description ?? "" }, column { $0.updatedBy ?? "" },
                 column { $0.state.visibility?.publicID ?? "" }, column { $0.state.visibility?.canFork == true ? "t" : "f" },
                 column { $0.state.visibility?.clock.description ?? "" }, author,
+                jobID, outcome.counter, try JSONCoding.encodeString(outcome.results), outcome.remembered,
             ])
     }
 }
