@@ -55,8 +55,8 @@ struct WebhookDispatcher: Service {
         deliveries.start()
         await withGracefulShutdownHandler {
             await withTaskGroup(of: Void.self) { group in
-                group.addTask { await consume(events, limit: 32) { await expand($0) } }
-                group.addTask { await consume(deliveries, limit: 64) { await deliver($0) } }
+                group.addTask { await events.handleConcurrently(limit: 32) { await expand($0) } }
+                group.addTask { await deliveries.handleConcurrently(limit: 64) { await deliver($0) } }
             }
         } onGracefulShutdown: {
             events.stopConsuming()
@@ -64,21 +64,6 @@ struct WebhookDispatcher: Service {
         }
         await events.close()
         await deliveries.close()
-    }
-
-    private func consume(_ consumer: AMQPConsumer, limit: Int, _ handler: @escaping @Sendable (AMQPDelivery) async -> Void) async {
-        await withTaskGroup(of: Void.self) { group in
-            var inFlight = 0
-            for await delivery in consumer.deliveries {
-                if inFlight >= limit {
-                    await group.next()
-                    inFlight -= 1
-                }
-                group.addTask { await handler(delivery) }
-                inFlight += 1
-            }
-            await group.waitForAll()
-        }
     }
 
     /// One job event → one delivery per other device of the user that has a webhook.

@@ -40,8 +40,8 @@ struct JobConsumer: Service {
         exhausted.start()
         await withGracefulShutdownHandler {
             await withTaskGroup(of: Void.self) { group in
-                group.addTask { await consume(jobs, limit: configuration.workerPrefetch) { await handle($0) } }
-                group.addTask { await consume(exhausted, limit: 4) { await handleExhausted($0) } }
+                group.addTask { await jobs.handleConcurrently(limit: configuration.workerPrefetch) { await handle($0) } }
+                group.addTask { await exhausted.handleConcurrently(limit: 4) { await handleExhausted($0) } }
             }
         } onGracefulShutdown: {
             logger.info("stopping: no new jobs, finishing in-flight ones")
@@ -51,23 +51,6 @@ struct JobConsumer: Service {
         await jobs.close()
         await exhausted.close()
         logger.info("job consumer stopped")
-    }
-
-    /// Handles deliveries concurrently, at most `limit` at once, until the consumer stops;
-    /// then finishes what is in flight, so each is acked or handed back.
-    private func consume(_ consumer: AMQPConsumer, limit: Int, _ handler: @escaping @Sendable (AMQPDelivery) async -> Void) async {
-        await withTaskGroup(of: Void.self) { group in
-            var inFlight = 0
-            for await delivery in consumer.deliveries {
-                if inFlight >= limit {
-                    await group.next()
-                    inFlight -= 1
-                }
-                group.addTask { await handler(delivery) }
-                inFlight += 1
-            }
-            await group.waitForAll()
-        }
     }
 
     /// One delivery from `sync.jobs`.

@@ -231,3 +231,22 @@ public final class AMQPConsumer: Sendable {
         if fds[0].revents != 0 { drainWake() }
     }
 }
+
+extension AMQPConsumer {
+    /// Runs `handler` for each delivery, at most `limit` at once, until the consumer stops
+    /// consuming; then waits for the handlers in flight, so each settles its delivery.
+    public func handleConcurrently(limit: Int, _ handler: @escaping @Sendable (AMQPDelivery) async -> Void) async {
+        await withTaskGroup(of: Void.self) { group in
+            var inFlight = 0
+            for await delivery in deliveries {
+                if inFlight >= limit {
+                    await group.next()
+                    inFlight -= 1
+                }
+                group.addTask { await handler(delivery) }
+                inFlight += 1
+            }
+            await group.waitForAll()
+        }
+    }
+}
