@@ -142,8 +142,8 @@ final class Hub: Service, Sendable {
     }
 
     /// Consumes this replica's queue; after every (re)connect binds the keys of every
-    /// connected user again (an expired queue loses its bindings). On shutdown, ends every
-    /// stream so their responses finish.
+    /// connected user again (an expired queue loses its bindings) and sends heartbeats. On
+    /// shutdown, ends every stream so their responses finish.
     func run() async throws {
         consumer.start()
         await withGracefulShutdownHandler {
@@ -154,7 +154,7 @@ final class Hub: Service, Sendable {
                         if let event = try? JSONCoding.decode(JobEvent.self, from: Data(delivery.body)) { self.deliver(event) }
                     }
                 }
-                group.addTask { await self.keepBindings() }
+                group.addTask { await self.maintain() }
             }
         } onGracefulShutdown: {
             self.consumer.stopConsuming()
@@ -163,7 +163,8 @@ final class Hub: Service, Sendable {
         await consumer.close()
     }
 
-    private func keepBindings() async {
+    /// Heartbeats to idle streams, and the replica's bindings kept whole.
+    private func maintain() async {
         var boundFor = 0
         var lastHeartbeat = Date()
         var lastRebind = Date()

@@ -143,8 +143,8 @@ struct WebhookDispatcher: Service {
             await park(message, delivery: delivery, reason: DeadLetterReason.maxAttempts, error: error, attempts: attempt)
             return
         }
-        let delay = configuration.retryDelays[min(attempt - 1, configuration.retryDelays.count - 1)]
-        let queue = SynclineTopology.notifyRetryQueue(delay: delay)
+        let queue = SynclineTopology.notifyRetryQueue(
+            delay: SynclineTopology.retryDelay(afterAttempt: attempt, delays: configuration.retryDelays))
         do {
             try await publisher.publish([SynclineTopology.webhookDeliveryMessage(body: message.body, attempt: attempt, retryQueue: queue)])
             logger.info("webhook failed; retrying", metadata: ["device.id": "\(delivery.deviceID)", "error": "\(error)", "retry.queue": "\(queue)"])
@@ -197,7 +197,7 @@ final class WebhookDirectory: Sendable {
     func webhooks(user: String, devices: DeviceStore) async throws -> [DeviceStore.Webhook] {
         let now = Date()
         if let entry = entries.withLockedValue({ $0[user] }), now.timeIntervalSince(entry.at) < ttl { return entry.hooks }
-        let hooks = try await devices.webhooks(user: user, excluding: nil)
+        let hooks = try await devices.webhooks(user: user)
         entries.withLockedValue { entries in
             if entries.count > 50_000 { entries.removeAll(keepingCapacity: true) }
             entries[user] = (now, hooks)

@@ -46,7 +46,7 @@ struct JobRelay: Service {
                 marks.restore(published)
                 throw error
             }
-            oldestUnfinished.record(try await jobs.oldestUnfinishedAge())
+            oldestUnfinished.record(try await jobs.backlog().oldestAge)
             while true {
                 let waiting = try await jobs.unpublished(olderThan: relayAfter, limit: 500)
                 guard !waiting.isEmpty else { return }

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import SyncModels
 
 /// The claims Syncline reads from a token.
 public struct Claims: Codable, Sendable, Equatable {
@@ -74,35 +75,18 @@ public struct JWTSigner: Sendable {
     }
 }
 
-enum Base64URL {
-    static func encode(_ data: Data) -> String {
-        data.base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-")
-            .replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
-    }
-
-    static func decode(_ text: Substring) -> Data? {
-        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        let remainder = base64.count % 4
-        if remainder == 1 { return nil }
-        if remainder > 0 { base64 += String(repeating: "=", count: 4 - remainder) }
-        return Data(base64Encoded: base64)
-    }
-}
-
 /// The signature webhooks carry (SPEC §6), and random secrets.
 public enum Secrets {
     public static func random(bytes: Int = 32) -> String {
         let key = SymmetricKey(size: .init(bitCount: bytes * 8))
-        return key.withUnsafeBytes { Data($0) }.map { String(format: "%02x", $0) }.joined()
+        return key.withUnsafeBytes { Hex.string($0) }
     }
 }
 
 public enum Digests {
     /// Lowercase hex SHA-256, e.g. to tell whether a retried request carries the same body.
     public static func sha256Hex(_ bytes: some DataProtocol) -> String {
-        SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined()
+        Hex.string(SHA256.hash(data: bytes))
     }
 }
 
@@ -111,7 +95,7 @@ public enum WebhookSignature {
     public static func header(secret: String, timestamp: Int64, body: [UInt8]) -> String {
         let signed = Array("\(timestamp).".utf8) + body
         let mac = HMAC<SHA256>.authenticationCode(for: signed, using: SymmetricKey(data: Array(secret.utf8)))
-        return "t=\(timestamp),v1=" + mac.map { String(format: "%02x", $0) }.joined()
+        return "t=\(timestamp),v1=" + Hex.string(mac)
     }
 
     /// Checks a header against the body; a receiver should also refuse old timestamps.

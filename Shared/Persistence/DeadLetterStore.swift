@@ -105,9 +105,7 @@ public struct DeadLetterStore: Sendable {
         public let id: String
 
         public init?(text: String) {
-            var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-            while base64.count % 4 != 0 { base64 += "=" }
-            guard let data = Data(base64Encoded: base64), let decoded = String(data: data, encoding: .utf8) else { return nil }
+            guard let data = Base64URL.decode(text), let decoded = String(data: data, encoding: .utf8) else { return nil }
             let parts = decoded.split(separator: "|", omittingEmptySubsequences: false)
             guard parts.count == 2, let id = Names.canonicalUUID(String(parts[1])),
                   !parts[0].isEmpty, parts[0].allSatisfy({ $0.isNumber || " -:.+".contains($0) })
@@ -121,9 +119,7 @@ public struct DeadLetterStore: Sendable {
         }
 
         public var text: String {
-            Data("\(deadAt)|\(id)".utf8).base64EncodedString()
-                .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-                .replacingOccurrences(of: "=", with: "")
+            Base64URL.encode(Data("\(deadAt)|\(id)".utf8))
         }
     }
 

@@ -68,14 +68,13 @@ public struct DeviceStore: Sendable {
         public let secret: String
     }
 
-    /// The webhooks of a user's active devices other than `excluding`.
-    public func webhooks(user: String, excluding deviceID: String?) async throws -> [Webhook] {
+    /// The webhooks of a user's active devices.
+    public func webhooks(user: String) async throws -> [Webhook] {
         try await pool.query("""
             SELECT device_id, push_url, push_secret FROM devices
             WHERE user_id = $1 AND push_url IS NOT NULL AND revoked_at IS NULL
-              AND ($2::uuid IS NULL OR device_id <> $2::uuid)
             ORDER BY device_id
-            """, [user, deviceID]).rows.map {
+            """, [user]).rows.map {
             Webhook(deviceID: try $0.string("device_id"), url: try $0.string("push_url"), secret: try $0.string("push_secret"))
         }
     }

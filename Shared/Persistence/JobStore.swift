@@ -154,13 +154,14 @@ public struct JobStore: Sendable {
             """, [age, limit]).rows.map { (try $0.string("job_id"), $0["trace_id"]) }
     }
 
-    /// Seconds since the oldest job that is not terminal was created (0 when none).
-    public func oldestUnfinishedAge() async throws -> Double {
+    /// How many jobs are not terminal, and seconds since the oldest of them was created
+    /// (0 when none).
+    public func backlog() async throws -> (unfinished: Int, oldestAge: Double) {
         let row = try await pool.query("""
-            SELECT coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8 AS age
+            SELECT count(*) AS n, coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8 AS age
             FROM jobs WHERE status IN ('queued', 'processing', 'retrying')
             """).first
-        return row?["age"].flatMap(Double.init) ?? 0
+        return (Int(row?.optionalInt("n") ?? 0), row?["age"].flatMap(Double.init) ?? 0)
     }
 
     /// Jobs finished per minute over the last `minutes` minutes (oldest first), and the
@@ -180,15 +181,11 @@ public struct JobStore: Sendable {
             LEFT JOIN finished ON finished.minute = m
             GROUP BY m ORDER BY m
             """, [minutes]).rows
-        let unfinished = try await pool.query("""
-            SELECT count(*) AS n, coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8 AS age
-            FROM jobs WHERE status IN ('queued', 'processing', 'retrying')
-            """).first
+        let backlog = try await backlog()
         return JobRates(
             minutes: try rows.map {
                 JobRates.Minute(minute: try $0.string("minute"), succeeded: Int(try $0.int("succeeded")), dead: Int(try $0.int("dead")))
             },
-            unfinished: Int(unfinished?.optionalInt("n") ?? 0),
-            oldestUnfinishedAgeSeconds: unfinished?["age"].flatMap(Double.init) ?? 0)
+            unfinished: backlog.unfinished, oldestUnfinishedAgeSeconds: backlog.oldestAge)
     }
 }

@@ -1,4 +1,5 @@
 import AMQPBridge
+import Auth
 import Crypto
 import Foundation
 import SyncModels
@@ -49,10 +50,15 @@ public enum SynclineTopology {
     /// The retry queue for one tier: `sync.retry.5s`.
     public static func retryQueue(delay: Double) -> String { "sync.retry.\(Durations.label(delay))" }
 
-    /// The retry queue that holds a job before its attempt `attempt + 1` (SPEC §8: attempt
-    /// n+1 waits the n-th delay, the last one repeating).
+    /// How long attempt `attempt + 1` waits (SPEC §8: attempt n+1 waits the n-th delay,
+    /// the last one repeating) — for jobs and webhook deliveries alike.
+    public static func retryDelay(afterAttempt attempt: Int, delays: [Double]) -> Double {
+        delays[min(max(attempt - 1, 0), delays.count - 1)]
+    }
+
+    /// The retry queue that holds a job before its attempt `attempt + 1`.
     public static func retryQueue(afterAttempt attempt: Int, delays: [Double]) -> (name: String, delay: Double) {
-        let delay = delays[min(max(attempt - 1, 0), delays.count - 1)]
+        let delay = retryDelay(afterAttempt: attempt, delays: delays)
         return (retryQueue(delay: delay), delay)
     }
 
@@ -134,9 +140,7 @@ public enum SynclineTopology {
         var bytes = Array(SHA256.hash(data: body).prefix(16))
         bytes[6] = (bytes[6] & 0x0F) | 0x50  // version 5 style (name-based)
         bytes[8] = (bytes[8] & 0x3F) | 0x80
-        let hex = bytes.map { String(format: "%02x", $0) }.joined()
-        let parts = [hex.prefix(8), hex.dropFirst(8).prefix(4), hex.dropFirst(12).prefix(4), hex.dropFirst(16).prefix(4), hex.dropFirst(20)]
-        return parts.joined(separator: "-")
+        return bytes.withUnsafeBytes { UUID(uuid: $0.load(as: uuid_t.self)) }.uuidString.lowercased()
     }
 
     /// The message parked in `sync.jobs.dlq`: the body as received, and headers saying why.
@@ -183,7 +187,7 @@ public enum SynclineTopology {
 
     /// The routing key of a user's events: the user id hashed, so any id fits a topic key.
     public static func eventRoutingKey(user: String) -> String {
-        "user." + SHA256.hash(data: Array(user.utf8)).map { String(format: "%02x", $0) }.joined()
+        "user." + Digests.sha256Hex(Array(user.utf8))
     }
 
     /// The event a worker publishes after a job finished (committed or dead-lettered). Not
