@@ -66,7 +66,8 @@ struct JobConsumer: Service {
         let attempt: Int
         do {
             guard let started = try await store.beginAttempt(jobID: jobID) else {
-                await settleFinishedOrUnknown(delivery, from: jobs, jobID: jobID, logger: logger)
+                let status = try await store.status(jobID: jobID)
+                await settleFinishedOrUnknown(delivery, from: jobs, jobID: jobID, status: status, logger: logger)
                 return
             }
             attempt = started
@@ -119,9 +120,9 @@ struct JobConsumer: Service {
         }
         do {
             switch try await store.status(jobID: jobID) {
-            case .succeeded?, .discarded?, .dead?, nil:
-                await settleFinishedOrUnknown(delivery, from: exhausted, jobID: jobID, logger: logger)
-            case .queued?, .processing?, .retrying?:
+            case let status where status?.isTerminal ?? true:
+                await settleFinishedOrUnknown(delivery, from: exhausted, jobID: jobID, status: status, logger: logger)
+            default:
                 let error = "the broker redelivered the message \(SynclineTopology.deliveryLimit) times without an ack"
                 try await store.failAttempt(jobID: jobID, error: error)
                 await park(delivery, from: exhausted, jobID: jobID, reason: DeadLetterReason.deliveryLimit, error: error)
@@ -135,9 +136,11 @@ struct JobConsumer: Service {
     /// job is dead-lettered, and a dead job is made sure to be parked (a worker may have
     /// died between recording it and parking its message; a second copy is harmless, the
     /// admin tools keep one).
-    private func settleFinishedOrUnknown(_ delivery: AMQPDelivery, from consumer: AMQPConsumer, jobID: String, logger: Logger) async {
+    private func settleFinishedOrUnknown(
+        _ delivery: AMQPDelivery, from consumer: AMQPConsumer, jobID: String, status: JobStatus?, logger: Logger
+    ) async {
         do {
-            switch try await store.status(jobID: jobID) {
+            switch status {
             case nil:
                 await park(delivery, from: consumer, jobID: jobID, reason: DeadLetterReason.unknownJob, error: "no job row with this id")
             case .dead?:

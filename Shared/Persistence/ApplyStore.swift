@@ -47,15 +47,6 @@ public struct ApplyStore: Sendable {
             .flatMap { $0["status"] }.flatMap(JobStatus.init(rawValue:))
     }
 
-    /// Gives up on a job: it is `dead` with its last error, until an operator acts.
-    public func markDead(jobID: String, error: String) async throws {
-        try await pool.query("""
-            UPDATE jobs SET status = 'dead', last_error = $2, finished_at = clock_timestamp(),
-              attempt_log = \(Self.closingLastAttempt(error: "$2::text"))
-            WHERE job_id = $1 AND status NOT IN ('succeeded', 'discarded')
-            """, [jobID, error])
-    }
-
     /// Takes back an attempt the database outage interrupted: it stays in the log, closed
     /// with the error, but does not count towards `MAX_ATTEMPTS`.
     public func releaseAttempt(jobID: String, error: String) async throws {

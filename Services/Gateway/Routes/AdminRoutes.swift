@@ -37,7 +37,7 @@ struct AdminRoutes: Sendable {
         let query = request.uri.queryParameters
         let queue = query["queue"].map(String.init) ?? "sync"
         guard queue == "sync" || queue == "notify" else { throw APIError.badRequest("queue must be sync or notify.") }
-        let limit = try Self.limit(query["limit"].map(String.init), default: 50, max: 500)
+        let limit = try request.integerParameter("limit", in: 1...500, default: 50)
         var cursor: DeadLetterStore.Cursor?
         if let text = query["cursor"].map(String.init), !text.isEmpty {
             guard let parsed = DeadLetterStore.Cursor(text: text) else { throw APIError.badRequest("cursor must be a next_cursor from an earlier page.") }
@@ -103,7 +103,7 @@ struct AdminRoutes: Sendable {
 
     @Sendable func audit(_ request: Request, context: BasicRequestContext) async throws -> Response {
         _ = try auth.admin(request, context: context)
-        let limit = try Self.limit(request.uri.queryParameters["limit"].map(String.init), default: 100, max: 1000)
+        let limit = try request.integerParameter("limit", in: 1...1000, default: 100)
         return try jsonResponse(AuditLog(items: try await office.auditLog(limit: limit)))
     }
 
@@ -114,14 +114,8 @@ struct AdminRoutes: Sendable {
 
     @Sendable func jobRates(_ request: Request, context: BasicRequestContext) async throws -> Response {
         _ = try auth.admin(request, context: context)
-        let minutes = try Self.limit(request.uri.queryParameters["minutes"].map(String.init), default: 15, max: 240, name: "minutes")
+        let minutes = try request.integerParameter("minutes", in: 1...240, default: 15)
         return try jsonResponse(try await office.jobRates(minutes: minutes))
-    }
-
-    static func limit(_ text: String?, default fallback: Int, max: Int, name: String = "limit") throws -> Int {
-        guard let text, !text.isEmpty else { return fallback }
-        guard let value = Int(text), (1...max).contains(value) else { throw APIError.badRequest("\(name) must be 1 to \(max).") }
-        return value
     }
 
     static func filter(

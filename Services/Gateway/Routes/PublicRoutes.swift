@@ -22,12 +22,8 @@ struct PublicRoutes: Sendable {
             guard Names.isValidCollection(text) else { throw APIError.badRequest("collection must be a collection name.") }
             collection = text
         }
-        let limit = try AdminRoutes.limit(query["limit"].map(String.init), default: 20, max: 100)
-        var offset = 0
-        if let text = query["offset"].map(String.init), !text.isEmpty {
-            guard let value = Int(text), (0...100_000).contains(value) else { throw APIError.badRequest("offset must be 0 to 100000.") }
-            offset = value
-        }
+        let limit = try request.integerParameter("limit", in: 1...100, default: 20)
+        let offset = try request.integerParameter("offset", in: 0...100_000, default: 0)
         var items = try await records.list(collection: collection, limit: limit, offset: offset)
         for index in items.indices { items[index].viewCount += Int64(views.pending(items[index].publicID)) }
         var headers = HTTPFields()
