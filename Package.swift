@@ -27,6 +27,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
         .package(url: "https://github.com/jpsim/Yams.git", from: "5.0.1"),
+        .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.8.0"),
     ],
     targets: [
         // Wire models, validation, HLC and the merge rules: pure, no I/O.
@@ -34,7 +35,12 @@ let package = Package(
         // HS256 JWTs, minted by syncctl and verified by the services.
         .target(
             name: "Auth",
-            dependencies: ["SyncModels", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: [
+                "SyncModels",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             path: "Shared/Auth", swiftSettings: strict),
         .systemLibrary(
             name: "CLibPQ", path: "Shared/CLibPQ", pkgConfig: "libpq",
@@ -76,6 +82,7 @@ let package = Package(
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ],
             path: "Shared/ServiceSupport", swiftSettings: strict),
         // Operators' tools over dead letters and queues, shared by the gateway's admin API and syncctl.
@@ -143,7 +150,11 @@ let package = Package(
             path: "Services/Syncctl", swiftSettings: strict),
         .testTarget(
             name: "UnitTests",
-            dependencies: ["SyncModels", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", .product(name: "Yams", package: "Yams")],
+            dependencies: [
+                "SyncModels", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", .product(name: "Yams", package: "Yams"),
+                .product(name: "JWTKit", package: "jwt-kit"), .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+            ],
             path: "Tests/UnitTests", swiftSettings: strict),
         .testTarget(
             name: "IntegrationTests",
@@ -155,6 +166,8 @@ let package = Package(
                 "SyncModels", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport",
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                .product(name: "JWTKit", package: "jwt-kit"), .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
             ],
             path: "Tests/EndToEndTests", swiftSettings: strict),
     ]

@@ -14,8 +14,8 @@ import ServiceSupport
 /// service group. The hub
 /// comes last so that on SIGTERM it is stopped first: it ends every open stream, and then
 /// the HTTP server, which waits for open responses, can finish.
-func buildFanout(configuration: Configuration, logger: Logger) throws -> ServiceGroup {
-    let signer = try JWTSigner(secret: try configuration.requireJWTSecret())
+func buildFanout(configuration: Configuration, logger: Logger) async throws -> ServiceGroup {
+    let verifier = try await configuration.tokenVerifier(logger: logger)
     let endpoint = try configuration.amqpEndpoint()
     let pool = PGPool(url: configuration.databaseURL, size: configuration.databasePoolSize, logger: logger)
     // This replica's own queue: not exclusive (it survives a reconnect), and gone two
@@ -26,7 +26,9 @@ func buildFanout(configuration: Configuration, logger: Logger) throws -> Service
     let publisher = AMQPPublisher(endpoint: endpoint, topology: topology, confirmTimeout: 2, logger: logger)
     let consumer = AMQPConsumer(
         configuration: .init(endpoint: endpoint, topology: topology, queue: queue, prefetch: 256), logger: logger)
-    let hub = Hub(queue: queue, publisher: publisher, consumer: consumer, heartbeat: configuration.streamHeartbeat, logger: logger)
+    let hub = Hub(
+        queue: queue, publisher: publisher, consumer: consumer, registry: FanoutQueueStore(pool: pool),
+        devices: DeviceStore(pool: pool), heartbeat: configuration.streamHeartbeat, logger: logger)
     let webhooks = WebhookDispatcher(
         events: AMQPConsumer(
             configuration: .init(endpoint: endpoint, topology: topology, queue: SynclineTopology.notifyEventsQueue, prefetch: 32),
@@ -37,22 +39,29 @@ func buildFanout(configuration: Configuration, logger: Logger) throws -> Service
         devices: DeviceStore(pool: pool), deadLetters: DeadLetterStore(pool: pool), publisher: publisher,
         configuration: configuration, logger: logger)
     let routes = StreamRoutes(
-        auth: Authenticator(signer: signer, allowQueryToken: true), devices: DeviceStore(pool: pool),
-        pulls: PullStore(pool: pool), hub: hub)
+        auth: Authenticator(verifier: verifier, allowQueryToken: true), devices: DeviceStore(pool: pool),
+        pulls: PullStore(pool: pool), hub: hub, limiter: RateLimiter(configuration.streamRateLimit))
 
     let router = Router(context: BasicWebSocketRequestContext.self)
-    router.addMiddleware { ProblemMiddleware() }
+    let methods = RouteMethods()
+    router.addMiddleware {
+        CORSMiddleware(allowedOrigins: configuration.corsAllowedOrigins, methods: [.get])
+        ProblemMiddleware(routes: methods)
+    }
     routes.registerHTTP(on: router)
     OperationsEndpoints.register(on: router) {
         async let database = (try? await pool.query("SELECT 1")) != nil
         return ["database": await database, "broker": consumer.isConnected]
     }
+    methods.load(from: router)
     let webSocketRouter = Router(context: BasicWebSocketRequestContext.self)
     routes.registerWebSocket(on: webSocketRouter)
 
     let app = Application(
         router: router,
-        server: .http1WebSocketUpgrade(webSocketRouter: webSocketRouter, configuration: .init(autoPing: .disabled)),
+        server: .http1WebSocketUpgrade(webSocketRouter: webSocketRouter, configuration: .init(
+            http1: .init(idleTimeout: .milliseconds(Int64(configuration.httpIdleTimeout * 1000))),
+            ws: .init(autoPing: .disabled))),
         configuration: .init(address: .hostname("0.0.0.0", port: configuration.port), serverName: "syncline-fanout"),
         logger: logger)
     let closer = ResourceCloser {

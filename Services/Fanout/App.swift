@@ -4,7 +4,7 @@ import ServiceSupport
 @main
 struct FanoutApp {
     static func main() async throws {
-        let configuration = Configuration.forService("fanout", defaultPort: 8081, requiresJWTSecret: true)
+        let configuration = Configuration.forService("fanout", defaultPort: 8081, checksTokens: true)
         let logger = Observability.bootstrap(service: "fanout", level: configuration.logLevel)
         try await buildFanout(configuration: configuration, logger: logger).run()
     }

@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import Metrics
 import NIOConcurrencyHelpers
+import Persistence
 import ServiceLifecycle
 import ServiceSupport
 import SyncModels
@@ -49,13 +50,18 @@ final class Hub: Service, Sendable {
     private let bindingLock = NIOLock()
     private let publisher: AMQPPublisher
     private let consumer: AMQPConsumer
+    private let registry: FanoutQueueStore
+    private let devices: DeviceStore
     private let logger: Logger
     private let connected = Meter(label: "syncline_stream_connections")
     private let delivered = Counter(label: "syncline_stream_messages_total")
 
     private let heartbeat: Double
 
-    init(queue: String, publisher: AMQPPublisher, consumer: AMQPConsumer, heartbeat: Double, logger: Logger) {
+    init(queue: String, publisher: AMQPPublisher, consumer: AMQPConsumer, registry: FanoutQueueStore, devices: DeviceStore,
+         heartbeat: Double, logger: Logger) {
+        self.registry = registry
+        self.devices = devices
         self.heartbeat = heartbeat
         self.queue = queue
         self.publisher = publisher
@@ -141,6 +147,20 @@ final class Hub: Service, Sendable {
         }
     }
 
+    /// Ends the streams of a revoked device (every device of the user when `deviceID` is
+    /// nil): a lost phone stops listening the moment it is revoked.
+    func revoke(_ event: DeviceRevokedEvent) {
+        let ended = state.withLockedValue { state -> [UUID] in
+            (state.users[event.userID] ?? [:]).filter { event.deviceID == nil || $0.value.deviceID == event.deviceID }.map(\.key)
+        }
+        for id in ended { unsubscribe(user: event.userID, id: id) }
+        if !ended.isEmpty {
+            logger.info("closed streams of a revoked device", metadata: [
+                "user.id": "\(event.userID)", "device.id": "\(event.deviceID ?? "*")", "streams": "\(ended.count)",
+            ])
+        }
+    }
+
     /// Consumes this replica's queue; after every (re)connect binds the keys of every
     /// connected user again (an expired queue loses its bindings) and sends heartbeats. On
     /// shutdown, ends every stream so their responses finish.
@@ -151,7 +171,11 @@ final class Hub: Service, Sendable {
                 group.addTask {
                     for await delivery in self.consumer.deliveries {
                         self.consumer.ack(delivery)
-                        if let event = try? JSONCoding.decode(JobEvent.self, from: Data(delivery.body)) { self.deliver(event) }
+                        if let event = try? JSONCoding.decode(JobEvent.self, from: Data(delivery.body)) {
+                            self.deliver(event)
+                        } else if let revoked = try? JSONCoding.decode(DeviceRevokedEvent.self, from: Data(delivery.body)) {
+                            self.revoke(revoked)
+                        }
                     }
                 }
                 group.addTask { await self.maintain() }
@@ -161,6 +185,7 @@ final class Hub: Service, Sendable {
             self.closeAll()
         }
         await consumer.close()
+        try? await registry.remove(queue: queue)
     }
 
     /// Heartbeats to idle streams, and the replica's bindings kept whole.
@@ -168,7 +193,23 @@ final class Hub: Service, Sendable {
         var boundFor = 0
         var lastHeartbeat = Date()
         var lastRebind = Date()
+        var lastRegistered = Date.distantPast
+        var lastSeenMarked = Date()
         while !Task.isShuttingDownGracefully && !Task.isCancelled {
+            // A device streaming for days is in use though it never pushes.
+            if Date().timeIntervalSince(lastSeenMarked) >= 3600 {
+                lastSeenMarked = Date()
+                let connected = state.withLockedValue { Set($0.users.values.flatMap { $0.values.map(\.deviceID) }) }
+                try? await devices.markSeen(deviceIDs: Array(connected))
+            }
+            if Date().timeIntervalSince(lastRegistered) >= 30 {
+                do {
+                    try await registry.refresh(queue: queue)
+                    lastRegistered = Date()
+                } catch {
+                    logger.debug("cannot register this replica's queue yet", metadata: ["error": "\(error)"])
+                }
+            }
             if Date().timeIntervalSince(lastHeartbeat) >= heartbeat {
                 lastHeartbeat = Date()
                 let subscribers = state.withLockedValue { $0.users.values.flatMap(\.values) }

@@ -19,17 +19,23 @@ struct StreamRoutes: Sendable {
     let devices: DeviceStore
     let pulls: PullStore
     let hub: Hub
+    let limiter: RateLimiter
 
     /// The caller and the device the stream is for, or the refusal.
-    func authorize(_ request: Request, context: some RequestContext) async throws -> (user: String, deviceID: String) {
-        let claims = try auth.user(request, context: context)
+    func authorize(
+        _ request: Request, context: some RequestContext, countsAgainstLimit: Bool = true
+    ) async throws -> (user: String, deviceID: String) {
+        let claims = try await auth.user(request, context: context)
+        if countsAgainstLimit { try limiter.check(claims.sub, limit: "streams") }
         guard let text = request.uri.queryParameters["device_id"].map(String.init), let deviceID = Names.canonicalUUID(text) else {
             throw APIError.badRequest("device_id must be the id of one of your devices.")
         }
         switch try await devices.state(user: claims.sub, deviceID: deviceID) {
         case .notFound: throw APIError.notFound("No such device.")
         case .revoked: throw APIError.forbidden("This device was revoked.")
-        case .active: return (claims.sub, deviceID)
+        case .active:
+            try await devices.markSeen(deviceIDs: [deviceID])
+            return (claims.sub, deviceID)
         }
     }
 
@@ -43,7 +49,7 @@ struct StreamRoutes: Sendable {
             guard (try? await authorize(request, context: context)) != nil else { return .dontUpgrade }
             return .upgrade([:])
         } onUpgrade: { inbound, outbound, context in
-            guard let (user, deviceID) = try? await authorize(context.request, context: context.requestContext) else { return }
+            guard let (user, deviceID) = try? await authorize(context.request, context: context.requestContext, countsAgainstLimit: false) else { return }
             let cursor = try await pulls.currentCursor(user: user)
             let (id, messages) = try await hub.subscribe(user: user, deviceID: deviceID)
             defer { hub.unsubscribe(user: user, id: id) }

@@ -47,7 +47,7 @@ struct WebhookDispatcher: Service {
         let sessionConfiguration = URLSessionConfiguration.ephemeral
         sessionConfiguration.timeoutIntervalForRequest = Self.requestTimeout
         sessionConfiguration.httpMaximumConnectionsPerHost = 16
-        session = URLSession(configuration: sessionConfiguration)
+        session = URLSession(configuration: sessionConfiguration, delegate: NoRedirects(), delegateQueue: nil)
     }
 
     func run() async throws {
@@ -181,6 +181,17 @@ struct WebhookDispatcher: Service {
         await withCheckedContinuation { continuation in
             Thread.detachNewThread { continuation.resume(returning: WebhookAddresses.resolvesToPrivate(host: host)) }
         }
+    }
+}
+
+/// A webhook receiver's 3xx is a failed delivery, never followed: a redirect could bounce
+/// the delivery to a private address after that address check.
+final class NoRedirects: NSObject, URLSessionTaskDelegate, Sendable {
+    func urlSession(
+        _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
+        newRequest request: URLRequest, completionHandler: @escaping @Sendable (URLRequest?) -> Void
+    ) {
+        completionHandler(nil)
     }
 }
 

@@ -11,29 +11,32 @@ import ServiceSupport
 /// Wires the gateway: stores over one pool, the publisher, the routes and the relay.
 /// Tests build the same application.
 func buildApplication(configuration: Configuration, logger: Logger) async throws -> some ApplicationProtocol {
-    let signer = try JWTSigner(secret: try configuration.requireJWTSecret())
     let endpoint = try configuration.amqpEndpoint()
     let pool = PGPool(url: configuration.databaseURL, size: configuration.databasePoolSize, logger: logger)
     let publisher = AMQPPublisher(
         endpoint: endpoint, topology: SynclineTopology.topology(retryDelays: configuration.retryDelays),
         confirmTimeout: 2, logger: logger)
-    let auth = Authenticator(signer: signer)
+    let auth = Authenticator(verifier: try await configuration.tokenVerifier(logger: logger))
     let devices = DeviceStore(pool: pool)
     let jobs = JobStore(pool: pool)
     let marks = PublishedMarks()
     let views = ViewCounter(store: PublicStore(pool: pool), logger: logger)
 
-    let router = Router(context: BasicRequestContext.self)
+    let router = Router(context: GatewayRequestContext.self)
+    let routes = RouteMethods()
     router.addMiddleware {
-        ProblemMiddleware()
+        CORSMiddleware(allowedOrigins: configuration.corsAllowedOrigins, openPrefixes: ["/v1/public"])
+        ProblemMiddleware(routes: routes)
         MetricsMiddleware()
     }
-    DeviceRoutes(auth: auth, devices: devices, allowPrivateWebhooks: configuration.allowPrivateWebhooks).register(on: router)
+    DeviceRoutes(auth: auth, devices: devices, publisher: publisher, allowPrivateWebhooks: configuration.allowPrivateWebhooks).register(on: router)
     SyncRoutes(
         auth: auth, devices: devices, jobs: jobs, pulls: PullStore(pool: pool), publisher: publisher, marks: marks,
-        maxClockSkewMilliseconds: Int64(configuration.maxClockSkew * 1000)
+        maxClockSkewMilliseconds: Int64(configuration.maxClockSkew * 1000),
+        limiter: RateLimiter(configuration.pushRateLimit)
     ).register(on: router)
-    PublicRoutes(records: PublicStore(pool: pool), views: views).register(on: router)
+    PublicRoutes(records: PublicStore(pool: pool), views: views, limiter: RateLimiter(configuration.publicRateLimit))
+        .register(on: router)
     AdminRoutes(
         auth: auth,
         office: DeadLetterOffice(pool: pool, publisher: publisher, retryDelays: configuration.retryDelays, logger: logger),
@@ -41,8 +44,11 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
     ).register(on: router)
     OperationsRoutes(pool: pool, publisher: publisher, openAPIDocument: try resource("openapi", "yaml")).register(on: router)
 
+    routes.load(from: router)
+
     return Application(
         router: router,
+        server: .http1(configuration: .init(idleTimeout: .milliseconds(Int64(configuration.httpIdleTimeout * 1000)))),
         configuration: .init(address: .hostname("0.0.0.0", port: configuration.port), serverName: "syncline-gateway"),
         services: [
             ResourceCloser {

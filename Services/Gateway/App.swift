@@ -4,7 +4,7 @@ import ServiceSupport
 @main
 struct GatewayApp {
     static func main() async throws {
-        let configuration = Configuration.forService("gateway", defaultPort: 8080, requiresJWTSecret: true)
+        let configuration = Configuration.forService("gateway", defaultPort: 8080, checksTokens: true)
         let logger = Observability.bootstrap(service: "gateway", level: configuration.logLevel)
         let app = try await buildApplication(configuration: configuration, logger: logger)
         try await app.runService()

@@ -31,7 +31,7 @@ struct Bench: AsyncParsableCommand {
 
     func run() async throws {
         let configuration = try Configuration.fromEnvironment()
-        let signer = try JWTSigner(secret: try configuration.requireJWTSecret())
+        let signer = try await TokenMinter(secret: try configuration.requireJWTSecret())
         guard let seconds = Durations.parse(duration) else { throw ValidationError("bad --duration") }
         let run = UUID().uuidString.prefix(8).lowercased()
         let client = BenchClient(base: url)
@@ -39,7 +39,7 @@ struct Bench: AsyncParsableCommand {
         var clients: [(user: String, token: String, device: String)] = []
         for u in 0..<users {
             let user = "bench-\(run)-\(u)"
-            let token = try signer.sign(Claims(sub: user, exp: Int64(Date().timeIntervalSince1970) + 3600))
+            let token = try await signer.sign(Claims(sub: user, exp: Int64(Date().timeIntervalSince1970) + 3600))
             for _ in 0..<devices { clients.append((user, token, try await client.registerDevice(token))) }
         }
         print("bench: \(users) users × \(devices) devices, \(ops) ops/push, \(rate > 0 ? "\(rate) pushes/s" : "as fast as possible (\(concurrency) in flight)") for \(duration)")
@@ -116,7 +116,7 @@ struct Bench: AsyncParsableCommand {
         for sample in samples { expected[sample.user, default: 0] += ops }
         var mismatches = 0
         for (user, count) in expected {
-            let token = try signer.sign(Claims(sub: user, exp: Int64(Date().timeIntervalSince1970) + 3600))
+            let token = try await signer.sign(Claims(sub: user, exp: Int64(Date().timeIntervalSince1970) + 3600))
             let pulled = try await client.pullCount(token)
             if pulled != count { mismatches += 1; print("state mismatch for \(user): pulled \(pulled), expected \(count)") }
         }

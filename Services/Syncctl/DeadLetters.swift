@@ -46,7 +46,13 @@ struct DeadLetters: AsyncParsableCommand {
         @Option(help: "Only this reason (max_attempts, invalid_message, unknown_job, delivery_limit, …).") var reason: String?
         @Option(help: "Only those dead before this RFC 3339 time.") var deadBefore: String?
 
-        var filter: DeadLetterFilter { DeadLetterFilter(userID: user, reason: reason, deadBefore: deadBefore) }
+        var filter: DeadLetterFilter { DeadLetterFilter(userID: user, reason: reason, deadBefore: deadBefore.flatMap(RFC3339.canonicalUTC)) }
+
+        func validate() throws {
+            if let deadBefore, RFC3339.canonicalUTC(deadBefore) == nil {
+                throw ValidationError("--dead-before must be an RFC 3339 time such as 2026-11-22T10:00:00Z")
+            }
+        }
     }
 
     struct List: AsyncParsableCommand {

@@ -25,7 +25,7 @@ struct StreamBench: AsyncParsableCommand {
 
     func run() async throws {
         let configuration = try Configuration.fromEnvironment()
-        let signer = try JWTSigner(secret: try configuration.requireJWTSecret())
+        let signer = try await TokenMinter(secret: try configuration.requireJWTSecret())
         guard let fanoutURL = URL(string: fanout), let fanoutHost = fanoutURL.host, let gatewayURL = URL(string: url),
               let gatewayHost = gatewayURL.host
         else { throw ValidationError("bad --url or --fanout") }
@@ -40,7 +40,7 @@ struct StreamBench: AsyncParsableCommand {
         var listeners: [(user: String, token: String, device: String)] = []
         for u in 0..<users {
             let user = "streams-\(run)-\(u)"
-            let token = try signer.sign(Claims(sub: user, exp: Int64(Date().timeIntervalSince1970) + 3600))
+            let token = try await signer.sign(Claims(sub: user, exp: Int64(Date().timeIntervalSince1970) + 3600))
             pushers.append((user, token, try await client.registerDevice(token)))
             for _ in 0..<streams { listeners.append((user, token, try await client.registerDevice(token))) }
         }

@@ -49,11 +49,11 @@ struct Token: AsyncParsableCommand {
 
     func run() async throws {
         let configuration = try Configuration.fromEnvironment()
-        let signer = try JWTSigner(secret: try configuration.requireJWTSecret())
+        let signer = try await TokenMinter(secret: try configuration.requireJWTSecret())
         guard let seconds = Durations.parse(ttl), seconds > 0 else { throw ValidationError("--ttl must be a duration such as 1h") }
         let claims = Claims(
             sub: user, exp: Int64(Date().timeIntervalSince1970 + seconds), role: admin ? "admin" : nil, name: name)
-        print(try signer.sign(claims))
+        print(try await signer.sign(claims))
     }
 }
 

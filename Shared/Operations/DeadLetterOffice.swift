@@ -14,6 +14,7 @@ public struct DeadLetterOffice: Sendable {
     let deadLetters: DeadLetterStore
     let audit: AuditStore
     let jobs: JobStore
+    let fanoutQueues: FanoutQueueStore
     let publisher: AMQPPublisher
     let retryDelays: [Double]
     let logger: Logger
@@ -22,6 +23,7 @@ public struct DeadLetterOffice: Sendable {
         self.deadLetters = DeadLetterStore(pool: pool)
         self.audit = AuditStore(pool: pool)
         self.jobs = JobStore(pool: pool)
+        self.fanoutQueues = FanoutQueueStore(pool: pool)
         self.publisher = publisher
         self.retryDelays = retryDelays
         self.logger = logger
@@ -112,7 +114,9 @@ public struct DeadLetterOffice: Sendable {
 
     /// Depth and consumers of every queue of the job pipeline.
     public func queues() async throws -> [QueueView] {
-        try await publisher.queueStats(SynclineTopology.queueNames(retryDelays: retryDelays))
+        // Replica queues refreshed in the last 90 s: they outlive their replica by 120 s.
+        let replicas = try await fanoutQueues.live(within: 90)
+        return try await publisher.queueStats(SynclineTopology.queueNames(retryDelays: retryDelays) + replicas)
             .map { QueueView(name: $0.name, messages: $0.messages, consumers: $0.consumers) }
     }
 

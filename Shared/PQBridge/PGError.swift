@@ -11,6 +11,8 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
         case decoding
         /// The pool is shut down.
         case closed
+        /// A text parameter holds NUL, which PostgreSQL text cannot store; nothing was sent.
+        case invalidText
     }
 
     public let code: Code
@@ -31,7 +33,7 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
         case .server:
             guard let sqlState else { return false }
             return sqlState.hasPrefix("08") || Self.retryableStates.contains(sqlState)
-        case .decoding, .closed: return false
+        case .decoding, .closed, .invalidText: return false
         }
     }
 
@@ -47,6 +49,7 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
         case .server: return "database error \(sqlState ?? "?")"
         case .decoding: return "unexpected database result"
         case .closed: return "database pool closed"
+        case .invalidText: return "text parameter contains NUL"
         }
     }
 

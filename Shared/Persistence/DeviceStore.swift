@@ -61,6 +61,13 @@ public struct DeviceStore: Sendable {
         return try row.bool("revoked") ? .revoked : .active
     }
 
+    /// A stream connection counts as being seen, like a push: a device that only listens
+    /// is not purged as unused.
+    public func markSeen(deviceIDs: [String]) async throws {
+        guard !deviceIDs.isEmpty else { return }
+        try await pool.query("UPDATE devices SET last_seen_at = now() WHERE device_id = ANY($1::uuid[])", [deviceIDs])
+    }
+
     /// A device's webhook: where to POST and the secret to sign with.
     public struct Webhook: Sendable, Equatable {
         public let deviceID: String

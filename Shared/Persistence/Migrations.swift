@@ -158,6 +158,14 @@ public enum Migrations {
             CREATE INDEX records_tombstones ON records (updated_at) WHERE deleted;
             CREATE INDEX dead_letters_by_age ON dead_letters (dead_at);
             """),
+        Migration(version: 5, name: "fanout replicas", sql: """
+            -- Each fanout replica's own event queue, refreshed while it runs, so operators
+            -- see every queue (AMQP 0-9-1 cannot list queues).
+            CREATE TABLE fanout_queues (
+              queue   text PRIMARY KEY,
+              seen_at timestamptz NOT NULL DEFAULT now()
+            );
+            """),
     ]
 
     /// Applies every migration not yet applied. Safe to run from many processes at once.

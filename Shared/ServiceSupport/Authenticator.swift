@@ -2,20 +2,20 @@ import Auth
 import Hummingbird
 import Logging
 
-/// Bearer-token authentication (HS256 only). Every failure is the same 401 to the client;
-/// the reason goes to the log.
+/// Bearer-token authentication. Every failure is the same 401 to the client; the reason
+/// goes to the log.
 public struct Authenticator: Sendable {
-    let signer: JWTSigner
+    let verifier: TokenVerifier
     /// Browsers cannot set headers on an EventSource or WebSocket: streams also take the
     /// token as an `access_token` query parameter.
     let allowQueryToken: Bool
 
-    public init(signer: JWTSigner, allowQueryToken: Bool = false) {
-        self.signer = signer
+    public init(verifier: TokenVerifier, allowQueryToken: Bool = false) {
+        self.verifier = verifier
         self.allowQueryToken = allowQueryToken
     }
 
-    public func user(_ request: Request, context: some RequestContext) throws -> Claims {
+    public func user(_ request: Request, context: some RequestContext) async throws -> Claims {
         let token: String
         if let header = request.headers[.authorization], header.hasPrefix("Bearer ") {
             token = String(header.dropFirst("Bearer ".count))
@@ -25,15 +25,15 @@ public struct Authenticator: Sendable {
             throw APIError.unauthorized("A bearer token is required.")
         }
         do {
-            return try signer.verify(token)
+            return try await verifier.verify(token)
         } catch {
             context.logger.debug("token refused", metadata: ["reason": "\(error)"])
             throw APIError.unauthorized("The token is invalid or expired.")
         }
     }
 
-    public func admin(_ request: Request, context: some RequestContext) throws -> Claims {
-        let claims = try user(request, context: context)
+    public func admin(_ request: Request, context: some RequestContext) async throws -> Claims {
+        let claims = try await user(request, context: context)
         guard claims.isAdmin else { throw APIError.forbidden("An admin token is required.") }
         return claims
     }

@@ -1,4 +1,5 @@
 import AMQPBridge
+import Auth
 import Foundation
 import Logging
 
@@ -25,6 +26,17 @@ public struct Configuration: Sendable {
     public var relayAfter: Double
     /// How often a stream without news gets a heartbeat.
     public var streamHeartbeat: Double
+    /// The identity provider's key set (`JWT_JWKS_URL`) and what its tokens must say.
+    public var jwksURL: String?
+    public var tokenPolicy: TokenPolicy
+    /// Origins whose browsers may call the API (`*` for any); empty: no CORS headers.
+    public var corsAllowedOrigins: [String]
+    public var pushRateLimit: RateLimit
+    public var streamRateLimit: RateLimit
+    public var publicRateLimit: RateLimit
+    /// A connection that sends nothing for this long (mid-headers, mid-body, or idle
+    /// between requests) is closed.
+    public var httpIdleTimeout: Double
 
     public struct Invalid: Error, CustomStringConvertible {
         public let description: String
@@ -52,6 +64,17 @@ public struct Configuration: Sendable {
         guard !delays.isEmpty, delays.allSatisfy({ ($0 ?? 0) >= 0.001 }) else {
             throw Invalid(description: "RETRY_DELAYS must be a comma-separated list of durations of at least 1ms")
         }
+        func rate(_ name: String, _ fallback: String) throws(Invalid) -> RateLimit {
+            guard let limit = RateLimit(value(name) ?? fallback) else {
+                throw Invalid(description: "\(name) must look like 20/s,burst=40 (or 600/m; off disables it)")
+            }
+            return limit
+        }
+        if let url = value("JWT_JWKS_URL"), JWKSKeySet.Source(url) == nil {
+            throw Invalid(description: "JWT_JWKS_URL must be an https URL, an http URL on a loopback address, or a file path")
+        }
+        let origins = (value("CORS_ALLOWED_ORIGINS") ?? "").split(separator: ",")
+            .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
         let levelText = value("LOG_LEVEL") ?? "info"
         guard let level = Logger.Level(rawValue: levelText.lowercased()) else {
             throw Invalid(description: "LOG_LEVEL must be one of trace, debug, info, notice, warning, error, critical")
@@ -73,15 +96,29 @@ public struct Configuration: Sendable {
             logLevel: level,
             databasePoolSize: try int("DATABASE_POOL_SIZE", 8),
             relayAfter: try duration("RELAY_AFTER", "2s"),
-            streamHeartbeat: try duration("STREAM_HEARTBEAT", "30s"))
+            streamHeartbeat: try duration("STREAM_HEARTBEAT", "30s"),
+            jwksURL: value("JWT_JWKS_URL"),
+            tokenPolicy: TokenPolicy(
+                userClaim: value("JWT_USER_CLAIM") ?? "sub", adminClaim: value("JWT_ADMIN_CLAIM") ?? "role",
+                adminValue: value("JWT_ADMIN_VALUE") ?? "admin", issuer: value("JWT_ISSUER"), audience: value("JWT_AUDIENCE")),
+            corsAllowedOrigins: origins,
+            pushRateLimit: try rate("RATE_LIMIT_PUSH", "20/s,burst=40"),
+            streamRateLimit: try rate("RATE_LIMIT_STREAMS", "1/s,burst=10"),
+            publicRateLimit: try rate("RATE_LIMIT_PUBLIC", "50/s,burst=100"),
+            httpIdleTimeout: try duration("HTTP_IDLE_TIMEOUT", "30s"))
     }
 
     /// Reads the environment for a service's `main`, or prints why it cannot start and
     /// exits with status 2 (a configuration error is not worth a crash loop's stack trace).
-    public static func forService(_ name: String, defaultPort: Int, requiresJWTSecret: Bool = false) -> Configuration {
+    public static func forService(_ name: String, defaultPort: Int, checksTokens: Bool = false) -> Configuration {
         do {
             let configuration = try fromEnvironment(defaultPort: defaultPort)
-            if requiresJWTSecret { _ = try configuration.requireJWTSecret() }
+            if checksTokens {
+                if configuration.jwksURL == nil { _ = try configuration.requireJWTSecret() }
+                if let secret = configuration.jwtSecret, secret.utf8.count < 32 {
+                    throw Invalid(description: "JWT_SECRET must be at least 32 bytes")
+                }
+            }
             return configuration
         } catch {
             FileHandle.standardError.write(Data("\(name): \(error)\n".utf8))
@@ -95,6 +132,20 @@ public struct Configuration: Sendable {
             throw Invalid(description: "AMQP_URL must look like amqp://user:pass@host:5672/vhost")
         }
         return endpoint
+    }
+
+    /// The token verifier of a service: HS256 with `JWT_SECRET`, the identity provider's
+    /// JWKS, or both. The key set is loaded now when it can be; if the provider is down,
+    /// the service starts anyway and loads it on the first token.
+    public func tokenVerifier(logger: Logger) async throws -> TokenVerifier {
+        var keySet: JWKSKeySet?
+        if let jwksURL, let source = JWKSKeySet.Source(jwksURL) {
+            let set = JWKSKeySet(source: source, logger: logger)
+            await set.refresh()
+            keySet = set
+        }
+        if jwtSecret == nil && keySet == nil { _ = try requireJWTSecret() }
+        return try await TokenVerifier(secret: jwtSecret, keySet: keySet, policy: tokenPolicy)
     }
 
     /// The JWT secret, or the reason a token-checking service must refuse to start.

@@ -25,6 +25,8 @@ public struct APIError: HTTPResponseError, Sendable {
     public let code: Code
     public let detail: String
     public var retryAfterSeconds: Int?
+    /// The `Allow` header of a 405.
+    public var allow: String?
 
     public init(status: HTTPResponse.Status, code: Code, detail: String, retryAfterSeconds: Int? = nil) {
         self.status = status
@@ -38,6 +40,9 @@ public struct APIError: HTTPResponseError, Sendable {
     public static func unauthorized(_ detail: String) -> APIError { APIError(status: .unauthorized, code: .unauthorized, detail: detail) }
     public static func forbidden(_ detail: String) -> APIError { APIError(status: .forbidden, code: .forbidden, detail: detail) }
     public static func notFound(_ detail: String = "No such resource.") -> APIError { APIError(status: .notFound, code: .notFound, detail: detail) }
+    public static func rateLimited(retryAfter seconds: Int) -> APIError {
+        APIError(status: .tooManyRequests, code: .rateLimited, detail: "Too many requests; retry after \(seconds) s.", retryAfterSeconds: seconds)
+    }
     public static func unavailable(_ detail: String) -> APIError {
         APIError(status: .serviceUnavailable, code: .unavailable, detail: detail, retryAfterSeconds: 5)
     }
@@ -65,6 +70,7 @@ public struct APIError: HTTPResponseError, Sendable {
         headers[.contentType] = "application/problem+json"
         if let retryAfterSeconds { headers[.retryAfter] = String(retryAfterSeconds) }
         if status == .unauthorized { headers[.wwwAuthenticate] = "Bearer" }
+        if let allow { headers[.allow] = allow }
         return Response(
             status: status, headers: headers,
             body: .init(byteBuffer: ByteBuffer(bytes: try JSONCoding.encode(body))))
@@ -74,7 +80,9 @@ public struct APIError: HTTPResponseError, Sendable {
 /// Turns every error into problem+json in one place: database and broker outages become
 /// 503 with Retry-After, framework errors keep their status, anything else is a logged 500.
 public struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
-    public init() {}
+    let routes: RouteMethods?
+
+    public init(routes: RouteMethods? = nil) { self.routes = routes }
 
     public func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         do {
@@ -84,6 +92,8 @@ public struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
         } catch let error as PGError where error.isUnavailable {
             context.logger.warning("database unavailable", metadata: ["error": "\(error.debugDescription)"])
             throw APIError.unavailable("The database is unavailable; retry later.")
+        } catch let error as PGError where error.code == .invalidText {
+            throw APIError.unprocessable("Text must not contain the NUL character (\\u0000).")
         } catch let error as AMQPError {
             context.logger.warning("broker unavailable", metadata: ["error": "\(error)"])
             throw APIError.unavailable("The message broker is unavailable; retry later.")
@@ -91,7 +101,13 @@ public struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
             throw APIError(status: .contentTooLarge, code: .payloadTooLarge, detail: "The body is larger than 1 MiB.")
         } catch let error as HTTPError {
             switch error.status {
-            case .notFound: throw APIError.notFound()
+            case .notFound:
+                if let allowed = routes?.allowed(path: request.uri.path), !allowed.contains(request.method.rawValue) {
+                    var error = APIError(status: .methodNotAllowed, code: .invalidRequest, detail: "Use one of: \(allowed.joined(separator: ", ")).")
+                    error.allow = allowed.joined(separator: ", ")
+                    throw error
+                }
+                throw APIError.notFound()
             case .contentTooLarge:
                 throw APIError(status: .contentTooLarge, code: .payloadTooLarge, detail: "The body is larger than 1 MiB.")
             case .methodNotAllowed:

@@ -198,6 +198,14 @@ public enum SynclineTopology {
             body: Array((try? JSONCoding.encode(event)) ?? Data()), messageID: event.jobID, mandatory: false)
     }
 
+    /// A revocation, routed like the user's job events so every replica with a stream of
+    /// that user hears it.
+    public static func revocationMessage(_ event: DeviceRevokedEvent) -> OutgoingMessage {
+        OutgoingMessage(
+            exchange: eventsExchange, routingKey: eventRoutingKey(user: event.userID),
+            body: Array((try? JSONCoding.encode(event)) ?? Data()), messageID: nil, mandatory: false)
+    }
+
     /// Header names Syncline sets on the messages it moves between queues.
     public enum Header {
         public static let attempt = "x-syncline-attempt"

@@ -13,7 +13,7 @@ struct AdminPageTests {
         try await Stack.with(workers: 1) { stack in
             let api = stack.client
             let user = "page-\(UUID().uuidString.prefix(6))"
-            let token = E2E.token(user)
+            let token = await E2E.token(user)
             let device = try await api.registerDevice(token)
             let push = try await api.push(token, device: device, ops: [
                 ["op_id": newOpID(), "type": "upsert", "collection": "page_poison", "id": "c1", "data": ["title": "Pre-departure checklist"]],
@@ -28,7 +28,7 @@ struct AdminPageTests {
             defer { browser.quit() }
             try browser.open("\(api.base)/admin")
             try browser.waitFor("!document.getElementById('login').hidden")
-            try browser.type(into: "#token", E2E.token("page-operator", admin: true))
+            try browser.type(into: "#token", await E2E.token("page-operator", admin: true))
             try browser.click("#save")
             let row = "tr[data-job-id='\(jobID)']"
             try browser.waitFor("document.querySelector(\"\(row)\")")

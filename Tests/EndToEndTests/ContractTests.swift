@@ -86,7 +86,7 @@ struct ContractTests {
             let document = try Document(text: file)
 
             let user = "contract-\(UUID().uuidString.prefix(6))"
-            let token = E2E.token(user)
+            let token = await E2E.token(user)
             let device = try await api.registerDevice(token)
             let goodOp: [String: Any] = ["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": "n1", "data": ["title": "t"]]
             let accepted = try await api.push(token, device: device, ops: [goodOp])
@@ -99,7 +99,7 @@ struct ContractTests {
             ])
             _ = try await api.awaitJob(token, try #require(published.json["job_id"] as? String))
             // A dead letter to show and discard: a message naming a job that does not exist.
-            let admin = E2E.token("contract-admin", admin: true)
+            let admin = await E2E.token("contract-admin", admin: true)
             let deadJob = UUID().uuidString.lowercased()
             let publisher = AMQPPublisher(
                 endpoint: try #require(AMQPEndpoint(url: E2E.amqpURL!)), topology: E2E.topology, logger: E2E.logger)
@@ -161,7 +161,7 @@ struct ContractTests {
             let api = stack.client
             let document = try Document(text: try String(contentsOfFile: Self.documentPath, encoding: .utf8))
             let user = "bad-\(UUID().uuidString.prefix(6))"
-            let token = E2E.token(user)
+            let token = await E2E.token(user)
             let device = try await api.registerDevice(token)
             let revoked = try await api.registerDevice(token, name: "old")
             #expect(try await api.request("DELETE", "/v1/devices/\(revoked)", token: token).status == 204)
@@ -171,11 +171,12 @@ struct ContractTests {
             func raw(_ text: String, token: String? = token) async throws -> HTTPResult {
                 try await api.request("POST", "/v1/sync/push", token: token, body: Data(text.utf8))
             }
-            let signer = try JWTSigner(secret: E2E.secret)
-            let expired = try signer.sign(Claims(sub: user, exp: Int64(Date().timeIntervalSince1970) - 10))
+            let signer = try await TokenMinter(secret: E2E.secret)
+            // Past the 60 s leeway.
+            let expired = try await signer.sign(Claims(sub: user, exp: Int64(Date().timeIntervalSince1970) - 120))
             let algNone = Data(#"{"alg":"none"}"#.utf8).base64EncodedString().replacingOccurrences(of: "=", with: "")
                 + "." + Data(#"{"sub":"\#(user)","exp":9999999999}"#.utf8).base64EncodedString().replacingOccurrences(of: "=", with: "") + "."
-            let otherKey = try JWTSigner(secret: "a-different-secret-a-different-secret").sign(Claims(sub: user, exp: 9_999_999_999))
+            let otherKey = try await TokenMinter(secret: "a-different-secret-a-different-secret").sign(Claims(sub: user, exp: 9_999_999_999))
 
             let cases: [(String, Int, String, () async throws -> HTTPResult)] = [
                 ("malformed JSON", 400, "invalid_request", { try await raw("{\"device_id\":") }),
@@ -188,7 +189,7 @@ struct ContractTests {
                 ("bad op_id", 422, "invalid_request", { try await api.push(token, device: device, ops: [op(["op_id": "1"])]) }),
                 ("empty patch", 422, "invalid_request", { try await api.push(token, device: device, ops: [op(["type": "patch", "data": [String: Any]()])]) }),
                 ("unknown device", 404, "not_found", { try await api.push(token, device: UUID().uuidString, ops: [op([:])]) }),
-                ("foreign device", 404, "not_found", { try await api.push(E2E.token("someone-else"), device: device, ops: [op([:])]) }),
+                ("foreign device", 404, "not_found", { try await api.push(await E2E.token("someone-else"), device: device, ops: [op([:])]) }),
                 ("revoked device", 403, "forbidden", { try await api.push(token, device: revoked, ops: [op([:])]) }),
                 ("no token", 401, "unauthorized", { try await api.push("", device: device, ops: [op([:])]) }),
                 ("expired token", 401, "unauthorized", { try await api.push(expired, device: device, ops: [op([:])]) }),

@@ -62,10 +62,10 @@ struct FailureTests {
         defer { if !removed { Task { try? await failing.remove() } } }
         try await Stack.with { stack in
             let api = stack.client
-            let admin = E2E.token("operator", admin: true)
+            let admin = await E2E.token("operator", admin: true)
             let poisoned = "poisoned-\(UUID().uuidString.prefix(6))"
             let healthy = "healthy-\(UUID().uuidString.prefix(6))"
-            let (pToken, hToken) = (E2E.token(poisoned), E2E.token(healthy))
+            let (pToken, hToken) = (await E2E.token(poisoned), await E2E.token(healthy))
             let pDevice = try await api.registerDevice(pToken)
             let hDevice = try await api.registerDevice(hToken)
 
@@ -240,7 +240,7 @@ struct FailureTests {
         try await Stack.with(environment: ["SYNCLINE_FAILPOINT_PAUSE_BEFORE_PUBLISH": "30s", "RELAY_AFTER": "5m"]) { stack in
             let api = stack.client
             let user = "gw-kill-\(UUID().uuidString.prefix(6))"
-            let token = E2E.token(user)
+            let token = await E2E.token(user)
             let device = try await api.registerDevice(token)
             let pushing = Task {
                 try? await api.push(token, device: device, ops: [
@@ -321,7 +321,7 @@ struct FailureTests {
         try await Stack.with { stack in
             let api = stack.client
             let user = "dup-\(UUID().uuidString.prefix(6))"
-            let token = E2E.token(user)
+            let token = await E2E.token(user)
             let device = try await api.registerDevice(token)
             let endpoint = try #require(AMQPEndpoint(url: E2E.amqpURL!))
             let publisher = AMQPPublisher(endpoint: endpoint, topology: E2E.topology, logger: E2E.logger)
@@ -356,7 +356,7 @@ struct FailureTests {
         try await Stack.with(workers: 0) { stack in
             let api = stack.client
             let user = "backstop-\(UUID().uuidString.prefix(6))"
-            let token = E2E.token(user)
+            let token = await E2E.token(user)
             let device = try await api.registerDevice(token)
             let push = try await api.push(token, device: device, ops: [
                 ["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": "b1", "data": ["t": 1]],
@@ -397,7 +397,7 @@ struct FailureTests {
             try await stack.addWorker()
             let dead = try await api.awaitJob(token, jobID, within: 15)
             #expect(dead["status"] as? String == "dead")
-            let letter = try await api.request("GET", "/v1/admin/dead-letters/\(jobID)", token: E2E.token("ops", admin: true)).json
+            let letter = try await api.request("GET", "/v1/admin/dead-letters/\(jobID)", token: await E2E.token("ops", admin: true)).json
             #expect(letter["reason"] as? String == "delivery_limit")
         }
     }
@@ -407,7 +407,7 @@ struct FailureTests {
     @Test func gatewayFinishesInFlightRequestsOnSIGTERM() async throws {
         try await Stack.with(workers: 1, environment: ["SYNCLINE_FAILPOINT_PAUSE_BEFORE_PUBLISH": "2s"]) { stack in
             let api = stack.client
-            let token = E2E.token("gw-term-\(UUID().uuidString.prefix(6))")
+            let token = await E2E.token("gw-term-\(UUID().uuidString.prefix(6))")
             let device = try await api.registerDevice(token)
             let pushing = Task {
                 try await api.push(token, device: device, ops: [

@@ -11,7 +11,7 @@ struct FanoutTests {
     }
 
     static func devices(_ api: APIClient, user: String, count: Int) async throws -> [Device] {
-        let token = E2E.token(user)
+        let token = await E2E.token(user)
         var devices: [Device] = []
         for i in 0..<count { devices.append(Device(user: user, token: token, id: try await api.registerDevice(token, name: "d\(i)"))) }
         return devices
@@ -166,7 +166,7 @@ struct FanoutTests {
             let sse = ["Accept": "text/event-stream"]
             let noToken = try await fanout.request("GET", "/v1/stream?device_id=\(mine[0].id)", headers: sse)
             #expect(noToken.status == 401 && noToken.json["code"] as? String == "unauthorized")
-            let foreign = try await fanout.request("GET", "/v1/stream?device_id=\(mine[0].id)", token: E2E.token("someone-else"), headers: sse)
+            let foreign = try await fanout.request("GET", "/v1/stream?device_id=\(mine[0].id)", token: await E2E.token("someone-else"), headers: sse)
             #expect(foreign.status == 404 && foreign.header("Content-Type") == "application/problem+json")
             #expect(try await fanout.request("GET", "/v1/stream?device_id=\(UUID())", token: mine[0].token, headers: sse).status == 404)
             let revoked = try await fanout.request("GET", "/v1/stream?device_id=\(mine[1].id)", token: mine[0].token, headers: sse)

@@ -26,7 +26,7 @@ final class SteadyLoad: @unchecked Sendable {
         var devices: [Device] = []
         for u in 0..<users {
             let user = "\(tag)-\(u)-\(UUID().uuidString.prefix(6))"
-            let token = E2E.token(user)
+            let token = await E2E.token(user)
             for d in 0..<devicesPerUser {
                 devices.append(Device(user: user, token: token, id: try await client.registerDevice(token, name: "d\(d)")))
             }
@@ -106,7 +106,7 @@ final class SteadyLoad: @unchecked Sendable {
 
         let expected = lock.withLock { acceptedOps }
         for (user, ids) in expected {
-            let token = E2E.token(user)
+            let token = await E2E.token(user)
             let (changes, cursor) = try await client.pullAll(token, limit: 1000)
             let pulled = Set(changes.filter { $0["collection"] as? String == collection }.compactMap { $0["id"] as? String })
             let missing = Set(ids).subtracting(pulled)

@@ -5,9 +5,8 @@ import Testing
 /// Publish / unpublish and the public endpoints (SPEC §4, §5).
 @Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct PublicContentTests {
-    static func token(_ user: String, name: String?) throws -> String {
-        try JWTSigner(secret: E2E.secret).sign(
-            Claims(sub: user, exp: Int64(Date().timeIntervalSince1970) + 3600, name: name))
+    static func token(_ user: String, name: String?) async -> String {
+        await E2E.token(user, name: name)
     }
 
     /// The sailing app's flow: publish a checklist, read it publicly (views rise, ETag
@@ -16,7 +15,7 @@ struct PublicContentTests {
         try await Stack.with(workers: 1) { stack in
             let api = stack.client
             let user = "skipper-\(UUID().uuidString.prefix(6))"
-            let token = try Self.token(user, name: "Skipper Jo")
+            let token = await Self.token(user, name: "Skipper Jo")
             let device = try await api.registerDevice(token)
             let publicID = "pre-charter-\(UUID().uuidString.prefix(8).lowercased())"
             let push = try await api.push(token, device: device, ops: [
@@ -78,7 +77,7 @@ struct PublicContentTests {
         try await Stack.with(workers: 2) { stack in
             let api = stack.client
             let users = try await (0..<2).asyncMap { i -> (String, String) in
-                let token = try Self.token("racer-\(i)-\(UUID().uuidString.prefix(6))", name: "Racer \(i)")
+                let token = await Self.token("racer-\(i)-\(UUID().uuidString.prefix(6))", name: "Racer \(i)")
                 return (token, try await api.registerDevice(token))
             }
             for round in 0..<5 {

@@ -19,7 +19,7 @@ struct PurgeTests {
         try await Stack.with(workers: 1) { stack in
             let api = stack.client
             let user = "purge-\(UUID().uuidString.prefix(6))"
-            let token = E2E.token(user)
+            let token = await E2E.token(user)
             let device = try await api.registerDevice(token)
             let now = Int64(Date().timeIntervalSince1970 * 1000)
             func hlc(_ offset: Int64) -> String { "\(now + offset)-00000-\(device)" }
@@ -72,6 +72,39 @@ struct PurgeTests {
             ])
             #expect((try await api.awaitJob(token, try #require(fresher.json["job_id"] as? String))["results"] as? [[String: Any]])?
                 .first?["status"] as? String == "applied")
+        }
+    }
+
+    /// The newest change is a purged tombstone: a pull from scratch must still end at a
+    /// cursor the next pull accepts, with and without a collections filter.
+    @Test func aPullFromScratchAfterPurgeEndsAtACursorThatWorks() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let api = stack.client
+            let token = await E2E.token("resync-\(UUID().uuidString.prefix(6))")
+            let device = try await api.registerDevice(token)
+            for ops: [[String: Any]] in [
+                [["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": "a", "data": ["t": 1]],
+                 ["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": "b", "data": ["t": 2]]],
+                [["op_id": newOpID(), "type": "delete", "collection": "notes", "id": "a"]],
+            ] {
+                let push = try await api.push(token, device: device, ops: ops)
+                _ = try await api.awaitJob(token, try #require(push.json["job_id"] as? String))
+            }
+            try await Task.sleep(for: .milliseconds(1500))
+            let (status, log) = purgeOnce()
+            #expect(status == 0, "\(log)")
+            for filter in ["", "&collections=notes", "&collections=other"] {
+                var cursor: String?
+                for round in 0..<3 {
+                    let path = "/v1/sync/pull?limit=1" + filter + (cursor.map { "&since=\($0)" } ?? "")
+                    let page = try await api.request("GET", path, token: token)
+                    #expect(page.status == 200, "round \(round) \(filter): \(page.text)")
+                    if page.json["has_more"] as? Bool == false {
+                        #expect(page.json["cursor"] as? String == "3", "\(filter): \(page.text)")
+                    }
+                    cursor = page.json["cursor"] as? String
+                }
+            }
         }
     }
 

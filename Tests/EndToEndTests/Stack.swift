@@ -22,8 +22,10 @@ enum E2E {
     /// not code: the services read these like any deployment would).
     static let retryDelays: [Double] = [0.3, 0.6, 1.2]
     static let maxAttempts = 4
+    /// Rate limits are off unless a test sets them: load tests push as fast as they can.
     static let serviceDefaults = [
         "RETRY_DELAYS": "300ms,600ms,1200ms", "MAX_ATTEMPTS": String(maxAttempts), "RELAY_AFTER": "1s",
+        "RATE_LIMIT_PUSH": "off", "RATE_LIMIT_STREAMS": "off", "RATE_LIMIT_PUBLIC": "off",
     ]
     static let topology = SynclineTopology.topology(retryDelays: retryDelays)
     static let logger: Logger = {
@@ -32,9 +34,9 @@ enum E2E {
         return logger
     }()
 
-    static func token(_ user: String, admin: Bool = false) -> String {
-        try! JWTSigner(secret: secret).sign(
-            Claims(sub: user, exp: Int64(Date().timeIntervalSince1970) + 3600, role: admin ? "admin" : nil))
+    static func token(_ user: String, admin: Bool = false, name: String? = nil) async -> String {
+        try! await TokenMinter(secret: secret).sign(
+            Claims(sub: user, exp: Int64(Date().timeIntervalSince1970) + 3600, role: admin ? "admin" : nil, name: name))
     }
 
     static func freePort() -> Int {

@@ -11,7 +11,8 @@ struct SyncFlowTests {
         try await Stack.with { stack in
             let api = stack.client
             let users = (0..<2).map { "e2e-\($0)-\(UUID().uuidString.prefix(6))" }
-            let tokens = users.map { E2E.token($0) }
+            var tokens: [String] = []
+            for user in users { tokens.append(await E2E.token(user)) }
             var devices: [[String]] = []
             for token in tokens {
                 devices.append([try await api.registerDevice(token, name: "a"), try await api.registerDevice(token, name: "b")])
@@ -128,7 +129,7 @@ struct SyncFlowTests {
         do {
             try await Stack.with { stack in
                 let api = stack.client
-                let token = E2E.token("gap-\(UUID().uuidString.prefix(6))")
+                let token = await E2E.token("gap-\(UUID().uuidString.prefix(6))")
                 let writer = try await api.registerDevice(token, name: "writer")
                 _ = try await api.registerDevice(token, name: "reader")
                 var expected: Set<String> = []
@@ -173,7 +174,7 @@ struct SyncFlowTests {
     @Test func pushWhileBrokerIsDownSucceedsAfterItReturns() async throws {
         try await Stack.with(environment: ["RELAY_AFTER": "500ms"]) { stack in
             let api = stack.client
-            let token = E2E.token("intake-\(UUID().uuidString.prefix(6))")
+            let token = await E2E.token("intake-\(UUID().uuidString.prefix(6))")
             let device = try await api.registerDevice(token)
             #expect(E2E.shell("rabbitmqctl -q stop_app >/dev/null 2>&1") == 0)
             var restarted = false
@@ -197,7 +198,7 @@ struct SyncFlowTests {
         let cluster = (E2E.environment["PG_CLUSTER"] ?? "15/main").replacingOccurrences(of: "/", with: " ")
         try await Stack.with(workers: 1) { stack in
             let api = stack.client
-            let token = E2E.token("pgdown-\(UUID().uuidString.prefix(6))")
+            let token = await E2E.token("pgdown-\(UUID().uuidString.prefix(6))")
             let device = try await api.registerDevice(token)
             let op: () -> [[String: Any]] = { [["op_id": newOpID(), "type": "delete", "collection": "notes", "id": "x"]] }
             #expect(E2E.shell("pg_ctlcluster \(cluster) stop -m fast >/dev/null 2>&1") == 0)
@@ -231,7 +232,7 @@ struct SyncFlowTests {
                 SynclineTopology.jobMessage(jobID: UUID().uuidString.lowercased(), traceID: nil),
             ])
             let api = stack.client
-            let token = E2E.token("poison-\(UUID().uuidString.prefix(6))")
+            let token = await E2E.token("poison-\(UUID().uuidString.prefix(6))")
             let device = try await api.registerDevice(token)
             let push = try await api.push(token, device: device, ops: [
                 ["op_id": newOpID(), "type": "delete", "collection": "notes", "id": "gone"],

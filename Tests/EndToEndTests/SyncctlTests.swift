@@ -51,7 +51,7 @@ struct SyncctlTests {
                 endpoint: try #require(AMQPEndpoint(url: E2E.amqpURL!)), topology: E2E.topology, logger: E2E.logger)
             let unknown = UUID().uuidString.lowercased()
             try await publisher.publish([SynclineTopology.jobMessage(jobID: unknown, traceID: nil)])
-            let admin = E2E.token("cli-admin", admin: true)
+            let admin = await E2E.token("cli-admin", admin: true)
             _ = try await E2E.eventually(within: 10, "the unknown job dead-lettered") {
                 try await stack.client.request("GET", "/v1/admin/dead-letters/\(unknown)", token: admin).status == 200 ? true : nil
             }

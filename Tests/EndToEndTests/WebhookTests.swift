@@ -111,7 +111,7 @@ struct WebhookTests {
         try await Stack.with(workers: 1, fanouts: 1, environment: Self.allowLoopback) { stack in
             let api = stack.client
             let user = "hook-\(UUID().uuidString.prefix(6))"
-            let token = E2E.token(user)
+            let token = await E2E.token(user)
             let origin = try await Self.register(api, token: token)
             let phone = try await Self.register(api, token: token, pushURL: "http://127.0.0.1:\(receiver.port)/hook")
             let push = try await api.push(token, device: origin.id, ops: [
@@ -147,9 +147,9 @@ struct WebhookTests {
         defer { receiver.close() }
         try await Stack.with(workers: 1, fanouts: 1, environment: Self.allowLoopback) { stack in
             let api = stack.client
-            let admin = E2E.token("hook-admin", admin: true)
+            let admin = await E2E.token("hook-admin", admin: true)
             let user = "deadhook-\(UUID().uuidString.prefix(6))"
-            let token = E2E.token(user)
+            let token = await E2E.token(user)
             let origin = try await Self.register(api, token: token)
             _ = try await Self.register(api, token: token, pushURL: "http://127.0.0.1:\(receiver.port)/hook")
             _ = try await api.push(token, device: origin.id, ops: [
@@ -182,7 +182,7 @@ struct WebhookTests {
         defer { slow.close(); fast.close() }
         try await Stack.with(workers: 1, fanouts: 1, environment: Self.allowLoopback) { stack in
             let api = stack.client
-            let token = E2E.token("slowhook-\(UUID().uuidString.prefix(6))")
+            let token = await E2E.token("slowhook-\(UUID().uuidString.prefix(6))")
             let origin = try await Self.register(api, token: token)
             for receiver in [slow, fast, slow] {
                 _ = try await Self.register(api, token: token, pushURL: "http://127.0.0.1:\(receiver.port)/hook")
@@ -201,7 +201,7 @@ struct WebhookTests {
     /// Without ALLOW_PRIVATE_WEBHOOKS, private and loopback push URLs are refused.
     @Test func privateAddressesAreRefused() async throws {
         try await Stack.with(workers: 0) { stack in
-            let token = E2E.token("private-\(UUID().uuidString.prefix(6))")
+            let token = await E2E.token("private-\(UUID().uuidString.prefix(6))")
             for url in ["http://127.0.0.1:9/x", "http://10.1.2.3/x", "http://localhost/x", "http://[::1]/x", "http://192.168.0.10/x"] {
                 let result = try await stack.client.json("POST", "/v1/devices", token: token, ["name": "p", "platform": "ios", "push_url": url])
                 #expect(result.status == 422, "\(url): \(result.status)")

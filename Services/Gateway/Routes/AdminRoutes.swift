@@ -14,7 +14,7 @@ struct AdminRoutes: Sendable {
     let office: DeadLetterOffice
     let page: String
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<GatewayRequestContext>) {
         router.get("/v1/admin/dead-letters", use: list)
         router.post("/v1/admin/dead-letters/replay", use: bulkReplay)
         router.get("/v1/admin/dead-letters/:job_id", use: show)
@@ -32,8 +32,8 @@ struct AdminRoutes: Sendable {
         }
     }
 
-    @Sendable func list(_ request: Request, context: BasicRequestContext) async throws -> Response {
-        _ = try auth.admin(request, context: context)
+    @Sendable func list(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        _ = try await auth.admin(request, context: context)
         let query = request.uri.queryParameters
         let queue = query["queue"].map(String.init) ?? "sync"
         guard queue == "sync" || queue == "notify" else { throw APIError.badRequest("queue must be sync or notify.") }
@@ -50,16 +50,16 @@ struct AdminRoutes: Sendable {
         return try jsonResponse(try await office.list(queue: queue, filter: filter, limit: limit, cursor: cursor))
     }
 
-    @Sendable func show(_ request: Request, context: BasicRequestContext) async throws -> Response {
-        _ = try auth.admin(request, context: context)
+    @Sendable func show(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        _ = try await auth.admin(request, context: context)
         guard let detail = try await office.detail(id: try context.parameters.require("job_id")) else {
             throw APIError.notFound("No such dead letter.")
         }
         return try jsonResponse(detail)
     }
 
-    @Sendable func replay(_ request: Request, context: BasicRequestContext) async throws -> Response {
-        let claims = try auth.admin(request, context: context)
+    @Sendable func replay(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        let claims = try await auth.admin(request, context: context)
         switch try await office.replay(id: try context.parameters.require("job_id"), actor: claims.sub) {
         case .replayed(let jobID):
             return try jsonResponse(DeadLetterAction(jobID: jobID, status: .queued), status: .accepted)
@@ -70,15 +70,15 @@ struct AdminRoutes: Sendable {
         }
     }
 
-    @Sendable func discard(_ request: Request, context: BasicRequestContext) async throws -> Response {
-        let claims = try auth.admin(request, context: context)
+    @Sendable func discard(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        let claims = try await auth.admin(request, context: context)
         let id = try context.parameters.require("job_id")
         guard try await office.discard(id: id, actor: claims.sub) else { throw APIError.notFound("No such dead letter.") }
         return try jsonResponse(DeadLetterAction(jobID: Names.canonicalUUID(id) ?? id, status: .discarded))
     }
 
-    @Sendable func bulkReplay(_ request: Request, context: BasicRequestContext) async throws -> Response {
-        let claims = try auth.admin(request, context: context)
+    @Sendable func bulkReplay(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        let claims = try await auth.admin(request, context: context)
         let body = try await request.body.collect(upTo: 64 * 1024)
         guard let root = try? JSONParser.parse(Data(buffer: body)) else { throw APIError.badRequest("The request body is not valid JSON.") }
         guard let fields = root.objectValue else { throw APIError.unprocessable("The body must be a JSON object.") }
@@ -101,19 +101,19 @@ struct AdminRoutes: Sendable {
         return try jsonResponse(try await office.bulkReplay(filter: filter, dryRun: dryRun, actor: claims.sub))
     }
 
-    @Sendable func audit(_ request: Request, context: BasicRequestContext) async throws -> Response {
-        _ = try auth.admin(request, context: context)
+    @Sendable func audit(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        _ = try await auth.admin(request, context: context)
         let limit = try request.integerParameter("limit", in: 1...1000, default: 100)
         return try jsonResponse(AuditLog(items: try await office.auditLog(limit: limit)))
     }
 
-    @Sendable func queues(_ request: Request, context: BasicRequestContext) async throws -> Response {
-        _ = try auth.admin(request, context: context)
+    @Sendable func queues(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        _ = try await auth.admin(request, context: context)
         return try jsonResponse(QueueList(items: try await office.queues()))
     }
 
-    @Sendable func jobRates(_ request: Request, context: BasicRequestContext) async throws -> Response {
-        _ = try auth.admin(request, context: context)
+    @Sendable func jobRates(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        _ = try await auth.admin(request, context: context)
         let minutes = try request.integerParameter("minutes", in: 1...240, default: 15)
         return try jsonResponse(try await office.jobRates(minutes: minutes))
     }
@@ -122,20 +122,18 @@ struct AdminRoutes: Sendable {
         userID: String?, reason: String?, deadBefore: String?, deadAfter: String?, invalid: (String) -> APIError
     ) throws -> DeadLetterFilter {
         func nonEmpty(_ text: String?) -> String? { text.flatMap { $0.isEmpty ? nil : $0 } }
-        for (name, value) in [("dead_before", nonEmpty(deadBefore)), ("dead_after", nonEmpty(deadAfter))] {
-            if let value, !RFC3339.isValid(value) { throw invalid("\(name) must be an RFC 3339 time.") }
+        func time(_ name: String, _ text: String?) throws -> String? {
+            guard let text = nonEmpty(text) else { return nil }
+            guard let canonical = RFC3339.canonicalUTC(text) else {
+                throw invalid("\(name) must be an RFC 3339 time such as 2026-11-22T10:00:00Z.")
+            }
+            return canonical
+        }
+        for (name, value) in [("user_id", userID), ("reason", reason)] {
+            if let value, !Names.isPlainText(value) { throw invalid("\(name) must not contain control characters.") }
         }
         return DeadLetterFilter(
-            userID: nonEmpty(userID), reason: nonEmpty(reason), deadBefore: nonEmpty(deadBefore), deadAfter: nonEmpty(deadAfter))
-    }
-}
-
-enum RFC3339 {
-    static func isValid(_ text: String) -> Bool {
-        let plain = ISO8601DateFormatter()
-        plain.formatOptions = [.withInternetDateTime]
-        let fractional = ISO8601DateFormatter()
-        fractional.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return plain.date(from: text) != nil || fractional.date(from: text) != nil
+            userID: nonEmpty(userID), reason: nonEmpty(reason),
+            deadBefore: try time("dead_before", deadBefore), deadAfter: try time("dead_after", deadAfter))
     }
 }

@@ -1,3 +1,4 @@
+import AMQPBridge
 import Auth
 import Foundation
 import Hummingbird
@@ -9,16 +10,17 @@ import SyncModels
 struct DeviceRoutes: Sendable {
     let auth: Authenticator
     let devices: DeviceStore
+    let publisher: AMQPPublisher
     let allowPrivateWebhooks: Bool
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<GatewayRequestContext>) {
         router.post("/v1/devices", use: create)
         router.get("/v1/devices", use: list)
         router.delete("/v1/devices/:device_id", use: revoke)
     }
 
-    @Sendable func create(_ request: Request, context: BasicRequestContext) async throws -> Response {
-        let claims = try auth.user(request, context: context)
+    @Sendable func create(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        let claims = try await auth.user(request, context: context)
         let body = try await request.body.collect(upTo: 64 * 1024)
         let registration = try DeviceRegistration.parse(Data(buffer: body), allowPrivateWebhooks: allowPrivateWebhooks)
         let device = try await devices.register(
@@ -27,15 +29,23 @@ struct DeviceRoutes: Sendable {
         return try jsonResponse(device, status: .created)
     }
 
-    @Sendable func list(_ request: Request, context: BasicRequestContext) async throws -> Response {
-        let claims = try auth.user(request, context: context)
+    @Sendable func list(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        let claims = try await auth.user(request, context: context)
         return try jsonResponse(DeviceList(items: try await devices.list(user: claims.sub)))
     }
 
-    @Sendable func revoke(_ request: Request, context: BasicRequestContext) async throws -> Response {
-        let claims = try auth.user(request, context: context)
+    @Sendable func revoke(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        let claims = try await auth.user(request, context: context)
         let id = try context.parameters.require("device_id")
         guard try await devices.revoke(user: claims.sub, deviceID: id) else { throw APIError.notFound("No such device.") }
+        // Open streams of the device end on every fanout replica. The revocation itself is
+        // committed: a stream that misses this announcement is refused when it reconnects.
+        do {
+            try await publisher.publish([SynclineTopology.revocationMessage(
+                DeviceRevokedEvent(userID: claims.sub, deviceID: Names.canonicalUUID(id) ?? id))])
+        } catch {
+            context.logger.warning("cannot announce a revocation to fanout", metadata: ["error": "\(error)"])
+        }
         return Response(status: .noContent)
     }
 }
@@ -50,15 +60,15 @@ struct DeviceRegistration {
             throw .badRequest("The request body is not valid JSON.")
         }
         guard let fields = root.objectValue else { throw .unprocessable("The body must be a JSON object.") }
-        guard let name = fields["name"]?.stringValue, (1...200).contains(name.count) else {
-            throw .unprocessable("name must be a string of 1 to 200 characters.")
+        guard let name = fields["name"]?.stringValue, (1...200).contains(name.count), Names.isPlainText(name) else {
+            throw .unprocessable("name must be a string of 1 to 200 characters, without control characters.")
         }
-        guard let platform = fields["platform"]?.stringValue, (1...50).contains(platform.count) else {
-            throw .unprocessable("platform must be a string of 1 to 50 characters.")
+        guard let platform = fields["platform"]?.stringValue, (1...50).contains(platform.count), Names.isPlainText(platform) else {
+            throw .unprocessable("platform must be a string of 1 to 50 characters, without control characters.")
         }
         var pushURL: String?
         if let raw = fields["push_url"], !raw.isNull {
-            guard let text = raw.stringValue, text.count <= 2048, let url = URL(string: text),
+            guard let text = raw.stringValue, text.count <= 2048, Names.isPlainText(text), let url = URL(string: text),
                   url.scheme == "https" || url.scheme == "http", url.host != nil
             else { throw .unprocessable("push_url must be an http(s) URL.") }
             if !allowPrivateWebhooks, let host = url.host, WebhookAddresses.isPrivateLiteral(host: host) {

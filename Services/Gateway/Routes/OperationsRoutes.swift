@@ -10,7 +10,7 @@ struct OperationsRoutes: Sendable {
     let publisher: AMQPPublisher
     let openAPIDocument: String
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<GatewayRequestContext>) {
         let pool = self.pool, publisher = self.publisher
         OperationsEndpoints.register(on: router) {
             async let database = (try? await pool.query("SELECT 1")) != nil

@@ -9,13 +9,15 @@ import SyncModels
 struct PublicRoutes: Sendable {
     let records: PublicStore
     let views: ViewCounter
+    let limiter: RateLimiter
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<GatewayRequestContext>) {
         router.get("/v1/public", use: list)
         router.get("/v1/public/:public_id", use: show)
     }
 
-    @Sendable func list(_ request: Request, context: BasicRequestContext) async throws -> Response {
+    @Sendable func list(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        try limiter.check(context.clientAddress, limit: "public")
         let query = request.uri.queryParameters
         var collection: String?
         if let text = query["collection"].map(String.init), !text.isEmpty {
@@ -33,7 +35,8 @@ struct PublicRoutes: Sendable {
 
     /// Counts a view (in memory, flushed in batches: reads never queue behind writes) and
     /// answers with an ETag of the record's version; a matching If-None-Match gets 304.
-    @Sendable func show(_ request: Request, context: BasicRequestContext) async throws -> Response {
+    @Sendable func show(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        try limiter.check(context.clientAddress, limit: "public")
         let publicID = try context.parameters.require("public_id")
         guard Names.isValidPublicID(publicID), var record = try await records.record(publicID: publicID) else {
             throw APIError.notFound("No such public record.")

@@ -18,12 +18,14 @@ struct SyncRoutes: Sendable {
     let publisher: AMQPPublisher
     let marks: PublishedMarks
     let maxClockSkewMilliseconds: Int64
+    let limiter: RateLimiter
 
     private let pushes = Counter(label: "syncline_pushes_total")
     private let pushedOps = Counter(label: "syncline_pushed_ops_total")
     private let publishFailures = Counter(label: "syncline_publish_failures_total")
 
-    init(auth: Authenticator, devices: DeviceStore, jobs: JobStore, pulls: PullStore, publisher: AMQPPublisher, marks: PublishedMarks, maxClockSkewMilliseconds: Int64) {
+    init(auth: Authenticator, devices: DeviceStore, jobs: JobStore, pulls: PullStore, publisher: AMQPPublisher, marks: PublishedMarks, maxClockSkewMilliseconds: Int64, limiter: RateLimiter) {
+        self.limiter = limiter
         self.marks = marks
         self.auth = auth
         self.devices = devices
@@ -33,14 +35,15 @@ struct SyncRoutes: Sendable {
         self.maxClockSkewMilliseconds = maxClockSkewMilliseconds
     }
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<GatewayRequestContext>) {
         router.post("/v1/sync/push", use: push)
         router.get("/v1/sync/jobs/:job_id", use: job)
         router.get("/v1/sync/pull", use: pull)
     }
 
-    @Sendable func push(_ request: Request, context: BasicRequestContext) async throws -> Response {
-        let claims = try auth.user(request, context: context)
+    @Sendable func push(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        let claims = try await auth.user(request, context: context)
+        try limiter.check(claims.sub, limit: "push")
         let body = Data(buffer: try await request.body.collect(upTo: Names.maxBodyBytes))
         let push: PushRequest
         do {
@@ -94,15 +97,15 @@ struct SyncRoutes: Sendable {
         return try jsonResponse(body, status: .accepted, headers: headers)
     }
 
-    @Sendable func job(_ request: Request, context: BasicRequestContext) async throws -> Response {
-        let claims = try auth.user(request, context: context)
+    @Sendable func job(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        let claims = try await auth.user(request, context: context)
         let id = try context.parameters.require("job_id")
         guard let view = try await jobs.view(user: claims.sub, jobID: id) else { throw APIError.notFound("No such job.") }
         return try jsonResponse(view)
     }
 
-    @Sendable func pull(_ request: Request, context: BasicRequestContext) async throws -> Response {
-        let claims = try auth.user(request, context: context)
+    @Sendable func pull(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        let claims = try await auth.user(request, context: context)
         let query = request.uri.queryParameters
         var since: Int64 = 0
         if let text = query["since"].map(String.init), !text.isEmpty {

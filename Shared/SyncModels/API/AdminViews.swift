@@ -29,6 +29,20 @@ public struct DeadLetterItem: Codable, Sendable, Equatable {
         case jobID = "job_id", queue, userID = "user_id", deviceID = "device_id", attempts, reason
         case lastError = "last_error", deadAt = "dead_at", ops
     }
+
+    // Keys stay when their value is null: the shape never changes with the data.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(jobID, forKey: .jobID)
+        try container.encode(queue, forKey: .queue)
+        try container.encode(userID, forKey: .userID)
+        try container.encode(deviceID, forKey: .deviceID)
+        try container.encode(attempts, forKey: .attempts)
+        try container.encode(reason, forKey: .reason)
+        try container.encode(lastError, forKey: .lastError)
+        try container.encode(deadAt, forKey: .deadAt)
+        try container.encode(ops, forKey: .ops)
+    }
 }
 
 public struct DeadLetterPage: Codable, Sendable {
@@ -41,6 +55,13 @@ public struct DeadLetterPage: Codable, Sendable {
     }
 
     enum CodingKeys: String, CodingKey { case items, nextCursor = "next_cursor" }
+
+    /// `next_cursor` is null on the last page, never absent.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(items, forKey: .items)
+        try container.encode(nextCursor, forKey: .nextCursor)
+    }
 }
 
 /// One dead letter with what an operator needs to decide: the message as received, the
@@ -77,8 +98,8 @@ public struct DeadLetterDetail: Codable, Sendable {
         try item.encode(to: encoder)
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(message, forKey: .message)
-        try container.encodeIfPresent(payload, forKey: .payload)
-        try container.encodeIfPresent(jobStatus, forKey: .jobStatus)
+        try container.encode(payload, forKey: .payload)
+        try container.encode(jobStatus, forKey: .jobStatus)
         try container.encode(attemptLog, forKey: .attemptLog)
     }
 }
@@ -163,6 +184,18 @@ public struct AuditEntry: Codable, Sendable, Equatable {
         self.target = target
         self.filter = filter
         self.count = count
+    }
+
+    enum CodingKeys: String, CodingKey { case at, actor, action, target, filter, count }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(at, forKey: .at)
+        try container.encode(actor, forKey: .actor)
+        try container.encode(action, forKey: .action)
+        try container.encode(target, forKey: .target)
+        try container.encode(filter, forKey: .filter)
+        try container.encode(count, forKey: .count)
     }
 }
 

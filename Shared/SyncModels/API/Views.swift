@@ -32,7 +32,7 @@ public struct DeviceView: Codable, Sendable, Equatable {
         try container.encode(pushURL, forKey: .pushURL)
         try container.encodeIfPresent(pushSecret, forKey: .pushSecret)
         try container.encode(createdAt, forKey: .createdAt)
-        try container.encodeIfPresent(revokedAt, forKey: .revokedAt)
+        try container.encode(revokedAt, forKey: .revokedAt)
     }
 }
 
@@ -278,4 +278,19 @@ public struct WebhookDelivery: Codable, Sendable, Equatable {
             "type": .string("poke"), "user_id": .string(userID), "device_id": .string(deviceID), "cursor": .string(cursor),
         ]))
     }
+}
+
+/// Announced on `sync.events` when a device is revoked, or every device of a user when the
+/// account is deleted (`deviceID` nil): every fanout replica ends those streams at once.
+public struct DeviceRevokedEvent: Codable, Sendable, Equatable {
+    public var type = "device_revoked"
+    public var userID: String
+    public var deviceID: String?
+
+    public init(userID: String, deviceID: String?) {
+        self.userID = userID
+        self.deviceID = deviceID
+    }
+
+    enum CodingKeys: String, CodingKey { case type, userID = "user_id", deviceID = "device_id" }
 }

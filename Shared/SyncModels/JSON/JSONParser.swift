@@ -118,7 +118,8 @@ public enum JSONParser {
             while index < bytes.count {
                 let byte = bytes[index]
                 if byte == UInt8(ascii: "\"") {
-                    let text = String(decoding: bytes[start..<index], as: UTF8.self)
+                    // Invalid UTF-8 is refused, never replaced: text reaches storage unaltered.
+                    guard let text = String(validating: bytes[start..<index], as: UTF8.self) else { throw fail() }
                     index += 1
                     return text
                 }
@@ -129,8 +130,9 @@ public enum JSONParser {
             while index < bytes.count {
                 let byte = bytes[index]
                 if byte == UInt8(ascii: "\"") {
+                    guard let text = String(validating: scalars, as: UTF8.self) else { throw fail() }
                     index += 1
-                    return String(decoding: scalars, as: UTF8.self)
+                    return text
                 }
                 guard byte >= 0x20 else { throw fail() }
                 if byte != UInt8(ascii: "\\") {

@@ -35,6 +35,17 @@ public enum JSONValue: Sendable, Hashable {
     }
 
     public var isNull: Bool { self == .null }
+
+    /// Whether a string or key anywhere inside holds U+0000, which PostgreSQL's `jsonb`
+    /// and `text` cannot store: such a value is refused at the edge, never cut or altered.
+    public var containsNUL: Bool {
+        switch self {
+        case .null, .bool, .int, .double: return false
+        case .string(let text): return text.utf8.contains(0)
+        case .array(let items): return items.contains { $0.containsNUL }
+        case .object(let fields): return fields.contains { $0.key.utf8.contains(0) || $0.value.containsNUL }
+        }
+    }
 }
 
 extension JSONValue: Codable {

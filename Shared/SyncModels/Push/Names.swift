@@ -35,6 +35,12 @@ public enum Names {
         return bytes.allSatisfy { isLower($0) || isDigit($0) || $0 == UInt8(ascii: "-") }
     }
 
+    /// Text without control characters (C0, DEL, C1): what a name, a platform, a URL or a
+    /// user id may hold. NUL in particular would be cut by libpq and change the text.
+    public static func isPlainText(_ text: String) -> Bool {
+        text.unicodeScalars.allSatisfy { $0.value >= 0x20 && !(0x7F...0x9F).contains($0.value) }
+    }
+
     /// The node part of an HLC: a device id, same alphabet as record ids.
     public static func isValidHLCNode(_ node: String) -> Bool { isValidRecordID(node) }
 

@@ -79,6 +79,9 @@ public enum PushValidation {
         case .upsert, .patch:
             guard let data = fields["data"]?.objectValue else { throw OpProblem(text: "data must be an object") }
             if type == .patch && data.isEmpty { throw OpProblem(text: "a patch needs at least one field") }
+            if JSONValue.object(data).containsNUL {
+                throw OpProblem(text: "data must not contain the NUL character (\\u0000)")
+            }
             let size = JSONWriter.bytes(.object(data)).count
             guard size <= Names.maxDataBytes else {
                 throw OpProblem(text: "data is \(size) bytes, more than \(Names.maxDataBytes)")

@@ -1,0 +1,161 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import JWTKit
+import Logging
+import SyncModels
+
+/// The identity provider's public keys (`JWT_JWKS_URL`: https, http on loopback, or a
+/// file), cached. A `kid` not in the set refreshes it at most once per 30 s, the set is
+/// refreshed hourly, and while the endpoint is down the cached keys keep working.
+public actor JWKSKeySet {
+    public enum Source: Sendable, Equatable {
+        case url(URL)
+        case file(String)
+
+        /// `https://…`, `http://` on a loopback host, `file:///…` or an absolute path.
+        public init?(_ text: String) {
+            if text.hasPrefix("/") {
+                self = .file(text)
+                return
+            }
+            guard let url = URL(string: text), let scheme = url.scheme?.lowercased() else { return nil }
+            switch scheme {
+            case "file": self = .file(url.path)
+            case "https" where url.host != nil: self = .url(url)
+            case "http" where ["127.0.0.1", "::1", "[::1]", "localhost"].contains(url.host?.lowercased() ?? ""):
+                self = .url(url)
+            default: return nil
+            }
+        }
+    }
+
+    /// One key of the set and the algorithm its type allows.
+    public struct Key: Sendable {
+        let algorithm: String
+        let keys: JWTKeyCollection
+
+        func accepts(alg: String) -> Bool { alg == algorithm }
+    }
+
+    private let source: Source
+    private let logger: Logger
+    private var keys: [String: Key] = [:]
+    private var schedule = JWKSRefreshSchedule()
+    private var refreshing: Task<Void, Never>?
+
+    public init(source: Source, logger: Logger) {
+        self.source = source
+        self.logger = logger
+    }
+
+    /// The key `kid` names, refreshing the set first when the schedule says so.
+    func key(kid: String) async -> Key? {
+        if schedule.shouldRefresh(now: Date(), kidKnown: keys[kid] != nil) { await refresh() }
+        return keys[kid]
+    }
+
+    /// Fetches the set now (concurrent callers share one fetch); on failure the cached
+    /// keys stay.
+    public func refresh() async {
+        if let refreshing { return await refreshing.value }
+        let task = Task { await self.fetch() }
+        refreshing = task
+        await task.value
+        refreshing = nil
+    }
+
+    public var keyIDs: [String] { keys.keys.sorted() }
+
+    private func fetch() async {
+        schedule.attempted(at: Date())
+        do {
+            let data: Data
+            switch source {
+            case .file(let path):
+                data = try Data(contentsOf: URL(fileURLWithPath: path))
+            case .url(let url):
+                var request = URLRequest(url: url)
+                request.timeoutInterval = 5
+                let (body, response) = try await URLSession.shared.data(for: request)
+                let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+                guard status == 200 else { throw JWKSError(description: "the JWKS endpoint answered \(status)") }
+                data = body
+            }
+            let parsed = try await Self.parse(data, logger: logger)
+            keys = parsed
+            schedule.succeeded(at: Date())
+            logger.info("identity provider keys loaded", metadata: ["jwks.kids": "\(parsed.keys.sorted())"])
+        } catch {
+            logger.warning("cannot load the identity provider's keys; cached keys stay in use", metadata: [
+                "error": "\(error)", "jwks.cached": "\(keys.count)",
+            ])
+        }
+    }
+
+    struct JWKSError: Error, CustomStringConvertible { let description: String }
+
+    /// The signing keys of a JWKS document by `kid`. Keys without a `kid`, encryption
+    /// keys, symmetric (`oct`) keys and key types Syncline does not accept are left out.
+    static func parse(_ data: Data, logger: Logger) async throws -> [String: Key] {
+        guard let root = (try? JSONParser.parse(data))?.objectValue, case .array(let entries)? = root["keys"] else {
+            throw JWKSError(description: "not a JWKS document (no keys array)")
+        }
+        var keys: [String: Key] = [:]
+        for entry in entries {
+            guard let fields = entry.objectValue, let kid = fields["kid"]?.stringValue,
+                  fields["use"]?.stringValue ?? "sig" == "sig"
+            else { continue }
+            let algorithm: String
+            switch (fields["kty"]?.stringValue, fields["crv"]?.stringValue) {
+            case ("RSA", _): algorithm = "RS256"
+            case ("EC", "P-256"): algorithm = "ES256"
+            case ("OKP", "Ed25519"): algorithm = "EdDSA"
+            default: continue
+            }
+            if let declared = fields["alg"]?.stringValue, declared != algorithm { continue }
+            do {
+                var withAlgorithm = fields
+                withAlgorithm["alg"] = .string(algorithm)
+                let jwk = try JSONDecoder().decode(JWK.self, from: Data(JSONWriter.bytes(.object(withAlgorithm))))
+                keys[kid] = Key(algorithm: algorithm, keys: try await JWTKeyCollection().add(jwk: jwk))
+            } catch {
+                logger.warning("skipping an unreadable key of the JWKS", metadata: ["jwks.kid": "\(kid)", "error": "\(error)"])
+            }
+        }
+        return keys
+    }
+}
+
+/// When the key set is fetched again: at once when never loaded (at most every 2 s),
+/// hourly after a success (retrying every 30 s while that fails), and for a `kid` it does
+/// not hold, at most once per 30 s — so tokens with made-up `kid`s cannot make Syncline
+/// hammer the identity provider.
+public struct JWKSRefreshSchedule: Sendable, Equatable {
+    public var loadedAt: Date?
+    public var lastAttempt = Date.distantPast
+    public var lastUnknownKid = Date.distantPast
+
+    public static let refreshEvery: TimeInterval = 3600
+    public static let unknownKidEvery: TimeInterval = 30
+    public static let retryEvery: TimeInterval = 30
+    public static let firstLoadRetryEvery: TimeInterval = 2
+
+    public init() {}
+
+    public mutating func shouldRefresh(now: Date, kidKnown: Bool) -> Bool {
+        guard let loadedAt else { return now.timeIntervalSince(lastAttempt) >= Self.firstLoadRetryEvery }
+        if now.timeIntervalSince(loadedAt) >= Self.refreshEvery, now.timeIntervalSince(lastAttempt) >= Self.retryEvery {
+            return true
+        }
+        if !kidKnown, now.timeIntervalSince(lastUnknownKid) >= Self.unknownKidEvery {
+            lastUnknownKid = now
+            return true
+        }
+        return false
+    }
+
+    public mutating func attempted(at date: Date) { lastAttempt = date }
+    public mutating func succeeded(at date: Date) { loadedAt = date }
+}

@@ -1,0 +1,56 @@
+import HTTPTypes
+import Hummingbird
+
+/// CORS for browsers on the origins of `CORS_ALLOWED_ORIGINS` (or `*`); paths under
+/// `openPrefixes` (public content) answer any origin. Hummingbird's CORSMiddleware takes
+/// one origin rule for every path and its origin list only as variadic arguments, so the
+/// rule lives here. No credentials (cookies) are involved: tokens travel as bearer headers.
+public struct CORSMiddleware<Context: RequestContext>: RouterMiddleware {
+    let origins: Set<String>
+    let anyOrigin: Bool
+    let openPrefixes: [String]
+    let allowMethods: String
+    static var allowHeaders: String { "Authorization, Content-Type, Idempotency-Key, traceparent, If-None-Match, Accept" }
+    static var exposeHeaders: String { "Location, Retry-After, ETag" }
+
+    public init(allowedOrigins: [String], openPrefixes: [String] = [], methods: [HTTPRequest.Method] = [.get, .post, .patch, .delete]) {
+        anyOrigin = allowedOrigins.contains("*")
+        origins = Set(allowedOrigins)
+        self.openPrefixes = openPrefixes
+        allowMethods = (methods + [.options]).map(\.rawValue).joined(separator: ", ")
+    }
+
+    /// The `Access-Control-Allow-Origin` value for this request, or nil (not allowed).
+    func allowedOrigin(_ request: Request) -> String? {
+        guard let origin = request.headers[.origin], origin != "null" else { return nil }
+        if anyOrigin || openPrefixes.contains(where: { request.uri.path.hasPrefix($0) }) { return "*" }
+        return origins.contains(origin) ? origin : nil
+    }
+
+    public func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        guard request.headers[.origin] != nil else { return try await next(request, context) }
+        let origin = allowedOrigin(request)
+        if request.method == .options, request.headers[.accessControlRequestMethod] != nil {
+            var headers: HTTPFields = [.vary: "Origin"]
+            if let origin {
+                headers[.accessControlAllowOrigin] = origin
+                headers[.accessControlAllowMethods] = allowMethods
+                headers[.accessControlAllowHeaders] = Self.allowHeaders
+                headers[.accessControlMaxAge] = "600"
+            }
+            return Response(status: .noContent, headers: headers)
+        }
+        var response: Response
+        do {
+            response = try await next(request, context)
+        } catch let error as any HTTPResponseError {
+            response = try error.response(from: request, context: context)
+        }
+        if let origin {
+            response.headers[.accessControlAllowOrigin] = origin
+            response.headers[.accessControlExposeHeaders] = Self.exposeHeaders
+        }
+        response.headers[values: .vary].append("Origin")
+        return response
+    }
+}

@@ -1,0 +1,99 @@
+/// Strict RFC 3339 date-times (`2026-11-22T10:00:00Z`, `…T10:00:00.5+01:00`), for filters
+/// that reach PostgreSQL: an impossible date (February 30), an offset beyond ±15:59 or a
+/// year outside 1–9999 is refused here, where a lenient parser would roll it over and
+/// PostgreSQL would then fail the request.
+public enum RFC3339 {
+    /// The same instant in UTC with milliseconds, e.g. `2026-11-22T09:00:00.000Z`, or nil.
+    public static func canonicalUTC(_ text: String) -> String? {
+        guard let (seconds, milliseconds) = parse(text) else { return nil }
+        let (year, month, day) = civil(fromDays: floorDiv(seconds, 86_400))
+        guard (1...9999).contains(year) else { return nil }
+        let secondOfDay = seconds - floorDiv(seconds, 86_400) * 86_400
+        func pad(_ value: Int64, _ width: Int) -> String {
+            let digits = String(value)
+            return String(repeating: "0", count: max(0, width - digits.count)) + digits
+        }
+        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(secondOfDay / 3600, 2)):"
+            + "\(pad(secondOfDay / 60 % 60, 2)):\(pad(secondOfDay % 60, 2)).\(pad(milliseconds, 3))Z"
+    }
+
+    /// Seconds since 1970 (UTC) and milliseconds, or nil if `text` is not a valid date-time.
+    static func parse(_ text: String) -> (Int64, Int64)? {
+        let b = Array(text.utf8)
+        guard b.count >= 20 else { return nil }
+        func number(_ range: Range<Int>) -> Int64? {
+            guard range.upperBound <= b.count else { return nil }
+            var value: Int64 = 0
+            for i in range {
+                guard (48...57).contains(b[i]) else { return nil }
+                value = value * 10 + Int64(b[i] - 48)
+            }
+            return value
+        }
+        guard let year = number(0..<4), b[4] == UInt8(ascii: "-"), let month = number(5..<7), b[7] == UInt8(ascii: "-"),
+              let day = number(8..<10), [UInt8(ascii: "T"), UInt8(ascii: "t"), UInt8(ascii: " ")].contains(b[10]),
+              let hour = number(11..<13), b[13] == UInt8(ascii: ":"), let minute = number(14..<16),
+              b[16] == UInt8(ascii: ":"), let second = number(17..<19)
+        else { return nil }
+        guard (1...9999).contains(year), (1...12).contains(month), (1...daysIn(month: month, year: year)).contains(day),
+              hour < 24, minute < 60, second < 60
+        else { return nil }
+        var index = 19
+        var milliseconds: Int64 = 0
+        if b[index] == UInt8(ascii: ".") {
+            index += 1
+            let start = index
+            while index < b.count, (48...57).contains(b[index]) { index += 1 }
+            guard index > start, index - start <= 9 else { return nil }
+            let digits = b[start..<min(index, start + 3)].map { Int64($0 - 48) }
+            milliseconds = digits.enumerated().reduce(0) { $0 + $1.element * [100, 10, 1][$1.offset] }
+        }
+        guard index < b.count else { return nil }
+        var offset: Int64 = 0
+        switch b[index] {
+        case UInt8(ascii: "Z"), UInt8(ascii: "z"):
+            guard index + 1 == b.count else { return nil }
+        case UInt8(ascii: "+"), UInt8(ascii: "-"):
+            guard index + 6 == b.count, let hours = number(index + 1..<index + 3), b[index + 3] == UInt8(ascii: ":"),
+                  let minutes = number(index + 4..<index + 6), hours <= 15, minutes < 60
+            else { return nil }
+            offset = (hours * 60 + minutes) * 60 * (b[index] == UInt8(ascii: "-") ? -1 : 1)
+        default:
+            return nil
+        }
+        let days = daysFromCivil(year: year, month: month, day: day)
+        return (days * 86_400 + hour * 3600 + minute * 60 + second - offset, milliseconds)
+    }
+
+    static func daysIn(month: Int64, year: Int64) -> Int64 {
+        switch month {
+        case 2: return (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 ? 29 : 28
+        case 4, 6, 9, 11: return 30
+        default: return 31
+        }
+    }
+
+    private static func floorDiv(_ a: Int64, _ b: Int64) -> Int64 { a >= 0 ? a / b : -((-a + b - 1) / b) }
+
+    /// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
+    static func daysFromCivil(year: Int64, month: Int64, day: Int64) -> Int64 {
+        let y = month <= 2 ? year - 1 : year
+        let era = floorDiv(y, 400)
+        let yearOfEra = y - era * 400
+        let dayOfYear = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+        return era * 146_097 + dayOfEra - 719_468
+    }
+
+    static func civil(fromDays days: Int64) -> (Int64, Int64, Int64) {
+        let z = days + 719_468
+        let era = floorDiv(z, 146_097)
+        let dayOfEra = z - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let mp = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * mp + 2) / 5 + 1
+        let month = mp < 10 ? mp + 3 : mp - 9
+        return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
+    }
+}

@@ -1,0 +1,72 @@
+import Foundation
+import ServiceSupport
+import SyncModels
+import Testing
+
+/// Input that must be refused rather than altered on its way to PostgreSQL.
+@Suite("Edge input")
+struct EdgeInputTests {
+    @Test(arguments: [
+        ("2026-11-22T10:00:00Z", "2026-11-22T10:00:00.000Z"),
+        ("2026-11-22T10:00:00.5+01:00", "2026-11-22T09:00:00.500Z"),
+        ("2024-02-29t23:30:00-00:45", "2024-03-01T00:15:00.000Z"),
+    ])
+    func validTimesAreNormalizedToUTC(text: String, utc: String) {
+        #expect(RFC3339.canonicalUTC(text) == utc)
+    }
+
+    @Test(arguments: [
+        "2026-02-30T00:00:00Z", "2025-02-29T00:00:00Z", "2026-11-22T10:00:00+22:10", "0000-01-01T00:00:00Z",
+        "0001-01-01T00:00:00+01:00", "2026-11-22T24:00:00Z", "2026-11-22T10:00:60Z", "2026-11-22", "2026-11-22T10:00:00",
+        "2026-11-22T10:00:00.Z", "2026-13-01T00:00:00Z", "yesterday",
+    ])
+    func impossibleTimesAreRefused(text: String) {
+        #expect(RFC3339.canonicalUTC(text) == nil)
+    }
+
+    @Test func invalidUTF8IsNotJSON() throws {
+        #expect(throws: (any Error).self) { try JSONParser.parse([0x22, 0xC3, 0x28, 0x22]) }
+        #expect(throws: (any Error).self) { try JSONParser.parse(Array(#""\ud800""#.utf8)) }
+        #expect(throws: (any Error).self) { try JSONParser.parse([0x22, 0x61, 0x5C, 0x6E, 0xFF, 0x22]) }
+        #expect(try JSONParser.parse(Array(#""é\u00e9""#.utf8)) == .string("éé"))
+    }
+
+    @Test func nulInDataIsRefusedNamingTheOp() throws {
+        let body = #"{"device_id":"d","ops":[{"op_id":"0f8e8d5e-5b6a-4c1e-9a51-2f1f3a6c7b01","type":"upsert","collection":"c","id":"i","data":{"ok":1}},"#
+            + #"{"op_id":"1f8e8d5e-5b6a-4c1e-9a51-2f1f3a6c7b01","type":"patch","collection":"c","id":"i","data":{"t":["a\u0000"]}}]}"#
+        #expect(throws: ValidationFailure.self) { try PushValidation.parse(Data(body.utf8)) }
+        do {
+            _ = try PushValidation.parse(Data(body.utf8))
+        } catch {
+            #expect(error.detail.hasPrefix("ops[1]"))
+        }
+        #expect(JSONValue.object(["k\u{0}": .int(1)]).containsNUL)
+        #expect(!JSONValue.object(["k": .string("fine")]).containsNUL)
+    }
+
+    @Test func plainTextHasNoControlCharacters() {
+        #expect(Names.isPlainText("Jo's iPhone 🚤"))
+        #expect(!Names.isPlainText("a\u{0}b"))
+        #expect(!Names.isPlainText("a\nb"))
+        #expect(!Names.isPlainText("a\u{7F}"))
+    }
+
+    @Test func rateLimitsParse() {
+        #expect(RateLimit("20/s,burst=40") == RateLimit(rate: 20, burst: 40))
+        #expect(RateLimit("600/m") == RateLimit(rate: 10, burst: 10))
+        #expect(RateLimit("off")?.isOff == true)
+        #expect(RateLimit("20") == nil && RateLimit("0/s") == nil && RateLimit("5/s,burst=0") == nil)
+    }
+
+    @Test func tokenBucketsRefuseABurstThenRefill() {
+        final class Clock: @unchecked Sendable { var now = 0.0 }
+        let clock = Clock()
+        let limiter = RateLimiter(RateLimit(rate: 2, burst: 3), clock: { clock.now })
+        #expect((0..<3).allSatisfy { _ in limiter.acquire("a") == nil })
+        #expect(limiter.acquire("a") == 1)
+        #expect(limiter.acquire("b") == nil)  // another key is unaffected
+        clock.now = 0.5
+        #expect(limiter.acquire("a") == nil)
+        #expect(limiter.acquire("a") != nil)
+    }
+}

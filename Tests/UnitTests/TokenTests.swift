@@ -1,0 +1,176 @@
+import Auth
+import Crypto
+import _CryptoExtras
+import Foundation
+import JWTKit
+import Logging
+import SyncModels
+import Testing
+
+/// Token verification without servers: HS256, and JWKS keys loaded from a file.
+@Suite("Tokens")
+struct TokenTests {
+    static let secret = "unit-test-secret-unit-test-secret-0001"
+    var now: Int64 { Int64(Date().timeIntervalSince1970) }
+
+    func b64(_ text: String) -> String { Base64URL.encode(Data(text.utf8)) }
+
+    func hs256(_ payload: String, secret: String = TokenTests.secret, header: String = #"{"alg":"HS256","typ":"JWT"}"#) -> String {
+        let input = b64(header) + "." + b64(payload)
+        let mac = HMAC<SHA256>.authenticationCode(for: Data(input.utf8), using: SymmetricKey(data: Data(secret.utf8)))
+        return input + "." + Base64URL.encode(Data(mac))
+    }
+
+    func verifier(policy: TokenPolicy = TokenPolicy()) async throws -> TokenVerifier {
+        try await TokenVerifier(secret: Self.secret, keySet: nil, policy: policy)
+    }
+
+    @Test func mintedTokensVerify() async throws {
+        let token = try await TokenMinter(secret: Self.secret).sign(Claims(sub: "alice", exp: now + 60, role: "admin", name: "Alice"))
+        let claims = try await verifier().verify(token)
+        #expect(claims.sub == "alice" && claims.isAdmin && claims.name == "Alice")
+    }
+
+    @Test func expiryHasALeewayOfAMinute() async throws {
+        #expect(try await verifier().verify(hs256(#"{"sub":"a","exp":\#(now - 30)}"#)).sub == "a")
+        await #expect(throws: TokenError.expired) { try await verifier().verify(hs256(#"{"sub":"a","exp":\#(now - 61)}"#)) }
+    }
+
+    @Test func notBeforeIsHonoured() async throws {
+        await #expect(throws: TokenError.notYetValid) {
+            try await verifier().verify(hs256(#"{"sub":"a","exp":\#(now + 600),"nbf":\#(now + 120)}"#))
+        }
+        #expect(try await verifier().verify(hs256(#"{"sub":"a","exp":\#(now + 600),"nbf":\#(now + 30)}"#)).sub == "a")
+    }
+
+    @Test func expIsRequired() async throws {
+        await #expect(throws: TokenError.self) { try await verifier().verify(hs256(#"{"sub":"a"}"#)) }
+    }
+
+    @Test func otherSecretAlgNoneAndGarbageAreRefused() async throws {
+        let payload = #"{"sub":"a","exp":\#(now + 60)}"#
+        await #expect(throws: TokenError.badSignature) {
+            try await verifier().verify(hs256(payload, secret: "another-secret-another-secret-another-1"))
+        }
+        await #expect(throws: TokenError.self) { try await verifier().verify(b64(#"{"alg":"none"}"#) + "." + b64(payload) + ".") }
+        await #expect(throws: TokenError.unsupportedAlgorithm) {
+            try await verifier().verify(hs256(payload, header: #"{"alg":"HS512"}"#))
+        }
+        await #expect(throws: TokenError.malformed) { try await verifier().verify("not.a.jwt!") }
+        await #expect(throws: TokenError.unsupportedAlgorithm) {
+            try await verifier().verify(hs256(payload, header: #"{"alg":"HS256","crit":["exp"]}"#))
+        }
+    }
+
+    @Test func userIdsWithControlCharactersAreRefused() async throws {
+        await #expect(throws: TokenError.self) { try await verifier().verify(hs256(#"{"sub":"a\u0000b","exp":\#(now + 60)}"#)) }
+        await #expect(throws: TokenError.self) { try await verifier().verify(hs256(#"{"sub":"a\nb","exp":\#(now + 60)}"#)) }
+        await #expect(throws: TokenError.self) { try await verifier().verify(hs256(#"{"sub":"","exp":\#(now + 60)}"#)) }
+        let long = String(repeating: "x", count: 129)
+        await #expect(throws: TokenError.self) { try await verifier().verify(hs256(#"{"sub":"\#(long)","exp":\#(now + 60)}"#)) }
+    }
+
+    @Test func userAndAdminClaimsAreConfigurable() async throws {
+        let policy = TokenPolicy(userClaim: "uid", adminClaim: "roles", adminValue: "ops")
+        let claims = try await verifier(policy: policy).verify(hs256(#"{"uid":"u1","sub":"ignored","roles":["x","ops"],"exp":\#(now + 60)}"#))
+        #expect(claims.sub == "u1" && claims.isAdmin)
+        let plain = try await verifier(policy: policy).verify(hs256(#"{"uid":"u1","role":"admin","exp":\#(now + 60)}"#))
+        #expect(!plain.isAdmin)
+    }
+
+    @Test func aServiceNeedsASecretOrAKeySet() async throws {
+        await #expect(throws: TokenError.self) { try await TokenVerifier(secret: nil, keySet: nil) }
+        await #expect(throws: TokenError.self) { try await TokenVerifier(secret: "short", keySet: nil) }
+    }
+
+    // MARK: JWKS from a file
+
+    struct Provider {
+        let rsa = try! Insecure.RSA.PrivateKey(backing: _RSA.Signing.PrivateKey(keySize: .bits2048))
+        let ec = ES256PrivateKey()
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("jwks-\(UUID().uuidString).json").path
+
+        func jwks() throws -> String {
+            let (n, e) = try rsa.publicKey.getKeyPrimitives()
+            let p = ec.publicKey.parameters!
+            return """
+                {"keys":[{"kty":"RSA","kid":"rsa-1","use":"sig","n":"\(Base64URL.encode(n))","e":"\(Base64URL.encode(e))"},
+                {"kty":"EC","kid":"ec-1","crv":"P-256","x":"\(p.x)","y":"\(p.y)"}]}
+                """
+        }
+
+        func sign(_ payload: [String: Any], kid: String, rsa useRSA: Bool = true) async throws -> String {
+            let keys = JWTKeyCollection()
+            if useRSA { await keys.add(rsa: rsa, digestAlgorithm: .sha256, kid: JWKIdentifier(string: kid)) }
+            else { await keys.add(ecdsa: ec, kid: JWKIdentifier(string: kid)) }
+            return try await keys.sign(Payload(fields: payload), kid: JWKIdentifier(string: kid))
+        }
+    }
+
+    struct Payload: JWTPayload {
+        let fields: [String: JSONValue]
+        init(fields: [String: Any]) {
+            let data = try! JSONSerialization.data(withJSONObject: fields)
+            self.fields = try! JSONDecoder().decode([String: JSONValue].self, from: data)
+        }
+        init(from decoder: any Decoder) throws { fields = [:] }
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.singleValueContainer()
+            try container.encode(fields)
+        }
+        func verify(using algorithm: some JWTAlgorithm) async throws {}
+    }
+
+    func providerVerifier(_ provider: Provider, issuer: String? = "https://id.example", audience: String? = "app") async throws -> TokenVerifier {
+        try provider.jwks().write(toFile: provider.path, atomically: true, encoding: .utf8)
+        let set = JWKSKeySet(source: .file(provider.path), logger: Logger(label: "test"))
+        await set.refresh()
+        return try await TokenVerifier(secret: Self.secret, keySet: set, policy: TokenPolicy(issuer: issuer, audience: audience))
+    }
+
+    @Test func providerTokensVerifyWithRSAAndEC() async throws {
+        let provider = Provider()
+        let verifier = try await providerVerifier(provider)
+        let claims: [String: Any] = ["sub": "apple-user", "exp": now + 60, "iss": "https://id.example", "aud": "app"]
+        #expect(try await verifier.verify(try await provider.sign(claims, kid: "rsa-1")).sub == "apple-user")
+        #expect(try await verifier.verify(try await provider.sign(claims, kid: "ec-1", rsa: false)).sub == "apple-user")
+        var audiences = claims
+        audiences["aud"] = ["other", "app"]
+        #expect(try await verifier.verify(try await provider.sign(audiences, kid: "rsa-1")).sub == "apple-user")
+    }
+
+    @Test func providerTokensAreCheckedStrictly() async throws {
+        let provider = Provider()
+        let verifier = try await providerVerifier(provider)
+        let good: [String: Any] = ["sub": "u", "exp": now + 60, "iss": "https://id.example", "aud": "app"]
+        func with(_ key: String, _ value: Any) -> [String: Any] { good.merging([key: value]) { $1 } }
+        await #expect(throws: TokenError.wrongIssuer) { try await verifier.verify(try await provider.sign(with("iss", "https://evil"), kid: "rsa-1")) }
+        await #expect(throws: TokenError.wrongAudience) { try await verifier.verify(try await provider.sign(with("aud", "other"), kid: "rsa-1")) }
+        await #expect(throws: TokenError.unknownKey) { try await verifier.verify(try await provider.sign(good, kid: "rsa-2")) }
+        // The EC key's kid on an RSA-signed token: alg RS256 does not match an EC key.
+        await #expect(throws: TokenError.unsupportedAlgorithm) { try await verifier.verify(try await provider.sign(good, kid: "ec-1")) }
+        // HS256 keyed with the RSA public key's PEM, naming the RSA kid: verified as HS256
+        // with JWT_SECRET, never with the public key.
+        let pem = try provider.rsa.publicKey.pemRepresentation
+        let forged = hs256(try String(data: JSONSerialization.data(withJSONObject: good), encoding: .utf8)!, secret: pem,
+                           header: #"{"alg":"HS256","kid":"rsa-1"}"#)
+        await #expect(throws: TokenError.badSignature) { try await verifier.verify(forged) }
+    }
+
+    @Test func refreshScheduleLimitsFetches() {
+        var schedule = JWKSRefreshSchedule()
+        let start = Date()
+        func due(_ seconds: Double, kidKnown: Bool) -> Bool {
+            schedule.shouldRefresh(now: start.addingTimeInterval(seconds), kidKnown: kidKnown)
+        }
+        #expect(due(0, kidKnown: false))
+        schedule.attempted(at: start)
+        #expect(!due(1, kidKnown: false))
+        schedule.succeeded(at: start)
+        #expect(due(5, kidKnown: false))  // an unknown kid
+        #expect(!due(10, kidKnown: false))  // not again within 30 s
+        #expect(due(36, kidKnown: false))
+        #expect(!due(100, kidKnown: true))
+        #expect(due(3601, kidKnown: true))  // hourly
+    }
+}
