@@ -2,7 +2,9 @@ import AMQPBridge
 import Auth
 import Foundation
 import Hummingbird
+import HummingbirdCore
 import HummingbirdWebSocket
+import NIOCore
 import Logging
 import PQBridge
 import Persistence
@@ -57,11 +59,17 @@ func buildFanout(configuration: Configuration, logger: Logger) async throws -> S
     let webSocketRouter = Router(context: BasicWebSocketRequestContext.self)
     routes.registerWebSocket(on: webSocketRouter)
 
+    let webSocketResponder = webSocketRouter.buildResponder()
+    let idleTimeout = TimeAmount.milliseconds(Int64(configuration.httpIdleTimeout * 1000))
     let app = Application(
         router: router,
-        server: .http1WebSocketUpgrade(webSocketRouter: webSocketRouter, configuration: .init(
-            http1: .init(idleTimeout: .milliseconds(Int64(configuration.httpIdleTimeout * 1000))),
-            ws: .init(autoPing: .disabled))),
+        server: HTTPServerBuilder { responder in
+            FirstRequestDeadlineChannel(
+                inner: HTTP1WebSocketUpgradeChannel(
+                    responder: responder, webSocketResponder: webSocketResponder,
+                    configuration: .init(http1: .init(idleTimeout: idleTimeout), ws: .init(autoPing: .disabled))),
+                timeout: idleTimeout)
+        },
         configuration: .init(address: .hostname("0.0.0.0", port: configuration.port), serverName: "syncline-fanout"),
         logger: logger)
     let closer = ResourceCloser {

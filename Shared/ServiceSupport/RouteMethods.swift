@@ -26,7 +26,7 @@ public final class RouteMethods: Sendable {
         let methods = table.withLockedValue { table in
             table.filter { entry in
                 entry.components.count == parts.count
-                    && zip(entry.components, parts).allSatisfy { $0.hasPrefix(":") || $0 == "*" || $0 == $1 }
+                    && zip(entry.components, parts).allSatisfy { $0.hasPrefix("{") || $0.hasPrefix(":") || $0 == "*" || $0 == $1 }
             }.reduce(into: Set<String>()) { $0.formUnion($1.methods) }
         }
         return methods.isEmpty ? nil : methods.sorted()

@@ -73,6 +73,8 @@ final class SSEClient: @unchecked Sendable {
                     let line = pending[..<newline].trimmingCharacters(in: .whitespacesAndNewlines)
                     pending = String(pending[pending.index(after: newline)...])
                     if line.hasPrefix("data: ") { inbox.add(String(line.dropFirst(6))) }
+                    // The last chunk: the server ended the stream (the connection may stay open).
+                    if line == "0" { inbox.finish() }
                 }
             }
             inbox.finish()

@@ -1,0 +1,182 @@
+import Foundation
+import PQBridge
+import Testing
+
+/// Limits, timeouts and the defects a black-box probe found, each against the real services.
+@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+struct HardeningTests {
+    func op(_ id: String, _ data: [String: Any] = ["t": 1]) -> [String: Any] {
+        ["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": id, "data": data]
+    }
+
+    @Test func aPushBurstOverTheLimitGets429AndRetriesAreAppliedOnce() async throws {
+        try await Stack.with(workers: 1, environment: ["RATE_LIMIT_PUSH": "5/s,burst=5"]) { stack in
+            let api = stack.client
+            let token = await E2E.token("burst-\(UUID().uuidString.prefix(6))")
+            let device = try await api.registerDevice(token)
+            let ops = (0..<15).map { op("n\($0)") }
+            var refused: [Int] = []
+            var jobs: [String] = []
+            for (index, one) in ops.enumerated() {
+                let answer = try await api.push(token, device: device, ops: [one])
+                if answer.status == 429 {
+                    #expect(answer.json["code"] as? String == "rate_limited")
+                    #expect(Int(answer.header("Retry-After") ?? "") ?? 0 >= 1)
+                    refused.append(index)
+                } else {
+                    #expect(answer.status == 202)
+                    jobs.append(try #require(answer.json["job_id"] as? String))
+                }
+            }
+            #expect(refused.count >= 5, "expected most of a 15-push burst over 5/s,burst=5 to be refused")
+            // Another user is unaffected.
+            let other = await E2E.token("calm-\(UUID().uuidString.prefix(6))")
+            let otherDevice = try await api.registerDevice(other)
+            #expect(try await api.push(other, device: otherDevice, ops: [op("x")]).status == 202)
+            // Every refused push, retried after Retry-After, is accepted.
+            for index in refused {
+                while true {
+                    let answer = try await api.push(token, device: device, ops: [ops[index]])
+                    if answer.status == 202 {
+                        jobs.append(try #require(answer.json["job_id"] as? String))
+                        break
+                    }
+                    #expect(answer.status == 429)
+                    try await Task.sleep(for: .seconds(Double(answer.header("Retry-After") ?? "1") ?? 1))
+                }
+            }
+            for job in jobs { #expect(try await api.awaitJob(token, job)["status"] as? String == "succeeded") }
+            let (changes, cursor) = try await api.pullAll(token)
+            #expect(changes.count == 15 && cursor == "15", "each op applied once: \(changes.count) changes, cursor \(cursor)")
+            let metrics = try await api.request("GET", "/metrics")
+            #expect(metrics.text.contains("syncline_rate_limited_total"))
+        }
+    }
+
+    /// Opens a connection, sends `bytes`, and returns how long the server took to close it.
+    func secondsUntilClosed(port: Int, sending bytes: String, giveUpAfter: Double = 10) -> Double? {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else { return nil }
+        var timeout = timeval(tv_sec: Int(giveUpAfter), tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let start = Date()
+        _ = bytes.withCString { send(fd, $0, strlen($0), 0) }
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = recv(fd, &buffer, buffer.count, 0)
+            if n == 0 { return Date().timeIntervalSince(start) }
+            if n < 0 { return errno == ECONNRESET ? Date().timeIntervalSince(start) : nil }
+        }
+    }
+
+    @Test func connectionsThatStallAreClosedWithinTheTimeout() async throws {
+        try await Stack.with(workers: 1, fanouts: 1, environment: ["HTTP_IDLE_TIMEOUT": "1s"]) { stack in
+            for port in [stack.gateway.port, stack.fanouts[0].port] {
+                let midHeaders = secondsUntilClosed(port: port, sending: "GET /v1/devices HTTP/1.1\r\nHost: x\r\nAuthor")
+                #expect(midHeaders.map { $0 < 4 } == true, "mid-headers on :\(port): \(String(describing: midHeaders))")
+                let midBody = secondsUntilClosed(
+                    port: port, sending: "POST /v1/sync/push HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"device_id\"")
+                #expect(midBody.map { $0 < 4 } == true, "mid-body on :\(port): \(String(describing: midBody))")
+                let idle = secondsUntilClosed(port: port, sending: "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                #expect(idle.map { $0 < 4 } == true, "idle keep-alive on :\(port): \(String(describing: idle))")
+            }
+        }
+    }
+
+    @Test func textThatPostgreSQLWouldAlterIsRefused() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let api = stack.client
+            let user = "nul-\(UUID().uuidString.prefix(6))"
+            let token = await E2E.token(user)
+            let device = try await api.registerDevice(token)
+            let nulData = #"{"device_id":"\#(device)","ops":[{"op_id":"\#(newOpID())","type":"upsert","collection":"notes","id":"a","data":{"t":"ok"}},{"op_id":"\#(newOpID())","type":"upsert","collection":"notes","id":"b","data":{"t":"a\u0000b"}}]}"#
+            let nul = try await api.request("POST", "/v1/sync/push", token: token, body: Data(nulData.utf8))
+            #expect(nul.status == 422 && (nul.json["detail"] as? String)?.hasPrefix("ops[1]") == true, "\(nul.status) \(nul.text)")
+            var invalid = Data(#"{"device_id":"\#(device)","ops":[{"op_id":"\#(newOpID())","type":"upsert","collection":"notes","id":"c","data":{"t":""#.utf8)
+            invalid.append(contentsOf: [0xC3, 0x28])
+            invalid.append(contentsOf: Array(#""}}]}"#.utf8))
+            let badUTF8 = try await api.request("POST", "/v1/sync/push", token: token, body: invalid)
+            #expect(badUTF8.status == 400, "\(badUTF8.status) \(badUTF8.text)")
+            let badName = try await api.request("POST", "/v1/devices", token: token, body: Data(#"{"name":"a\u0000b","platform":"ios"}"#.utf8))
+            #expect(badName.status == 422)
+            let badPlatform = try await api.request("POST", "/v1/devices", token: token, body: Data(#"{"name":"ok","platform":"i\u0000os"}"#.utf8))
+            #expect(badPlatform.status == 422)
+            // Nothing was created: no job, one device.
+            #expect(try await api.pullAll(token).changes.isEmpty)
+            #expect((try await api.request("GET", "/v1/devices", token: token).json["items"] as? [Any])?.count == 1)
+        }
+    }
+
+    @Test func adminFiltersRefuseImpossibleTimesAndKeepKeys() async throws {
+        try await Stack.with(workers: 1, fanouts: 1) { stack in
+            let api = stack.client
+            let admin = await E2E.token("ops-\(UUID().uuidString.prefix(6))", admin: true)
+            for bad in ["2026-02-30T00:00:00Z", "2026-01-01T00:00:00+22:10", "0000-01-01T00:00:00Z", "soon"] {
+                let list = try await api.request("GET", "/v1/admin/dead-letters?dead_after=\(bad.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)", token: admin)
+                #expect(list.status == 400, "\(bad): \(list.status) \(list.text)")
+                let replay = try await api.json("POST", "/v1/admin/dead-letters/replay", token: admin, ["dead_before": bad, "dry_run": true])
+                #expect(replay.status == 422, "\(bad): \(replay.status) \(replay.text)")
+            }
+            let page = try await api.request("GET", "/v1/admin/dead-letters?dead_after=2999-01-01T00:00:00%2B01:00", token: admin)
+            #expect(page.status == 200)
+            #expect(page.text.contains(#""next_cursor":null"#), "\(page.text)")
+            // Every queue, the fanout replica's own among them.
+            let fanoutQueue = try await E2E.eventually(within: 10, "the fanout queue listed") { () -> String? in
+                let queues = try await api.request("GET", "/v1/admin/queues", token: admin).json["items"] as? [[String: Any]] ?? []
+                return queues.compactMap { $0["name"] as? String }.first { $0.hasPrefix("fanout.") }
+            }
+            #expect(!fanoutQueue.isEmpty)
+        }
+    }
+
+    @Test func knownPathsWithOtherMethodsAnswer405WithAllow() async throws {
+        try await Stack.with(workers: 1, fanouts: 1) { stack in
+            let api = stack.client
+            let put = try await api.request("PUT", "/v1/devices", token: await E2E.token("m"))
+            #expect(put.status == 405 && put.header("Allow") == "GET, HEAD, POST", "\(put.status) \(put.header("Allow") ?? "-")")
+            #expect(put.header("Content-Type")?.hasPrefix("application/problem+json") == true)
+            let get = try await api.request("GET", "/v1/sync/push")
+            #expect(get.status == 405 && get.header("Allow") == "POST")
+            let deleteDevice = try await api.request("PATCH", "/v1/devices/\(UUID().uuidString)")
+            #expect(deleteDevice.status == 405 && deleteDevice.header("Allow") == "DELETE")
+            #expect(try await api.request("GET", "/v1/nothing-here").status == 404)
+            let stream = try await APIClient(base: "http://127.0.0.1:\(stack.fanouts[0].port)").request("POST", "/v1/stream")
+            #expect(stream.status == 405 && stream.header("Allow") == "GET, HEAD")
+        }
+    }
+
+    @Test func revokingADeviceClosesItsStreamAndStreamingCountsAsSeen() async throws {
+        try await Stack.with(workers: 1, fanouts: 2) { stack in
+            let api = stack.client
+            let token = await E2E.token("lost-phone-\(UUID().uuidString.prefix(6))")
+            let phone = try await api.registerDevice(token, name: "phone")
+            let laptop = try await api.registerDevice(token, name: "laptop")
+            let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
+            defer { Task { await pool.shutdown() } }
+            try await pool.query("UPDATE devices SET last_seen_at = now() - interval '80 days' WHERE device_id = $1::uuid", [phone])
+            // The phone listens on both replicas, the laptop on one.
+            let streams = try stack.fanouts.map { try SSEClient(port: $0.port, path: "/v1/stream?device_id=\(phone)&access_token=\(token)") }
+            let laptopStream = try SSEClient(port: stack.fanouts[0].port, path: "/v1/stream?device_id=\(laptop)&access_token=\(token)")
+            defer { (streams + [laptopStream]).forEach { $0.close() } }
+            for stream in streams + [laptopStream] { _ = try await stream.inbox.next("hello") }
+            let seen = try await pool.query(
+                "SELECT last_seen_at > now() - interval '1 minute' AS fresh FROM devices WHERE device_id = $1::uuid", [phone])
+            #expect(try seen.first?.bool("fresh") == true, "a stream connection counts as seen")
+
+            #expect(try await api.request("DELETE", "/v1/devices/\(phone)", token: token).status == 204)
+            for (index, stream) in streams.enumerated() {
+                _ = try await E2E.eventually(within: 3, "phone stream \(index) closed") { stream.inbox.finished ? true : nil }
+            }
+            // The laptop keeps listening and still gets pokes.
+            #expect(!laptopStream.inbox.finished)
+        }
+    }
+}

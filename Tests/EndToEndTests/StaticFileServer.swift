@@ -1,0 +1,46 @@
+import Foundation
+
+/// A real HTTP server for files in a temporary folder (Python's `http.server` on
+/// loopback): the test identity provider's JWKS, a page on another origin. `stop()` ends it.
+final class StaticFileServer: @unchecked Sendable {
+    // @unchecked: used by one test at a time; `pid` is written once in init.
+    let directory: String
+    let port: Int
+    private var pid: pid_t = 0
+
+    init() async throws {
+        directory = NSTemporaryDirectory() + "syncline-static-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        port = E2E.freePort()
+        let log = (E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()) + "/static-\(port).log"
+        let command = "exec python3 -m http.server \(port) --bind 127.0.0.1 --directory \(directory) >>\(log) 2>&1"
+        let arguments: [String] = ["/bin/sh", "-c", command]
+        let argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        guard posix_spawn(&pid, "/bin/sh", nil, nil, argv, environ) == 0 else { throw StackError(description: "cannot start python3 http.server") }
+        try write("ready.txt", "ok")
+        let base = "http://127.0.0.1:\(port)"
+        _ = try await E2E.eventually(within: 15, "static server") {
+            try await APIClient(base: base).request("GET", "/ready.txt").status == 200 ? true : nil
+        }
+    }
+
+    var base: String { "http://127.0.0.1:\(port)" }
+
+    func write(_ name: String, _ text: String) throws {
+        // Write then rename, so the server never serves half a file.
+        let temporary = "\(directory)/.\(name).tmp"
+        try text.write(toFile: temporary, atomically: false, encoding: .utf8)
+        _ = rename(temporary, "\(directory)/\(name)")
+    }
+
+    func stop() {
+        guard pid != 0 else { return }
+        kill(pid, SIGKILL)
+        var status: Int32 = 0
+        waitpid(pid, &status, 0)
+        pid = 0
+    }
+
+    deinit { stop() }
+}
