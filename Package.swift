@@ -88,7 +88,7 @@ let package = Package(
         // Operators' tools over dead letters and queues, shared by the gateway's admin API and syncctl.
         .target(
             name: "Operations",
-            dependencies: ["SyncModels", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport",
+            dependencies: ["SyncModels", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport",
                            .product(name: "Logging", package: "swift-log")],
             path: "Shared/Operations", swiftSettings: strict),
         .executableTarget(

@@ -37,9 +37,13 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
     ).register(on: router)
     PublicRoutes(records: PublicStore(pool: pool), views: views, limiter: RateLimiter(configuration.publicRateLimit))
         .register(on: router)
+    let office = DeadLetterOffice(pool: pool, publisher: publisher, retryDelays: configuration.retryDelays, logger: logger)
+    AccountRoutes(
+        auth: auth, eraser: AccountEraser(pool: pool, publisher: publisher, office: office, logger: logger), inlineBudget: 2
+    ).register(on: router)
     AdminRoutes(
         auth: auth,
-        office: DeadLetterOffice(pool: pool, publisher: publisher, retryDelays: configuration.retryDelays, logger: logger),
+        office: office,
         page: try resource("admin", "html")
     ).register(on: router)
     OperationsRoutes(pool: pool, publisher: publisher, openAPIDocument: try resource("openapi", "yaml")).register(on: router)

@@ -34,9 +34,11 @@ struct Purge: AsyncParsableCommand {
         let publisher = AMQPPublisher(
             endpoint: try configuration.amqpEndpoint(),
             topology: SynclineTopology.topology(retryDelays: configuration.retryDelays), logger: logger)
+        let office = DeadLetterOffice(pool: pool, publisher: publisher, retryDelays: configuration.retryDelays, logger: logger)
         let runner = PurgeRunner(
             store: PurgeStore(pool: pool),
-            office: DeadLetterOffice(pool: pool, publisher: publisher, retryDelays: configuration.retryDelays, logger: logger),
+            office: office,
+            eraser: AccountEraser(pool: pool, publisher: publisher, office: office, logger: logger),
             retention: .init(
                 tombstones: configuration.tombstoneRetention, jobs: configuration.jobRetention,
                 deadLetters: configuration.deadLetterRetention, devices: configuration.deviceRetention),
@@ -79,6 +81,7 @@ struct Purge: AsyncParsableCommand {
 struct PurgeRunner: Sendable {
     let store: PurgeStore
     let office: DeadLetterOffice
+    let eraser: AccountEraser
     let retention: PurgeStore.Retention
     let logger: Logger
 
@@ -91,6 +94,8 @@ struct PurgeRunner: Sendable {
             return nil
         }
         if report.deadLetters > 0 { await office.reconcile() }
+        let resumed = try await eraser.resumeUnfinished()
+        if resumed > 0 { logger.info("finished account deletions a stopped process left", metadata: ["accounts": "\(resumed)"]) }
         for (kind, count) in [
             ("tombstones", report.tombstones), ("jobs", report.jobs), ("op_ids", report.opIDs),
             ("dead_letters", report.deadLetters), ("devices", report.devices),

@@ -11,13 +11,22 @@ import SyncModels
 /// Runs `body` with the same dead-letter tools the gateway's admin API uses, straight
 /// against PostgreSQL and RabbitMQ (DATABASE_URL, AMQP_URL, RETRY_DELAYS).
 func withOffice<T: Sendable>(_ body: (DeadLetterOffice) async throws -> T) async throws -> T {
+    try await withOperations { _, _, office, _ in try await body(office) }
+}
+
+/// Runs `body` with a pool, a publisher and the dead-letter office of this deployment.
+func withOperations<T: Sendable>(
+    _ body: (PGPool, AMQPPublisher, DeadLetterOffice, Logger) async throws -> T
+) async throws -> T {
     let configuration = try Configuration.fromEnvironment()
     let publisher = AMQPPublisher(
         endpoint: try configuration.amqpEndpoint(),
         topology: SynclineTopology.topology(retryDelays: configuration.retryDelays), logger: Logger(label: "syncctl"))
     do {
         let value = try await withPool { pool, logger in
-            try await body(DeadLetterOffice(pool: pool, publisher: publisher, retryDelays: configuration.retryDelays, logger: logger))
+            try await body(
+                pool, publisher,
+                DeadLetterOffice(pool: pool, publisher: publisher, retryDelays: configuration.retryDelays, logger: logger), logger)
         }
         await publisher.shutdown()
         return value

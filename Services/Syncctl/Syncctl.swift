@@ -12,7 +12,10 @@ struct Syncctl: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "syncctl",
         abstract: "Operate a Syncline deployment.",
-        subcommands: [Migrate.self, Token.self, Jobs.self, DeadLetters.self, Queues.self, Topology.self, Bench.self, StreamBench.self])
+        subcommands: [
+            Migrate.self, Token.self, Jobs.self, DeadLetters.self, Queues.self, Users.self, Topology.self, Bench.self,
+            StreamBench.self,
+        ])
 }
 
 /// Shared by the subcommands that talk to PostgreSQL.

@@ -38,7 +38,7 @@ func buildWorker(configuration: Configuration, logger: Logger) throws -> some Ap
             },
             JobConsumer(
                 jobs: jobs, exhausted: exhausted, store: ApplyStore(pool: pool), deadLetters: DeadLetterStore(pool: pool),
-                publisher: publisher, configuration: configuration, logger: logger),
+                accounts: AccountStore(pool: pool), publisher: publisher, configuration: configuration, logger: logger),
         ],
         logger: logger)
 }

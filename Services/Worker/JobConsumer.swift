@@ -26,6 +26,7 @@ struct JobConsumer: Service {
     let exhausted: AMQPConsumer
     let store: ApplyStore
     let deadLetters: DeadLetterStore
+    let accounts: AccountStore
     let publisher: AMQPPublisher
     let configuration: Configuration
     let logger: Logger
@@ -91,7 +92,7 @@ struct JobConsumer: Service {
                 duplicates.increment()
                 jobs.ack(delivery)
             case .unknownJob:
-                await park(delivery, from: jobs, jobID: jobID, reason: DeadLetterReason.unknownJob, error: "no job row with this id")
+                await settleUnknown(delivery, from: jobs, jobID: jobID)
             }
         } catch {
             let failure = JobFailure.classify(error)
@@ -142,7 +143,7 @@ struct JobConsumer: Service {
         do {
             switch status {
             case nil:
-                await park(delivery, from: consumer, jobID: jobID, reason: DeadLetterReason.unknownJob, error: "no job row with this id")
+                await settleUnknown(delivery, from: consumer, jobID: jobID)
             case .dead?:
                 if let parked = try await deadLetters.detail(id: jobID)?.item {
                     await park(delivery, from: consumer, jobID: jobID, reason: parked.reason, error: parked.lastError ?? "")
@@ -190,6 +191,22 @@ struct JobConsumer: Service {
     /// Records the dead letter (the job `dead`), parks the message in `sync.jobs.dlq` with
     /// a confirm, then acks — so a dead letter is never only in one place for long, and
     /// never lost.
+    /// A message naming no job row: a job erased with its account is dropped (it must not
+    /// be applied, and it is no operator's concern); any other is dead-lettered.
+    private func settleUnknown(_ delivery: AMQPDelivery, from consumer: AMQPConsumer, jobID: String) async {
+        do {
+            if try await accounts.wasForgotten(jobID: jobID) {
+                logger.info("dropped a job of a deleted account", metadata: ["job.id": "\(jobID)"])
+                consumer.ack(delivery)
+                return
+            }
+        } catch {
+            await handBack(delivery, to: consumer, error: error, logger: logger)
+            return
+        }
+        await park(delivery, from: consumer, jobID: jobID, reason: DeadLetterReason.unknownJob, error: "no job row with this id")
+    }
+
     private func park(_ delivery: AMQPDelivery, from consumer: AMQPConsumer, jobID: String?, reason: String, error: String) async {
         let id = SynclineTopology.deadLetterID(jobID: jobID, body: delivery.body)
         do {

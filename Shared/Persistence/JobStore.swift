@@ -38,6 +38,8 @@ public struct JobStore: Sendable {
         case existing(jobID: String, status: JobStatus, ops: Int)
         /// The Idempotency-Key was used before with a different body.
         case keyReused
+        /// The device was revoked (or its account deleted) while the push came in.
+        case deviceRevoked
     }
 
     /// Stamps the ops (HLC receive rule under the user's clock row lock), rejects clocks
@@ -55,6 +57,12 @@ public struct JobStore: Sendable {
                     RETURNING hlc_ms, hlc_counter
                     """, [intake.user]).first
                 guard let row else { throw PGError(code: .decoding, message: "user clock row missing") }
+                // Checked again under the clock lock: a revocation or an account deletion
+                // (which takes the same lock) either committed before, or waits for this job.
+                let device = try connection.query(
+                    "SELECT revoked_at IS NULL AS active FROM devices WHERE device_id = $1::uuid AND user_id = $2",
+                    [intake.deviceID, intake.user]).first
+                guard try device?.bool("active") == true else { return .deviceRevoked }
                 var clock = HLCState(milliseconds: try row.int("hlc_ms"), counter: Int(try row.int("hlc_counter")))
                 let now = Int64(Date().timeIntervalSince1970 * 1000)
                 let ops = Self.stamp(intake.ops, clock: &clock, now: now, deviceID: intake.deviceID, maxSkew: intake.maxClockSkewMilliseconds)

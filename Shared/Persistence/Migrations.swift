@@ -166,6 +166,24 @@ public enum Migrations {
               seen_at timestamptz NOT NULL DEFAULT now()
             );
             """),
+        Migration(version: 6, name: "account deletion", sql: """
+            -- A deletion in progress keeps the user id until it is done; afterwards only a
+            -- digest of it stays, to answer the deletion's status.
+            CREATE TABLE account_deletions (
+              user_hash    text PRIMARY KEY,
+              user_id      text,
+              requested_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+              finished_at  timestamptz
+            );
+            CREATE INDEX account_deletions_pending ON account_deletions (requested_at) WHERE finished_at IS NULL;
+            -- Jobs of deleted accounts: a worker that meets one in the queue drops it
+            -- instead of dead-lettering an unknown job. Purged after JOB_RETENTION.
+            CREATE TABLE forgotten_jobs (
+              job_id       uuid PRIMARY KEY,
+              forgotten_at timestamptz NOT NULL DEFAULT clock_timestamp()
+            );
+            CREATE INDEX forgotten_jobs_by_age ON forgotten_jobs (forgotten_at);
+            """),
     ]
 
     /// Applies every migration not yet applied. Safe to run from many processes at once.

@@ -112,6 +112,14 @@ public struct PurgeStore: Sendable {
                   RETURNING 1)
                 SELECT count(*) AS n FROM gone
                 """, retention.devices)
+            _ = try drain("""
+                WITH gone AS (
+                  DELETE FROM forgotten_jobs WHERE job_id IN (
+                    SELECT job_id FROM forgotten_jobs
+                    WHERE forgotten_at < clock_timestamp() - make_interval(secs => $1) LIMIT $2 FOR UPDATE SKIP LOCKED)
+                  RETURNING 1)
+                SELECT count(*) AS n FROM gone
+                """, retention.jobs)
             return report
         }
     }

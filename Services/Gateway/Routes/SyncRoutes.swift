@@ -68,6 +68,8 @@ struct SyncRoutes: Sendable {
         switch outcome {
         case .keyReused:
             throw APIError.unprocessable("This Idempotency-Key was used with a different body.")
+        case .deviceRevoked:
+            throw APIError.forbidden("This device was revoked.")
         case .existing(let jobID, let status, let ops):
             return try accepted(PushAccepted(jobID: jobID, status: status, ops: ops))
         case .created(let jobID, let ops):

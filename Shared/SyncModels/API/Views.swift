@@ -294,3 +294,25 @@ public struct DeviceRevokedEvent: Codable, Sendable, Equatable {
 
     enum CodingKeys: String, CodingKey { case type, userID = "user_id", deviceID = "device_id" }
 }
+
+/// How far an account deletion got (`GET /v1/me/deletion`).
+public struct AccountDeletionView: Codable, Sendable, Equatable {
+    public var status: String
+    public var requestedAt: String
+    public var finishedAt: String?
+
+    public init(status: String, requestedAt: String, finishedAt: String?) {
+        self.status = status
+        self.requestedAt = requestedAt
+        self.finishedAt = finishedAt
+    }
+
+    enum CodingKeys: String, CodingKey { case status, requestedAt = "requested_at", finishedAt = "finished_at" }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(status, forKey: .status)
+        try container.encode(requestedAt, forKey: .requestedAt)
+        try container.encode(finishedAt, forKey: .finishedAt)
+    }
+}

@@ -1,0 +1,48 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Operations
+import ServiceSupport
+import SyncModels
+
+/// `DELETE /v1/me` (the caller's account data goes: App Store guideline 5.1.1(v)) and
+/// `GET /v1/me/deletion` (how far it got).
+struct AccountRoutes: Sendable {
+    let auth: Authenticator
+    let eraser: AccountEraser
+    /// How long a deletion may run inside the request before it answers 202 and goes on.
+    let inlineBudget: Double
+
+    func register(on router: Router<GatewayRequestContext>) {
+        router.delete("/v1/me", use: delete)
+        router.get("/v1/me/deletion", use: status)
+    }
+
+    @Sendable func delete(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        let claims = try await auth.user(request, context: context)
+        if try await eraser.erase(user: claims.sub, budget: inlineBudget) { return Response(status: .noContent) }
+        // A large account: the rest goes on here, and purge finishes it should this
+        // gateway stop first.
+        let eraser = self.eraser, user = claims.sub, logger = context.logger
+        Task {
+            do {
+                _ = try await eraser.continueErasing(user: user, userHash: AccountEraser.userHash(user), budget: .infinity)
+            } catch {
+                logger.warning("account deletion interrupted; purge will finish it", metadata: ["error": "\(error)"])
+            }
+        }
+        var headers = HTTPFields()
+        headers[.location] = "/v1/me/deletion"
+        return try jsonResponse(try await view(user: user), status: .accepted, headers: headers)
+    }
+
+    @Sendable func status(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        let claims = try await auth.user(request, context: context)
+        return try jsonResponse(try await view(user: claims.sub))
+    }
+
+    private func view(user: String) async throws -> AccountDeletionView {
+        guard let deletion = try await eraser.deletion(user: user) else { throw APIError.notFound("No deletion was requested.") }
+        return AccountDeletionView(status: deletion.status.rawValue, requestedAt: deletion.requestedAt, finishedAt: deletion.finishedAt)
+    }
+}

@@ -1,0 +1,65 @@
+import AMQPBridge
+import Auth
+import Foundation
+import Logging
+import PQBridge
+import Persistence
+import ServiceSupport
+import SyncModels
+
+/// Deletes a user's account data everywhere Syncline holds it, for `DELETE /v1/me`,
+/// `syncctl users delete` and purge (which finishes deletions a stopped process left). The
+/// user's open streams are closed at once; pushes still queued are dropped by the workers.
+public struct AccountEraser: Sendable {
+    let accounts: AccountStore
+    let publisher: AMQPPublisher
+    let office: DeadLetterOffice
+    let logger: Logger
+
+    public init(pool: PGPool, publisher: AMQPPublisher, office: DeadLetterOffice, logger: Logger) {
+        self.accounts = AccountStore(pool: pool)
+        self.publisher = publisher
+        self.office = office
+        self.logger = logger
+    }
+
+    /// What the deletion record keeps once the deletion is done: not the user id.
+    public static func userHash(_ user: String) -> String { Digests.sha256Hex(Array(user.utf8)) }
+
+    /// Starts deleting and keeps at it for up to `budget` seconds; true once done.
+    public func erase(user: String, budget: Double) async throws -> Bool {
+        let hash = Self.userHash(user)
+        try await accounts.begin(user: user, userHash: hash)
+        do {
+            try await publisher.publish([SynclineTopology.revocationMessage(DeviceRevokedEvent(userID: user, deviceID: nil))])
+        } catch {
+            logger.warning("cannot announce an account deletion to fanout; its streams end at their next reconnect",
+                           metadata: ["error": "\(error)"])
+        }
+        return try await continueErasing(user: user, userHash: hash, budget: budget)
+    }
+
+    /// Erases batch after batch until nothing is left (true) or the budget is spent.
+    public func continueErasing(user: String, userHash: String, budget: Double) async throws -> Bool {
+        let deadline = Date().addingTimeInterval(budget)
+        while try await accounts.eraseBatch(user: user) {
+            if Date() > deadline { return false }
+        }
+        try await accounts.finish(user: user, userHash: userHash)
+        await office.reconcile()
+        logger.info("account deleted", metadata: ["user.hash": "\(userHash.prefix(12))"])
+        return true
+    }
+
+    /// Finishes deletions whose process stopped midway (requested over a minute ago).
+    @discardableResult
+    public func resumeUnfinished() async throws -> Int {
+        let pending = try await accounts.unfinished(olderThan: 60)
+        for (user, hash) in pending { _ = try await continueErasing(user: user, userHash: hash, budget: .infinity) }
+        return pending.count
+    }
+
+    public func deletion(user: String) async throws -> AccountStore.Deletion? {
+        try await accounts.deletion(userHash: Self.userHash(user))
+    }
+}

@@ -1,0 +1,102 @@
+import PQBridge
+import SyncModels
+
+/// Erasing a user's account data (`DELETE /v1/me`, `syncctl users delete`): records
+/// (published ones included), tombstones, jobs, op results, idempotency keys, devices,
+/// dead letters, counters and clocks — in bounded batches, each its own short
+/// transaction, so other users never wait behind one large account.
+public struct AccountStore: Sendable {
+    let pool: PGPool
+
+    public init(pool: PGPool) { self.pool = pool }
+
+    public static let batchSize = 1000
+
+    public enum DeletionStatus: String, Sendable {
+        case inProgress = "in_progress"
+        case done
+    }
+
+    public struct Deletion: Sendable {
+        public let status: DeletionStatus
+        public let requestedAt: String
+        public let finishedAt: String?
+    }
+
+    /// Starts (or restarts) the deletion. Under the user's clock row lock — the lock every
+    /// push's intake takes — the devices are revoked, so a push either committed its job
+    /// before (and that job is erased below) or finds its device revoked.
+    public func begin(user: String, userHash: String) async throws {
+        try await pool.transaction { connection in
+            try connection.query("""
+                INSERT INTO user_clocks (user_id, hlc_ms, hlc_counter) VALUES ($1, 0, 0)
+                ON CONFLICT (user_id) DO UPDATE SET user_id = EXCLUDED.user_id
+                """, [user])
+            try connection.query("UPDATE devices SET revoked_at = coalesce(revoked_at, now()) WHERE user_id = $1", [user])
+            try connection.query("""
+                INSERT INTO account_deletions (user_hash, user_id) VALUES ($1, $2)
+                ON CONFLICT (user_hash) DO UPDATE SET user_id = EXCLUDED.user_id, finished_at = NULL,
+                  requested_at = clock_timestamp()
+                """, [userHash, user])
+        }
+    }
+
+    /// Deletes one batch; false once nothing of the user is left. Jobs go first: a worker
+    /// applying one holds its row, so the delete waits for that commit and the records it
+    /// wrote are erased by the batches after it.
+    public func eraseBatch(user: String) async throws -> Bool {
+        let limit = Self.batchSize
+        let steps: [String] = [
+            """
+            WITH gone AS (
+              DELETE FROM jobs WHERE job_id IN (SELECT job_id FROM jobs WHERE user_id = $1 LIMIT $2) RETURNING job_id)
+            INSERT INTO forgotten_jobs (job_id) SELECT job_id FROM gone ON CONFLICT DO NOTHING
+            """,
+            "DELETE FROM records WHERE (user_id, collection, record_id) IN (SELECT user_id, collection, record_id FROM records WHERE user_id = $1 LIMIT $2)",
+            "DELETE FROM op_ids WHERE (user_id, op_id) IN (SELECT user_id, op_id FROM op_ids WHERE user_id = $1 LIMIT $2)",
+            "DELETE FROM dead_letters WHERE dead_letter_id IN (SELECT dead_letter_id FROM dead_letters WHERE user_id = $1 LIMIT $2)",
+            "DELETE FROM devices WHERE device_id IN (SELECT device_id FROM devices WHERE user_id = $1 LIMIT $2)",
+        ]
+        for sql in steps {
+            let result = try await pool.query(sql, [user, limit])
+            if result.affectedRows > 0 { return true }
+        }
+        return false
+    }
+
+    /// The last rows: the counter and the clock, then the deletion forgets the user id.
+    public func finish(user: String, userHash: String) async throws {
+        try await pool.transaction { connection in
+            try connection.query("DELETE FROM user_counters WHERE user_id = $1", [user])
+            try connection.query("DELETE FROM user_clocks WHERE user_id = $1", [user])
+            try connection.query(
+                "UPDATE account_deletions SET user_id = NULL, finished_at = clock_timestamp() WHERE user_hash = $1", [userHash])
+        }
+    }
+
+    public func deletion(userHash: String) async throws -> Deletion? {
+        try await pool.query("""
+            SELECT finished_at IS NOT NULL AS done, syncline_rfc3339(requested_at) AS requested_at,
+                   syncline_rfc3339(finished_at) AS finished_at
+            FROM account_deletions WHERE user_hash = $1
+            """, [userHash]).first.map {
+            Deletion(status: try $0.bool("done") ? .done : .inProgress, requestedAt: try $0.string("requested_at"),
+                     finishedAt: $0["finished_at"])
+        }
+    }
+
+    /// Deletions left unfinished (the process erasing them stopped), oldest first.
+    public func unfinished(olderThan seconds: Int) async throws -> [(user: String, userHash: String)] {
+        try await pool.query("""
+            SELECT user_id, user_hash FROM account_deletions
+            WHERE finished_at IS NULL AND requested_at < clock_timestamp() - make_interval(secs => $1)
+            ORDER BY requested_at LIMIT 100
+            """, [seconds]).rows.map { (try $0.string("user_id"), try $0.string("user_hash")) }
+    }
+
+    /// Whether a job was erased with its account (its queued message is then dropped).
+    public func wasForgotten(jobID: String) async throws -> Bool {
+        guard let id = Names.canonicalUUID(jobID) else { return false }
+        return try await pool.query("SELECT 1 FROM forgotten_jobs WHERE job_id = $1", [id]).first != nil
+    }
+}

@@ -1,0 +1,100 @@
+import Foundation
+import PQBridge
+import Testing
+
+/// `DELETE /v1/me` and `syncctl users delete`: every table forgets the user, their public
+/// content and streams go, their queued pushes are never applied, other users stay.
+@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+struct AccountDeletionTests {
+    static let tables = ["records", "jobs", "op_ids", "devices", "dead_letters", "user_counters", "user_clocks"]
+
+    /// Rows naming `user` in each table that holds user data.
+    func rowsOf(_ user: String, pool: PGPool) async throws -> [String: Int64] {
+        var counts: [String: Int64] = [:]
+        for table in Self.tables {
+            counts[table] = try await pool.query("SELECT count(*) AS n FROM \(table) WHERE user_id = $1", [user]).first?.int("n")
+        }
+        counts["account_deletions (user id kept)"] = try await pool.query(
+            "SELECT count(*) AS n FROM account_deletions WHERE user_id = $1", [user]).first?.int("n")
+        return counts
+    }
+
+    @Test func deletingAnAccountLeavesNothingOfTheUser() async throws {
+        let failing = try await FailureTests.FailingCollection("doomed")
+        let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
+        try await Stack.with(workers: 1, fanouts: 1) { stack in
+            let api = stack.client
+            let user = "leaver-\(UUID().uuidString.prefix(6))", neighbour = "stayer-\(UUID().uuidString.prefix(6))"
+            let (token, otherToken) = (await E2E.token(user, name: "Leaver"), await E2E.token(neighbour))
+            let device = try await api.registerDevice(token)
+            let otherDevice = try await api.registerDevice(otherToken)
+            let publicID = "leaver-guide-\(UUID().uuidString.prefix(6).lowercased())"
+            let setup = try await api.push(token, device: device, ops: [
+                ["op_id": newOpID(), "type": "upsert", "collection": "guides", "id": "g1", "data": ["title": "Reefing"]],
+                ["op_id": newOpID(), "type": "publish", "collection": "guides", "id": "g1", "public_id": publicID],
+                ["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": "n1", "data": ["t": 1]],
+                ["op_id": newOpID(), "type": "delete", "collection": "notes", "id": "n1"],
+            ], headers: ["Idempotency-Key": "setup-1"])
+            _ = try await api.awaitJob(token, try #require(setup.json["job_id"] as? String))
+            #expect(try await api.request("GET", "/v1/public/\(publicID)").status == 200)
+            // A dead letter of the user.
+            let doomed = try await api.push(token, device: device, ops: [
+                ["op_id": newOpID(), "type": "upsert", "collection": "doomed", "id": "d1", "data": ["t": 1]],
+            ])
+            #expect(try await api.awaitJob(token, try #require(doomed.json["job_id"] as? String))["status"] as? String == "dead")
+            try await failing.remove()
+            let kept = try await api.push(otherToken, device: otherDevice, ops: [
+                ["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": "mine", "data": ["t": 1]],
+            ])
+            _ = try await api.awaitJob(otherToken, try #require(kept.json["job_id"] as? String))
+            let stream = try SSEClient(port: stack.fanouts[0].port, path: "/v1/stream?device_id=\(device)&access_token=\(token)")
+            defer { stream.close() }
+            _ = try await stream.inbox.next("hello")
+            let before = try await rowsOf(user, pool: pool)
+            #expect(before["records"] == 2 && before["dead_letters"] == 1 && before["devices"] == 1, "\(before)")
+
+            let deleted = try await api.request("DELETE", "/v1/me", token: token)
+            #expect(deleted.status == 204, "\(deleted.status) \(deleted.text)")
+            let after = try await rowsOf(user, pool: pool)
+            #expect(after.values.allSatisfy { $0 == 0 }, "rows left: \(after)")
+            #expect(try await api.request("GET", "/v1/public/\(publicID)").status == 404)
+            _ = try await E2E.eventually(within: 3, "the stream closed") { stream.inbox.finished ? true : nil }
+            let status = try await api.request("GET", "/v1/me/deletion", token: token)
+            #expect(status.status == 200 && status.json["status"] as? String == "done", "\(status.text)")
+            // Deleting again is fine; the neighbour is untouched.
+            #expect(try await api.request("DELETE", "/v1/me", token: token).status == 204)
+            let (changes, _) = try await api.pullAll(otherToken)
+            #expect(changes.map { $0["id"] as? String } == ["mine"])
+            #expect(try await api.request("GET", "/v1/devices", token: otherToken).json["items"].map { ($0 as? [Any])?.count } == 1)
+        }
+        await pool.shutdown()
+    }
+
+    @Test func pushesStillQueuedAreNeverApplied() async throws {
+        let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
+        // No worker yet: the push waits in the queue while the account is deleted.
+        try await Stack.with(workers: 0) { stack in
+            let api = stack.client
+            let user = "queued-\(UUID().uuidString.prefix(6))"
+            let device = try await api.registerDevice(await E2E.token(user))
+            let push = try await api.push(await E2E.token(user), device: device, ops: [
+                ["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": "late", "data": ["t": 1]],
+            ])
+            #expect(push.status == 202)
+            let output = FileManager.default.temporaryDirectory.appendingPathComponent("users-delete-\(UUID().uuidString).log").path
+            let status = E2E.shell("\(E2E.binaries)/syncctl users delete \(user) > \(output) 2>&1")
+            #expect(status == 0, "\((try? String(contentsOfFile: output, encoding: .utf8)) ?? "")")
+            try await stack.addWorker()
+            let log = try #require(stack.workers.last?.logPath)
+            _ = try await E2E.eventually(within: 10, "the worker met the queued job") {
+                (try? String(contentsOfFile: log, encoding: .utf8))?.contains("dropped a job of a deleted account") == true ? true : nil
+            }
+            let after = try await rowsOf(user, pool: pool)
+            #expect(after.values.allSatisfy { $0 == 0 }, "rows left after the queued job was delivered: \(after)")
+            let jobID = try #require(push.json["job_id"] as? String)
+            let deadLetters = try await pool.query("SELECT count(*) AS n FROM dead_letters WHERE job_id = $1::uuid", [jobID])
+            #expect(try deadLetters.first?.int("n") == 0, "a deleted account's job is dropped, not dead-lettered")
+        }
+        await pool.shutdown()
+    }
+}
