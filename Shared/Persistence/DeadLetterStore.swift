@@ -60,7 +60,8 @@ public struct DeadLetterStore: Sendable {
     /// The columns of a list item, from table alias `d`.
     static let itemColumns = """
         d.dead_letter_id, d.queue, d.user_id, d.device_id, d.attempts, d.reason, d.last_error,
-        syncline_rfc3339(d.dead_at) AS dead_at, d.op_count, d.dead_at::text AS dead_at_exact
+        syncline_rfc3339(d.dead_at) AS dead_at, d.op_count,
+        (extract(epoch FROM d.dead_at) * 1000000)::bigint AS dead_at_microseconds
         """
 
     static func item(_ row: PGRow) throws -> DeadLetterItem {
@@ -87,40 +88,41 @@ public struct DeadLetterStore: Sendable {
         let (conditions, parameters) = Self.conditions(filter, first: 5)
         let rows = try await pool.query("""
             SELECT \(Self.itemColumns) FROM dead_letters d
-            WHERE queue = $1 AND ($2::text IS NULL OR (dead_at, dead_letter_id) < ($2::timestamptz, $3::uuid))
+            WHERE queue = $1 AND ($2::bigint IS NULL
+                OR (dead_at, dead_letter_id) < (timestamptz 'epoch' + $2::bigint * interval '1 microsecond', $3::uuid))
               AND \(conditions)
             ORDER BY dead_at DESC, dead_letter_id DESC
             LIMIT $4
-            """, [queue, cursor?.deadAt, cursor?.id, limit + 1] + parameters).rows
+            """, [queue, cursor?.deadAtMicroseconds, cursor?.id, limit + 1] + parameters).rows
         let items = try rows.prefix(limit).map(Self.item)
         let next = rows.count > limit
-            ? Cursor(deadAt: try rows[limit - 1].string("dead_at_exact"), id: try rows[limit - 1].string("dead_letter_id")).text
+            ? Cursor(deadAtMicroseconds: try rows[limit - 1].int("dead_at_microseconds"), id: try rows[limit - 1].string("dead_letter_id")).text
             : nil
         return DeadLetterPage(items: items, nextCursor: next)
     }
 
     /// A position in the list: the last item's exact time and id.
+    /// Where a page ends: `<dead_at in microseconds since 1970>_<dead_letter_id>`. Any
+    /// text of that shape is a valid position (the page after it), so a cursor is checked
+    /// by its shape alone and never reaches PostgreSQL as something it could refuse.
     public struct Cursor: Sendable, Equatable {
-        public let deadAt: String
+        public let deadAtMicroseconds: Int64
         public let id: String
 
         public init?(text: String) {
-            guard let data = Base64URL.decode(text), let decoded = String(data: data, encoding: .utf8) else { return nil }
-            let parts = decoded.split(separator: "|", omittingEmptySubsequences: false)
-            guard parts.count == 2, let id = Names.canonicalUUID(String(parts[1])),
-                  !parts[0].isEmpty, parts[0].allSatisfy({ $0.isNumber || " -:.+".contains($0) })
+            let parts = text.split(separator: "_", omittingEmptySubsequences: false)
+            guard parts.count == 2, (1...16).contains(parts[0].utf8.count), parts[0].utf8.allSatisfy({ (48...57).contains($0) }),
+                  let microseconds = Int64(parts[0]), let id = Names.canonicalUUID(String(parts[1]))
             else { return nil }
-            self.init(deadAt: String(parts[0]), id: id)
+            self.init(deadAtMicroseconds: microseconds, id: id)
         }
 
-        init(deadAt: String, id: String) {
-            self.deadAt = deadAt
+        init(deadAtMicroseconds: Int64, id: String) {
+            self.deadAtMicroseconds = deadAtMicroseconds
             self.id = id
         }
 
-        public var text: String {
-            Base64URL.encode(Data("\(deadAt)|\(id)".utf8))
-        }
+        public var text: String { "\(deadAtMicroseconds)_\(id)" }
     }
 
     /// One dead letter with its message, the job's ops and its attempts.

@@ -23,11 +23,17 @@ public final class RouteMethods: Sendable {
     /// The methods answered at `path`, or nil when no route template matches it.
     public func allowed(path: String) -> [String]? {
         let parts = path.split(separator: "/")
-        let methods = table.withLockedValue { table in
-            table.filter { entry in
+        func isCapture(_ component: Substring) -> Bool { component.hasPrefix("{") || component.hasPrefix(":") || component == "*" }
+        let methods = table.withLockedValue { table -> Set<String> in
+            let matches = table.filter { entry in
                 entry.components.count == parts.count
-                    && zip(entry.components, parts).allSatisfy { $0.hasPrefix("{") || $0.hasPrefix(":") || $0 == "*" || $0 == $1 }
-            }.reduce(into: Set<String>()) { $0.formUnion($1.methods) }
+                    && zip(entry.components, parts).allSatisfy { isCapture($0) || $0 == $1 }
+            }
+            // The router prefers literal segments: `/dead-letters/replay` is that route
+            // alone, not also `/dead-letters/{job_id}`.
+            let literals = { (entry: (components: [Substring], methods: Set<String>)) in entry.components.filter { !isCapture($0) }.count }
+            let best = matches.map(literals).max()
+            return matches.filter { literals($0) == best }.reduce(into: Set<String>()) { $0.formUnion($1.methods) }
         }
         return methods.isEmpty ? nil : methods.sorted()
     }

@@ -109,6 +109,8 @@ struct ContractTests {
                 try await api.request("GET", "/v1/admin/dead-letters/\(deadJob)", token: admin).status == 200 ? true : nil
             }
 
+            let leaver = await E2E.token("contract-leaver-\(UUID().uuidString.prefix(6))")
+            _ = try await api.registerDevice(leaver)
             let examples: [Example] = [
                 Example(operation: "POST /v1/devices") { try await $0.json("POST", "/v1/devices", token: token, ["name": "x", "platform": "web"]) },
                 Example(operation: "POST /v1/devices") { try await $0.json("POST", "/v1/devices", token: token, ["name": 5]) },
@@ -141,6 +143,10 @@ struct ContractTests {
                 Example(operation: "GET /v1/admin/audit") { try await $0.request("GET", "/v1/admin/audit?limit=5", token: admin) },
                 Example(operation: "GET /v1/admin/queues") { try await $0.request("GET", "/v1/admin/queues", token: admin) },
                 Example(operation: "GET /v1/admin/job-rates") { try await $0.request("GET", "/v1/admin/job-rates?minutes=5", token: admin) },
+                Example(operation: "DELETE /v1/me") { try await $0.request("DELETE", "/v1/me", token: leaver) },
+                Example(operation: "DELETE /v1/me") { try await $0.request("DELETE", "/v1/me") },
+                Example(operation: "GET /v1/me/deletion") { try await $0.request("GET", "/v1/me/deletion", token: leaver) },
+                Example(operation: "GET /v1/me/deletion") { try await $0.request("GET", "/v1/me/deletion", token: token) },
                 Example(operation: "GET /admin") { try await $0.request("GET", "/admin") },
                 Example(operation: "GET /healthz") { try await $0.request("GET", "/healthz") },
                 Example(operation: "GET /readyz") { try await $0.request("GET", "/readyz") },

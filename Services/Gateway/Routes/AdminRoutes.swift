@@ -39,7 +39,7 @@ struct AdminRoutes: Sendable {
         guard queue == "sync" || queue == "notify" else { throw APIError.badRequest("queue must be sync or notify.") }
         let limit = try request.integerParameter("limit", in: 1...500, default: 50)
         var cursor: DeadLetterStore.Cursor?
-        if let text = query["cursor"].map(String.init), !text.isEmpty {
+        if let text = query["cursor"].map(String.init) {
             guard let parsed = DeadLetterStore.Cursor(text: text) else { throw APIError.badRequest("cursor must be a next_cursor from an earlier page.") }
             cursor = parsed
         }
@@ -66,7 +66,7 @@ struct AdminRoutes: Sendable {
         case .notFound:
             throw APIError.notFound("No dead job with this id.")
         case .namesNoJob:
-            throw APIError.unprocessable("This dead letter names no job that could run again; discard it.")
+            throw APIError(status: .conflict, code: .invalidRequest, detail: "This dead letter names no job that could run again; discard it.")
         }
     }
 
@@ -82,9 +82,13 @@ struct AdminRoutes: Sendable {
         let body = try await request.body.collect(upTo: 64 * 1024)
         guard let root = try? JSONParser.parse(Data(buffer: body)) else { throw APIError.badRequest("The request body is not valid JSON.") }
         guard let fields = root.objectValue else { throw APIError.unprocessable("The body must be a JSON object.") }
+        // A filter field given must say something: a non-empty string (null or "" would
+        // silently widen the selection).
         func text(_ name: String) throws -> String? {
-            guard let value = fields[name], !value.isNull else { return nil }
-            guard let string = value.stringValue else { throw APIError.unprocessable("\(name) must be a string.") }
+            guard let value = fields[name] else { return nil }
+            guard let string = value.stringValue, !string.isEmpty else {
+                throw APIError.unprocessable("\(name) must be a non-empty string.")
+            }
             return string
         }
         var dryRun = false
@@ -123,7 +127,7 @@ struct AdminRoutes: Sendable {
     ) throws -> DeadLetterFilter {
         func nonEmpty(_ text: String?) -> String? { text.flatMap { $0.isEmpty ? nil : $0 } }
         func time(_ name: String, _ text: String?) throws -> String? {
-            guard let text = nonEmpty(text) else { return nil }
+            guard let text else { return nil }
             guard let canonical = RFC3339.canonicalUTC(text) else {
                 throw invalid("\(name) must be an RFC 3339 time such as 2026-11-22T10:00:00Z.")
             }

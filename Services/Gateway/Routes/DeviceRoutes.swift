@@ -60,15 +60,15 @@ struct DeviceRegistration {
             throw .badRequest("The request body is not valid JSON.")
         }
         guard let fields = root.objectValue else { throw .unprocessable("The body must be a JSON object.") }
-        guard let name = fields["name"]?.stringValue, (1...200).contains(name.count), Names.isPlainText(name) else {
+        guard let name = fields["name"]?.stringValue, (1...200).contains(name.unicodeScalars.count), Names.isPlainText(name) else {
             throw .unprocessable("name must be a string of 1 to 200 characters, without control characters.")
         }
-        guard let platform = fields["platform"]?.stringValue, (1...50).contains(platform.count), Names.isPlainText(platform) else {
+        guard let platform = fields["platform"]?.stringValue, (1...50).contains(platform.unicodeScalars.count), Names.isPlainText(platform) else {
             throw .unprocessable("platform must be a string of 1 to 50 characters, without control characters.")
         }
         var pushURL: String?
         if let raw = fields["push_url"], !raw.isNull {
-            guard let text = raw.stringValue, text.count <= 2048, Names.isPlainText(text), let url = URL(string: text),
+            guard let text = raw.stringValue, text.unicodeScalars.count <= 2048, Names.isPlainText(text), let url = URL(string: text),
                   url.scheme == "https" || url.scheme == "http", url.host != nil
             else { throw .unprocessable("push_url must be an http(s) URL.") }
             if !allowPrivateWebhooks, let host = url.host, WebhookAddresses.isPrivateLiteral(host: host) {

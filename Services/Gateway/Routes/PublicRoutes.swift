@@ -20,7 +20,7 @@ struct PublicRoutes: Sendable {
         try limiter.check(context.clientAddress, limit: "public")
         let query = request.uri.queryParameters
         var collection: String?
-        if let text = query["collection"].map(String.init), !text.isEmpty {
+        if let text = query["collection"].map(String.init) {
             guard Names.isValidCollection(text) else { throw APIError.badRequest("collection must be a collection name.") }
             collection = text
         }

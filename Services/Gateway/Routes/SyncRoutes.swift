@@ -57,8 +57,8 @@ struct SyncRoutes: Sendable {
         case .active: break
         }
         let key = request.headers[.idempotencyKey]
-        if let key, !(1...255).contains(key.utf8.count) {
-            throw APIError.badRequest("Idempotency-Key must be 1 to 255 bytes.")
+        if let key, !(1...255).contains(key.utf8.count) || !key.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) {
+            throw APIError.badRequest("Idempotency-Key must be 1 to 255 visible ASCII characters.")
         }
         let traceID = TraceContext.traceparent(from: request.headers[.traceparent])
         let outcome = try await jobs.create(JobStore.Intake(
@@ -110,17 +110,15 @@ struct SyncRoutes: Sendable {
         let claims = try await auth.user(request, context: context)
         let query = request.uri.queryParameters
         var since: Int64 = 0
-        if let text = query["since"].map(String.init), !text.isEmpty {
-            guard let value = Int64(text), value >= 0 else { throw APIError.badRequest("since must be a cursor from an earlier pull.") }
+        if let text = query["since"].map(String.init) {
+            guard (1...18).contains(text.utf8.count), text.utf8.allSatisfy({ (48...57).contains($0) }), let value = Int64(text) else {
+                throw APIError.badRequest("since must be a cursor from an earlier pull.")
+            }
             since = value
         }
-        var limit = 500
-        if let text = query["limit"].map(String.init) {
-            guard let value = Int(text), (1...1000).contains(value) else { throw APIError.badRequest("limit must be 1 to 1000.") }
-            limit = value
-        }
+        let limit = try request.integerParameter("limit", in: 1...1000, default: 500)
         var collections: [String]?
-        if let text = query["collections"].map(String.init), !text.isEmpty {
+        if let text = query["collections"].map(String.init) {
             let names = text.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
             guard names.allSatisfy(Names.isValidCollection) else {
                 throw APIError.badRequest("collections must be a comma-separated list of collection names.")

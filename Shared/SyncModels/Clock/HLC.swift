@@ -23,7 +23,8 @@ public struct HLC: Sendable, Hashable, Comparable, CustomStringConvertible {
         guard utf8.count >= 21, utf8[13] == UInt8(ascii: "-"), utf8[19] == UInt8(ascii: "-"),
               utf8[0..<13].allSatisfy(Self.isDigit), utf8[14..<19].allSatisfy(Self.isDigit),
               let ms = Int64(String(decoding: utf8[0..<13], as: UTF8.self)),
-              let counter = Int(String(decoding: utf8[14..<19], as: UTF8.self))
+              let counter = Int(String(decoding: utf8[14..<19], as: UTF8.self)),
+              Names.isValidHLCNode(String(decoding: utf8[20...], as: UTF8.self))
         else { return nil }
         self.init(milliseconds: ms, counter: counter, node: String(decoding: utf8[20...], as: UTF8.self))
     }

@@ -5,9 +5,14 @@
 public enum RFC3339 {
     /// The same instant in UTC with milliseconds, e.g. `2026-11-22T09:00:00.000Z`, or nil.
     public static func canonicalUTC(_ text: String) -> String? {
-        guard let (seconds, milliseconds) = parse(text) else { return nil }
+        guard let (parsed, parsedMilliseconds) = parse(text) else { return nil }
+        // An offset can carry 0001-01-01 or 9999-12-31 across a year boundary: such an
+        // instant is clamped to the first or last one PostgreSQL stores (a filter means
+        // the same either way).
+        let first = daysFromCivil(year: 1, month: 1, day: 1) * 86_400
+        let last = daysFromCivil(year: 9999, month: 12, day: 31) * 86_400 + 86_399
+        let (seconds, milliseconds) = parsed < first ? (first, 0) : parsed > last ? (last, 999) : (parsed, parsedMilliseconds)
         let (year, month, day) = civil(fromDays: floorDiv(seconds, 86_400))
-        guard (1...9999).contains(year) else { return nil }
         let secondOfDay = seconds - floorDiv(seconds, 86_400) * 86_400
         func pad(_ value: Int64, _ width: Int) -> String {
             let digits = String(value)
