@@ -53,18 +53,27 @@ struct HardeningTests {
         }
     }
 
+    @Test func newStreamsOverTheLimitGet429() async throws {
+        try await Stack.with(workers: 1, fanouts: 1, environment: ["RATE_LIMIT_STREAMS": "1/m,burst=2"]) { stack in
+            let token = await E2E.token("streamer-\(UUID().uuidString.prefix(6))")
+            let device = try await stack.client.registerDevice(token)
+            let fanout = APIClient(base: "http://127.0.0.1:\(stack.fanouts[0].port)")
+            let streams = try (0..<2).map { _ in
+                try SSEClient(port: stack.fanouts[0].port, path: "/v1/stream?device_id=\(device)&access_token=\(token)")
+            }
+            defer { streams.forEach { $0.close() } }
+            for stream in streams { _ = try await stream.inbox.next("hello") }
+            let third = try await fanout.request(
+                "GET", "/v1/stream?device_id=\(device)", token: token, headers: ["Accept": "text/event-stream"])
+            #expect(third.status == 429 && third.json["code"] as? String == "rate_limited", "\(third.status) \(third.text)")
+            #expect(Int(third.header("Retry-After") ?? "") ?? 0 >= 1)
+        }
+    }
+
     /// Opens a connection, sends `bytes`, and returns how long the server took to close it.
     func secondsUntilClosed(port: Int, sending bytes: String, giveUpAfter: Double = 10) -> Double? {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard let fd = E2E.connectLoopback(port: port) else { return nil }
         defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard connected == 0 else { return nil }
         var timeout = timeval(tv_sec: Int(giveUpAfter), tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         let start = Date()

@@ -56,6 +56,23 @@ enum E2E {
         return Int(UInt16(bigEndian: address.sin_port))
     }
 
+    /// A TCP connection to 127.0.0.1:`port`, or nil; the caller closes it.
+    static func connectLoopback(port: Int) -> Int32? {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else {
+            close(fd)
+            return nil
+        }
+        return fd
+    }
+
     @discardableResult
     static func shell(_ command: String) -> Int32 {
         var pid: pid_t = 0

@@ -40,16 +40,8 @@ final class SSEClient: @unchecked Sendable {
     private var fd: Int32 = -1
 
     init(port: Int, path: String) throws {
-        let socketFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard let socketFD = E2E.connectLoopback(port: port) else { throw StackError(description: "cannot connect to :\(port)") }
         fd = socketFD
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(socketFD, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard connected == 0 else { throw StackError(description: "cannot connect to :\(port)") }
         let request = "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n"
         _ = request.withCString { send(socketFD, $0, strlen($0), 0) }
         let fd = socketFD, inbox = self.inbox, statusBox = self.statusBox

@@ -18,7 +18,8 @@ final class WebhookReceiver: @unchecked Sendable {
     private let received = NIOLockedValueBox<[Received]>([])
     private let respond: @Sendable (Int) -> (status: Int, delay: Double)
 
-    init(respond: @escaping @Sendable (Int) -> (status: Int, delay: Double)) throws {
+    /// `headers` adds response header lines (e.g. a redirect's `Location`).
+    init(headers: String = "", respond: @escaping @Sendable (Int) -> (status: Int, delay: Double)) throws {
         self.respond = respond
         listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var yes: Int32 = 1
@@ -42,14 +43,19 @@ final class WebhookReceiver: @unchecked Sendable {
                 let connection = accept(listener, nil, nil)
                 if connection < 0 { return }
                 let index = received.withLockedValue { $0.count }
-                Thread.detachNewThread { Self.serve(connection, index: index, received: received, respond: respond) }
+                Thread.detachNewThread {
+                    Self.serve(connection, index: index, received: received, headers: headers, respond: respond)
+                }
                 // Let the serving thread record before the next accept picks an index.
                 usleep(1000)
             }
         }
     }
 
-    private static func serve(_ fd: Int32, index: Int, received: NIOLockedValueBox<[Received]>, respond: (Int) -> (status: Int, delay: Double)) {
+    private static func serve(
+        _ fd: Int32, index: Int, received: NIOLockedValueBox<[Received]>, headers extra: String,
+        respond: (Int) -> (status: Int, delay: Double)
+    ) {
         defer { Glibc.close(fd) }
         var data: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65536)
@@ -77,7 +83,7 @@ final class WebhookReceiver: @unchecked Sendable {
         let answer = respond(index)
         if answer.delay > 0 { usleep(UInt32(answer.delay * 1_000_000)) }
         received.withLockedValue { $0.append(Received(at: Date(), headers: headers, body: Array(data[end..<(end + contentLength)]))) }
-        let response = "HTTP/1.1 \(answer.status) X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        let response = "HTTP/1.1 \(answer.status) X\r\n\(extra)Content-Length: 0\r\nConnection: close\r\n\r\n"
         _ = response.withCString { send(fd, $0, strlen($0), 0) }
     }
 
@@ -136,6 +142,27 @@ struct WebhookTests {
                 let gap = requests[index + 1].at.timeIntervalSince(requests[index].at)
                 #expect(gap >= tier - 0.05 && gap < tier + 1.5, "retry \(index + 1) after \(gap) s; tier \(tier) s")
             }
+        }
+    }
+
+    /// A receiver that redirects: the redirect is a failed delivery, retried by tier, and
+    /// the address it points to never gets the delivery.
+    @Test func redirectsAreFailuresNeverFollowed() async throws {
+        let target = try WebhookReceiver { _ in (200, 0) }
+        defer { target.close() }
+        let bouncer = try WebhookReceiver(headers: "Location: http://127.0.0.1:\(target.port)/internal\r\n") { _ in (307, 0) }
+        defer { bouncer.close() }
+        try await Stack.with(workers: 1, fanouts: 1, environment: Self.allowLoopback) { stack in
+            let api = stack.client
+            let token = await E2E.token("bounce-\(UUID().uuidString.prefix(6))")
+            let origin = try await Self.register(api, token: token)
+            _ = try await Self.register(api, token: token, pushURL: "http://127.0.0.1:\(bouncer.port)/hook")
+            let push = try await api.push(token, device: origin.id, ops: [
+                ["op_id": newOpID(), "type": "upsert", "collection": "lists", "id": "l1", "data": ["t": "eggs"]],
+            ])
+            _ = try await api.awaitJob(token, try #require(push.json["job_id"] as? String))
+            _ = try await E2E.eventually(within: 10, "the redirect retried") { bouncer.requests.count >= 2 ? true : nil }
+            #expect(target.requests.isEmpty, "a redirect must not be followed")
         }
     }
 

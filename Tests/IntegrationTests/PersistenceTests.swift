@@ -107,6 +107,16 @@ struct PersistenceTests {
         }
     }
 
+    @Test func aRevokedOrForeignDeviceCannotCommitAJob() async throws {
+        try await withStores { _, devices, jobs, _, _ in
+            let alice = user()
+            let device = try await devices.register(user: alice, name: "m", platform: "p", pushURL: nil, pushSecret: "s")
+            #expect(try await jobs.create(intake(user(), device.deviceID, [op(.delete, "x")])) == .deviceRevoked)
+            _ = try await devices.revoke(user: alice, deviceID: device.deviceID)
+            #expect(try await jobs.create(intake(alice, device.deviceID, [op(.delete, "x")])) == .deviceRevoked)
+        }
+    }
+
     @Test func idempotencyKeyReturnsSameJobOrRefusesOtherBody() async throws {
         try await withStores { _, devices, jobs, _, _ in
             let alice = user()
@@ -120,7 +130,9 @@ struct PersistenceTests {
             #expect(jobID == sameID)
             #expect(try await jobs.create(intake(alice, device.deviceID, ops, key: "k1", hash: "other")) == .keyReused)
             // Keys are per user.
-            guard case .created = try await jobs.create(intake(user(), device.deviceID, ops, key: "k1", hash: "same")) else {
+            let bob = user()
+            let bobsDevice = try await devices.register(user: bob, name: "m", platform: "p", pushURL: nil, pushSecret: "s")
+            guard case .created = try await jobs.create(intake(bob, bobsDevice.deviceID, ops, key: "k1", hash: "same")) else {
                 Issue.record("another user's key must not collide"); return
             }
         }
