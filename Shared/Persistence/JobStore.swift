@@ -57,27 +57,28 @@ public struct JobStore: Sendable {
                     RETURNING hlc_ms, hlc_counter
                     """, [intake.user]).first
                 guard let row else { throw PGError(code: .decoding, message: "user clock row missing") }
-                // Checked again under the clock lock: a revocation or an account deletion
-                // (which takes the same lock) either committed before, or waits for this job.
-                let device = try connection.query(
-                    "SELECT revoked_at IS NULL AS active FROM devices WHERE device_id = $1::uuid AND user_id = $2",
-                    [intake.deviceID, intake.user]).first
-                guard try device?.bool("active") == true else { return .deviceRevoked }
                 var clock = HLCState(milliseconds: try row.int("hlc_ms"), counter: Int(try row.int("hlc_counter")))
                 let now = Int64(Date().timeIntervalSince1970 * 1000)
                 let ops = Self.stamp(intake.ops, clock: &clock, now: now, deviceID: intake.deviceID, maxSkew: intake.maxClockSkewMilliseconds)
                 let jobID = UUID().uuidString.lowercased()
-                try connection.query("""
+                // The device is checked again here, under the clock lock: a revocation or an
+                // account deletion (which takes the same lock) either committed before — and
+                // no job is written — or waits for this job and then erases it.
+                let inserted = try connection.query("""
                     WITH clock AS (UPDATE user_clocks SET hlc_ms = $9, hlc_counter = $10 WHERE user_id = $2),
                     seen AS (UPDATE devices SET last_seen_at = clock_timestamp()
                              WHERE device_id = $3 AND last_seen_at < clock_timestamp() - interval '1 hour')
                     INSERT INTO jobs (job_id, user_id, device_id, status, ops, op_count, idempotency_key, request_hash, trace_id, author_name)
-                    VALUES ($1, $2, $3, 'queued', $4::jsonb, $5, $6, $7, $8, $11)
+                    SELECT $1, $2, $3, 'queued', $4::jsonb, $5, $6, $7, $8, $11
+                    WHERE EXISTS (SELECT 1 FROM devices WHERE device_id = $3::uuid AND user_id = $2 AND revoked_at IS NULL)
                     """, [jobID, intake.user, intake.deviceID, Op.encodeStored(ops), ops.count,
                           intake.idempotencyKey, intake.requestHash, intake.traceID, clock.milliseconds, clock.counter,
                           intake.authorName])
+                guard inserted.affectedRows == 1 else { throw DeviceRevoked() }
                 return .created(jobID: jobID, ops: ops.count)
             }
+        } catch is DeviceRevoked {
+            return .deviceRevoked
         } catch let error as PGError where error.sqlState == "23505" && intake.idempotencyKey != nil {
             // A concurrent request with the same key won the race: answer with its job.
             return try await pool.withConnection { connection in
@@ -85,6 +86,9 @@ public struct JobStore: Sendable {
             }
         }
     }
+
+    /// Thrown inside the intake transaction so that its clock update rolls back.
+    private struct DeviceRevoked: Error {}
 
     /// The HLC receive rule: client clocks within the skew bound are accepted and
     /// observed; ops without one get server stamps, in order; clocks too far ahead are
