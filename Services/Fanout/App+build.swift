@@ -3,7 +3,6 @@ import Auth
 import Foundation
 import Hummingbird
 import HummingbirdCore
-import HummingbirdWebSocket
 import NIOCore
 import Logging
 import PQBridge
@@ -44,7 +43,7 @@ func buildFanout(configuration: Configuration, logger: Logger) async throws -> S
         auth: Authenticator(verifier: verifier, allowQueryToken: true), devices: DeviceStore(pool: pool),
         pulls: PullStore(pool: pool), hub: hub, limiter: RateLimiter(configuration.streamRateLimit))
 
-    let router = Router(context: BasicWebSocketRequestContext.self)
+    let router = Router(context: BasicRequestContext.self)
     let methods = RouteMethods()
     router.addMiddleware {
         CORSMiddleware(allowedOrigins: configuration.corsAllowedOrigins, methods: [.get])
@@ -56,19 +55,14 @@ func buildFanout(configuration: Configuration, logger: Logger) async throws -> S
         return ["database": await database, "broker": consumer.isConnected]
     }
     methods.load(from: router)
-    let webSocketRouter = Router(context: BasicWebSocketRequestContext.self)
-    routes.registerWebSocket(on: webSocketRouter)
 
-    let webSocketResponder = webSocketRouter.buildResponder()
     let idleTimeout = TimeAmount.milliseconds(Int64(configuration.httpIdleTimeout * 1000))
     let app = Application(
         router: router,
         server: HTTPServerBuilder { responder in
-            FirstRequestDeadlineChannel(
-                inner: HTTP1WebSocketUpgradeChannel(
-                    responder: responder, webSocketResponder: webSocketResponder,
-                    configuration: .init(http1: .init(idleTimeout: idleTimeout), ws: .init(autoPing: .disabled))),
-                timeout: idleTimeout)
+            StreamServerChannel(responder: responder, idleTimeout: idleTimeout) { request, channel, logger in
+                await routes.webSocketDecision(request, channel: channel, logger: logger)
+            }
         },
         configuration: .init(address: .hostname("0.0.0.0", port: configuration.port), serverName: "syncline-fanout"),
         logger: logger)

@@ -2,7 +2,7 @@ import Auth
 import Foundation
 import HTTPTypes
 import Hummingbird
-import HummingbirdWebSocket
+import NIOWebSocket
 import Logging
 import NIOCore
 import PQBridge
@@ -12,8 +12,8 @@ import SyncModels
 
 /// `GET /v1/stream?device_id=…`: Server-Sent Events for `Accept: text/event-stream`, a
 /// WebSocket for an upgrade request. Refusals are problem+json: 401 (token), 403 (revoked
-/// device), 404 (unknown or foreign device). A refused WebSocket upgrade falls through to
-/// the HTTP route, which answers with the same problem.
+/// device), 404 (unknown or foreign device), 429 (too many new streams). A refused
+/// WebSocket upgrade goes on as HTTP to the same route, which answers with the problem.
 struct StreamRoutes: Sendable {
     let auth: Authenticator
     let devices: DeviceStore
@@ -22,11 +22,9 @@ struct StreamRoutes: Sendable {
     let limiter: RateLimiter
 
     /// The caller and the device the stream is for, or the refusal.
-    func authorize(
-        _ request: Request, context: some RequestContext, countsAgainstLimit: Bool = true
-    ) async throws -> (user: String, deviceID: String) {
+    func authorize(_ request: Request, context: some RequestContext) async throws -> (user: String, deviceID: String) {
         let claims = try await auth.user(request, context: context)
-        if countsAgainstLimit { try limiter.check(claims.sub, limit: "streams") }
+        try limiter.check(claims.sub, limit: "streams")
         guard let text = request.uri.queryParameters["device_id"].map(String.init), let deviceID = Names.canonicalUUID(text) else {
             throw APIError.badRequest("device_id must be the id of one of your devices.")
         }
@@ -39,36 +37,88 @@ struct StreamRoutes: Sendable {
         }
     }
 
-    func registerHTTP(on router: Router<BasicWebSocketRequestContext>) {
+    func registerHTTP(on router: Router<BasicRequestContext>) {
         router.get("/v1/stream") { request, context in try await sse(request, context: context) }
     }
 
-    func registerWebSocket(on router: Router<BasicWebSocketRequestContext>) {
-        router.ws("/v1/stream") { request, context in
-            // Anything refused here is answered by the HTTP route instead.
-            guard (try? await authorize(request, context: context)) != nil else { return .dontUpgrade }
-            return .upgrade([:])
-        } onUpgrade: { inbound, outbound, context in
-            guard let (user, deviceID) = try? await authorize(context.request, context: context.requestContext, countsAgainstLimit: false) else { return }
-            let cursor = try await pulls.currentCursor(user: user)
-            let (id, messages) = try await hub.subscribe(user: user, deviceID: deviceID)
-            defer { hub.unsubscribe(user: user, id: id) }
-            try await outbound.write(.text(StreamMessage.hello(cursor: cursor).json))
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask {
-                    for await message in messages { try await outbound.write(.text(message.json)) }
-                }
-                group.addTask {
-                    // Read until the client closes; what it sends is ignored.
-                    for try await _ in inbound {}
-                }
-                _ = try await group.next()
-                group.cancelAll()
-            }
+    /// An upgrade request: the WebSocket stream of a device that may stream, or the same
+    /// refusal a Server-Sent Events request would get.
+    func webSocketDecision(_ request: Request, channel: any Channel, logger: Logger) async -> StreamServerChannel.Decision {
+        guard request.uri.path == "/v1/stream" else { return .refuse(.notFound("No WebSocket is served here.")) }
+        guard request.method == .get else {
+            var problem = APIError(status: .methodNotAllowed, code: .invalidRequest, detail: "Use one of: GET, HEAD.")
+            problem.allow = "GET, HEAD"
+            return .refuse(problem)
+        }
+        let context = BasicRequestContext(source: .init(channel: channel, logger: logger))
+        do {
+            let (user, deviceID) = try await authorize(request, context: context)
+            return .upgrade { frames in await stream(to: frames, user: user, deviceID: deviceID, logger: logger) }
+        } catch let problem as APIError {
+            return .refuse(problem)
+        } catch let error as PGError where error.isUnavailable {
+            return .refuse(.unavailable("The database is unavailable; retry later."))
+        } catch {
+            logger.error("stream upgrade failed", metadata: ["error": "\(String(reflecting: error))"])
+            return .refuse(APIError(status: .internalServerError, code: .internalError, detail: "Internal error."))
         }
     }
 
-    func sse(_ request: Request, context: BasicWebSocketRequestContext) async throws -> Response {
+    /// One WebSocket stream: `hello`, then the hub's messages as text frames, until the hub
+    /// ends it (revocation, shutdown) or the client closes. Pings are answered; anything
+    /// else the client sends is ignored.
+    func stream(to frames: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, user: String, deviceID: String, logger: Logger) async {
+        do {
+            try await frames.executeThenClose { inbound, outbound in
+                let cursor = try await pulls.currentCursor(user: user)
+                let (id, messages) = try await hub.subscribe(user: user, deviceID: deviceID)
+                defer { hub.unsubscribe(user: user, id: id) }
+                let (outgoing, send) = AsyncStream.makeStream(of: WebSocketFrame.self)
+                send.yield(Self.text(StreamMessage.hello(cursor: cursor).json))
+                try await withThrowingTaskGroup(of: Bool.self) { group in
+                    group.addTask {
+                        for await frame in outgoing { try await outbound.write(frame) }
+                        return true
+                    }
+                    group.addTask {
+                        for await message in messages { send.yield(Self.text(message.json)) }
+                        var code = ByteBuffer()
+                        code.write(webSocketErrorCode: .normalClosure)
+                        send.yield(WebSocketFrame(fin: true, opcode: .connectionClose, data: code))
+                        send.finish()
+                        return false
+                    }
+                    group.addTask {
+                        for try await frame in inbound {
+                            switch frame.opcode {
+                            case .ping:
+                                send.yield(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData))
+                            case .connectionClose:
+                                send.yield(WebSocketFrame(fin: true, opcode: .connectionClose, data: frame.unmaskedData))
+                                send.finish()
+                                return false
+                            default:
+                                continue
+                            }
+                        }
+                        send.finish()
+                        return false
+                    }
+                    // The connection is done once the last frame is written.
+                    while let writerDone = try await group.next(), !writerDone {}
+                    group.cancelAll()
+                }
+            }
+        } catch {
+            logger.debug("WebSocket stream ended", metadata: ["error": "\(error)"])
+        }
+    }
+
+    static func text(_ json: String) -> WebSocketFrame {
+        WebSocketFrame(fin: true, opcode: .text, data: ByteBuffer(string: json))
+    }
+
+    func sse(_ request: Request, context: BasicRequestContext) async throws -> Response {
         let (user, deviceID) = try await authorize(request, context: context)
         guard request.headers[.accept]?.contains("text/event-stream") == true else {
             throw APIError.badRequest("Ask for text/event-stream, or upgrade to a WebSocket.")

@@ -63,17 +63,25 @@ public struct APIError: HTTPResponseError, Sendable {
     }
 
     public func response(from request: Request, context: some RequestContext) throws -> Response {
-        let body = Body(
-            type: "https://syncline.dev/problems/\(code.rawValue)", title: status.reasonPhrase,
-            status: status.code, detail: detail, code: code.rawValue)
+        Response(status: status, headers: headers, body: .init(byteBuffer: body))
+    }
+
+    /// The problem's header fields (for writers below the router, such as a refused upgrade).
+    public var headers: HTTPFields {
         var headers = HTTPFields()
         headers[.contentType] = "application/problem+json"
         if let retryAfterSeconds { headers[.retryAfter] = String(retryAfterSeconds) }
         if status == .unauthorized { headers[.wwwAuthenticate] = "Bearer" }
         if let allow { headers[.allow] = allow }
-        return Response(
-            status: status, headers: headers,
-            body: .init(byteBuffer: ByteBuffer(bytes: try JSONCoding.encode(body))))
+        return headers
+    }
+
+    /// The problem+json body.
+    public var body: ByteBuffer {
+        let body = Body(
+            type: "https://syncline.dev/problems/\(code.rawValue)", title: status.reasonPhrase,
+            status: status.code, detail: detail, code: code.rawValue)
+        return ByteBuffer(bytes: (try? JSONCoding.encode(body)) ?? Data())
     }
 }
 

@@ -171,6 +171,58 @@ struct FanoutTests {
             #expect(try await fanout.request("GET", "/v1/stream?device_id=\(UUID())", token: mine[0].token, headers: sse).status == 404)
             let revoked = try await fanout.request("GET", "/v1/stream?device_id=\(mine[1].id)", token: mine[0].token, headers: sse)
             #expect(revoked.status == 403 && revoked.json["code"] as? String == "forbidden")
+
+            // The same refusals over a WebSocket upgrade: the same problem+json, not a bare 400.
+            let port = stack.fanouts[0].port
+            for (token, device, status, code) in [
+                (nil, mine[0].id, 401, "unauthorized"), ("not-a-token", mine[0].id, 401, "unauthorized"),
+                (await E2E.token("someone-else"), mine[0].id, 404, "not_found"), (mine[0].token, UUID().uuidString, 404, "not_found"),
+                (mine[0].token, mine[1].id, 403, "forbidden"),
+            ] {
+                let answer = try Self.upgrade(port: port, path: "/v1/stream?device_id=\(device)", token: token)
+                #expect(answer.status == status, "\(answer.status) \(answer.body)")
+                #expect(answer.headers["content-type"] == "application/problem+json", "\(answer.headers)")
+                #expect(answer.body.contains("\"code\":\"\(code)\""), "\(answer.body)")
+            }
+            // An accepted upgrade still upgrades.
+            #expect(try Self.upgrade(port: port, path: "/v1/stream?device_id=\(mine[0].id)", token: mine[0].token).status == 101)
         }
+    }
+
+    /// Sends a WebSocket upgrade request by hand and reads the answer's status, headers and body.
+    static func upgrade(port: Int, path: String, token: String?) throws -> (status: Int, headers: [String: String], body: String) {
+        guard let fd = E2E.connectLoopback(port: port) else { throw StackError(description: "cannot connect to :\(port)") }
+        defer { close(fd) }
+        var timeout = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let request = "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+            + "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            + (token.map { "Authorization: Bearer \($0)\r\n" } ?? "") + "\r\n"
+        _ = request.withCString { send(fd, $0, strlen($0), 0) }
+        var data: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        func headEnd() -> Int? {
+            data.indices.dropLast(3).first { data[$0] == 13 && data[$0 + 1] == 10 && data[$0 + 2] == 13 && data[$0 + 3] == 10 }
+        }
+        while headEnd() == nil {
+            let n = recv(fd, &buffer, buffer.count, 0)
+            guard n > 0 else { throw StackError(description: "the connection closed before an answer") }
+            data += buffer[..<n]
+        }
+        let end = headEnd()!
+        let lines = String(decoding: data[..<end], as: UTF8.self).split(separator: "\r\n")
+        let status = Int(lines.first?.split(separator: " ").dropFirst().first ?? "") ?? 0
+        var headers: [String: String] = [:]
+        for line in lines.dropFirst() {
+            let pair = line.split(separator: ":", maxSplits: 1)
+            if pair.count == 2 { headers[pair[0].lowercased()] = pair[1].trimmingCharacters(in: .whitespaces) }
+        }
+        let length = Int(headers["content-length"] ?? "0") ?? 0
+        while data.count < end + 4 + length {
+            let n = recv(fd, &buffer, buffer.count, 0)
+            if n <= 0 { break }
+            data += buffer[..<n]
+        }
+        return (status, headers, String(decoding: data[(end + 4)...], as: UTF8.self))
     }
 }
