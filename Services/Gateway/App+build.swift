@@ -39,7 +39,8 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
         .register(on: router)
     let office = DeadLetterOffice(pool: pool, publisher: publisher, retryDelays: configuration.retryDelays, logger: logger)
     AccountRoutes(
-        auth: auth, eraser: AccountEraser(pool: pool, publisher: publisher, office: office, logger: logger), inlineBudget: 2
+        auth: auth, eraser: AccountEraser(pool: pool, publisher: publisher, office: office, logger: logger),
+        inlineBudget: configuration.accountDeletionInline
     ).register(on: router)
     AdminRoutes(
         auth: auth,

@@ -37,6 +37,8 @@ public struct Configuration: Sendable {
     /// A connection that sends nothing for this long (mid-headers, mid-body, or idle
     /// between requests) is closed.
     public var httpIdleTimeout: Double
+    /// How long `DELETE /v1/me` erases inside the request before it answers 202.
+    public var accountDeletionInline: Double
 
     public struct Invalid: Error, CustomStringConvertible {
         public let description: String
@@ -105,7 +107,8 @@ public struct Configuration: Sendable {
             pushRateLimit: try rate("RATE_LIMIT_PUSH", "20/s,burst=40"),
             streamRateLimit: try rate("RATE_LIMIT_STREAMS", "1/s,burst=10"),
             publicRateLimit: try rate("RATE_LIMIT_PUBLIC", "50/s,burst=100"),
-            httpIdleTimeout: try duration("HTTP_IDLE_TIMEOUT", "30s"))
+            httpIdleTimeout: try duration("HTTP_IDLE_TIMEOUT", "30s"),
+            accountDeletionInline: try duration("ACCOUNT_DELETION_INLINE", "2s"))
     }
 
     /// Reads the environment for a service's `main`, or prints why it cannot start and

@@ -70,6 +70,31 @@ struct AccountDeletionTests {
         await pool.shutdown()
     }
 
+    /// With no time to finish inside the request, the deletion answers 202 with its status
+    /// URL and finishes on its own.
+    @Test func aLargeDeletionAnswers202AndFinishes() async throws {
+        let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
+        try await Stack.with(workers: 1, environment: ["ACCOUNT_DELETION_INLINE": "0s"]) { stack in
+            let api = stack.client
+            let user = "large-\(UUID().uuidString.prefix(6))"
+            let token = await E2E.token(user)
+            let device = try await api.registerDevice(token)
+            let push = try await api.push(token, device: device, ops: (0..<50).map { index in
+                ["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": "n\(index)", "data": ["t": index]]
+            })
+            _ = try await api.awaitJob(token, try #require(push.json["job_id"] as? String))
+            let deleted = try await api.request("DELETE", "/v1/me", token: token)
+            #expect(deleted.status == 202 && deleted.header("Location") == "/v1/me/deletion", "\(deleted.status) \(deleted.text)")
+            #expect(deleted.json["status"] as? String == "in_progress")
+            _ = try await E2E.eventually(within: 10, "the deletion done") {
+                try await api.request("GET", "/v1/me/deletion", token: token).json["status"] as? String == "done" ? true : nil
+            }
+            let after = try await rowsOf(user, pool: pool)
+            #expect(after.values.allSatisfy { $0 == 0 }, "rows left: \(after)")
+        }
+        await pool.shutdown()
+    }
+
     @Test func pushesStillQueuedAreNeverApplied() async throws {
         let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
         // No worker yet: the push waits in the queue while the account is deleted.
