@@ -22,8 +22,10 @@ struct AccountRoutes: Sendable {
         let claims = try await auth.user(request, context: context)
         if try await eraser.erase(user: claims.sub, budget: inlineBudget) { return Response(status: .noContent) }
         // A large account: the rest goes on here, and purge finishes it should this
-        // gateway stop first.
+        // gateway stop first. The answer is read before that starts, so it says what the
+        // 202 means: still in progress.
         let eraser = self.eraser, user = claims.sub, logger = context.logger
+        let answer = try await view(user: user)
         Task {
             do {
                 _ = try await eraser.continueErasing(user: user, userHash: AccountEraser.userHash(user), budget: .infinity)
@@ -33,7 +35,7 @@ struct AccountRoutes: Sendable {
         }
         var headers = HTTPFields()
         headers[.location] = "/v1/me/deletion"
-        return try jsonResponse(try await view(user: user), status: .accepted, headers: headers)
+        return try jsonResponse(answer, status: .accepted, headers: headers)
     }
 
     @Sendable func status(_ request: Request, context: GatewayRequestContext) async throws -> Response {
