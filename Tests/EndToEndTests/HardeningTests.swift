@@ -10,7 +10,8 @@ struct HardeningTests {
     }
 
     @Test func aPushBurstOverTheLimitGets429AndRetriesAreAppliedOnce() async throws {
-        try await Stack.with(workers: 1, environment: ["RATE_LIMIT_PUSH": "5/s,burst=5"]) { stack in
+        // 1/s after a burst of 5: however slow this machine pushes, most of 15 are refused.
+        try await Stack.with(workers: 1, environment: ["RATE_LIMIT_PUSH": "1/s,burst=5"]) { stack in
             let api = stack.client
             let token = await E2E.token("burst-\(UUID().uuidString.prefix(6))")
             let device = try await api.registerDevice(token)
@@ -28,7 +29,7 @@ struct HardeningTests {
                     jobs.append(try #require(answer.json["job_id"] as? String))
                 }
             }
-            #expect(refused.count >= 5, "expected most of a 15-push burst over 5/s,burst=5 to be refused")
+            #expect(refused.count >= 5, "expected most of a 15-push burst over 1/s,burst=5 to be refused: \(refused.count)")
             // Another user is unaffected.
             let other = await E2E.token("calm-\(UUID().uuidString.prefix(6))")
             let otherDevice = try await api.registerDevice(other)
