@@ -45,22 +45,13 @@ struct StreamRoutes: Sendable {
     /// refusal a Server-Sent Events request would get.
     func webSocketDecision(_ request: Request, channel: any Channel, logger: Logger) async -> StreamServerChannel.Decision {
         guard request.uri.path == "/v1/stream" else { return .refuse(.notFound("No WebSocket is served here.")) }
-        guard request.method == .get else {
-            var problem = APIError(status: .methodNotAllowed, code: .invalidRequest, detail: "Use one of: GET, HEAD.")
-            problem.allow = "GET, HEAD"
-            return .refuse(problem)
-        }
+        guard request.method == .get else { return .refuse(.methodNotAllowed(allowed: ["GET", "HEAD"])) }
         let context = BasicRequestContext(source: .init(channel: channel, logger: logger))
         do {
             let (user, deviceID) = try await authorize(request, context: context)
             return .upgrade { frames in await stream(to: frames, user: user, deviceID: deviceID, logger: logger) }
-        } catch let problem as APIError {
-            return .refuse(problem)
-        } catch let error as PGError where error.isUnavailable {
-            return .refuse(.unavailable("The database is unavailable; retry later."))
         } catch {
-            logger.error("stream upgrade failed", metadata: ["error": "\(String(reflecting: error))"])
-            return .refuse(APIError(status: .internalServerError, code: .internalError, detail: "Internal error."))
+            return .refuse(.problem(for: error, logger: logger))
         }
     }
 

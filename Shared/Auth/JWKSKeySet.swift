@@ -66,8 +66,6 @@ public actor JWKSKeySet {
         refreshing = nil
     }
 
-    public var keyIDs: [String] { keys.keys.sorted() }
-
     private func fetch() async {
         schedule.attempted(at: Date())
         do {

@@ -7,10 +7,16 @@ public struct TokenMinter: Sendable {
     public static let minimumSecretBytes = 32
 
     public init(secret: String) async throws(TokenError) {
-        guard secret.utf8.count >= Self.minimumSecretBytes else {
-            throw .invalidClaims("JWT_SECRET must be at least \(Self.minimumSecretBytes) bytes")
+        keys = try await Self.hmacKeys(secret: secret)
+    }
+
+    /// The HS256 key of `JWT_SECRET`, for minting and verifying alike: the one place the
+    /// secret's minimum length is enforced.
+    static func hmacKeys(secret: String) async throws(TokenError) -> JWTKeyCollection {
+        guard secret.utf8.count >= minimumSecretBytes else {
+            throw .invalidClaims("JWT_SECRET must be at least \(minimumSecretBytes) bytes")
         }
-        keys = await JWTKeyCollection().add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256)
+        return await JWTKeyCollection().add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256)
     }
 
     public func sign(_ claims: Claims) async throws -> String {

@@ -14,14 +14,7 @@ public struct TokenVerifier: Sendable {
     public let policy: TokenPolicy
 
     public init(secret: String?, keySet: JWKSKeySet?, policy: TokenPolicy = TokenPolicy()) async throws(TokenError) {
-        if let secret {
-            guard secret.utf8.count >= TokenMinter.minimumSecretBytes else {
-                throw .invalidClaims("JWT_SECRET must be at least \(TokenMinter.minimumSecretBytes) bytes")
-            }
-            hmac = await JWTKeyCollection().add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256)
-        } else {
-            hmac = nil
-        }
+        hmac = if let secret { try await TokenMinter.hmacKeys(secret: secret) } else { nil }
         guard hmac != nil || keySet != nil else { throw .invalidClaims("JWT_SECRET or JWT_JWKS_URL is required") }
         self.keySet = keySet
         self.policy = policy

@@ -28,26 +28,21 @@ public struct AccountEraser: Sendable {
 
     /// Starts deleting and keeps at it for up to `budget` seconds; true once done.
     public func erase(user: String, budget: Double) async throws -> Bool {
-        let hash = Self.userHash(user)
-        try await accounts.begin(user: user, userHash: hash)
-        do {
-            try await publisher.publish([SynclineTopology.revocationMessage(DeviceRevokedEvent(userID: user, deviceID: nil))])
-        } catch {
-            logger.warning("cannot announce an account deletion to fanout; its streams end at their next reconnect",
-                           metadata: ["error": "\(error)"])
-        }
-        return try await continueErasing(user: user, userHash: hash, budget: budget)
+        try await accounts.begin(user: user, userHash: Self.userHash(user))
+        await publisher.announce(DeviceRevokedEvent(userID: user, deviceID: nil), logger: logger)
+        return try await continueErasing(user: user, budget: budget)
     }
 
     /// Erases batch after batch until nothing is left (true) or the budget is spent.
-    public func continueErasing(user: String, userHash: String, budget: Double) async throws -> Bool {
+    public func continueErasing(user: String, budget: Double) async throws -> Bool {
         let deadline = Date().addingTimeInterval(budget)
         while try await accounts.eraseBatch(user: user) {
             if Date() > deadline { return false }
         }
-        try await accounts.finish(user: user, userHash: userHash)
+        let hash = Self.userHash(user)
+        try await accounts.finish(user: user, userHash: hash)
         await office.reconcile()
-        logger.info("account deleted", metadata: ["user.hash": "\(userHash.prefix(12))"])
+        logger.info("account deleted", metadata: ["user.hash": "\(hash.prefix(12))"])
         return true
     }
 
@@ -55,7 +50,7 @@ public struct AccountEraser: Sendable {
     @discardableResult
     public func resumeUnfinished() async throws -> Int {
         let pending = try await accounts.unfinished(olderThan: 60)
-        for (user, hash) in pending { _ = try await continueErasing(user: user, userHash: hash, budget: .infinity) }
+        for user in pending { _ = try await continueErasing(user: user, budget: .infinity) }
         return pending.count
     }
 

@@ -86,12 +86,12 @@ public struct AccountStore: Sendable {
     }
 
     /// Deletions left unfinished (the process erasing them stopped), oldest first.
-    public func unfinished(olderThan seconds: Int) async throws -> [(user: String, userHash: String)] {
+    public func unfinished(olderThan seconds: Int) async throws -> [String] {
         try await pool.query("""
-            SELECT user_id, user_hash FROM account_deletions
+            SELECT user_id FROM account_deletions
             WHERE finished_at IS NULL AND requested_at < clock_timestamp() - make_interval(secs => $1)
             ORDER BY requested_at LIMIT 100
-            """, [seconds]).rows.map { (try $0.string("user_id"), try $0.string("user_hash")) }
+            """, [seconds]).rows.map { try $0.string("user_id") }
     }
 
     /// Whether a job was erased with its account (its queued message is then dropped).

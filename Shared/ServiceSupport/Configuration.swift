@@ -116,11 +116,10 @@ public struct Configuration: Sendable {
     public static func forService(_ name: String, defaultPort: Int, checksTokens: Bool = false) -> Configuration {
         do {
             let configuration = try fromEnvironment(defaultPort: defaultPort)
-            if checksTokens {
-                if configuration.jwksURL == nil { _ = try configuration.requireJWTSecret() }
-                if let secret = configuration.jwtSecret, secret.utf8.count < 32 {
-                    throw Invalid(description: "JWT_SECRET must be at least 32 bytes")
-                }
+            // Tokens need the secret unless the identity provider's keys stand in for it;
+            // a secret that is set must be valid either way.
+            if checksTokens, configuration.jwksURL == nil || configuration.jwtSecret != nil {
+                _ = try configuration.requireJWTSecret()
             }
             return configuration
         } catch {
@@ -147,14 +146,13 @@ public struct Configuration: Sendable {
             await set.refresh()
             keySet = set
         }
-        if jwtSecret == nil && keySet == nil { _ = try requireJWTSecret() }
         return try await TokenVerifier(secret: jwtSecret, keySet: keySet, policy: tokenPolicy)
     }
 
     /// The JWT secret, or the reason a token-checking service must refuse to start.
     public func requireJWTSecret() throws(Invalid) -> String {
-        guard let jwtSecret, jwtSecret.utf8.count >= 32 else {
-            throw Invalid(description: "JWT_SECRET must be set to at least 32 bytes")
+        guard let jwtSecret, jwtSecret.utf8.count >= TokenMinter.minimumSecretBytes else {
+            throw Invalid(description: "JWT_SECRET must be set to at least \(TokenMinter.minimumSecretBytes) bytes")
         }
         return jwtSecret
     }

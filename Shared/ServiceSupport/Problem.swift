@@ -85,8 +85,8 @@ public struct APIError: HTTPResponseError, Sendable {
     }
 }
 
-/// Turns every error into problem+json in one place: database and broker outages become
-/// 503 with Retry-After, framework errors keep their status, anything else is a logged 500.
+/// Turns every error into problem+json in one place (`APIError.problem(for:)`); a path
+/// the router does not know for this method but does for others answers 405 with `Allow`.
 public struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
     let routes: RouteMethods?
 
@@ -95,38 +95,55 @@ public struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
     public func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         do {
             return try await next(request, context)
-        } catch let error as APIError {
-            throw error
-        } catch let error as PGError where error.isUnavailable {
-            context.logger.warning("database unavailable", metadata: ["error": "\(error.debugDescription)"])
-            throw APIError.unavailable("The database is unavailable; retry later.")
-        } catch let error as PGError where error.code == .invalidText {
-            throw APIError.unprocessable("Text must not contain the NUL character (\\u0000).")
-        } catch let error as AMQPError {
-            context.logger.warning("broker unavailable", metadata: ["error": "\(error)"])
-            throw APIError.unavailable("The message broker is unavailable; retry later.")
-        } catch is NIOTooManyBytesError {
-            throw APIError(status: .contentTooLarge, code: .payloadTooLarge, detail: "The body is larger than 1 MiB.")
-        } catch let error as HTTPError {
-            switch error.status {
-            case .notFound:
-                if let allowed = routes?.allowed(path: request.uri.path), !allowed.contains(request.method.rawValue) {
-                    var error = APIError(status: .methodNotAllowed, code: .invalidRequest, detail: "Use one of: \(allowed.joined(separator: ", ")).")
-                    error.allow = allowed.joined(separator: ", ")
-                    throw error
-                }
-                throw APIError.notFound()
-            case .contentTooLarge:
-                throw APIError(status: .contentTooLarge, code: .payloadTooLarge, detail: "The body is larger than 1 MiB.")
-            case .methodNotAllowed:
-                throw APIError(status: .methodNotAllowed, code: .invalidRequest, detail: "Method not allowed.")
-            default:
-                throw APIError(status: error.status, code: error.status.code < 500 ? .invalidRequest : .internalError,
-                               detail: error.body ?? error.status.reasonPhrase)
+        } catch let error as HTTPError where error.status == .notFound {
+            if let allowed = routes?.allowed(path: request.uri.path), !allowed.contains(request.method.rawValue) {
+                throw APIError.methodNotAllowed(allowed: allowed)
             }
+            throw APIError.notFound()
         } catch {
-            context.logger.error("request failed", metadata: ["error": "\(String(reflecting: error))"])
-            throw APIError(status: .internalServerError, code: .internalError, detail: "Internal error.")
+            throw APIError.problem(for: error, logger: context.logger)
+        }
+    }
+}
+
+extension APIError {
+    /// 405 with the `Allow` header.
+    public static func methodNotAllowed(allowed: [String]) -> APIError {
+        var error = APIError(status: .methodNotAllowed, code: .invalidRequest, detail: "Use one of: \(allowed.joined(separator: ", ")).")
+        error.allow = allowed.joined(separator: ", ")
+        return error
+    }
+
+    /// The problem any error is answered with: database and broker outages become 503 with
+    /// Retry-After, framework errors keep their status, anything else is a logged 500.
+    public static func problem(for error: any Error, logger: Logger) -> APIError {
+        switch error {
+        case let error as APIError:
+            return error
+        case let error as PGError where error.isUnavailable:
+            logger.warning("database unavailable", metadata: ["error": "\(error.debugDescription)"])
+            return .unavailable("The database is unavailable; retry later.")
+        case let error as PGError where error.code == .invalidText:
+            return .unprocessable("Text must not contain the NUL character (\\u0000).")
+        case let error as AMQPError:
+            logger.warning("broker unavailable", metadata: ["error": "\(error)"])
+            return .unavailable("The message broker is unavailable; retry later.")
+        case is NIOTooManyBytesError:
+            return APIError(status: .contentTooLarge, code: .payloadTooLarge, detail: "The body is larger than 1 MiB.")
+        case let error as HTTPError:
+            switch error.status {
+            case .notFound: return .notFound()
+            case .contentTooLarge:
+                return APIError(status: .contentTooLarge, code: .payloadTooLarge, detail: "The body is larger than 1 MiB.")
+            case .methodNotAllowed:
+                return APIError(status: .methodNotAllowed, code: .invalidRequest, detail: "Method not allowed.")
+            default:
+                return APIError(status: error.status, code: error.status.code < 500 ? .invalidRequest : .internalError,
+                                detail: error.body ?? error.status.reasonPhrase)
+            }
+        default:
+            logger.error("request failed", metadata: ["error": "\(String(reflecting: error))"])
+            return APIError(status: .internalServerError, code: .internalError, detail: "Internal error.")
         }
     }
 }

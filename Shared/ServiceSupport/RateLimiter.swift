@@ -3,17 +3,23 @@ import Metrics
 import NIOConcurrencyHelpers
 
 /// Token buckets by key (a user, a client address) for one replica. Buckets that have
-/// refilled are forgotten, so memory stays bounded by the keys active in the last
-/// `burst / rate` seconds.
+/// refilled are forgotten once more than `maxKeys` are held, at most once a second, so
+/// memory stays bounded and a flood of new keys cannot make every request scan them all.
 public final class RateLimiter: Sendable {
     private struct Bucket {
         var tokens: Double
         var at: Double
     }
 
+    private struct State {
+        var buckets: [String: Bucket] = [:]
+        var nextSweep: Double = 0
+    }
+
     public let limit: RateLimit
-    private let buckets = NIOLockedValueBox<[String: Bucket]>([:])
+    private let state = NIOLockedValueBox(State())
     private let clock: @Sendable () -> Double
+    static let maxKeys = 100_000
 
     public init(_ limit: RateLimit, clock: @escaping @Sendable () -> Double = { ProcessInfo.processInfo.systemUptime }) {
         self.limit = limit
@@ -23,18 +29,18 @@ public final class RateLimiter: Sendable {
     /// Takes a token for `key`: nil when allowed, else the whole seconds to wait.
     public func acquire(_ key: String) -> Int? {
         guard !limit.isOff else { return nil }
-        let now = clock()
-        return buckets.withLockedValue { buckets in
-            var bucket = buckets[key] ?? Bucket(tokens: limit.burst, at: now)
+        let now = clock(), limit = self.limit
+        return state.withLockedValue { state in
+            if state.buckets.count > Self.maxKeys, now >= state.nextSweep {
+                state.nextSweep = now + 1
+                state.buckets = state.buckets.filter { $0.value.tokens + (now - $0.value.at) * limit.rate < limit.burst }
+            }
+            var bucket = state.buckets[key] ?? Bucket(tokens: limit.burst, at: now)
             bucket.tokens = min(limit.burst, bucket.tokens + (now - bucket.at) * limit.rate)
             bucket.at = now
-            if buckets.count > 100_000 { buckets = buckets.filter { $0.value.tokens + (now - $0.value.at) * limit.rate < limit.burst } }
-            guard bucket.tokens >= 1 else {
-                buckets[key] = bucket
-                return max(1, Int(((1 - bucket.tokens) / limit.rate).rounded(.up)))
-            }
+            defer { state.buckets[key] = bucket }
+            guard bucket.tokens >= 1 else { return max(1, Int(((1 - bucket.tokens) / limit.rate).rounded(.up))) }
             bucket.tokens -= 1
-            buckets[key] = bucket
             return nil
         }
     }

@@ -193,17 +193,19 @@ public enum SynclineTopology {
     /// The event a worker publishes after a job finished (committed or dead-lettered). Not
     /// mandatory: with no fanout listening for the user it is simply dropped.
     public static func eventMessage(_ event: JobEvent) -> OutgoingMessage {
-        OutgoingMessage(
-            exchange: eventsExchange, routingKey: eventRoutingKey(user: event.userID),
-            body: Array((try? JSONCoding.encode(event)) ?? Data()), messageID: event.jobID, mandatory: false)
+        userEventMessage(user: event.userID, event, messageID: event.jobID)
     }
 
     /// A revocation, routed like the user's job events so every replica with a stream of
     /// that user hears it.
     public static func revocationMessage(_ event: DeviceRevokedEvent) -> OutgoingMessage {
+        userEventMessage(user: event.userID, event, messageID: nil)
+    }
+
+    private static func userEventMessage(user: String, _ event: some Encodable, messageID: String?) -> OutgoingMessage {
         OutgoingMessage(
-            exchange: eventsExchange, routingKey: eventRoutingKey(user: event.userID),
-            body: Array((try? JSONCoding.encode(event)) ?? Data()), messageID: nil, mandatory: false)
+            exchange: eventsExchange, routingKey: eventRoutingKey(user: user),
+            body: Array((try? JSONCoding.encode(event)) ?? Data()), messageID: messageID, mandatory: false)
     }
 
     /// Header names Syncline sets on the messages it moves between queues.

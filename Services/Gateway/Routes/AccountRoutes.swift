@@ -28,7 +28,7 @@ struct AccountRoutes: Sendable {
         let answer = try await view(user: user)
         Task {
             do {
-                _ = try await eraser.continueErasing(user: user, userHash: AccountEraser.userHash(user), budget: .infinity)
+                _ = try await eraser.continueErasing(user: user, budget: .infinity)
             } catch {
                 logger.warning("account deletion interrupted; purge will finish it", metadata: ["error": "\(error)"])
             }

@@ -38,14 +38,8 @@ struct DeviceRoutes: Sendable {
         let claims = try await auth.user(request, context: context)
         let id = try context.parameters.require("device_id")
         guard try await devices.revoke(user: claims.sub, deviceID: id) else { throw APIError.notFound("No such device.") }
-        // Open streams of the device end on every fanout replica. The revocation itself is
-        // committed: a stream that misses this announcement is refused when it reconnects.
-        do {
-            try await publisher.publish([SynclineTopology.revocationMessage(
-                DeviceRevokedEvent(userID: claims.sub, deviceID: Names.canonicalUUID(id) ?? id))])
-        } catch {
-            context.logger.warning("cannot announce a revocation to fanout", metadata: ["error": "\(error)"])
-        }
+        await publisher.announce(
+            DeviceRevokedEvent(userID: claims.sub, deviceID: Names.canonicalUUID(id) ?? id), logger: context.logger)
         return Response(status: .noContent)
     }
 }
