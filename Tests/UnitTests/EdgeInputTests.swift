@@ -46,6 +46,16 @@ struct EdgeInputTests {
         #expect(!JSONValue.object(["k": .string("fine")]).containsNUL)
     }
 
+    @Test func ifVersionHasOneBoundForIntegersAndDoubles() throws {
+        func push(_ version: String) -> String {
+            #"{"device_id":"d","ops":[{"op_id":"0f8e8d5e-5b6a-4c1e-9a51-2f1f3a6c7b01","type":"delete","collection":"c","id":"i","if_version":\#(version)}]}"#
+        }
+        #expect(try PushValidation.parse(Data(push("8999999999999999").utf8)).ops[0].ifVersion == 8_999_999_999_999_999)
+        for refused in ["9000000000000000", "9000000000000000.0", "-1", "1.5"] {
+            #expect(throws: ValidationFailure.self, "\(refused)") { try PushValidation.parse(Data(push(refused).utf8)) }
+        }
+    }
+
     @Test func plainTextHasNoControlCharacters() {
         #expect(Names.isPlainText("Jo's iPhone 🚤"))
         #expect(!Names.isPlainText("a\u{0}b"))

@@ -4,6 +4,9 @@ public enum Names {
     public static let maxDataBytes = 262_144
     public static let maxBodyBytes = 1_048_576
     public static let maxUserIDLength = 128
+    /// `if_version` stays below this: a version is a counter far from it, and a JSON double
+    /// is an exact integer only below it.
+    public static let maxIfVersion: Int64 = 9_000_000_000_000_000
 
     private static func isLower(_ b: UInt8) -> Bool { b >= 97 && b <= 122 }
     private static func isUpper(_ b: UInt8) -> Bool { b >= 65 && b <= 90 }

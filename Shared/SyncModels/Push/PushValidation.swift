@@ -69,8 +69,10 @@ public enum PushValidation {
             op.hlc = text
         }
         if let ifVersion = fields["if_version"], !ifVersion.isNull {
-            guard let version = ifVersion.intValue, version >= 0 else {
-                throw OpProblem(text: "if_version must be a non-negative integer")
+            // One bound whether the number arrives as 42 or 42.0 (a double is an exact
+            // integer only below 9e15), as the OpenAPI document says.
+            guard let version = ifVersion.intValue, (0..<Names.maxIfVersion).contains(version) else {
+                throw OpProblem(text: "if_version must be an integer from 0 to \(Names.maxIfVersion - 1)")
             }
             op.ifVersion = version
         }
