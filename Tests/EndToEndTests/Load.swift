@@ -40,7 +40,9 @@ final class SteadyLoad: @unchecked Sendable {
     /// Pushes from every device, one push at a time each, `opsPerPush` ops a push, until
     /// `stop()`. A push is retried with its Idempotency-Key until the gateway answers 202
     /// (503 while PostgreSQL is down, connection refused while the gateway is down): only
-    /// a 202 acknowledges ops.
+    /// a 202 acknowledges ops. A push already sent is seen through even after `stop()`: its
+    /// first attempt may have committed with the answer lost, and giving up on it then
+    /// would leave applied ops the load does not count.
     func start(client: @escaping @Sendable () -> APIClient, opsPerPush: Int = 3, pause: Double = 0.05) {
         let devices = self.devices
         task = Task {
@@ -53,13 +55,17 @@ final class SteadyLoad: @unchecked Sendable {
                                 ["op_id": newOpID(), "type": "upsert", "collection": self.collection, "id": $0, "data": ["n": 1]]
                             }
                             let key = newOpID()
+                            var giveUpAt = Date.distantFuture
                             while true {
                                 if let result = try? await client().push(device.token, device: device.id, ops: ops, headers: ["Idempotency-Key": key]),
                                    result.status == 202, let job = result.json["job_id"] as? String {
                                     self.record(user: device.user, ids: ids, job: job)
                                     break
                                 }
-                                if self.isStopping { return }  // never acknowledged: not expected
+                                if self.isStopping {
+                                    if giveUpAt == .distantFuture { giveUpAt = Date().addingTimeInterval(30) }
+                                    if Date() > giveUpAt { return }  // the stack never came back: verify reports it
+                                }
                                 try? await Task.sleep(for: .milliseconds(200))
                             }
                             try? await Task.sleep(for: .seconds(pause))
