@@ -53,6 +53,12 @@ public struct AccountStore: Sendable {
             INSERT INTO forgotten_jobs (job_id) SELECT job_id FROM gone ON CONFLICT DO NOTHING
             """,
             "DELETE FROM records WHERE (user_id, collection, record_id) IN (SELECT user_id, collection, record_id FROM records WHERE user_id = $1 LIMIT $2)",
+            // Who forked what: the user's forks (the counts they raised stay) and forks of their records.
+            """
+            DELETE FROM forks WHERE (source_user_id, source_collection, source_record_id, user_id) IN (
+              SELECT source_user_id, source_collection, source_record_id, user_id FROM forks
+              WHERE user_id = $1 OR source_user_id = $1 LIMIT $2)
+            """,
             "DELETE FROM op_ids WHERE (user_id, op_id) IN (SELECT user_id, op_id FROM op_ids WHERE user_id = $1 LIMIT $2)",
             "DELETE FROM dead_letters WHERE dead_letter_id IN (SELECT dead_letter_id FROM dead_letters WHERE user_id = $1 LIMIT $2)",
             "DELETE FROM devices WHERE device_id IN (SELECT device_id FROM devices WHERE user_id = $1 LIMIT $2)",

@@ -101,18 +101,22 @@ public struct ApplyStore: Sendable {
             let counter = job.optionalInt("counter") ?? 0
             let purgeClock = job["purge_clock"].flatMap(Stamp.init(stored:))
 
-            // After the counter lock, in one statement: the op_ids already remembered and the
-            // records the ops touch (a statement after the lock sees every earlier commit).
-            let keys = Array(Set(ops.map { RecordKey(collection: $0.collection, id: $0.id) }))
-            let (known, records) = try Self.loadState(connection, user: user, opIDs: ops.map(\.opID), keys: keys)
+            // After the counter lock: the fork sources, then in one statement the op_ids
+            // already remembered and the records the ops touch, own fork sources included
+            // (a statement after the lock sees every earlier commit).
+            let sources = try Self.forkSources(connection, user: user, ops: ops)
+            var keys = Set(ops.map { RecordKey(collection: $0.collection, id: $0.id) })
+            for case .own(let key) in sources.values { keys.insert(key) }
+            let (known, records) = try Self.loadState(connection, user: user, opIDs: ops.map(\.opID), keys: Array(keys))
             let owners = try Self.publicIDOwners(connection, user: user, ops: ops)
 
             let outcome = JobApplier.apply(
                 ops: ops, records: records, knownOpIDs: known, counter: counter, deviceID: deviceID,
-                publicIDOwners: owners, purgeClock: purgeClock)
+                publicIDOwners: owners, purgeClock: purgeClock, forkSources: sources)
 
             let finished = try Self.saveOutcome(
                 connection, user: user, jobID: id, outcome: outcome, author: job["author_name"])
+            try Self.countForks(connection, user: user, forked: outcome.forked)
             let troubled = outcome.results.contains { $0.status == .rejected || $0.status == .conflict }
             let latency = finished.first?["latency"].flatMap(Double.init) ?? 0
             return .succeeded(
@@ -142,6 +146,44 @@ public struct ApplyStore: Sendable {
         return owners
     }
 
+    /// What each public id the job's fork ops name holds: a record of this user (the
+    /// applier reads it as the job leaves it), or another user's readable record.
+    static func forkSources(_ connection: PGConnection, user: String, ops: [Op]) throws -> [String: ForkSource] {
+        let ids = Array(Set(ops.filter { $0.type == .fork }.compactMap(\.publicID)))
+        guard !ids.isEmpty else { return [:] }
+        var sources: [String: ForkSource] = [:]
+        for row in try connection.query("""
+            SELECT public_id, user_id, collection, record_id, data::text AS data, can_fork FROM records
+            WHERE public_id = ANY($1::text[]) AND (user_id = $2 OR visibility <> 'private')
+            """, [ids, user]).rows {
+            let key = RecordKey(collection: try row.string("collection"), id: try row.string("record_id"))
+            let owner = try row.string("user_id")
+            sources[try row.string("public_id")] = owner == user
+                ? .own(key)
+                : .other(
+                    user: owner, key: key, data: try JSONParser.parse(try row.string("data")).objectValue ?? [:],
+                    canFork: row["can_fork"] == "t")
+        }
+        return sources
+    }
+
+    /// Raises each forked record's `fork_count`, once per forking user.
+    static func countForks(_ connection: PGConnection, user: String, forked: Set<ForkedRecord>) throws {
+        guard !forked.isEmpty else { return }
+        let sources = forked.map { (user: $0.user ?? user, key: $0.key) }
+            .sorted { ($0.user, $0.key) < ($1.user, $1.key) }
+        try connection.query("""
+            WITH counted AS (
+              INSERT INTO forks (source_user_id, source_collection, source_record_id, user_id)
+              SELECT u, c, i, $1 FROM unnest($2::text[], $3::text[], $4::text[]) AS s(u, c, i)
+              ON CONFLICT DO NOTHING
+              RETURNING source_user_id, source_collection, source_record_id)
+            UPDATE records r SET fork_count = r.fork_count + 1
+            FROM counted f
+            WHERE r.user_id = f.source_user_id AND r.collection = f.source_collection AND r.record_id = f.source_record_id
+            """, [user, sources.map(\.user), sources.map(\.key.collection), sources.map(\.key.id)])
+    }
+
     /// The op_ids among `opIDs` already remembered for the user, and the user's records
     /// with these keys — one statement (rows of kind `o` and `r`).
     static func loadState(
@@ -150,11 +192,13 @@ public struct ApplyStore: Sendable {
         let rows = try connection.query("""
             SELECT 'o' AS kind, op_id::text AS collection, NULL AS record_id, NULL::bigint AS version, NULL AS data,
                    NULL AS field_clocks, NULL AS floor_clock, NULL AS write_clock, NULL AS delete_clock,
-                   NULL::uuid AS updated_by, NULL AS public_id, NULL::boolean AS can_fork, NULL AS visibility_clock
+                   NULL::uuid AS updated_by, NULL AS public_id, NULL::boolean AS can_fork, NULL AS visibility_clock,
+                   NULL::boolean AS listed, NULL AS forked_from, NULL AS fork_clock, NULL AS published_at
             FROM op_ids WHERE user_id = $1 AND op_id = ANY($2::uuid[])
             UNION ALL
             SELECT 'r', r.collection, r.record_id, r.version, r.data::text, r.field_clocks::text, r.floor_clock,
-                   r.write_clock, r.delete_clock, r.updated_by, r.public_id, r.can_fork, r.visibility_clock
+                   r.write_clock, r.delete_clock, r.updated_by, r.public_id, r.can_fork, r.visibility_clock,
+                   r.listed, r.forked_from, r.fork_clock, syncline_rfc3339(r.published_at)
             FROM records r
             JOIN unnest($3::text[], $4::text[]) AS k(collection, record_id)
               ON r.collection = k.collection AND r.record_id = k.record_id
@@ -176,18 +220,24 @@ public struct ApplyStore: Sendable {
                 writeClock: row["write_clock"].flatMap(Stamp.init(stored:)),
                 deleteClock: row["delete_clock"].flatMap(Stamp.init(stored:)),
                 visibility: row["visibility_clock"].flatMap(Stamp.init(stored:)).map {
-                    RecordState.Visibility(publicID: row["public_id"], canFork: row["can_fork"] == "t", clock: $0)
+                    RecordState.Visibility(
+                        publicID: row["public_id"], canFork: row["can_fork"] == "t", listed: row["listed"] != "f", clock: $0)
+                },
+                fork: row["fork_clock"].flatMap(Stamp.init(stored:)).flatMap { clock in
+                    row["forked_from"].map { RecordState.Fork(publicID: $0, clock: clock) }
                 })
-            records[key] = StoredRecord(key: key, version: try row.int("version"), state: state, updatedBy: row["updated_by"])
+            records[key] = StoredRecord(
+                key: key, version: try row.int("version"), state: state, updatedBy: row["updated_by"],
+                publishedAt: row["published_at"])
         }
         return (known, records)
     }
 
     /// Every write of the job in one statement: the remembered op_ids, the changed records
-    /// (a record that became public, or changed its public id, is stamped `published_at`
-    /// now, with `author`, the publishing token's name), the user's counter, and the job
-    /// itself — `succeeded`, with results and checkpoint. Returns the job's push→applied
-    /// seconds.
+    /// (`visibility` is what readers see; a record that readers start to see, or under a
+    /// new public id, is stamped `published_at` now, with `author`, the publishing token's
+    /// name), the user's counter, and the job itself — `succeeded`, with results and
+    /// checkpoint. Returns the job's push→applied seconds.
     static func saveOutcome(
         _ connection: PGConnection, user: String, jobID: String, outcome: JobApplier.Outcome, author: String?
     ) throws -> PGResult {
@@ -200,14 +250,17 @@ public struct ApplyStore: Sendable {
             saved AS (
               INSERT INTO records (user_id, collection, record_id, version, deleted, data, field_clocks,
                                    floor_clock, write_clock, delete_clock, updated_by, updated_at,
-                                   visibility, public_id, can_fork, visibility_clock, published_at, author)
+                                   visibility, public_id, can_fork, visibility_clock, published_at, author,
+                                   listed, forked_from, fork_clock)
               SELECT $1, c, i, v, d, data::jsonb, clocks::jsonb, NULLIF(f, ''), NULLIF(w, ''), NULLIF(x, ''),
                      NULLIF(b, '')::uuid, clock_timestamp(),
-                     CASE WHEN p = '' THEN 'private' ELSE 'public' END, NULLIF(p, ''), k, NULLIF(vc, ''),
-                     CASE WHEN p = '' THEN NULL ELSE clock_timestamp() END, CASE WHEN p = '' THEN NULL ELSE $15 END
+                     vis, NULLIF(p, ''), k, NULLIF(vc, ''),
+                     CASE WHEN vis = 'private' THEN NULL ELSE clock_timestamp() END, CASE WHEN p = '' THEN NULL ELSE $15 END,
+                     l, NULLIF(ff, ''), NULLIF(fc, '')
               FROM unnest($2::text[], $3::text[], $4::bigint[], $5::boolean[], $6::text[], $7::text[],
-                          $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::boolean[], $14::text[])
-                   AS u(c, i, v, d, data, clocks, f, w, x, b, p, k, vc)
+                          $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::boolean[], $14::text[],
+                          $20::text[], $21::boolean[], $22::text[], $23::text[])
+                   AS u(c, i, v, d, data, clocks, f, w, x, b, p, k, vc, vis, l, ff, fc)
               ON CONFLICT (user_id, collection, record_id) DO UPDATE SET
                 updated_at = CASE WHEN records.version <> EXCLUDED.version THEN EXCLUDED.updated_at ELSE records.updated_at END,
                 updated_by = EXCLUDED.updated_by,
@@ -215,12 +268,14 @@ public struct ApplyStore: Sendable {
                 field_clocks = EXCLUDED.field_clocks, floor_clock = EXCLUDED.floor_clock,
                 write_clock = EXCLUDED.write_clock, delete_clock = EXCLUDED.delete_clock,
                 visibility = EXCLUDED.visibility, can_fork = EXCLUDED.can_fork, visibility_clock = EXCLUDED.visibility_clock,
-                published_at = CASE WHEN EXCLUDED.public_id IS NULL THEN NULL
-                                    WHEN records.public_id IS NOT DISTINCT FROM EXCLUDED.public_id THEN records.published_at
-                                    ELSE EXCLUDED.published_at END,
-                author = CASE WHEN EXCLUDED.public_id IS NULL THEN records.author
-                              WHEN records.public_id IS NOT DISTINCT FROM EXCLUDED.public_id THEN records.author
-                              ELSE EXCLUDED.author END,
+                listed = EXCLUDED.listed, forked_from = EXCLUDED.forked_from, fork_clock = EXCLUDED.fork_clock,
+                published_at = CASE WHEN EXCLUDED.visibility = 'private' THEN NULL
+                                    WHEN records.visibility <> 'private'
+                                         AND records.public_id IS NOT DISTINCT FROM EXCLUDED.public_id THEN records.published_at
+                                    ELSE EXCLUDED.updated_at END,
+                author = CASE WHEN records.public_id IS DISTINCT FROM EXCLUDED.public_id
+                              THEN coalesce(EXCLUDED.author, records.author)
+                              ELSE coalesce(records.author, EXCLUDED.author) END,
                 public_id = EXCLUDED.public_id),
             counter AS (UPDATE user_counters SET counter = $17 WHERE user_id = $1 AND counter <> $17)
             UPDATE jobs SET status = 'succeeded', checkpoint = $17, results = $18::jsonb,
@@ -239,6 +294,8 @@ public struct ApplyStore: Sendable {
                 column { $0.state.visibility?.publicID ?? "" }, column { $0.state.visibility?.canFork == true ? "t" : "f" },
                 column { $0.state.visibility?.clock.description ?? "" }, author,
                 jobID, outcome.counter, try JSONCoding.encodeString(outcome.results), outcome.remembered,
+                column { $0.state.publicVisibility.rawValue }, column { $0.state.visibility?.listed == false ? "f" : "t" },
+                column { $0.state.fork?.publicID ?? "" }, column { $0.state.fork?.clock.description ?? "" },
             ])
     }
 }

@@ -184,6 +184,62 @@ public enum Migrations {
             );
             CREATE INDEX forgotten_jobs_by_age ON forgotten_jobs (forgotten_at);
             """),
+        Migration(version: 7, name: "forks, unlisted records and discovery", sql: """
+            -- `visibility` is what readers see: 'public' or 'unlisted' only while the record
+            -- holds data. A publish that arrived before the data keeps its clock and id, private.
+            ALTER TABLE records DROP CONSTRAINT records_visibility_check;
+            UPDATE records SET visibility = 'private' WHERE visibility = 'public' AND (deleted OR write_clock IS NULL);
+            ALTER TABLE records ADD CONSTRAINT records_visibility_check
+              CHECK (visibility IN ('private', 'unlisted', 'public'));
+            ALTER TABLE records
+              ADD COLUMN listed boolean NOT NULL DEFAULT true,
+              ADD COLUMN forked_from text,
+              ADD COLUMN fork_clock text,
+              ADD COLUMN fork_count bigint NOT NULL DEFAULT 0;
+
+            -- Discover: `data.tags` when it is an array of strings, and a full-text document
+            -- of title, description and tags ('simple': any language, whole words).
+            CREATE FUNCTION syncline_public_tags(data jsonb) RETURNS text[]
+              LANGUAGE sql IMMUTABLE PARALLEL SAFE
+              AS $$ SELECT CASE
+                WHEN jsonb_typeof(data -> 'tags') = 'array'
+                     AND NOT jsonb_path_exists(data -> 'tags', '$[*] ? (@.type() != "string")')
+                THEN ARRAY(SELECT t FROM jsonb_array_elements_text(data -> 'tags') WITH ORDINALITY AS e(t, n) ORDER BY n)
+                ELSE '{}' END $$;
+            -- The tags a `tag=` filter can match: those an index entry can hold.
+            CREATE FUNCTION syncline_tag_keys(data jsonb) RETURNS text[]
+              LANGUAGE sql IMMUTABLE PARALLEL SAFE
+              AS $$ SELECT ARRAY(SELECT DISTINCT t FROM unnest(syncline_public_tags(data)) AS t
+                                 WHERE char_length(t) <= 200) $$;
+            CREATE FUNCTION syncline_text_field(data jsonb, field text) RETURNS text
+              LANGUAGE sql IMMUTABLE PARALLEL SAFE
+              AS $$ SELECT CASE WHEN jsonb_typeof(data -> field) = 'string' THEN data ->> field END $$;
+            CREATE FUNCTION syncline_search_document(data jsonb) RETURNS tsvector
+              LANGUAGE sql IMMUTABLE PARALLEL SAFE
+              AS $$ SELECT to_tsvector('simple'::regconfig, concat_ws(' ',
+                syncline_text_field(data, 'title'), syncline_text_field(data, 'description'),
+                array_to_string(syncline_public_tags(data), ' '))) $$;
+            ALTER TABLE records
+              ADD COLUMN public_tags text[]
+                GENERATED ALWAYS AS (CASE WHEN visibility = 'public' THEN syncline_tag_keys(data) END) STORED,
+              ADD COLUMN public_search tsvector
+                GENERATED ALWAYS AS (CASE WHEN visibility = 'public' THEN syncline_search_document(data) END) STORED;
+            DROP INDEX records_public_listing;
+            CREATE INDEX records_public_listing ON records (published_at DESC, public_id) WHERE visibility = 'public';
+            CREATE INDEX records_public_by_tag ON records USING gin (public_tags) WHERE visibility = 'public';
+            CREATE INDEX records_public_search ON records USING gin (public_search) WHERE visibility = 'public';
+
+            -- Who forked which record: a record's fork_count rises once per forking user.
+            CREATE TABLE forks (
+              source_user_id    text NOT NULL,
+              source_collection text NOT NULL,
+              source_record_id  text NOT NULL,
+              user_id           text NOT NULL,
+              forked_at         timestamptz NOT NULL DEFAULT now(),
+              PRIMARY KEY (source_user_id, source_collection, source_record_id, user_id)
+            );
+            CREATE INDEX forks_by_user ON forks (user_id);
+            """),
     ]
 
     /// Applies every migration not yet applied. Safe to run from many processes at once.

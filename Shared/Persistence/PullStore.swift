@@ -18,7 +18,8 @@ public struct PullStore: Sendable {
     /// the page. A page that ends (`has_more: false`) answers the counter as its cursor, which
     /// is at or past the purge horizon (a purged newest tombstone must not leave the device
     /// below it, resyncing forever) and cannot skip a change: every version up to the
-    /// counter had committed in this snapshot.
+    /// counter had committed in this snapshot. A record that only a publish or unpublish
+    /// reached holds no data and is not shown.
     public func pull(user: String, since: Int64, limit: Int, collections: [String]?) async throws -> Outcome {
         var parameters: [(any PGBindable)?] = [user, since, limit + 1]
         var filter = ""
@@ -28,12 +29,15 @@ public struct PullStore: Sendable {
         }
         let rows = try await pool.query("""
             SELECT u.counter, u.horizon, r.collection, r.record_id, r.version, r.deleted, r.data,
-                   syncline_rfc3339(r.updated_at) AS updated_at, r.updated_by
+                   syncline_rfc3339(r.updated_at) AS updated_at, r.updated_by,
+                   r.write_clock, r.delete_clock, r.visibility_clock, r.visibility, r.public_id, r.can_fork,
+                   syncline_rfc3339(r.published_at) AS published_at, r.forked_from
             FROM (SELECT coalesce(max(counter), 0) AS counter, coalesce(max(purge_horizon), 0) AS horizon
                   FROM user_counters WHERE user_id = $1) u
             LEFT JOIN LATERAL (
               SELECT * FROM records r
-              WHERE r.user_id = $1 AND r.version > $2 AND NOT ($2 > 0 AND $2 < u.horizon)\(filter)
+              WHERE r.user_id = $1 AND r.version > $2 AND NOT ($2 > 0 AND $2 < u.horizon)
+                AND (r.write_clock IS NOT NULL OR r.delete_clock IS NOT NULL)\(filter)
               ORDER BY r.version LIMIT $3
             ) r ON true
             """, parameters).rows
@@ -42,17 +46,26 @@ public struct PullStore: Sendable {
         let horizon = try first.int("horizon")
         if since > 0 && since < horizon { return .resyncRequired }
         let records = rows.filter { $0["version"] != nil }
-        let changes = try records.prefix(limit).map { row in
-            let deleted = try row.bool("deleted")
-            return RecordView(
-                collection: try row.string("collection"), id: try row.string("record_id"),
-                version: try row.int("version"), deleted: deleted,
-                data: deleted ? nil : try JSONParser.parse(try row.string("data")).objectValue,
-                updatedAt: row["updated_at"], updatedBy: row["updated_by"])
-        }
+        let changes = try records.prefix(limit).map(Self.change)
         let hasMore = records.count > limit
         let cursor = hasMore ? (changes.last?.version ?? since) : max(since, counter)
         return .page(PullPage(changes: changes, cursor: String(cursor), hasMore: hasMore))
+    }
+
+    /// One pulled row as the API shows it: publication only while readers can see it.
+    static func change(_ row: PGRow) throws -> RecordView {
+        let deleted = try row.bool("deleted")
+        let visibility = row["visibility"].flatMap(RecordState.PublicVisibility.init(rawValue:)) ?? .private
+        let newest = [row["write_clock"], row["delete_clock"], row["visibility_clock"]]
+            .compactMap { $0.flatMap(Stamp.init(stored:)) }.max()
+        return RecordView(
+            collection: try row.string("collection"), id: try row.string("record_id"),
+            version: try row.int("version"), deleted: deleted,
+            data: deleted ? nil : try JSONParser.parse(try row.string("data")).objectValue,
+            updatedAt: row["updated_at"], updatedBy: row["updated_by"], hlc: newest?.hlc,
+            visibility: visibility, publicID: visibility == .private ? nil : row["public_id"],
+            canFork: visibility != .private && row["can_fork"] == "t",
+            publishedAt: visibility == .private ? nil : row["published_at"], forkedFrom: row["forked_from"])
     }
 
     /// The user's cursor now: a stream's `hello`.

@@ -28,19 +28,32 @@ struct ConvergencePropertyTests {
             for field in fields where Bool.random(using: &rng) {
                 data[field] = values.randomElement(using: &rng)!
             }
-            switch Int.random(in: 0..<12, using: &rng) {
+            switch Int.random(in: 0..<14, using: &rng) {
             case 0..<3: return upsert(n, data, at: time, id: id)
             case 3..<7: return patch(n, data.isEmpty ? ["a": 1] : data, at: time, id: id)
             // One public id per record: contested ids are the documented order-dependent case.
-            case 7: return publish(n, "pub-\(id.lowercased())", at: time, id: id, canFork: Bool.random(using: &rng))
+            case 7:
+                return publish(
+                    n, "pub-\(id.lowercased())", at: time, id: id, canFork: Bool.random(using: &rng),
+                    listed: [true, false, nil].randomElement(using: &rng)!)
             case 8: return unpublish(n, at: time, id: id)
+            // Forks of other users' records that do not change meanwhile (a fork copies what
+            // its source holds when applied: order-dependent only through the source).
+            case 9: return fork(n, "fixed-guide", at: time, id: id)
+            case 10: return fork(n, "locked-guide", at: time, id: id)
             default: return delete(n, at: time, id: id)
             }
         }
     }
 
+    static let sources: [String: ForkSource] = [
+        "fixed-guide": foreignSource(["a": "guide", "b": .array([1, 2])]),
+        "locked-guide": foreignSource(["a": "locked"], canFork: false, id: "locked"),
+    ]
+
     static func finalStates(of ops: [Op], order: [Int], jobSizes: inout SplitMix64) -> [RecordKey: RecordState] {
         var replica = Replica()
+        replica.foreignSources = sources
         var index = 0
         while index < order.count {
             let size = Int.random(in: 1...5, using: &jobSizes)
@@ -78,6 +91,7 @@ struct ConvergencePropertyTests {
         for _ in 0..<200 {
             let ops = Self.randomOps(count: 15, using: &rng)
             var replica = Replica()
+            replica.foreignSources = Self.sources
             replica.apply(ops.shuffled(using: &rng))
             var model: [String: (deleted: Bool, fields: [String: JSONValue])] = [:]
             for op in ops.sorted(by: { $0.stamp < $1.stamp }) {
@@ -88,6 +102,7 @@ struct ConvergencePropertyTests {
                     record.deleted = false
                     for (field, value) in op.data ?? [:] { record.fields[field] = value.isNull ? nil : value }
                 case .delete: record = (true, [:])
+                case .fork where op.publicID == "fixed-guide": record = (false, ["a": "guide", "b": .array([1, 2])])
                 default: break
                 }
                 model[op.id] = record

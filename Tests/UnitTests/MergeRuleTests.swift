@@ -168,12 +168,12 @@ struct MergeRuleTests {
             replica.apply([upsert(0, ["title": "Checklist"], at: 5)])
             let results = replica.apply(ops)
             #expect(replica.state()?.visibility?.isPublic == false)
-            #expect(replica.state()?.listedPublicID == nil)
+            #expect(replica.state()?.shownPublicID == nil)
             #expect(results.contains { $0.status == .applied })
         }
         var replica = Replica()
         replica.apply([upsert(0, ["title": "Checklist"], at: 5), publish(1, "pre-charter", at: 30, canFork: true), unpublish(2, at: 20)])
-        #expect(replica.state()?.listedPublicID == "pre-charter")
+        #expect(replica.state()?.shownPublicID == "pre-charter")
         #expect(replica.state()?.visibility?.canFork == true)
     }
 
@@ -182,7 +182,7 @@ struct MergeRuleTests {
         replica.foreignPublicIDs = ["someone-elses"]
         let results = replica.apply([
             upsert(1, ["title": "a"], at: 1, id: "a"), upsert(2, ["title": "b"], at: 1, id: "b"),
-            publish(3, "mine", at: 2, id: "a"),
+            publish(3, "mine", at: 2, id: "a", canFork: false),
             publish(4, "mine", at: 3, id: "b"),           // held by record a (this job)
             publish(5, "someone-elses", at: 4, id: "b"),  // held by another user's record
             publish(6, "mine", at: 5, id: "a"),           // the holder may publish it again
@@ -193,7 +193,7 @@ struct MergeRuleTests {
         // Once a unpublishes, b may take the id.
         let later = replica.apply([unpublish(7, at: 6, id: "a"), publish(8, "mine", at: 7, id: "b")])
         #expect(later.map(\.status) == [.applied, .applied])
-        #expect(replica.state("b")?.listedPublicID == "mine")
+        #expect(replica.state("b")?.shownPublicID == "mine")
     }
 
     @Test func anOpNoNewerThanAPurgedDeleteCannotRecreateItsRecord() {
@@ -213,9 +213,84 @@ struct MergeRuleTests {
         var replica = Replica()
         replica.apply([upsert(1, ["title": "a"], at: 1), publish(2, "gone-soon", at: 2), delete(3, at: 3)])
         #expect(replica.state()?.visibility?.publicID == "gone-soon")
-        #expect(replica.state()?.listedPublicID == nil)
+        #expect(replica.state()?.shownPublicID == nil)
         replica.apply([upsert(4, ["title": "back"], at: 4)])
-        #expect(replica.state()?.listedPublicID == "gone-soon")
+        #expect(replica.state()?.shownPublicID == "gone-soon")
+    }
+
+    @Test func aPublishLeavingOutCanForkAndListedIsForkableAndListed() {
+        var replica = Replica()
+        replica.apply([upsert(1, ["title": "Guide"], at: 1), publish(2, "guide-one", at: 2)])
+        #expect(replica.state()?.visibility?.canFork == true)
+        #expect(replica.state()?.publicVisibility == .public)
+        replica.apply([publish(3, "guide-one", at: 3, canFork: false, listed: false)])
+        #expect(replica.state()?.publicVisibility == .unlisted)
+        #expect(replica.state()?.visibility?.canFork == false)
+        #expect(replica.records[RecordKey(collection: "todos", id: "r1")]?.view.publicID == "guide-one")
+    }
+
+    @Test func aPublishBeforeTheDataCreatesNothingShownAndWinsWhenTheDataArrives() {
+        for order in [[0, 1], [1, 0]] {
+            let ops = [upsert(1, ["title": "Checklist"], at: 1), publish(2, "late-data", at: 2)]
+            var replica = Replica()
+            let first = replica.apply([ops[order[0]]])
+            if order[0] == 1 {
+                #expect(first.map(\.status) == [.applied], "the visibility clock can still decide a merge")
+                #expect(replica.state()?.isShown == false)
+                #expect(replica.state()?.publicVisibility == .private)
+                #expect(replica.records.values.first?.view.visibility == .private)
+            }
+            replica.apply([ops[order[1]]])
+            #expect(replica.state()?.isShown == true)
+            #expect(replica.state()?.publicVisibility == .public, "order \(order)")
+            #expect(replica.state()?.shownPublicID == "late-data")
+        }
+        var tombstone = Replica()
+        tombstone.apply([delete(1, at: 1), publish(2, "on-a-tombstone", at: 2)])
+        #expect(tombstone.state()?.publicVisibility == .private)
+        #expect(tombstone.records.values.first?.view.publicID == nil)
+    }
+
+    @Test func aForkCopiesTheSourceAsAnUpsertAndRecordsWhereItCameFrom() {
+        var replica = Replica()
+        replica.foreignSources = ["pre-charter": foreignSource(["title": "Pre-charter", "items": .array(["life jackets"])])]
+        replica.apply([upsert(1, ["title": "mine", "note": "older"], at: 1, id: "copy")])
+        let results = replica.apply([fork(2, "pre-charter", at: 5, id: "copy")])
+        #expect(results.map(\.status) == [.applied])
+        let state = replica.state("copy")
+        #expect(state?.fields == ["title": "Pre-charter", "items": .array(["life jackets"])], "older fields go, as in an upsert")
+        #expect(state?.fork?.publicID == "pre-charter")
+        #expect(replica.records[RecordKey(collection: "todos", id: "copy")]?.view.forkedFrom == "pre-charter")
+        #expect(replica.forked == [ForkedRecord(user: "someone-else", key: RecordKey(collection: "guides", id: "src"))])
+        // Newer local edits survive a fork applied late (it is an upsert at its own clock).
+        replica.apply([patch(3, ["note": "mine"], at: 9, id: "copy"), fork(4, "pre-charter", at: 7, id: "copy")])
+        #expect(replica.state("copy")?.fields["note"] == "mine")
+    }
+
+    @Test func aForkOfAnUnknownOrLockedRecordIsRejectedAndNotRemembered() {
+        var replica = Replica()
+        replica.foreignSources = ["locked": foreignSource(["title": "x"], canFork: false)]
+        let results = replica.apply([fork(1, "nowhere", at: 1), fork(2, "locked", at: 2)])
+        #expect(results.map(\.status) == [.rejected, .rejected])
+        #expect(results.map(\.reason) == [RejectReason.notFound, RejectReason.notForkable])
+        #expect(replica.known.isEmpty)
+        #expect(replica.records.isEmpty && replica.forked.isEmpty)
+    }
+
+    @Test func aForkOfOwnRecordReadsItAsTheJobLeftIt() {
+        var replica = Replica()
+        let results = replica.apply([
+            upsert(1, ["title": "draft"], at: 1, id: "a"), publish(2, "own-guide", at: 2, id: "a"),
+            patch(3, ["title": "final"], at: 3, id: "a"), fork(4, "own-guide", at: 4, id: "b"),
+        ])
+        #expect(results.map(\.status) == [.applied, .applied, .applied, .applied])
+        #expect(replica.state("b")?.fields == ["title": "final"])
+        #expect(replica.forked == [ForkedRecord(user: nil, key: RecordKey(collection: "todos", id: "a"))])
+        // Unpublished, unlisted-but-readable, and deleted sources.
+        replica.apply([publish(5, "own-guide", at: 5, id: "a", listed: false)])
+        #expect(replica.apply([fork(6, "own-guide", at: 6, id: "c")]).map(\.status) == [.applied])
+        replica.apply([delete(7, at: 7, id: "a")])
+        #expect(replica.apply([fork(8, "own-guide", at: 8, id: "d")]).first?.reason == RejectReason.notFound)
     }
 
     @Test func versionsAreUniqueAndIncreasing() {

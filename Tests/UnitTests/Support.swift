@@ -29,6 +29,10 @@ struct Replica {
     var counter: Int64 = 0
     /// Public ids held by other users' records.
     var foreignPublicIDs: Set<String> = []
+    /// Other users' readable records a fork may copy, by public id.
+    var foreignSources: [String: ForkSource] = [:]
+    /// Every record forked so far (what the worker counts once per user).
+    var forked: Set<ForkedRecord> = []
 
     @discardableResult
     mutating func apply(_ ops: [Op]) -> [OpResult] {
@@ -40,8 +44,20 @@ struct Replica {
                 owners[publicID] = .some(holder.key)
             }
         }
+        // As the worker does: a fork's source is a record of this user holding the id, else another's.
+        var sources: [String: ForkSource] = [:]
+        for op in ops where op.type == .fork {
+            guard let publicID = op.publicID else { continue }
+            if let holder = records.values.first(where: { $0.state.visibility?.publicID == publicID }) {
+                sources[publicID] = .own(holder.key)
+            } else if let foreign = foreignSources[publicID] {
+                sources[publicID] = foreign
+            }
+        }
         let outcome = JobApplier.apply(
-            ops: ops, records: records, knownOpIDs: known, counter: counter, deviceID: "dev", publicIDOwners: owners)
+            ops: ops, records: records, knownOpIDs: known, counter: counter, deviceID: "dev", publicIDOwners: owners,
+            forkSources: sources)
+        forked.formUnion(outcome.forked)
         for (key, record) in outcome.changed { records[key] = record }
         known.formUnion(outcome.remembered)
         counter = outcome.counter
@@ -57,8 +73,20 @@ struct Replica {
     }
 }
 
-func publish(_ n: Int, _ publicID: String, at time: Int, id: String = "r1", canFork: Bool = false) -> Op {
-    Op(opID: opID(n), type: .publish, collection: "todos", id: id, hlc: clock(time), publicID: publicID, canFork: canFork)
+func publish(
+    _ n: Int, _ publicID: String, at time: Int, id: String = "r1", canFork: Bool? = nil, listed: Bool? = nil
+) -> Op {
+    Op(opID: opID(n), type: .publish, collection: "todos", id: id, hlc: clock(time), publicID: publicID,
+       canFork: canFork, listed: listed)
+}
+
+func fork(_ n: Int, _ publicID: String, at time: Int, id: String = "r1", ifVersion: Int64? = nil) -> Op {
+    Op(opID: opID(n), type: .fork, collection: "todos", id: id, hlc: clock(time), ifVersion: ifVersion, publicID: publicID)
+}
+
+/// Another user's published record that forks copy.
+func foreignSource(_ data: [String: JSONValue], canFork: Bool = true, id: String = "src") -> ForkSource {
+    .other(user: "someone-else", key: RecordKey(collection: "guides", id: id), data: data, canFork: canFork)
 }
 
 func unpublish(_ n: Int, at time: Int, id: String = "r1") -> Op {

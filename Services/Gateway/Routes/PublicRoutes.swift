@@ -18,15 +18,16 @@ struct PublicRoutes: Sendable {
 
     @Sendable func list(_ request: Request, context: GatewayRequestContext) async throws -> Response {
         try limiter.check(context.clientAddress, limit: "public")
-        let query = request.uri.queryParameters
-        var collection: String?
-        if let text = query["collection"].map(String.init) {
+        var filter = PublicStore.Filter()
+        if let text = request.uri.queryParameters["collection"].map(String.init) {
             guard Names.isValidCollection(text) else { throw APIError.badRequest("collection must be a collection name.") }
-            collection = text
+            filter.collection = text
         }
+        filter.tag = try request.textParameter("tag", maxLength: Names.maxTagLength)
+        filter.query = try request.textParameter("q", maxLength: Names.maxSearchLength)
         let limit = try request.integerParameter("limit", in: 1...100, default: 20)
         let offset = try request.integerParameter("offset", in: 0...100_000, default: 0)
-        var items = try await records.list(collection: collection, limit: limit, offset: offset)
+        var items = try await records.list(filter, limit: limit, offset: offset)
         for index in items.indices { items[index].viewCount += Int64(views.pending(items[index].publicID)) }
         var headers = HTTPFields()
         headers[.cacheControl] = "public, max-age=5"

@@ -1,5 +1,6 @@
 import Hummingbird
 import ServiceSupport
+import SyncModels
 
 extension Request {
     /// An integer query parameter within `range`; absent gives `fallback`, anything else
@@ -10,5 +11,45 @@ extension Request {
             throw APIError.badRequest("\(name) must be \(range.lowerBound) to \(range.upperBound).")
         }
         return value
+    }
+}
+
+extension Request {
+    /// A free-text query parameter (a search, a tag) of 1 to `maxLength` characters:
+    /// percent-decoded with `+` as a space, as browsers' forms send it. Invalid UTF-8 or
+    /// control characters are a 400, never text altered on its way to the database.
+    func textParameter(_ name: String, maxLength: Int) throws -> String? {
+        guard let query = uri.query else { return nil }
+        for pair in query.split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            guard parts[0] == name else { continue }
+            let raw = parts.count > 1 ? parts[1] : ""
+            guard let bytes = Self.formDecoded(raw), let text = String(validating: bytes, as: UTF8.self),
+                  (1...maxLength).contains(text.count), Names.isPlainText(text),
+                  !text.allSatisfy(\.isWhitespace)
+            else {
+                throw APIError.badRequest("\(name) must be 1 to \(maxLength) characters of text.")
+            }
+            return text
+        }
+        return nil
+    }
+
+    /// `application/x-www-form-urlencoded` decoding; nil for a malformed escape.
+    static func formDecoded(_ text: Substring) -> [UInt8]? {
+        var bytes: [UInt8] = []
+        var iterator = text.utf8.makeIterator()
+        while let byte = iterator.next() {
+            switch byte {
+            case UInt8(ascii: "+"): bytes.append(UInt8(ascii: " "))
+            case UInt8(ascii: "%"):
+                guard let high = iterator.next().flatMap(Hex.value), let low = iterator.next().flatMap(Hex.value) else {
+                    return nil
+                }
+                bytes.append(high << 4 | low)
+            default: bytes.append(byte)
+            }
+        }
+        return bytes
     }
 }

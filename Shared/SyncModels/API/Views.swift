@@ -142,21 +142,33 @@ public struct PublicItem: Codable, Sendable, Equatable {
     public var publicID: String
     public var collection: String
     public var title: String?
+    public var description: String?
+    public var tags: [String]
+    public var language: String?
     public var author: String?
     public var publishedAt: String
     public var viewCount: Int64
+    public var forkCount: Int64
 
-    public init(publicID: String, collection: String, title: String?, author: String?, publishedAt: String, viewCount: Int64) {
+    public init(
+        publicID: String, collection: String, title: String?, description: String?, tags: [String], language: String?,
+        author: String?, publishedAt: String, viewCount: Int64, forkCount: Int64
+    ) {
         self.publicID = publicID
         self.collection = collection
         self.title = title
+        self.description = description
+        self.tags = tags
+        self.language = language
         self.author = author
         self.publishedAt = publishedAt
         self.viewCount = viewCount
+        self.forkCount = forkCount
     }
 
     enum CodingKeys: String, CodingKey {
-        case publicID = "public_id", collection, title, author, publishedAt = "published_at", viewCount = "view_count"
+        case publicID = "public_id", collection, title, description, tags, language, author
+        case publishedAt = "published_at", viewCount = "view_count", forkCount = "fork_count"
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -164,9 +176,13 @@ public struct PublicItem: Codable, Sendable, Equatable {
         try container.encode(publicID, forKey: .publicID)
         try container.encode(collection, forKey: .collection)
         try container.encode(title, forKey: .title)
+        try container.encode(description, forKey: .description)
+        try container.encode(tags, forKey: .tags)
+        try container.encode(language, forKey: .language)
         try container.encode(author, forKey: .author)
         try container.encode(publishedAt, forKey: .publishedAt)
         try container.encode(viewCount, forKey: .viewCount)
+        try container.encode(forkCount, forKey: .forkCount)
     }
 }
 
@@ -175,7 +191,7 @@ public struct PublicList: Codable, Sendable {
     public init(items: [PublicItem]) { self.items = items }
 }
 
-/// One published record, read without auth.
+/// One published or unlisted record, read without auth.
 public struct PublicRecord: Codable, Sendable, Equatable {
     public var publicID: String
     public var collection: String
@@ -184,11 +200,16 @@ public struct PublicRecord: Codable, Sendable, Equatable {
     public var publishedAt: String
     public var updatedAt: String
     public var viewCount: Int64
+    public var forkCount: Int64
     public var canFork: Bool
+    public var forkedFrom: String?
     /// The record's version: the ETag.
     public var version: Int64
 
-    public init(publicID: String, collection: String, data: JSONValue, author: String?, publishedAt: String, updatedAt: String, viewCount: Int64, canFork: Bool, version: Int64) {
+    public init(
+        publicID: String, collection: String, data: JSONValue, author: String?, publishedAt: String, updatedAt: String,
+        viewCount: Int64, forkCount: Int64, canFork: Bool, forkedFrom: String?, version: Int64
+    ) {
         self.publicID = publicID
         self.collection = collection
         self.data = data
@@ -196,13 +217,15 @@ public struct PublicRecord: Codable, Sendable, Equatable {
         self.publishedAt = publishedAt
         self.updatedAt = updatedAt
         self.viewCount = viewCount
+        self.forkCount = forkCount
         self.canFork = canFork
+        self.forkedFrom = forkedFrom
         self.version = version
     }
 
     enum CodingKeys: String, CodingKey {
         case publicID = "public_id", collection, data, author, publishedAt = "published_at", updatedAt = "updated_at"
-        case viewCount = "view_count", canFork = "can_fork"
+        case viewCount = "view_count", forkCount = "fork_count", canFork = "can_fork", forkedFrom = "forked_from"
     }
 
     public init(from decoder: any Decoder) throws {
@@ -214,7 +237,9 @@ public struct PublicRecord: Codable, Sendable, Equatable {
         publishedAt = try container.decode(String.self, forKey: .publishedAt)
         updatedAt = try container.decode(String.self, forKey: .updatedAt)
         viewCount = try container.decode(Int64.self, forKey: .viewCount)
+        forkCount = try container.decode(Int64.self, forKey: .forkCount)
         canFork = try container.decode(Bool.self, forKey: .canFork)
+        forkedFrom = try container.decodeIfPresent(String.self, forKey: .forkedFrom)
         version = 0
     }
 
@@ -227,7 +252,9 @@ public struct PublicRecord: Codable, Sendable, Equatable {
         try container.encode(publishedAt, forKey: .publishedAt)
         try container.encode(updatedAt, forKey: .updatedAt)
         try container.encode(viewCount, forKey: .viewCount)
+        try container.encode(forkCount, forKey: .forkCount)
         try container.encode(canFork, forKey: .canFork)
+        try container.encode(forkedFrom, forKey: .forkedFrom)
     }
 }
 

@@ -24,18 +24,20 @@ public enum Hex {
         bytes.map { String(format: "%02x", $0) }.joined()
     }
 
+    /// The value of one hex digit (either case), or nil.
+    public static func value(_ digit: UInt8) -> UInt8? {
+        switch digit {
+        case 48...57: return digit - 48
+        case 97...102: return digit - 87
+        case 65...70: return digit - 55
+        default: return nil
+        }
+    }
+
     /// The bytes of an even-length hex string (either case), or nil.
     public static func bytes(_ text: some StringProtocol) -> [UInt8]? {
         let digits = Array(text.utf8)
         guard digits.count % 2 == 0 else { return nil }
-        func value(_ c: UInt8) -> UInt8? {
-            switch c {
-            case 48...57: return c - 48
-            case 97...102: return c - 87
-            case 65...70: return c - 55
-            default: return nil
-            }
-        }
         var out: [UInt8] = []
         out.reserveCapacity(digits.count / 2)
         var index = 0

@@ -16,6 +16,11 @@ public enum JSONValue: Sendable, Hashable {
         return nil
     }
 
+    public var arrayValue: [JSONValue]? {
+        if case .array(let items) = self { return items }
+        return nil
+    }
+
     public var stringValue: String? {
         if case .string(let string) = self { return string }
         return nil

@@ -18,18 +18,46 @@ public struct StoredRecord: Sendable, Equatable {
     public var version: Int64
     public var state: RecordState
     public var updatedBy: String?
+    /// When readers first saw it published under its public id (kept by the database).
+    public var publishedAt: String?
 
-    public init(key: RecordKey, version: Int64, state: RecordState, updatedBy: String? = nil) {
+    public init(key: RecordKey, version: Int64, state: RecordState, updatedBy: String? = nil, publishedAt: String? = nil) {
         self.key = key
         self.version = version
         self.state = state
         self.updatedBy = updatedBy
+        self.publishedAt = publishedAt
     }
 
     public var view: RecordView {
-        RecordView(
+        let visibility = state.publicVisibility
+        return RecordView(
             collection: key.collection, id: key.id, version: version,
-            deleted: state.deleted, data: state.visibleData, updatedBy: updatedBy)
+            deleted: state.deleted, data: state.visibleData, updatedBy: updatedBy, hlc: state.newestClock?.hlc,
+            visibility: visibility, publicID: state.shownPublicID,
+            canFork: visibility != .private && state.visibility?.canFork == true,
+            publishedAt: visibility == .private ? nil : publishedAt, forkedFrom: state.fork?.publicID)
+    }
+}
+
+/// What a fork op finds under its public id when its job is applied.
+public enum ForkSource: Sendable, Equatable {
+    /// A record of the forking user, to be loaded with the job's records: the applier reads
+    /// it as this job has left it.
+    case own(RecordKey)
+    /// Another user's record that readers can see (public or unlisted).
+    case other(user: String, key: RecordKey, data: [String: JSONValue], canFork: Bool)
+}
+
+/// A record forked by a job, for counting forks once per forking user.
+public struct ForkedRecord: Sendable, Hashable {
+    /// nil: the forking user's own record.
+    public let user: String?
+    public let key: RecordKey
+
+    public init(user: String?, key: RecordKey) {
+        self.user = user
+        self.key = key
     }
 }
 
@@ -45,6 +73,8 @@ public struct JobApplier {
         public var remembered: [String]
         /// The user's change counter after this job.
         public var counter: Int64
+        /// Records this job forked (fork ops that were not rejected, duplicate or conflicting).
+        public var forked: Set<ForkedRecord>
     }
 
     /// `publicIDOwners`: for each public id a publish op of this job names, the record of
@@ -52,9 +82,12 @@ public struct JobApplier {
     /// `purgeClock`: the newest delete among this user's purged tombstones; an op no newer
     /// than it, on a record that does not exist, is refused as `stale` — it might be the
     /// re-push of a write that a purged delete had overruled.
+    /// `forkSources`: for each public id a fork op of this job names, where it is (absent:
+    /// no readable record has it); own sources must be among `records` when they exist.
     public static func apply(
         ops: [Op], records: [RecordKey: StoredRecord], knownOpIDs: Set<String>, counter: Int64,
-        deviceID: String?, publicIDOwners: [String: RecordKey?] = [:], purgeClock: Stamp? = nil
+        deviceID: String?, publicIDOwners: [String: RecordKey?] = [:], purgeClock: Stamp? = nil,
+        forkSources: [String: ForkSource] = [:]
     ) -> Outcome {
         var owners = publicIDOwners
         var records = records
@@ -63,6 +96,7 @@ public struct JobApplier {
         var changed: [RecordKey: StoredRecord] = [:]
         var remembered: [String] = []
         var results: [OpResult] = []
+        var forked = Set<ForkedRecord>()
         results.reserveCapacity(ops.count)
 
         for op in ops {
@@ -84,6 +118,15 @@ public struct JobApplier {
                 results.append(OpResult(opID: op.opID, status: .rejected, reason: RejectReason.publicIDTaken))
                 continue
             }
+            var copied: (document: [String: JSONValue], source: ForkedRecord)?
+            if op.type == .fork {
+                switch Self.forkable(op.publicID ?? "", in: forkSources, records: records) {
+                case .failure(let reason):
+                    results.append(OpResult(opID: op.opID, status: .rejected, reason: reason.reason))
+                    continue
+                case .success(let found): copied = found
+                }
+            }
             known.insert(op.opID)
             remembered.append(op.opID)
 
@@ -101,8 +144,14 @@ public struct JobApplier {
             case .upsert: record.state.upsert(op.data ?? [:], at: op.stamp)
             case .patch: record.state.patch(op.data ?? [:], at: op.stamp)
             case .delete: record.state.delete(at: op.stamp)
-            case .publish: record.state.setVisibility(publicID: op.publicID, canFork: op.canFork ?? false, at: op.stamp)
+            case .publish:
+                record.state.setVisibility(publicID: op.publicID, canFork: op.canFork ?? true, listed: op.listed ?? true, at: op.stamp)
             case .unpublish: record.state.setVisibility(publicID: nil, canFork: false, at: op.stamp)
+            case .fork:
+                if let copied {
+                    record.state.fork(copied.document, from: op.publicID ?? "", at: op.stamp)
+                    forked.insert(copied.source)
+                }
             }
             if before.visibility?.publicID != record.state.visibility?.publicID {
                 if let old = before.visibility?.publicID { owners[old] = nil }
@@ -120,7 +169,28 @@ public struct JobApplier {
             }
             records[key] = record
         }
-        return Outcome(results: results, changed: changed, remembered: remembered, counter: counter)
+        return Outcome(results: results, changed: changed, remembered: remembered, counter: counter, forked: forked)
+    }
+
+    struct ForkRefusal: Error {
+        let reason: String
+        static let notFound = ForkRefusal(reason: RejectReason.notFound)
+        static let notForkable = ForkRefusal(reason: RejectReason.notForkable)
+    }
+
+    /// The data a fork of `publicID` copies, or why it cannot. A record of this user that
+    /// holds the id (loaded, or published earlier in this job) is read as the job has left
+    /// it so far; it must be readable (public or unlisted) under that id.
+    static func forkable(
+        _ publicID: String, in sources: [String: ForkSource], records: [RecordKey: StoredRecord]
+    ) -> Result<(document: [String: JSONValue], source: ForkedRecord), ForkRefusal> {
+        if let own = records.values.first(where: { $0.state.visibility?.publicID == publicID }) {
+            guard own.state.shownPublicID == publicID else { return .failure(.notFound) }
+            return own.state.visibility?.canFork == true
+                ? .success((own.state.fields, ForkedRecord(user: nil, key: own.key))) : .failure(.notForkable)
+        }
+        guard case .other(let user, let key, let data, let canFork)? = sources[publicID] else { return .failure(.notFound) }
+        return canFork ? .success((data, ForkedRecord(user: user, key: key))) : .failure(.notForkable)
     }
 
     /// Ops the applier refuses by rule rather than by merge.

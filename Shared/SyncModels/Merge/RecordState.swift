@@ -15,25 +15,41 @@ public struct RecordState: Sendable, Equatable {
     public var deleteClock: Stamp?
     /// The newest publish or unpublish (last writer wins on visibility).
     public var visibility: Visibility?
+    /// The newest fork into this record: the public id it copied.
+    public var fork: Fork?
 
-    /// Whether the record is published, under which public id, as of which stamp.
+    /// Whether the record is published, under which public id, listed or not, as of which stamp.
     public struct Visibility: Sendable, Equatable {
         public var publicID: String?
         public var canFork: Bool
+        public var listed: Bool
         public var clock: Stamp
 
-        public init(publicID: String?, canFork: Bool, clock: Stamp) {
+        public init(publicID: String?, canFork: Bool, listed: Bool = true, clock: Stamp) {
             self.publicID = publicID
             self.canFork = canFork
+            self.listed = listed
             self.clock = clock
         }
 
         public var isPublic: Bool { publicID != nil }
     }
 
+    /// The public record a fork copied, as of which stamp.
+    public struct Fork: Sendable, Equatable {
+        public var publicID: String
+        public var clock: Stamp
+
+        public init(publicID: String, clock: Stamp) {
+            self.publicID = publicID
+            self.clock = clock
+        }
+    }
+
     public init(
         fields: [String: JSONValue] = [:], fieldClocks: [String: Stamp] = [:],
-        floor: Stamp? = nil, writeClock: Stamp? = nil, deleteClock: Stamp? = nil, visibility: Visibility? = nil
+        floor: Stamp? = nil, writeClock: Stamp? = nil, deleteClock: Stamp? = nil, visibility: Visibility? = nil,
+        fork: Fork? = nil
     ) {
         self.fields = fields
         self.fieldClocks = fieldClocks
@@ -41,6 +57,7 @@ public struct RecordState: Sendable, Equatable {
         self.writeClock = writeClock
         self.deleteClock = deleteClock
         self.visibility = visibility
+        self.fork = fork
     }
 
     /// A record is deleted when its newest delete is newer than every write to it.
@@ -53,8 +70,26 @@ public struct RecordState: Sendable, Equatable {
     /// Whether any op ever reached this record.
     public var exists: Bool { writeClock != nil || deleteClock != nil || visibility != nil }
 
-    /// The public id under which the record is listed publicly, if it is (never when deleted).
-    public var listedPublicID: String? { deleted ? nil : visibility?.publicID }
+    /// Whether pulls show the record: some write or delete reached it. A record that only
+    /// a publish or unpublish reached holds nothing but its visibility clock.
+    public var isShown: Bool { writeClock != nil || deleteClock != nil }
+
+    /// Whether the record holds data: written and not deleted.
+    public var hasData: Bool { writeClock != nil && !deleted }
+
+    /// What readers see: a record is public or unlisted only while it holds data, so a
+    /// publish that arrives before the record's creation, or a deleted record, shows nothing.
+    public var publicVisibility: PublicVisibility {
+        guard hasData, let visibility, visibility.isPublic else { return .private }
+        return visibility.listed ? .public : .unlisted
+    }
+
+    /// The public id readers see (nil while private).
+    public var shownPublicID: String? { publicVisibility == .private ? nil : visibility?.publicID }
+
+    /// The newest stamp in the state: what a client's clock must observe (a fork is an
+    /// upsert, so its stamp is never newer than `writeClock`).
+    public var newestClock: Stamp? { [writeClock, deleteClock, visibility?.clock].compactMap { $0 }.max() }
 
     /// The data a pull shows: nil for a tombstone.
     public var visibleData: [String: JSONValue]? { deleted ? nil : fields }
@@ -102,9 +137,18 @@ public struct RecordState: Sendable, Equatable {
     }
 
     /// `publicID` publishes the record under that id; nil unpublishes it. The newest stamp wins.
-    public mutating func setVisibility(publicID: String?, canFork: Bool, at stamp: Stamp) {
+    public mutating func setVisibility(publicID: String?, canFork: Bool, listed: Bool = true, at stamp: Stamp) {
         if let visibility, stamp < visibility.clock { return }
-        visibility = Visibility(publicID: publicID, canFork: publicID == nil ? false : canFork, clock: stamp)
+        let published = publicID != nil
+        visibility = Visibility(publicID: publicID, canFork: published && canFork, listed: published && listed, clock: stamp)
+    }
+
+    /// Copies a public record's data as an upsert at `stamp` would, and records where it
+    /// came from (the newest fork wins).
+    public mutating func fork(_ document: [String: JSONValue], from publicID: String, at stamp: Stamp) {
+        upsert(document, at: stamp)
+        if let fork, stamp < fork.clock { return }
+        fork = Fork(publicID: publicID, clock: stamp)
     }
 
     /// True when `other` differs in anything that is visible or can still decide a later
@@ -113,5 +157,10 @@ public struct RecordState: Sendable, Equatable {
     public func differsMeaningfully(from other: RecordState) -> Bool {
         fields != other.fields || fieldClocks != other.fieldClocks || floor != other.floor
             || deleteClock != other.deleteClock || deleted != other.deleted || visibility != other.visibility
+            || fork != other.fork
+    }
+
+    public enum PublicVisibility: String, Sendable, Codable {
+        case `private`, unlisted, `public`
     }
 }

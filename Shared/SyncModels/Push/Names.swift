@@ -38,6 +38,11 @@ public enum Names {
         return bytes.allSatisfy { isLower($0) || isDigit($0) || $0 == UInt8(ascii: "-") }
     }
 
+    /// The longest tag a Discover filter matches (longer tags are shown, not indexed).
+    public static let maxTagLength = 200
+    /// The longest Discover search.
+    public static let maxSearchLength = 200
+
     /// Text without control characters (C0, DEL, C1): what a name, a platform, a URL or a
     /// user id may hold. NUL in particular would be cut by libpq and change the text.
     public static func isPlainText(_ text: String) -> Bool {

@@ -1,5 +1,5 @@
 public enum OpType: String, Codable, Sendable, CaseIterable {
-    case upsert, patch, delete, publish, unpublish
+    case upsert, patch, delete, publish, unpublish, fork
 }
 
 /// One operation of a push, as stored in the job row: `hlc` is always set by then
@@ -15,12 +15,14 @@ public struct Op: Codable, Sendable, Hashable {
     public var ifVersion: Int64?
     public var publicID: String?
     public var canFork: Bool?
+    /// `publish` only: false publishes the record unlisted (readable by its public id only).
+    public var listed: Bool?
     public var rejected: String?
 
     public init(
         opID: String, type: OpType, collection: String, id: String,
         data: [String: JSONValue]? = nil, hlc: String? = nil, ifVersion: Int64? = nil,
-        publicID: String? = nil, canFork: Bool? = nil, rejected: String? = nil
+        publicID: String? = nil, canFork: Bool? = nil, listed: Bool? = nil, rejected: String? = nil
     ) {
         self.opID = opID
         self.type = type
@@ -31,12 +33,13 @@ public struct Op: Codable, Sendable, Hashable {
         self.ifVersion = ifVersion
         self.publicID = publicID
         self.canFork = canFork
+        self.listed = listed
         self.rejected = rejected
     }
 
     enum CodingKeys: String, CodingKey {
         case opID = "op_id", type, collection, id, data, hlc
-        case ifVersion = "if_version", publicID = "public_id", canFork = "can_fork", rejected
+        case ifVersion = "if_version", publicID = "public_id", canFork = "can_fork", listed, rejected
     }
 
     /// The stored form, written without Codable (see `JSONWriter`).
@@ -49,6 +52,7 @@ public struct Op: Codable, Sendable, Hashable {
         if let ifVersion { fields["if_version"] = .int(ifVersion) }
         if let publicID { fields["public_id"] = .string(publicID) }
         if let canFork { fields["can_fork"] = .bool(canFork) }
+        if let listed { fields["listed"] = .bool(listed) }
         if let rejected { fields["rejected"] = .string(rejected) }
         return .object(fields)
     }
@@ -63,7 +67,7 @@ public struct Op: Codable, Sendable, Hashable {
             opID: opID, type: type, collection: collection, id: id, data: fields["data"]?.objectValue,
             hlc: fields["hlc"]?.stringValue, ifVersion: fields["if_version"]?.intValue,
             publicID: fields["public_id"]?.stringValue, canFork: fields["can_fork"]?.boolValue,
-            rejected: fields["rejected"]?.stringValue)
+            listed: fields["listed"]?.boolValue, rejected: fields["rejected"]?.stringValue)
     }
 
     /// Ops as stored in a job row.
@@ -88,46 +92,6 @@ public struct PushRequest: Sendable, Equatable {
 
 public enum OpStatus: String, Codable, Sendable {
     case applied, superseded, duplicate, conflict, rejected
-}
-
-/// A record as the API shows it.
-public struct RecordView: Codable, Sendable, Equatable {
-    public var collection: String
-    public var id: String
-    public var version: Int64
-    public var deleted: Bool
-    public var data: [String: JSONValue]?
-    public var updatedAt: String?
-    public var updatedBy: String?
-
-    public init(
-        collection: String, id: String, version: Int64, deleted: Bool,
-        data: [String: JSONValue]?, updatedAt: String? = nil, updatedBy: String? = nil
-    ) {
-        self.collection = collection
-        self.id = id
-        self.version = version
-        self.deleted = deleted
-        self.data = data
-        self.updatedAt = updatedAt
-        self.updatedBy = updatedBy
-    }
-
-    enum CodingKeys: String, CodingKey {
-        case collection, id, version, deleted, data
-        case updatedAt = "updated_at", updatedBy = "updated_by"
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(collection, forKey: .collection)
-        try container.encode(id, forKey: .id)
-        try container.encode(version, forKey: .version)
-        try container.encode(deleted, forKey: .deleted)
-        try container.encode(data, forKey: .data)  // null for tombstones, never absent
-        try container.encodeIfPresent(updatedAt, forKey: .updatedAt)
-        try container.encodeIfPresent(updatedBy, forKey: .updatedBy)
-    }
 }
 
 public struct OpResult: Codable, Sendable, Equatable {
@@ -157,4 +121,8 @@ public enum RejectReason {
     public static let stale = "stale"
     /// A publish names a public id another record holds.
     public static let publicIDTaken = "public_id_taken"
+    /// A fork names a public id that no readable record holds.
+    public static let notFound = "not_found"
+    /// A fork names a record whose publisher does not let others fork it.
+    public static let notForkable = "not_forkable"
 }

@@ -91,16 +91,22 @@ public enum PushValidation {
             op.data = data
         case .delete, .unpublish:
             if let data = fields["data"], !data.isNull { throw OpProblem(text: "\(type.rawValue) takes no data") }
-        case .publish:
+        case .publish, .fork:
+            if let data = fields["data"], !data.isNull { throw OpProblem(text: "\(type.rawValue) takes no data") }
             guard let publicID = fields["public_id"]?.stringValue, Names.isValidPublicID(publicID) else {
                 throw OpProblem(text: "public_id must match ^[a-z0-9][a-z0-9-]{2,127}$")
             }
             op.publicID = publicID
-            if let canFork = fields["can_fork"], !canFork.isNull {
-                guard let value = canFork.boolValue else { throw OpProblem(text: "can_fork must be a boolean") }
-                op.canFork = value
-            }
+            guard type == .publish else { break }
+            op.canFork = try optionalBool(fields, "can_fork")
+            op.listed = try optionalBool(fields, "listed")
         }
         return op
+    }
+
+    static func optionalBool(_ fields: [String: JSONValue], _ name: String) throws(OpProblem) -> Bool? {
+        guard let value = fields[name], !value.isNull else { return nil }
+        guard let flag = value.boolValue else { throw OpProblem(text: "\(name) must be a boolean") }
+        return flag
     }
 }
