@@ -82,17 +82,17 @@ struct PublicContentTests {
             }
             for round in 0..<5 {
                 let publicID = "contested-\(round)-\(UUID().uuidString.prefix(6).lowercased())"
-                async let first = api.push(users[0].0, device: users[0].1, ops: [
-                    ["op_id": newOpID(), "type": "publish", "collection": "guides", "id": "g\(round)", "public_id": publicID],
-                ])
-                async let second = api.push(users[1].0, device: users[1].1, ops: [
-                    ["op_id": newOpID(), "type": "publish", "collection": "guides", "id": "g\(round)", "public_id": publicID],
-                ])
+                func ops() -> [[String: Any]] {
+                    [["op_id": newOpID(), "type": "upsert", "collection": "guides", "id": "g\(round)", "data": ["title": "Guide"]],
+                     ["op_id": newOpID(), "type": "publish", "collection": "guides", "id": "g\(round)", "public_id": publicID]]
+                }
+                async let first = api.push(users[0].0, device: users[0].1, ops: ops())
+                async let second = api.push(users[1].0, device: users[1].1, ops: ops())
                 let jobs = try await [first, second].enumerated().map { ($0.offset, try #require($0.element.json["job_id"] as? String)) }
                 var statuses: [String] = []
                 for (index, job) in jobs {
                     let view = try await api.awaitJob(users[index].0, job)
-                    let result = (view["results"] as? [[String: Any]])?.first
+                    let result = (view["results"] as? [[String: Any]])?.last
                     statuses.append(result?["status"] as? String ?? "?")
                     if result?["status"] as? String == "rejected" { #expect(result?["reason"] as? String == "public_id_taken") }
                 }

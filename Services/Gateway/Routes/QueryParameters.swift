@@ -15,7 +15,8 @@ extension Request {
 }
 
 extension Request {
-    /// A free-text query parameter (a search, a tag) of 1 to `maxLength` characters:
+    /// A free-text query parameter (a search, a tag) of 1 to `maxLength` characters
+    /// (Unicode scalars, as JSON Schema counts them):
     /// percent-decoded with `+` as a space, as browsers' forms send it. Invalid UTF-8 or
     /// control characters are a 400, never text altered on its way to the database.
     func textParameter(_ name: String, maxLength: Int) throws -> String? {
@@ -25,8 +26,7 @@ extension Request {
             guard parts[0] == name else { continue }
             let raw = parts.count > 1 ? parts[1] : ""
             guard let bytes = Self.formDecoded(raw), let text = String(validating: bytes, as: UTF8.self),
-                  (1...maxLength).contains(text.count), Names.isPlainText(text),
-                  !text.allSatisfy(\.isWhitespace)
+                  (1...maxLength).contains(text.unicodeScalars.count), Names.isPlainText(text)
             else {
                 throw APIError.badRequest("\(name) must be 1 to \(maxLength) characters of text.")
             }
