@@ -44,39 +44,15 @@ struct Bench: AsyncParsableCommand {
         }
         print("bench: \(users) users × \(devices) devices, \(ops) ops/push, \(rate > 0 ? "\(rate) pushes/s" : "as fast as possible (\(concurrency) in flight)") for \(duration)")
 
-        let opsPerPush = ops, targets = clients, pushRate = rate
-        let lanes = rate > 0 ? max(concurrency, Int(rate / 10) + 1) : concurrency
+        let opsPerPush = ops, targets = clients
         guard let base = URL(string: url), let host = base.host else { throw ValidationError("bad --url") }
-        let port = UInt16(base.port ?? 80)
         let started = Date()
-        let deadline = started.addingTimeInterval(seconds)
-        // Each lane is a thread with its own keep-alive connection. With --rate, push i is
-        // due at start + i/rate and lane l sends the pushes i ≡ l (mod lanes).
-        let samples: [Sample] = try await withThrowingTaskGroup(of: [Sample].self) { group in
-            for lane in 0..<lanes {
-                group.addTask {
-                    try await onThread {
-                        let connection = RawHTTPConnection(host: host, port: port)
-                        var mine: [Sample] = []
-                        var index = lane
-                        while true {
-                            if pushRate > 0 {
-                                let due = started.addingTimeInterval(Double(index) / pushRate)
-                                if due >= deadline { break }
-                                let wait = due.timeIntervalSinceNow
-                                if wait > 0 { usleep(UInt32(wait * 1_000_000)) }
-                            } else if Date() >= deadline {
-                                break
-                            }
-                            let target = targets[index % targets.count]
-                            mine.append(try Bench.push(connection, target.token, target.device, user: target.user, ops: opsPerPush, sequence: index))
-                            index += lanes
-                        }
-                        return mine
-                    }
-                }
-            }
-            return try await group.reduce(into: []) { $0 += $1 }
+        let samples = try await LoadLanes.run(
+            host: host, port: UInt16(base.port ?? 80), lanes: LoadLanes.lanes(for: rate, atLeast: concurrency), rate: rate,
+            seconds: seconds
+        ) { connection, index in
+            let target = targets[index % targets.count]
+            return try Bench.push(connection, target.token, target.device, user: target.user, ops: opsPerPush, sequence: index)
         }
         let pushSeconds = Date().timeIntervalSince(started)
         let totalOps = samples.count * ops
@@ -88,15 +64,7 @@ struct Bench: AsyncParsableCommand {
         // Wait for every job, straight from the job rows.
         let pool = PGPool(url: configuration.databaseURL, size: 1, logger: Observability.bootstrap(service: "bench", level: .warning))
         let ids = samples.map(\.jobID)
-        let waitDeadline = Date().addingTimeInterval(300)
-        var unfinished = ids.count
-        while Date() < waitDeadline {
-            unfinished = Int(try await pool.query(
-                "SELECT count(*) AS n FROM jobs WHERE job_id = ANY($1::uuid[]) AND status NOT IN ('succeeded','dead','discarded')",
-                [ids]).first?["n"] ?? "0") ?? 0
-            if unfinished == 0 { break }
-            try await Task.sleep(for: .milliseconds(250))
-        }
+        let unfinished = try await Bench.waitForJobs(ids, pool: pool)
         let stats = try await pool.query("""
             SELECT count(*) FILTER (WHERE status = 'succeeded') AS ok,
                    extract(epoch FROM max(finished_at) - min(created_at))::float8 AS span,
@@ -156,6 +124,20 @@ enum ProcessMemory {
 }
 
 extension Bench {
+    /// Waits up to five minutes for the jobs to finish; answers how many did not.
+    static func waitForJobs(_ ids: [String], pool: PGPool) async throws -> Int {
+        let deadline = Date().addingTimeInterval(300)
+        var unfinished = ids.count
+        while Date() < deadline {
+            unfinished = Int(try await pool.query(
+                "SELECT count(*) AS n FROM jobs WHERE job_id = ANY($1::uuid[]) AND status NOT IN ('succeeded','dead','discarded')",
+                [ids]).first?["n"] ?? "0") ?? 0
+            if unfinished == 0 { break }
+            try await Task.sleep(for: .milliseconds(250))
+        }
+        return unfinished
+    }
+
     static func push(_ connection: RawHTTPConnection, _ token: String, _ device: String, user: String, ops: Int, sequence: Int) throws -> Sample {
         let list = (0..<ops).map { index in
             #"{"op_id":"\#(UUID().uuidString.lowercased())","type":"upsert","collection":"bench","id":"p\#(sequence)-\#(index)","data":{"title":"item \#(index)","done":false,"n":\#(index)}}"#

@@ -40,8 +40,8 @@ final class RawHTTPConnection {
         buffer = []
     }
 
-    /// Sends one request and returns the status and body.
-    func send(method: String, path: String, token: String, body: [UInt8]) throws -> (Int, [UInt8]) {
+    /// Sends one request (with a bearer token when given) and returns the status and body.
+    func send(method: String, path: String, token: String?, body: [UInt8] = []) throws -> (Int, [UInt8]) {
         do {
             return try attempt(method: method, path: path, token: token, body: body)
         } catch {
@@ -51,9 +51,10 @@ final class RawHTTPConnection {
         }
     }
 
-    private func attempt(method: String, path: String, token: String, body: [UInt8]) throws -> (Int, [UInt8]) {
+    private func attempt(method: String, path: String, token: String?, body: [UInt8]) throws -> (Int, [UInt8]) {
         try connectIfNeeded()
-        var request = Array("\(method) \(path) HTTP/1.1\r\nHost: \(host)\r\nAuthorization: Bearer \(token)\r\nContent-Type: application/json\r\nContent-Length: \(body.count)\r\n\r\n".utf8)
+        let authorization = token.map { "Authorization: Bearer \($0)\r\n" } ?? ""
+        var request = Array("\(method) \(path) HTTP/1.1\r\nHost: \(host)\r\n\(authorization)Content-Type: application/json\r\nContent-Length: \(body.count)\r\n\r\n".utf8)
         request.append(contentsOf: body)
         var sent = 0
         while sent < request.count {
