@@ -1,6 +1,7 @@
 import ArgumentParser
 import Auth
 import Foundation
+import Persistence
 import PQBridge
 import ServiceSupport
 import SyncModels
@@ -41,6 +42,7 @@ struct PublicBench: AsyncParsableCommand {
         guard let base = URL(string: url), let host = base.host else { throw ValidationError("bad --url") }
         let port = UInt16(base.port ?? 80)
         try await populate(configuration, host: host, port: port)
+        try await showPlans(configuration)
 
         let count = records
         let phases: [(name: String, rate: Double, path: @Sendable (Int) -> String)] = [
@@ -69,6 +71,17 @@ struct PublicBench: AsyncParsableCommand {
         }
         for line in ProcessMemory.report(names: ["gateway"]) { print(line) }
         if failed { throw ExitCode.failure }
+    }
+
+    /// Which index PostgreSQL uses for a tag listing and a search.
+    func showPlans(_ configuration: Configuration) async throws {
+        let pool = PGPool(url: configuration.databaseURL, size: 1, logger: Observability.bootstrap(service: "bench", level: .warning))
+        let store = PublicStore(pool: pool)
+        for (name, filter) in [("tag", PublicStore.Filter(tag: Self.tag(7))), ("search", PublicStore.Filter(query: Self.word(7)))] {
+            let plan = try await store.plan(filter, limit: 20)
+            print("plan (\(name)): " + plan.map { $0.trimmingCharacters(in: .whitespaces) }.joined(separator: " | "))
+        }
+        await pool.shutdown()
     }
 
     /// Publishes the records that are missing, 250 per push, 1,000 per user.

@@ -25,6 +25,24 @@ public struct PublicStore: Sendable {
 
     /// Listed records, newest first. Tag and word filters use their own indexes.
     public func list(_ filter: Filter, limit: Int, offset: Int) async throws -> [PublicItem] {
+        let (sql, parameters) = Self.listing(filter, limit: limit, offset: offset)
+        return try await pool.query(sql, parameters).rows.map { row in
+            let tags = try JSONParser.parse(try row.string("tags")).arrayValue?.compactMap(\.stringValue) ?? []
+            return PublicItem(
+                publicID: try row.string("public_id"), collection: try row.string("collection"), title: row["title"],
+                description: row["description"], tags: tags, language: row["language"], author: row["author"],
+                publishedAt: try row.string("published_at"), viewCount: try row.int("view_count"),
+                forkCount: try row.int("fork_count"))
+        }
+    }
+
+    /// PostgreSQL's plan for a listing, for operators and the benchmark: which index serves it.
+    public func plan(_ filter: Filter, limit: Int) async throws -> [String] {
+        let (sql, parameters) = Self.listing(filter, limit: limit, offset: 0)
+        return try await pool.query("EXPLAIN " + sql, parameters).rows.compactMap { $0["QUERY PLAN"] }
+    }
+
+    static func listing(_ filter: Filter, limit: Int, offset: Int) -> (String, [(any PGBindable)?]) {
         var conditions = ["visibility = 'public'"]
         var parameters: [(any PGBindable)?] = [limit, offset]
         func bind(_ value: String) -> String {
@@ -36,7 +54,7 @@ public struct PublicStore: Sendable {
         if let query = filter.query {
             conditions.append("public_search @@ websearch_to_tsquery('simple'::regconfig, \(bind(query)))")
         }
-        return try await pool.query("""
+        let sql = """
             SELECT public_id, collection, author, syncline_rfc3339(published_at) AS published_at, view_count, fork_count,
                    syncline_text_field(data, 'title') AS title, syncline_text_field(data, 'description') AS description,
                    syncline_text_field(data, 'language') AS language, array_to_json(syncline_public_tags(data))::text AS tags
@@ -44,14 +62,8 @@ public struct PublicStore: Sendable {
             WHERE \(conditions.joined(separator: " AND "))
             ORDER BY published_at DESC, public_id
             LIMIT $1 OFFSET $2
-            """, parameters).rows.map { row in
-            let tags = try JSONParser.parse(try row.string("tags")).arrayValue?.compactMap(\.stringValue) ?? []
-            return PublicItem(
-                publicID: try row.string("public_id"), collection: try row.string("collection"), title: row["title"],
-                description: row["description"], tags: tags, language: row["language"], author: row["author"],
-                publishedAt: try row.string("published_at"), viewCount: try row.int("view_count"),
-                forkCount: try row.int("fork_count"))
-        }
+            """
+        return (sql, parameters)
     }
 
     /// A public or unlisted record.

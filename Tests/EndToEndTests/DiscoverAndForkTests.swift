@@ -202,6 +202,36 @@ struct DiscoverAndForkTests {
         }
     }
 
+    /// Metadata of the wrong type shows as null or []; tags and words too long for an index
+    /// entry never fail the job that publishes them (they are shown, not indexed).
+    @Test func oddlyShapedMetadataNeverFailsAJob() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let api = stack.client
+            let alice = try await Self.sailor(api, "Alice")[0]
+            let word = Self.word(), longTag = String(repeating: "x", count: 3_000)
+            let longWord = String(repeating: "y", count: 5_000)
+            let odd = "odd-\(UUID().uuidString.prefix(8).lowercased())", long = "long-\(UUID().uuidString.prefix(8).lowercased())"
+            let results = try await Self.applied(api, alice, [
+                ["op_id": newOpID(), "type": "upsert", "collection": "guides", "id": "odd",
+                 "data": ["title": 42, "description": ["not", "text"], "tags": [word, 7], "language": NSNull()]],
+                ["op_id": newOpID(), "type": "publish", "collection": "guides", "id": "odd", "public_id": odd],
+                ["op_id": newOpID(), "type": "upsert", "collection": "guides", "id": "long",
+                 "data": ["title": "Long \(word)", "description": longWord + " " + String(repeating: "z ", count: 20_000),
+                          "tags": [longTag, word, word]]],
+                ["op_id": newOpID(), "type": "publish", "collection": "guides", "id": "long", "public_id": long],
+            ])
+            #expect(results.map { $0["status"] as? String } == ["applied", "applied", "applied", "applied"])
+            let byTag = try await Self.items(api, "tag=\(word)")
+            #expect(byTag.map { $0["public_id"] as? String } == [long], "a mixed tags array has no tags")
+            #expect(byTag.first?["tags"] as? [String] == [longTag, word, word], "tags are shown as written")
+            let byWord = try await Self.items(api, "q=\(word)")
+            #expect(byWord.map { $0["public_id"] as? String } == [long])
+            let oddItem = try await Self.items(api, "collection=guides&limit=100").first { $0["public_id"] as? String == odd }
+            #expect(oddItem?["title"] is NSNull && oddItem?["description"] is NSNull && oddItem?["language"] is NSNull)
+            #expect(oddItem?["tags"] as? [String] == [])
+        }
+    }
+
     @Test func badDiscoverQueriesAre400() async throws {
         try await Stack.with(workers: 0) { stack in
             let api = stack.client
