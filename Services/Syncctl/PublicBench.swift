@@ -16,7 +16,7 @@ struct PublicBench: AsyncParsableCommand {
 
     @Option(help: "Gateway base URL.") var url = "http://127.0.0.1:8080"
     @Option(help: "Published records to have.") var records = 100_000
-    @Option(help: "Tag listings per second.") var tagRate = 100.0
+    @Option(help: "Listings (newest, and by tag) per second.") var tagRate = 100.0
     @Option(help: "Searches per second.") var searchRate = 100.0
     @Option(help: "Record reads per second.") var readRate = 500.0
     @Option(help: "How long each phase runs, e.g. 20s.") var duration = "20s"
@@ -46,6 +46,7 @@ struct PublicBench: AsyncParsableCommand {
 
         let count = records
         let phases: [(name: String, rate: Double, path: @Sendable (Int) -> String)] = [
+            ("list newest (limit 20)", tagRate, { _ in "/v1/public?limit=20" }),
             ("list by tag (limit 20)", tagRate, { i in "/v1/public?tag=\(Self.tag(Self.mix(i, 1) % Self.tags))&limit=20" }),
             ("search one word (limit 20)", searchRate, { i in "/v1/public?q=\(Self.word(Self.mix(i, 2) % Self.words))&limit=20" }),
             ("read a record", readRate, { i in "/v1/public/\(Self.publicID(Self.mix(i, 3) % count))" }),
@@ -77,7 +78,10 @@ struct PublicBench: AsyncParsableCommand {
     func showPlans(_ configuration: Configuration) async throws {
         let pool = PGPool(url: configuration.databaseURL, size: 1, logger: Observability.bootstrap(service: "bench", level: .warning))
         let store = PublicStore(pool: pool)
-        for (name, filter) in [("tag", PublicStore.Filter(tag: Self.tag(7))), ("search", PublicStore.Filter(query: Self.word(7)))] {
+        for (name, filter) in [
+            ("newest", PublicStore.Filter()), ("tag", PublicStore.Filter(tag: Self.tag(7))),
+            ("search", PublicStore.Filter(query: Self.word(7))),
+        ] {
             let plan = try await store.plan(filter, limit: 20)
             print("plan (\(name)): " + plan.map { $0.trimmingCharacters(in: .whitespaces) }.joined(separator: " | "))
         }

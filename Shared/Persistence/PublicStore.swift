@@ -23,7 +23,9 @@ public struct PublicStore: Sendable {
         }
     }
 
-    /// Listed records, newest first. Tag and word filters use their own indexes.
+    /// Listed records, newest first. Tag and word filters use their own indexes. (The
+    /// order names the table's column: the output column of the same name is text, which
+    /// no index serves.)
     public func list(_ filter: Filter, limit: Int, offset: Int) async throws -> [PublicItem] {
         let (sql, parameters) = Self.listing(filter, limit: limit, offset: offset)
         return try await pool.query(sql, parameters).rows.map { row in
@@ -60,7 +62,7 @@ public struct PublicStore: Sendable {
                    syncline_text_field(data, 'language') AS language, array_to_json(syncline_public_tags(data))::text AS tags
             FROM records
             WHERE \(conditions.joined(separator: " AND "))
-            ORDER BY published_at DESC, public_id
+            ORDER BY records.published_at DESC, records.public_id
             LIMIT $1 OFFSET $2
             """
         return (sql, parameters)
