@@ -7,13 +7,15 @@ let strict: [SwiftSetting] = [
 
 let package = Package(
     name: "Syncline",
-    platforms: [.macOS(.v15)],
+    // The client library's floor; the services run on Linux.
+    platforms: [.macOS(.v13), .iOS(.v16)],
     products: [
         .executable(name: "gateway", targets: ["Gateway"]),
         .executable(name: "worker", targets: ["Worker"]),
         .executable(name: "fanout", targets: ["Fanout"]),
         .executable(name: "purge", targets: ["Purge"]),
         .executable(name: "syncctl", targets: ["Syncctl"]),
+        .library(name: "SynclineClient", targets: ["SynclineClient"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
@@ -29,10 +31,16 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
         .package(url: "https://github.com/jpsim/Yams.git", from: "5.0.1"),
         .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.8.0"),
+        .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
     ],
     targets: [
         // Wire models, validation, HLC and the merge rules: pure, no I/O.
         .target(name: "SyncModels", path: "Shared/SyncModels", swiftSettings: strict),
+        // The Swift package an offline-first app drops in: local store, outbox, sync.
+        .target(
+            name: "SynclineClient",
+            dependencies: ["SyncModels", .product(name: "GRDB", package: "GRDB.swift")],
+            path: "Shared/SynclineClient", swiftSettings: strict),
         // HS256 JWTs, minted by syncctl and verified by the services.
         .target(
             name: "Auth",
@@ -156,7 +164,7 @@ let package = Package(
         .testTarget(
             name: "UnitTests",
             dependencies: [
-                "SyncModels", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", .product(name: "Yams", package: "Yams"),
+                "SyncModels", "SynclineClient", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", .product(name: "Yams", package: "Yams"),
                 .product(name: "JWTKit", package: "jwt-kit"), .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
             ],
@@ -168,7 +176,7 @@ let package = Package(
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
-                "SyncModels", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport",
+                "SyncModels", "SynclineClient", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport",
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "JWTKit", package: "jwt-kit"), .product(name: "Crypto", package: "swift-crypto"),

@@ -1,0 +1,217 @@
+import Foundation
+import GRDB
+import SyncModels
+
+/// The device's SQLite file: the server's records as pulled, the outbox, push batches, the
+/// cursor, the device identity and the clock — and the records as this device shows them.
+/// Every change is one transaction, so the store survives the app being killed at any
+/// instant (WAL; a power loss may lose the last moments of writes, as `synchronous=NORMAL`
+/// allows).
+final class LocalStore: @unchecked Sendable {
+    // @unchecked: DatabaseQueue serializes every access itself.
+    let queue: DatabaseQueue
+
+    /// Outbox states. `pending` ops wait for a batch; `batched` ones are in a batch not yet
+    /// answered with 202; `sent` ones are in a job; `confirmed` ones are applied by the
+    /// server and leave once a pull reaches their checkpoint; `setAside` ones were refused.
+    enum OpState: String {
+        case pending, batched, sent, confirmed, setAside = "set_aside"
+    }
+
+    /// States whose op still shapes what the device shows.
+    static let activeStates = "('pending', 'batched', 'sent', 'confirmed')"
+
+    init(path: String) throws {
+        var configuration = Configuration()
+        configuration.journalMode = .wal
+        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = NORMAL") }
+        queue = try DatabaseQueue(path: path, configuration: configuration)
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(sql: """
+                CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+                CREATE TABLE server_records (
+                  collection TEXT NOT NULL, id TEXT NOT NULL, version INTEGER NOT NULL, data TEXT,
+                  hlc TEXT, visibility TEXT NOT NULL, public_id TEXT, can_fork INTEGER NOT NULL,
+                  published_at TEXT, forked_from TEXT, generation INTEGER NOT NULL,
+                  PRIMARY KEY (collection, id));
+                CREATE TABLE records (
+                  collection TEXT NOT NULL, id TEXT NOT NULL, data TEXT, version INTEGER NOT NULL,
+                  pending INTEGER NOT NULL, visibility TEXT NOT NULL, public_id TEXT, can_fork INTEGER NOT NULL,
+                  forked_from TEXT, PRIMARY KEY (collection, id));
+                CREATE TABLE outbox (
+                  seq INTEGER PRIMARY KEY AUTOINCREMENT, op_id TEXT NOT NULL UNIQUE,
+                  collection TEXT NOT NULL, record_id TEXT NOT NULL, op TEXT NOT NULL, size INTEGER NOT NULL,
+                  state TEXT NOT NULL, batch_id TEXT, job_id TEXT, checkpoint INTEGER, reason TEXT,
+                  created_at REAL NOT NULL);
+                CREATE INDEX outbox_by_record ON outbox (collection, record_id);
+                CREATE INDEX outbox_by_state ON outbox (state, seq);
+                CREATE TABLE batches (
+                  batch_id TEXT PRIMARY KEY, idempotency_key TEXT NOT NULL, body BLOB NOT NULL, job_id TEXT);
+                """)
+        }
+        try migrator.migrate(queue)
+    }
+
+    // MARK: - Meta
+
+    func meta(_ key: String) throws -> String? {
+        try queue.read { try String.fetchOne($0, sql: "SELECT value FROM meta WHERE key = ?", arguments: [key]) }
+    }
+
+    static func setMeta(_ db: Database, _ key: String, _ value: String?) throws {
+        if let value {
+            try db.execute(sql: "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", arguments: [key, value])
+        } else {
+            try db.execute(sql: "DELETE FROM meta WHERE key = ?", arguments: [key])
+        }
+    }
+
+    func setMeta(_ key: String, _ value: String?) throws {
+        try queue.write { try Self.setMeta($0, key, value) }
+    }
+
+    static func clock(_ db: Database) throws -> HLCState {
+        let ms = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'hlc_ms'").flatMap { Int64($0) } ?? 0
+        let counter = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'hlc_counter'").flatMap { Int($0) } ?? 0
+        return HLCState(milliseconds: ms, counter: counter)
+    }
+
+    static func setClock(_ db: Database, _ clock: HLCState) throws {
+        try setMeta(db, "hlc_ms", String(clock.milliseconds))
+        try setMeta(db, "hlc_counter", String(clock.counter))
+    }
+
+    // MARK: - Local writes
+
+    /// Stamps the op with the device's clock, stores it in the outbox and applies it to the
+    /// local record, in one transaction.
+    func enqueue(_ op: Op, device: String, now: Date) throws -> Op {
+        try queue.write { db in
+            var clock = try Self.clock(db)
+            let hlc = clock.next(now: Int64(now.timeIntervalSince1970 * 1000), node: device)
+            try Self.setClock(db, clock)
+            var op = op
+            op.hlc = hlc.description
+            let text = JSONWriter.string(op.jsonValue)
+            try db.execute(sql: """
+                INSERT INTO outbox (op_id, collection, record_id, op, size, state, created_at)
+                VALUES (?, ?, ?, ?, ?, 'pending', ?)
+                """, arguments: [op.opID, op.collection, op.id, text, text.utf8.count, now.timeIntervalSince1970])
+            try Self.refresh(db, RecordKey(collection: op.collection, id: op.id))
+            return op
+        }
+    }
+
+    /// Recomputes what the device shows for `key`.
+    static func refresh(_ db: Database, _ key: RecordKey) throws {
+        let server = try Row.fetchOne(
+            db, sql: "SELECT * FROM server_records WHERE collection = ? AND id = ?", arguments: [key.collection, key.id]
+        ).map(serverView)
+        let ops = try String.fetchAll(db, sql: """
+            SELECT op FROM outbox WHERE collection = ? AND record_id = ? AND state IN \(activeStates)
+            """, arguments: [key.collection, key.id]).compactMap { try? JSONParser.parse($0) }.compactMap(Op.init(stored:))
+        if ops.isEmpty, let server {
+            try store(db, server, pending: false)
+            return
+        }
+        guard let state = LocalMerge.apply(ops, to: server), state.isShown else {
+            try db.execute(sql: "DELETE FROM records WHERE collection = ? AND id = ?", arguments: [key.collection, key.id])
+            return
+        }
+        let visibility = state.publicVisibility
+        try db.execute(sql: """
+            INSERT OR REPLACE INTO records (collection, id, data, version, pending, visibility, public_id, can_fork, forked_from)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """, arguments: [
+                key.collection, key.id, state.visibleData.map { JSONWriter.string(.object($0)) }, server?.version ?? 0,
+                !ops.isEmpty, visibility.rawValue, state.shownPublicID, visibility != .private && state.visibility?.canFork == true,
+                state.fork?.publicID,
+            ])
+    }
+
+    /// Shows the server's record as it is (no local edits touch it).
+    static func store(_ db: Database, _ server: RecordView, pending: Bool) throws {
+        try db.execute(sql: """
+            INSERT OR REPLACE INTO records (collection, id, data, version, pending, visibility, public_id, can_fork, forked_from)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """, arguments: [
+                server.collection, server.id, server.data.map { JSONWriter.string(.object($0)) }, server.version, pending,
+                server.visibility.rawValue, server.publicID, server.canFork, server.forkedFrom,
+            ])
+    }
+
+    static func serverView(_ row: Row) -> RecordView {
+        let data: String? = row["data"]
+        return RecordView(
+            collection: row["collection"], id: row["id"], version: row["version"], deleted: data == nil,
+            data: data.flatMap { try? JSONParser.parse($0) }?.objectValue, hlc: row["hlc"],
+            visibility: RecordState.PublicVisibility(rawValue: row["visibility"]) ?? .private, publicID: row["public_id"],
+            canFork: row["can_fork"], publishedAt: row["published_at"], forkedFrom: row["forked_from"])
+    }
+
+    // MARK: - Reads
+
+    static func record(_ row: Row) -> LocalRecord {
+        let data: String? = row["data"]
+        return LocalRecord(
+            collection: row["collection"], id: row["id"],
+            data: data.flatMap { try? JSONParser.parse($0) }?.objectValue, version: row["version"],
+            hasPendingEdits: row["pending"], visibility: RecordState.PublicVisibility(rawValue: row["visibility"]) ?? .private,
+            publicID: row["public_id"], canFork: row["can_fork"], forkedFrom: row["forked_from"])
+    }
+
+    /// The collection's records as the device shows them (deleted ones included while the
+    /// server still has their tombstones), by id.
+    func records(in collection: String) throws -> [LocalRecord] {
+        try queue.read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM records WHERE collection = ? ORDER BY id", arguments: [collection])
+                .map(Self.record)
+        }
+    }
+
+    func record(_ collection: String, _ id: String) throws -> LocalRecord? {
+        try queue.read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM records WHERE collection = ? AND id = ?", arguments: [collection, id])
+                .map(Self.record)
+        }
+    }
+
+    func status() throws -> (pending: Int, oldest: Double?, setAside: Int) {
+        try queue.read { db in
+            let row = try Row.fetchOne(db, sql: """
+                SELECT count(*) FILTER (WHERE state <> 'set_aside' AND state <> 'confirmed') AS pending,
+                       min(created_at) FILTER (WHERE state <> 'set_aside' AND state <> 'confirmed') AS oldest,
+                       count(*) FILTER (WHERE state = 'set_aside') AS aside
+                FROM outbox
+                """)
+            return (row?["pending"] ?? 0, row?["oldest"], row?["aside"] ?? 0)
+        }
+    }
+
+    func setAside() throws -> [SetAsideOp] {
+        try queue.read { db in
+            try Row.fetchAll(db, sql: "SELECT op, reason FROM outbox WHERE state = 'set_aside' ORDER BY seq").compactMap { row in
+                guard let op = (try? JSONParser.parse(row["op"] as String)).flatMap(Op.init(stored:)) else { return nil }
+                return SetAsideOp(opID: op.opID, collection: op.collection, id: op.id, type: op.type, reason: row["reason"] ?? "")
+            }
+        }
+    }
+
+    /// Puts a set-aside op back in the queue (true), or drops it (false); returns its record.
+    func resolveSetAside(opID: String, retry: Bool) throws -> RecordKey? {
+        try queue.write { db in
+            guard let row = try Row.fetchOne(
+                db, sql: "SELECT collection, record_id FROM outbox WHERE op_id = ? AND state = 'set_aside'", arguments: [opID])
+            else { return nil }
+            if retry {
+                try db.execute(sql: "UPDATE outbox SET state = 'pending', reason = NULL, batch_id = NULL, job_id = NULL WHERE op_id = ?", arguments: [opID])
+            } else {
+                try db.execute(sql: "DELETE FROM outbox WHERE op_id = ?", arguments: [opID])
+            }
+            let key = RecordKey(collection: row["collection"], id: row["record_id"])
+            try Self.refresh(db, key)
+            return key
+        }
+    }
+}

@@ -1,0 +1,96 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import SyncModels
+
+/// The gateway's HTTP API as the client uses it. A 401 asks the token provider once for a
+/// fresh token and repeats the request.
+struct ServerAPI: Sendable {
+    let base: URL
+    let session: URLSession
+    let tokenProvider: @Sendable (_ refresh: Bool) async throws -> String
+
+    struct Answer: Sendable {
+        let status: Int
+        let headers: [String: String]
+        let body: Data
+
+        var json: JSONValue? { try? JSONParser.parse(body) }
+        /// A problem's `detail`, else the body as text.
+        var detail: String { json?.objectValue?["detail"]?.stringValue ?? String(decoding: body.prefix(500), as: UTF8.self) }
+        /// Seconds from `Retry-After` (delta-seconds form).
+        var retryAfter: Double? { headers.first { $0.key.lowercased() == "retry-after" }.flatMap { Double($0.value) } }
+    }
+
+    func send(_ method: String, _ path: String, body: Data? = nil, headers: [String: String] = [:]) async throws -> Answer {
+        var answer = try await sendOnce(method, path, body: body, headers: headers, token: try await tokenProvider(false))
+        if answer.status == 401 {
+            answer = try await sendOnce(method, path, body: body, headers: headers, token: try await tokenProvider(true))
+        }
+        return answer
+    }
+
+    private func sendOnce(_ method: String, _ path: String, body: Data?, headers: [String: String], token: String) async throws -> Answer {
+        var request = URLRequest(url: URL(string: path, relativeTo: base)!)
+        request.httpMethod = method
+        request.httpBody = body
+        request.timeoutInterval = 30
+        request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+        if body != nil { request.setValue("application/json", forHTTPHeaderField: "Content-Type") }
+        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
+        let (data, response) = try await session.data(for: request)
+        guard let http = response as? HTTPURLResponse else { throw URLError(.badServerResponse) }
+        var fields: [String: String] = [:]
+        for (key, value) in http.allHeaderFields { fields["\(key)"] = "\(value)" }
+        return Answer(status: http.statusCode, headers: fields, body: data)
+    }
+
+    func registerDevice(name: String, platform: String) async throws -> String {
+        let body = JSONWriter.bytes(.object(["name": .string(name), "platform": .string(platform)]))
+        let answer = try await send("POST", "/v1/devices", body: Data(body))
+        guard answer.status == 201, let id = answer.json?.objectValue?["device_id"]?.stringValue else {
+            throw ClientError.server(status: answer.status, detail: answer.detail)
+        }
+        return id
+    }
+
+    /// One page of changes after `since`.
+    func pull(since: String?, limit: Int) async throws -> Answer {
+        try await send("GET", "/v1/sync/pull?limit=\(limit)" + (since.map { "&since=\($0)" } ?? ""))
+    }
+
+    static func page(_ answer: Answer) throws -> (changes: [RecordView], cursor: String, hasMore: Bool) {
+        guard let object = answer.json?.objectValue, case .array(let items)? = object["changes"],
+              let cursor = object["cursor"]?.stringValue, let hasMore = object["has_more"]?.boolValue
+        else { throw ClientError.server(status: answer.status, detail: "unreadable pull page") }
+        return (try items.map(Self.record), cursor, hasMore)
+    }
+
+    /// A pulled change, read without Codable (an initial sync reads many).
+    static func record(_ value: JSONValue) throws -> RecordView {
+        guard let fields = value.objectValue, let collection = fields["collection"]?.stringValue,
+              let id = fields["id"]?.stringValue, let version = fields["version"]?.intValue,
+              let deleted = fields["deleted"]?.boolValue
+        else { throw ClientError.server(status: 200, detail: "unreadable change") }
+        return RecordView(
+            collection: collection, id: id, version: version, deleted: deleted, data: fields["data"]?.objectValue,
+            hlc: fields["hlc"]?.stringValue,
+            visibility: fields["visibility"]?.stringValue.flatMap(RecordState.PublicVisibility.init(rawValue:)) ?? .private,
+            publicID: fields["public_id"]?.stringValue, canFork: fields["can_fork"]?.boolValue ?? false,
+            publishedAt: fields["published_at"]?.stringValue, forkedFrom: fields["forked_from"]?.stringValue)
+    }
+}
+
+/// Why a client call failed.
+public enum ClientError: Error, Sendable, Equatable, CustomStringConvertible {
+    case server(status: Int, detail: String)
+    case stopped
+
+    public var description: String {
+        switch self {
+        case .server(let status, let detail): return "server answered \(status): \(detail)"
+        case .stopped: return "the client is stopped"
+        }
+    }
+}

@@ -1,0 +1,81 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import SyncModels
+
+/// The live stream: a `hello` or `poke` whose cursor is past ours asks for a pull, a `job`
+/// message for a job poll. A stream silent for two heartbeat intervals is dead; it is
+/// reconnected with backoff, and while none can be had the loop polls.
+extension SyncClient {
+    func runStream() async {
+        var backoff = Backoff(base: 0.5, cap: 30)
+        var refresh = false
+        while !Task.isCancelled {
+            guard let fanout = configuration.fanoutURL, let device = deviceID,
+                  let token = try? await configuration.tokenProvider(refresh)
+            else {
+                try? await Task.sleep(for: .seconds(backoff.next()))
+                continue
+            }
+            var components = URLComponents(url: fanout, resolvingAgainstBaseURL: false)
+            components?.path = "/v1/stream"
+            components?.queryItems = [URLQueryItem(name: "device_id", value: device)]
+            guard let url = components?.url else { return }
+            let connection = EventStreamConnection(url: url, token: token)
+            lastStreamMessageAt = Date()
+            let watchdog = Task { await self.watch(connection) }
+            refresh = false
+            do {
+                for try await message in connection.messages {
+                    if !live {
+                        live = true
+                        backoff.reset()
+                    }
+                    lastStreamMessageAt = Date()
+                    handle(message)
+                }
+            } catch ClientError.server(let status, _) where status == 401 {
+                refresh = true
+            } catch {}
+            watchdog.cancel()
+            connection.cancel()
+            if live {
+                live = false
+                pullWanted = true  // pokes may have been missed while it was down
+                wake()
+            }
+            if Task.isCancelled { return }
+            try? await Task.sleep(for: .seconds(backoff.next()))
+        }
+    }
+
+    /// Cancels the connection once it has been silent for two heartbeat intervals.
+    func watch(_ connection: EventStreamConnection) async {
+        let limit = configuration.heartbeatInterval * 2
+        while !Task.isCancelled {
+            try? await Task.sleep(for: .seconds(max(0.05, limit / 4)))
+            if Date().timeIntervalSince(lastStreamMessageAt) > limit {
+                connection.cancel()
+                return
+            }
+        }
+    }
+
+    func handle(_ message: String) {
+        guard let fields = (try? JSONParser.parse(message))?.objectValue, let type = fields["type"]?.stringValue else { return }
+        switch type {
+        case "hello", "poke":
+            let theirs = fields["cursor"]?.stringValue.flatMap { Int64($0) } ?? 0
+            let ours = ((try? store.cursor) ?? nil).flatMap { Int64($0) } ?? -1
+            if theirs > ours {
+                pullWanted = true
+                wake()
+            }
+        case "job":
+            wake()
+        default:
+            break
+        }
+    }
+}

@@ -1,0 +1,240 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import SyncModels
+
+/// The sync loop: push every batch, follow jobs to their end, pull when something
+/// changed, then wait for a write, a poke, a job to poll, a poll interval or a backoff.
+extension SyncClient {
+    /// A failure worth retrying after a pause (network, 429, 5xx, auth).
+    struct Retry: Error {
+        let reason: String
+        let after: Double?
+    }
+
+    /// Pushes everything, waits for the jobs to finish (up to `timeout` seconds) and pulls
+    /// to the end — now. Throws what stopped it; the background loop retries either way.
+    public func sync(timeout: Double = 30) async throws {
+        let deadline = Date().addingTimeInterval(timeout)
+        pullWanted = true
+        while true {
+            let jobsInFlight = try await exclusivePass()
+            if !jobsInFlight && !pullWanted { return }
+            guard Date() < deadline else { throw Retry(reason: "jobs still running after \(timeout) s", after: nil) }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+    }
+
+    func runLoop() async {
+        var backoff = Backoff()
+        var jobPolls = Backoff(base: 0.05, cap: 1)
+        while !Task.isCancelled {
+            var wait: Double?
+            do {
+                let jobsInFlight = try await exclusivePass()
+                backoff.reset()
+                if jobsInFlight {
+                    wait = jobPolls.next(random: 1)
+                } else {
+                    jobPolls.reset()
+                    if !live, let poll = configuration.pollInterval { wait = poll }
+                }
+            } catch let retry as Retry {
+                lastError = retry.reason
+                wait = backoff.next(retryAfter: retry.after)
+            } catch {
+                lastError = "\(error)"
+                wait = backoff.next()
+            }
+            if Task.isCancelled { return }
+            if await waitForWake(timeout: wait) == .timedOut, !live, configuration.pollInterval != nil {
+                pullWanted = true
+            }
+        }
+    }
+
+    enum Wakeup { case woken, timedOut }
+
+    func wake() {
+        if let waiter {
+            self.waiter = nil
+            waiter.resume()
+        } else {
+            wakePending = true
+        }
+    }
+
+    func waitForWake(timeout: Double?) async -> Wakeup {
+        if wakePending {
+            wakePending = false
+            return .woken
+        }
+        timerFired = false
+        let timer = timeout.map { seconds in
+            Task {
+                try? await Task.sleep(for: .seconds(seconds))
+                if !Task.isCancelled { self.timeUp() }
+            }
+        }
+        await withCheckedContinuation { waiter = $0 }
+        timer?.cancel()
+        wakePending = false
+        let fired = timerFired
+        timerFired = false
+        return fired ? .timedOut : .woken
+    }
+
+    func timeUp() {
+        timerFired = true
+        wake()
+    }
+
+    /// One pass at a time, whoever asks (the loop or `sync()`).
+    func exclusivePass() async throws -> Bool {
+        while passRunning { await withCheckedContinuation { passWaiters.append($0) } }
+        passRunning = true
+        defer {
+            passRunning = false
+            if !passWaiters.isEmpty { passWaiters.removeFirst().resume() }
+        }
+        return try await pass()
+    }
+
+    /// Returns whether jobs are still running on the server.
+    func pass() async throws -> Bool {
+        let device = try await registeredDevice()
+        try await pushAll(device: device)
+        let jobsInFlight = try await followJobs()
+        if pullWanted { try await pullAll() }
+        lastSyncAt = configuration.now()
+        lastError = nil
+        return jobsInFlight
+    }
+
+    func registeredDevice() async throws -> String {
+        if let device = try store.meta("device_id") { return device }
+        let device: String
+        do {
+            device = try await api.registerDevice(name: configuration.deviceName, platform: configuration.platform)
+        } catch let error as ClientError {
+            throw Retry(reason: error.description, after: nil)
+        } catch {
+            throw Retry(reason: "cannot reach the server: \(error.localizedDescription)", after: nil)
+        }
+        try store.setMeta("device_id", device)
+        return device
+    }
+
+    /// Sends batches until the outbox holds none, setting aside what the server refuses.
+    func pushAll(device: String) async throws {
+        while let batch = try store.nextBatch(device: device, maxOps: Names.maxOpsPerPush, maxBytes: maxBatchBytes) {
+            let answer: ServerAPI.Answer
+            do {
+                answer = try await api.send(
+                    "POST", "/v1/sync/push", body: batch.body, headers: ["Idempotency-Key": batch.idempotencyKey])
+            } catch {
+                throw Retry(reason: "push failed: \(error.localizedDescription)", after: nil)
+            }
+            switch answer.status {
+            case 202:
+                guard let jobID = answer.json?.objectValue?["job_id"]?.stringValue else {
+                    throw Retry(reason: "push answer without job_id", after: nil)
+                }
+                try store.batchAccepted(batch, jobID: jobID)
+            case 400, 422:
+                let index = Self.opIndex(in: answer.detail)
+                for opID in try store.batchRefused(batch, setAside: index, reason: answer.detail) {
+                    eventSink.yield(.setAside(opID: opID, reason: answer.detail))
+                }
+                notifyAll()
+            case 413:
+                if batch.opIDs.count == 1 {
+                    for opID in try store.batchRefused(batch, setAside: 0, reason: answer.detail) {
+                        eventSink.yield(.setAside(opID: opID, reason: answer.detail))
+                    }
+                    notifyAll()
+                } else {
+                    maxBatchBytes = max(1_024, maxBatchBytes / 2)
+                    try store.batchDissolved(batch)
+                }
+            default:
+                throw Retry(reason: "push answered \(answer.status): \(answer.detail)", after: answer.retryAfter)
+            }
+        }
+    }
+
+    /// `ops[i]` in a problem's detail.
+    static func opIndex(in detail: String) -> Int? {
+        guard let start = detail.range(of: "ops[") else { return nil }
+        let digits = detail[start.upperBound...].prefix { $0.isNumber }
+        return Int(digits)
+    }
+
+    /// Polls every job still running; returns whether any is.
+    func followJobs() async throws -> Bool {
+        var running = false
+        for jobID in try store.sentJobs() {
+            let answer: ServerAPI.Answer
+            do {
+                answer = try await api.send("GET", "/v1/sync/jobs/\(jobID)")
+            } catch {
+                throw Retry(reason: "job status failed: \(error.localizedDescription)", after: nil)
+            }
+            if answer.status == 404 {
+                try store.jobForgotten(jobID)
+                continue
+            }
+            guard answer.status == 200, let job = try? JSONCoding.decode(JobView.self, from: answer.body) else {
+                throw Retry(reason: "job status answered \(answer.status)", after: answer.retryAfter)
+            }
+            switch job.status {
+            case .succeeded:
+                let events = try store.jobSucceeded(jobID, checkpoint: Int64(job.checkpoint ?? "0") ?? 0, results: job.results)
+                events.forEach { eventSink.yield($0) }
+                pullWanted = true
+                if !events.isEmpty { notifyAll() }
+            case .dead, .discarded:
+                let opIDs = try store.jobDead(jobID, reason: "job \(job.status.rawValue): \(job.lastError ?? "no error recorded")")
+                eventSink.yield(.jobDead(jobID: jobID, opIDs: opIDs))
+                notifyAll()
+            case .queued, .processing, .retrying:
+                running = true
+            }
+        }
+        return running
+    }
+
+    /// Pulls until `has_more` is false; a 410 starts a resync that keeps unpushed ops.
+    func pullAll() async throws {
+        pullWanted = false
+        var changed = Set<String>()
+        defer { notify(changed) }
+        while true {
+            let answer: ServerAPI.Answer
+            do {
+                answer = try await api.pull(since: try store.cursor, limit: 1_000)
+            } catch {
+                pullWanted = true
+                throw Retry(reason: "pull failed: \(error.localizedDescription)", after: nil)
+            }
+            if answer.status == 410 {
+                try store.beginResync()
+                continue
+            }
+            guard answer.status == 200 else {
+                pullWanted = true
+                throw Retry(reason: "pull answered \(answer.status): \(answer.detail)", after: answer.retryAfter)
+            }
+            let page = try ServerAPI.page(answer)
+            changed.formUnion(try store.applyPage(page.changes, cursor: page.cursor, hasMore: page.hasMore))
+            if !page.hasMore {
+                lastPullAt = configuration.now()
+                eventSink.yield(.pulled(cursor: page.cursor))
+                return
+            }
+        }
+    }
+
+    func notifyAll() { notify(Set(observers.values.map(\.collection))) }
+}

@@ -1,0 +1,206 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import SyncModels
+
+/// The device side of Syncline: a durable local store and outbox, optimistic local writes
+/// by the server's merge rules, and a sync loop that pushes, follows jobs, pulls and
+/// listens to the live stream.
+///
+/// ```swift
+/// let client = try SyncClient(ClientConfiguration(
+///     gatewayURL: URL(string: "https://sync.example.com")!, fanoutURL: URL(string: "https://live.example.com")!,
+///     databasePath: documents + "/sync.sqlite", tokenProvider: { refresh in try await auth.token(refresh: refresh) }))
+/// try await client.start()
+/// try await client.upsert("todos", id: "t1", data: ["title": .string("Buy milk")])
+/// for await todos in await client.observe("todos") { render(todos) }
+/// ```
+public actor SyncClient {
+    let configuration: ClientConfiguration
+    let store: LocalStore
+    let api: ServerAPI
+    /// What the app should know about its edits and jobs (one consumer).
+    public nonisolated let events: AsyncStream<SyncEvent>
+    let eventSink: AsyncStream<SyncEvent>.Continuation
+
+    var loop: Task<Void, Never>?
+    var stream: Task<Void, Never>?
+    var observers: [UUID: Observer] = [:]
+    var lastSyncAt: Date?
+    var lastError: String?
+    var live = false
+    var pullWanted = true
+    var lastPullAt: Date?
+    var lastStreamMessageAt = Date()
+    var maxBatchBytes = 1_000_000
+    var waiter: CheckedContinuation<Void, Never>?
+    var wakePending = false
+    var timerFired = false
+    var passRunning = false
+    var passWaiters: [CheckedContinuation<Void, Never>] = []
+
+    struct Observer {
+        let collection: String
+        let id: String?
+        let sink: AsyncStream<[LocalRecord]>.Continuation
+    }
+
+    public init(_ configuration: ClientConfiguration) throws {
+        self.configuration = configuration
+        store = try LocalStore(path: configuration.databasePath)
+        let sessionConfiguration = URLSessionConfiguration.default
+        sessionConfiguration.httpMaximumConnectionsPerHost = 4
+        api = ServerAPI(
+            base: configuration.gatewayURL, session: URLSession(configuration: sessionConfiguration),
+            tokenProvider: configuration.tokenProvider)
+        (events, eventSink) = AsyncStream.makeStream(of: SyncEvent.self, bufferingPolicy: .bufferingNewest(1_000))
+    }
+
+    // MARK: - Lifecycle
+
+    /// Starts syncing in the background: registers the device on first launch (when the
+    /// server can be reached), then pushes, pulls and listens until `stop()`.
+    public func start() {
+        guard loop == nil else { return }
+        loop = Task { await self.runLoop() }
+        if configuration.fanoutURL != nil { stream = Task { await self.runStream() } }
+    }
+
+    /// Stops syncing; the local store keeps everything. Writes still work while stopped.
+    public func stop() async {
+        let tasks = [loop, stream].compactMap { $0 }
+        loop = nil
+        stream = nil
+        tasks.forEach { $0.cancel() }
+        wake()
+        for task in tasks { await task.value }
+        live = false
+    }
+
+    /// The id the server gave this device (nil until it was first reached).
+    public var deviceID: String? { try? store.meta("device_id") }
+
+    // MARK: - Writes
+
+    /// Replaces the record's fields with `data` (fields missing from it disappear).
+    @discardableResult
+    public func upsert(_ collection: String, id: String, data: [String: JSONValue], ifVersion: Int64? = nil) throws -> String {
+        try write(Op(opID: Self.newID(), type: .upsert, collection: collection, id: id, data: data, ifVersion: ifVersion))
+    }
+
+    /// Sets the given fields; a `.null` value removes one.
+    @discardableResult
+    public func patch(_ collection: String, id: String, fields: [String: JSONValue], ifVersion: Int64? = nil) throws -> String {
+        try write(Op(opID: Self.newID(), type: .patch, collection: collection, id: id, data: fields, ifVersion: ifVersion))
+    }
+
+    @discardableResult
+    public func delete(_ collection: String, id: String, ifVersion: Int64? = nil) throws -> String {
+        try write(Op(opID: Self.newID(), type: .delete, collection: collection, id: id, ifVersion: ifVersion))
+    }
+
+    /// Publishes the record under `publicID`: listed (or, with `listed: false`, readable by
+    /// link only), and forkable unless `canFork` is false.
+    @discardableResult
+    public func publish(_ collection: String, id: String, publicID: String, canFork: Bool = true, listed: Bool = true) throws -> String {
+        try write(Op(
+            opID: Self.newID(), type: .publish, collection: collection, id: id, publicID: publicID, canFork: canFork,
+            listed: listed))
+    }
+
+    @discardableResult
+    public func unpublish(_ collection: String, id: String) throws -> String {
+        try write(Op(opID: Self.newID(), type: .unpublish, collection: collection, id: id))
+    }
+
+    /// Copies the published record `publicID` into `(collection, id)` when the server
+    /// applies it; the copy shows after the next pull.
+    @discardableResult
+    public func fork(_ collection: String, id: String, publicID: String) throws -> String {
+        try write(Op(opID: Self.newID(), type: .fork, collection: collection, id: id, publicID: publicID))
+    }
+
+    /// Durable in the outbox and applied locally when this returns; returns the op_id.
+    func write(_ op: Op) throws -> String {
+        let stored = try store.enqueue(op, device: try node(), now: configuration.now())
+        notify([stored.collection])
+        wake()
+        return stored.opID
+    }
+
+    /// The HLC node of this device's ops: chosen locally on first use, so that writes work
+    /// before the device could ever reach the server.
+    func node() throws -> String {
+        if let node = try store.meta("node") { return node }
+        let node = Self.newID()
+        try store.setMeta("node", node)
+        return node
+    }
+
+    static func newID() -> String { UUID().uuidString.lowercased() }
+
+    // MARK: - Reads
+
+    public func record(_ collection: String, id: String) throws -> LocalRecord? {
+        try store.record(collection, id)
+    }
+
+    /// The collection's records as this device shows them, by id (deleted ones included
+    /// while the server still has their tombstones).
+    public func records(_ collection: String) throws -> [LocalRecord] {
+        try store.records(in: collection)
+    }
+
+    /// Yields the collection's records now and after every local write or pulled change to it.
+    public func observe(_ collection: String) -> AsyncStream<[LocalRecord]> {
+        observe(collection, id: nil)
+    }
+
+    /// Yields the record (an empty array while it does not exist) now and after every change to it.
+    public func observe(_ collection: String, id: String?) -> AsyncStream<[LocalRecord]> {
+        let (stream, sink) = AsyncStream.makeStream(of: [LocalRecord].self, bufferingPolicy: .bufferingNewest(1))
+        let key = UUID()
+        observers[key] = Observer(collection: collection, id: id, sink: sink)
+        sink.onTermination = { _ in Task { await self.removeObserver(key) } }
+        sink.yield(current(collection, id: id))
+        return stream
+    }
+
+    func removeObserver(_ key: UUID) { observers[key] = nil }
+
+    func current(_ collection: String, id: String?) -> [LocalRecord] {
+        if let id { return ((try? store.record(collection, id)) ?? nil).map { [$0] } ?? [] }
+        return (try? store.records(in: collection)) ?? []
+    }
+
+    func notify(_ collections: Set<String>) {
+        for observer in observers.values where collections.contains(observer.collection) {
+            observer.sink.yield(current(observer.collection, id: observer.id))
+        }
+    }
+
+    /// Why an edit has not synced yet.
+    public func status() throws -> SyncStatus {
+        let counts = try store.status()
+        return SyncStatus(
+            pendingOps: counts.pending,
+            oldestPendingAge: counts.oldest.map { configuration.now().timeIntervalSince1970 - $0 },
+            lastSyncAt: lastSyncAt, lastError: lastError, setAsideOps: counts.setAside, live: live)
+    }
+
+    /// Ops the server refused, waiting for the app.
+    public func setAside() throws -> [SetAsideOp] { try store.setAside() }
+
+    /// Sends a set-aside op again (after the app fixed what the server refused, or when a
+    /// dead job's cause is gone).
+    public func retry(opID: String) throws {
+        if let key = try store.resolveSetAside(opID: opID, retry: true) { notify([key.collection]) }
+        wake()
+    }
+
+    /// Gives up on a set-aside op; the record shows the server's state again.
+    public func drop(opID: String) throws {
+        if let key = try store.resolveSetAside(opID: opID, retry: false) { notify([key.collection]) }
+    }
+}

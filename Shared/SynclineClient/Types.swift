@@ -1,0 +1,98 @@
+import Foundation
+import SyncModels
+
+/// A record as this device shows it: what the server holds, with this device's pending
+/// edits applied on top by the server's merge rules.
+public struct LocalRecord: Sendable, Equatable {
+    public let collection: String
+    public let id: String
+    /// The record's fields; nil once deleted.
+    public let data: [String: JSONValue]?
+    public var deleted: Bool { data == nil }
+    /// The server version this view is based on (0 before the server has it).
+    public let version: Int64
+    /// Whether this device has edits to it the server has not confirmed yet.
+    public let hasPendingEdits: Bool
+    public let visibility: RecordState.PublicVisibility
+    public let publicID: String?
+    public let canFork: Bool
+    public let forkedFrom: String?
+}
+
+/// Something the app should know about an edit or a job, delivered on `SyncClient.events`.
+public enum SyncEvent: Sendable, Equatable {
+    /// An `if_version` precondition failed: the edit was not applied; `current` is the
+    /// server's record (nil when it does not exist).
+    case conflict(opID: String, current: RecordView?)
+    /// The server applied the job but refused this op, with its reason code.
+    case rejected(opID: String, reason: String)
+    /// The server refused the op as invalid (400/413/422). It waits in `setAside()`, where
+    /// the app can retry or drop it; the ops after it went on.
+    case setAside(opID: String, reason: String)
+    /// A job was dead-lettered; its ops wait in `setAside()`.
+    case jobDead(jobID: String, opIDs: [String])
+    /// A pull ended: the local store is up to date with the server as of `cursor`.
+    case pulled(cursor: String)
+}
+
+/// Why an edit has not synced yet: what the app can show its user.
+public struct SyncStatus: Sendable, Equatable {
+    /// Ops not yet confirmed by the server (set-aside ops not included).
+    public let pendingOps: Int
+    /// How long the oldest of them has waited, in seconds.
+    public let oldestPendingAge: Double?
+    /// When a push or pull last succeeded.
+    public let lastSyncAt: Date?
+    /// The last failure (network, auth, server), cleared by the next success.
+    public let lastError: String?
+    /// Ops the server refused, waiting for the app to retry or drop them.
+    public let setAsideOps: Int
+    /// Whether the live stream is connected.
+    public let live: Bool
+}
+
+/// An op the server refused, kept for the app.
+public struct SetAsideOp: Sendable, Equatable {
+    public let opID: String
+    public let collection: String
+    public let id: String
+    public let type: OpType
+    public let reason: String
+}
+
+/// How a client reaches its server and where it keeps its data.
+public struct ClientConfiguration: Sendable {
+    /// The gateway, e.g. `https://sync.example.com`.
+    public var gatewayURL: URL
+    /// The fanout's stream endpoint base (nil: no live stream, pull by polling only).
+    public var fanoutURL: URL?
+    /// The SQLite file of the local store (created when missing).
+    public var databasePath: String
+    /// Supplies a bearer token; `refresh` is true after the server answered 401.
+    public var tokenProvider: @Sendable (_ refresh: Bool) async throws -> String
+    public var deviceName: String
+    public var platform: String
+    /// Pull this often when no stream is connected (nil: never poll).
+    public var pollInterval: Double?
+    /// The fanout's heartbeat interval; a stream silent for twice this is reconnected.
+    public var heartbeatInterval: Double
+    /// The wall clock (tests give a drifting one).
+    public var now: @Sendable () -> Date
+
+    public init(
+        gatewayURL: URL, fanoutURL: URL? = nil, databasePath: String,
+        tokenProvider: @escaping @Sendable (_ refresh: Bool) async throws -> String,
+        deviceName: String = "device", platform: String = "swift", pollInterval: Double? = 30,
+        heartbeatInterval: Double = 30, now: @escaping @Sendable () -> Date = { Date() }
+    ) {
+        self.gatewayURL = gatewayURL
+        self.fanoutURL = fanoutURL
+        self.databasePath = databasePath
+        self.tokenProvider = tokenProvider
+        self.deviceName = deviceName
+        self.platform = platform
+        self.pollInterval = pollInterval
+        self.heartbeatInterval = heartbeatInterval
+        self.now = now
+    }
+}
