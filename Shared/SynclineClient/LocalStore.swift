@@ -153,26 +153,27 @@ final class LocalStore: @unchecked Sendable {
     // MARK: - Reads
 
     static func record(_ row: Row) -> LocalRecord {
-        let data: String? = row["data"]
+        let data: String = row["data"]
         return LocalRecord(
             collection: row["collection"], id: row["id"],
-            data: data.flatMap { try? JSONParser.parse($0) }?.objectValue, version: row["version"],
+            data: (try? JSONParser.parse(data))?.objectValue ?? [:], version: row["version"],
             hasPendingEdits: row["pending"], visibility: RecordState.PublicVisibility(rawValue: row["visibility"]) ?? .private,
             publicID: row["public_id"], canFork: row["can_fork"], forkedFrom: row["forked_from"])
     }
 
-    /// The collection's records as the device shows them (deleted ones included while the
-    /// server still has their tombstones), by id.
+    /// The collection's records as the device shows them, by id (deleted ones are not).
     func records(in collection: String) throws -> [LocalRecord] {
         try queue.read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM records WHERE collection = ? ORDER BY id", arguments: [collection])
+            try Row.fetchAll(
+                db, sql: "SELECT * FROM records WHERE collection = ? AND data IS NOT NULL ORDER BY id", arguments: [collection])
                 .map(Self.record)
         }
     }
 
     func record(_ collection: String, _ id: String) throws -> LocalRecord? {
         try queue.read { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM records WHERE collection = ? AND id = ?", arguments: [collection, id])
+            try Row.fetchOne(
+                db, sql: "SELECT * FROM records WHERE collection = ? AND id = ? AND data IS NOT NULL", arguments: [collection, id])
                 .map(Self.record)
         }
     }

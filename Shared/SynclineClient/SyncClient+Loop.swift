@@ -41,10 +41,8 @@ extension SyncClient {
                     if !live, let poll = configuration.pollInterval { wait = poll }
                 }
             } catch let retry as Retry {
-                lastError = retry.reason
                 wait = backoff.next(retryAfter: retry.after)
             } catch {
-                lastError = "\(error)"
                 wait = backoff.next()
             }
             if Task.isCancelled { return }
@@ -98,7 +96,15 @@ extension SyncClient {
             passRunning = false
             if !passWaiters.isEmpty { passWaiters.removeFirst().resume() }
         }
-        return try await pass()
+        do {
+            return try await pass()
+        } catch let retry as Retry {
+            lastError = retry.reason
+            throw retry
+        } catch {
+            lastError = "\(error)"
+            throw error
+        }
     }
 
     /// Returns whether jobs are still running on the server.

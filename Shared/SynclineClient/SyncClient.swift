@@ -146,8 +146,7 @@ public actor SyncClient {
         try store.record(collection, id)
     }
 
-    /// The collection's records as this device shows them, by id (deleted ones included
-    /// while the server still has their tombstones).
+    /// The collection's records as this device shows them, by id (deleted ones are not).
     public func records(_ collection: String) throws -> [LocalRecord] {
         try store.records(in: collection)
     }
@@ -157,7 +156,8 @@ public actor SyncClient {
         observe(collection, id: nil)
     }
 
-    /// Yields the record (an empty array while it does not exist) now and after every change to it.
+    /// Yields the record (an empty array while it does not exist or is deleted) now and
+    /// after every change to it.
     public func observe(_ collection: String, id: String?) -> AsyncStream<[LocalRecord]> {
         let (stream, sink) = AsyncStream.makeStream(of: [LocalRecord].self, bufferingPolicy: .bufferingNewest(1))
         let key = UUID()

@@ -6,9 +6,8 @@ import SyncModels
 public struct LocalRecord: Sendable, Equatable {
     public let collection: String
     public let id: String
-    /// The record's fields; nil once deleted.
-    public let data: [String: JSONValue]?
-    public var deleted: Bool { data == nil }
+    /// The record's fields. (A deleted record is not shown.)
+    public let data: [String: JSONValue]
     /// The server version this view is based on (0 before the server has it).
     public let version: Int64
     /// Whether this device has edits to it the server has not confirmed yet.

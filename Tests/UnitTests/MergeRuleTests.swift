@@ -303,11 +303,3 @@ struct MergeRuleTests {
         #expect(replica.version("b") == 2)
     }
 }
-
-extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral,
-    ExpressibleByBooleanLiteral
-{
-    public init(stringLiteral value: String) { self = .string(value) }
-    public init(integerLiteral value: Int64) { self = .int(value) }
-    public init(booleanLiteral value: Bool) { self = .bool(value) }
-}

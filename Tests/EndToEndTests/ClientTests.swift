@@ -1,0 +1,197 @@
+import Foundation
+import SyncModels
+import SynclineClient
+import Testing
+
+/// SynclineClient against the real stack (gateway, workers and fanout processes).
+@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+struct ClientTests {
+    /// Collects a client's events for a test to inspect.
+    actor EventLog {
+        private(set) var events: [SyncEvent] = []
+        func append(_ event: SyncEvent) { events.append(event) }
+    }
+
+    struct Device {
+        let client: SyncClient
+        let path: String
+        let log: EventLog
+        let collector: Task<Void, Never>
+    }
+
+    static func device(
+        _ stack: Stack, user: String, fanout: ServiceProcess? = nil, pollInterval: Double? = nil,
+        path: String? = nil, clockOffset: Double = 0
+    ) throws -> Device {
+        let directory = E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()
+        let path = path ?? "\(directory)/client-\(UUID().uuidString.prefix(8)).sqlite"
+        let client = try SyncClient(ClientConfiguration(
+            gatewayURL: URL(string: stack.client.base)!,
+            fanoutURL: fanout.map { URL(string: "http://127.0.0.1:\($0.port)")! },
+            databasePath: path, tokenProvider: { _ in await E2E.token(user) }, deviceName: "test",
+            pollInterval: pollInterval, heartbeatInterval: 2, now: { Date().addingTimeInterval(clockOffset) }))
+        let log = EventLog()
+        let collector = Task { for await event in client.events { await log.append(event) } }
+        return Device(client: client, path: path, log: log, collector: collector)
+    }
+
+    /// `collection`'s records as a device shows them: id → data.
+    static func shown(_ client: SyncClient, _ collection: String = "todos") async throws -> [String: [String: JSONValue]] {
+        Dictionary(uniqueKeysWithValues: try await client.records(collection).map { ($0.id, $0.data) })
+    }
+
+    /// What a fresh pull of the user shows (live records, id → data).
+    static func server(_ stack: Stack, _ user: String, _ collection: String = "todos") async throws -> [String: [String: JSONValue]] {
+        let pulled = try await stack.client.pullAll(await E2E.token(user), limit: 1000).changes
+        var state: [String: [String: JSONValue]] = [:]
+        for change in pulled where change["collection"] as? String == collection {
+            let data = try JSONSerialization.data(withJSONObject: change["data"] ?? NSNull(), options: .fragmentsAllowed)
+            state[change["id"] as! String] = try JSONParser.parse(data).objectValue
+        }
+        return state
+    }
+
+    static func user() -> String { "client-\(UUID().uuidString.prefix(8))" }
+
+    @Test func twoDevicesWritingWhileTheGatewayIsDownConverge() async throws {
+        try await Stack.with(workers: 2) { stack in
+            let user = Self.user()
+            let a = try Self.device(stack, user: user), b = try Self.device(stack, user: user)
+            try await a.client.upsert("todos", id: "t1", data: ["title": "from a", "n": 1])
+            try await a.client.sync()
+            try await b.client.sync()
+            #expect(try await Self.shown(b.client)["t1"] == ["title": "from a", "n": 1])
+
+            stack.gateway.stop()
+            try await a.client.patch("todos", id: "t1", fields: ["n": 2, "done": true])
+            try await a.client.upsert("todos", id: "t2", data: ["title": "a's new one"])
+            try await b.client.patch("todos", id: "t1", fields: ["title": "from b"])
+            try await b.client.delete("todos", id: "t2")
+            try await b.client.upsert("todos", id: "t3", data: ["title": "b's new one"])
+            await #expect(throws: (any Error).self) { try await a.client.sync(timeout: 2) }
+            #expect(try await a.client.status().pendingOps == 2)
+            #expect(try await a.client.status().lastError != nil)
+
+            try await stack.replaceGateway()
+            try await a.client.sync()
+            try await b.client.sync()
+            try await a.client.sync()
+            let server = try await Self.server(stack, user)
+            let onA = try await Self.shown(a.client), onB = try await Self.shown(b.client)
+            #expect(onA == server, "a: \(onA) server: \(server)")
+            #expect(onB == server, "b: \(onB) server: \(server)")
+            #expect(server["t1"] == ["title": "from b", "n": 2, "done": true])
+            #expect(server["t3"] == ["title": "b's new one"])
+            #expect(try await a.client.status().pendingOps == 0)
+            #expect(try await a.client.status().lastError == nil)
+        }
+    }
+
+    @Test func anOversizedOpIsSetAsideAndTheOpsAfterItSync() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let user = Self.user()
+            let a = try Self.device(stack, user: user)
+            try await a.client.upsert("todos", id: "before", data: ["title": "fine"])
+            let big = try await a.client.upsert("todos", id: "big", data: ["blob": .string(String(repeating: "x", count: 300_000))])
+            try await a.client.upsert("todos", id: "after", data: ["title": "also fine"])
+            try await a.client.sync()
+            let aside = try await a.client.setAside()
+            #expect(aside.map(\.opID) == [big])
+            #expect(aside.first?.reason.contains("262144") == true, "\(aside)")
+            #expect(Set(try await Self.server(stack, user).keys) == ["before", "after"])
+            #expect(try await a.client.record("todos", id: "big") == nil, "a set-aside op no longer shows")
+            #expect(await a.log.events.contains { if case .setAside(big, _) = $0 { true } else { false } })
+            try await a.client.drop(opID: big)
+            #expect(try await a.client.status().setAsideOps == 0)
+        }
+    }
+
+    @Test func anIfVersionConflictReachesTheAppWithTheServersRecord() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let user = Self.user()
+            let a = try Self.device(stack, user: user), b = try Self.device(stack, user: user)
+            try await a.client.upsert("todos", id: "t1", data: ["title": "v1"])
+            try await a.client.sync()
+            try await b.client.sync()
+            let seen = try #require(try await b.client.record("todos", id: "t1")?.version)
+            try await a.client.patch("todos", id: "t1", fields: ["title": "v2"])
+            try await a.client.sync()
+            let op = try await b.client.patch("todos", id: "t1", fields: ["title": "b's"], ifVersion: seen)
+            try await b.client.sync()
+            let conflict = await b.log.events.compactMap { event -> RecordView?? in
+                if case .conflict(op, let current) = event { return current } else { return nil }
+            }.first
+            #expect(conflict??.data == ["title": "v2"])
+            #expect(try await b.client.record("todos", id: "t1")?.data == ["title": "v2"], "the refused edit no longer shows")
+        }
+    }
+
+    @Test func aDeviceWhoseClockIsAnHourBehindStillWinsWithAnEditAfterAPull() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let user = Self.user()
+            let a = try Self.device(stack, user: user)
+            let late = try Self.device(stack, user: user, clockOffset: -3_600)
+            try await a.client.upsert("todos", id: "t1", data: ["title": "a's"])
+            try await a.client.sync()
+            try await late.client.sync()
+            #expect(try await late.client.record("todos", id: "t1")?.data == ["title": "a's"])
+            try await late.client.patch("todos", id: "t1", fields: ["title": "late's"])
+            try await late.client.sync()
+            try await a.client.sync()
+            #expect(try await Self.server(stack, user)["t1"] == ["title": "late's"])
+            #expect(try await a.client.record("todos", id: "t1")?.data == ["title": "late's"])
+            #expect(try await late.client.record("todos", id: "t1")?.data == ["title": "late's"])
+            #expect(await late.log.events.allSatisfy { if case .pulled = $0 { true } else { false } }, "no conflict, no rejection")
+        }
+    }
+
+    @Test func anotherDeviceShowsAChangeWithinASecondThroughTheStream() async throws {
+        try await Stack.with(workers: 1, fanouts: 1) { stack in
+            let user = Self.user()
+            let a = try Self.device(stack, user: user, fanout: stack.fanouts[0])
+            let b = try Self.device(stack, user: user, fanout: stack.fanouts[0])
+            try await a.client.sync()
+            try await b.client.sync()
+            await a.client.start()
+            await b.client.start()
+            _ = try await E2E.eventually(within: 10, "b's stream") { try await b.client.status().live ? true : nil }
+            var latencies: [Double] = []
+            for round in 0..<3 {
+                let started = Date()
+                try await a.client.upsert("todos", id: "live-\(round)", data: ["round": .int(Int64(round))])
+                _ = try await E2E.eventually(within: 5, "b shows round \(round)") {
+                    try await b.client.record("todos", id: "live-\(round)") != nil ? true : nil
+                }
+                latencies.append(Date().timeIntervalSince(started))
+            }
+            #expect(latencies.allSatisfy { $0 < 1 }, "write on a → shown on b: \(latencies)")
+            await a.client.stop()
+            await b.client.stop()
+        }
+    }
+
+    @Test func afterAPurgeAnOfflineDeviceResyncsAndKeepsItsEdits() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let user = Self.user()
+            let a = try Self.device(stack, user: user), b = try Self.device(stack, user: user)
+            try await a.client.upsert("todos", id: "t1", data: ["title": "one"])
+            try await a.client.upsert("todos", id: "t2", data: ["title": "two"])
+            try await a.client.sync()
+            try await b.client.sync()
+            try await a.client.delete("todos", id: "t1")
+            try await a.client.sync()
+            try await Task.sleep(for: .milliseconds(1_500))
+            #expect(E2E.shell("\(PurgeTests.shortRetention) \(E2E.binaries)/purge --once > /dev/null 2>&1") == 0)
+
+            // b was offline through all of it, and edits meanwhile.
+            try await b.client.patch("todos", id: "t2", fields: ["done": true])
+            try await b.client.upsert("todos", id: "t4", data: ["title": "offline"])
+            try await b.client.sync()
+            try await a.client.sync()
+            let server = try await Self.server(stack, user)
+            #expect(server == ["t2": ["title": "two", "done": true], "t4": ["title": "offline"]])
+            #expect(try await Self.shown(b.client) == server, "t1's purged tombstone is gone from b too")
+            #expect(try await Self.shown(a.client) == server)
+        }
+    }
+}
