@@ -9,15 +9,14 @@ struct ServerSentEvents: Sendable {
         buffer.append(contentsOf: bytes)
         var events: [String] = []
         while let end = Self.eventEnd(in: buffer) {
-            let text = String(decoding: buffer[..<end.start], as: UTF8.self)
+            // Lines by bytes: as a String, "\r\n" is one Character and would not split on "\n".
+            let lines = buffer[..<end.start].split(separator: 10, omittingEmptySubsequences: false)
+                .map { String(decoding: $0.last == 13 ? $0.dropLast() : $0, as: UTF8.self) }
             buffer.removeFirst(end.next)
-            let data = text.split(separator: "\n", omittingEmptySubsequences: false)
-                .map { $0.hasSuffix("\r") ? $0.dropLast() : $0 }
-                .filter { $0.hasPrefix("data:") }
-                .map { line -> Substring in
-                    let value = line.dropFirst(5)
-                    return value.hasPrefix(" ") ? value.dropFirst() : value
-                }
+            let data = lines.filter { $0.hasPrefix("data:") }.map { line -> Substring in
+                let value = line.dropFirst(5)
+                return value.hasPrefix(" ") ? value.dropFirst() : value
+            }
             if !data.isEmpty { events.append(data.joined(separator: "\n")) }
         }
         return events
