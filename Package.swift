@@ -161,6 +161,9 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Services/Syncctl", swiftSettings: strict),
+        // A device as a process of its own, for end-to-end tests that kill it.
+        .executableTarget(
+            name: "ClientProcess", dependencies: ["SynclineClient"], path: "Tests/ClientProcess", swiftSettings: strict),
         .testTarget(
             name: "UnitTests",
             dependencies: [

@@ -195,3 +195,46 @@ struct ClientTests {
         }
     }
 }
+
+/// A device process killed right after sending a push.
+@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+struct ClientProcessTests {
+    static func run(_ arguments: String, token: String) -> Int32 {
+        E2E.shell("CLIENT_TOKEN=\(token) \(E2E.binaries)/ClientProcess \(arguments) >/dev/null 2>&1")
+    }
+
+    @Test func aClientKilledAfterSendingAPushSendsTheSameKeyAgainAndMakesOneJob() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let user = ClientTests.user()
+            let token = await E2E.token(user)
+            let proxy = try SwallowingProxy(target: stack.client.base)
+            defer { proxy.close() }
+            let directory = E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()
+            let database = "\(directory)/client-process-\(UUID().uuidString.prefix(8)).sqlite"
+            let gateway = "http://127.0.0.1:\(proxy.port)"
+            #expect(Self.run("\(gateway) \(database) write 5", token: token) == 0)
+
+            // Sync in the background; once the gateway has taken the push (and its answer
+            // was swallowed), SIGKILL the process.
+            let pidFile = "\(database).pid"
+            #expect(E2E.shell("CLIENT_TOKEN=\(token) \(E2E.binaries)/ClientProcess \(gateway) \(database) sync >/dev/null 2>&1 & echo $! > \(pidFile)") == 0)
+            _ = try await E2E.eventually(within: 15, "the push reached the gateway") { proxy.pushes.first?.jobID }
+            let pid = try #require(Int32(try String(contentsOfFile: pidFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)))
+            #expect(kill(pid, SIGKILL) == 0)
+
+            // Restarted, it sends the same batch under the same key: the same job answers.
+            proxy.passThrough()
+            #expect(Self.run("\(gateway) \(database) sync", token: token) == 0)
+            let pushes = proxy.pushes
+            #expect(pushes.count == 2, "\(pushes)")
+            #expect(pushes.first?.idempotencyKey != nil && pushes.map(\.idempotencyKey).allSatisfy { $0 == pushes.first?.idempotencyKey })
+            #expect(pushes.first?.jobID != nil && pushes.map(\.jobID).allSatisfy { $0 == pushes.first?.jobID }, "one job")
+            let job = try await stack.client.awaitJob(token, try #require(pushes.first?.jobID))
+            #expect((job["results"] as? [[String: Any]])?.map { $0["status"] as? String } == Array(repeating: "applied", count: 5))
+            let server = try await ClientTests.server(stack, user)
+            #expect(server.count == 5 && server.values.allSatisfy { $0["n"] != nil })
+            let versions = try await stack.client.pullAll(token).changes.compactMap { $0["version"] as? Int }
+            #expect(versions.sorted() == [1, 2, 3, 4, 5], "every op applied once")
+        }
+    }
+}

@@ -1,0 +1,122 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// An HTTP proxy in front of the gateway that can swallow the answers to pushes: the push
+/// reaches the gateway (its job is committed) but the client never hears back — the moment
+/// a client is killed "right after sending a push". Records each push's Idempotency-Key and
+/// the job the gateway answered with.
+final class SwallowingProxy: @unchecked Sendable {
+    // @unchecked: the mutable state is guarded by `lock`.
+    struct Push: Sendable {
+        let idempotencyKey: String?
+        let jobID: String?
+    }
+
+    let port: Int
+    private let target: String
+    private let listener: Int32
+    private let lock = NSLock()
+    private var swallowing = true
+    private var seen: [Push] = []
+
+    init(target: String) throws {
+        self.target = target
+        port = E2E.freePort()
+        listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var one: Int32 = 1
+        setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0, listen(listener, 16) == 0 else { throw StackError(description: "proxy cannot listen on \(port)") }
+        let thread = Thread { [self] in acceptLoop() }
+        thread.start()
+    }
+
+    var pushes: [Push] { lock.withLock { seen } }
+    func passThrough() { lock.withLock { swallowing = false } }
+    func close() { shutdown(listener, Int32(SHUT_RDWR)); Glibc.close(listener) }
+
+    private func acceptLoop() {
+        while true {
+            let connection = accept(listener, nil, nil)
+            guard connection >= 0 else { return }
+            let thread = Thread { [self] in serve(connection) }
+            thread.start()
+        }
+    }
+
+    private func serve(_ connection: Int32) {
+        defer { Glibc.close(connection) }
+        var buffer: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65_536)
+        func fill() -> Bool {
+            let count = chunk.withUnsafeMutableBytes { recv(connection, $0.baseAddress, $0.count, 0) }
+            guard count > 0 else { return false }
+            buffer.append(contentsOf: chunk[..<count])
+            return true
+        }
+        while true {
+            var headEnd: Int?
+            while headEnd == nil {
+                headEnd = buffer.indices.dropLast(3).first { buffer[$0] == 13 && buffer[$0 + 1] == 10 && buffer[$0 + 2] == 13 && buffer[$0 + 3] == 10 }
+                if headEnd == nil, !fill() { return }
+            }
+            let head = String(decoding: buffer[..<headEnd!], as: UTF8.self).split(separator: "\r\n")
+            let requestLine = head.first?.split(separator: " ") ?? []
+            var headers: [String: String] = [:]
+            for line in head.dropFirst() {
+                guard let colon = line.firstIndex(of: ":") else { continue }
+                headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            }
+            let length = Int(headers["content-length"] ?? "0") ?? 0
+            while buffer.count < headEnd! + 4 + length { if !fill() { return } }
+            let body = Data(buffer[(headEnd! + 4)..<(headEnd! + 4 + length)])
+            buffer.removeFirst(headEnd! + 4 + length)
+            guard requestLine.count >= 2 else { return }
+            let method = String(requestLine[0]), path = String(requestLine[1])
+
+            var request = URLRequest(url: URL(string: target + path)!)
+            request.httpMethod = method
+            request.httpBody = length > 0 ? body : nil
+            for (name, value) in headers where !["host", "content-length", "connection"].contains(name) {
+                request.setValue(value, forHTTPHeaderField: name)
+            }
+            let (status, answer) = Self.forward(request)
+            if method == "POST" && path == "/v1/sync/push" {
+                let jobID = (try? JSONSerialization.jsonObject(with: answer)) .flatMap { $0 as? [String: Any] }?["job_id"] as? String
+                let swallow = lock.withLock {
+                    seen.append(Push(idempotencyKey: headers["idempotency-key"], jobID: jobID))
+                    return swallowing
+                }
+                if swallow {
+                    while fill() {}  // hold the connection until the client goes away
+                    return
+                }
+            }
+            var response = Array("HTTP/1.1 \(status) X\r\nContent-Type: application/json\r\nContent-Length: \(answer.count)\r\n\r\n".utf8)
+            response.append(contentsOf: answer)
+            _ = response.withUnsafeBytes { send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        }
+    }
+
+    private static func forward(_ request: URLRequest) -> (Int, Data) {
+        let done = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var result: (Int, Data) = (502, Data())
+        URLSession.shared.dataTask(with: request) { data, response, _ in
+            result = ((response as? HTTPURLResponse)?.statusCode ?? 502, data ?? Data())
+            done.signal()
+        }.resume()
+        done.wait()
+        return result
+    }
+}
