@@ -158,7 +158,7 @@ let package = Package(
             name: "Syncctl",
             dependencies: [
                 "SyncModels", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "Operations",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "SynclineClient", .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Services/Syncctl", swiftSettings: strict),
         // A device as a process of its own, for end-to-end tests that kill it.
