@@ -11,7 +11,7 @@ extension LocalStore {
     /// Starts a resync from the beginning; survives a restart midway.
     func beginResync() throws {
         try queue.write { db in
-            let generation = (try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'generation'").flatMap { Int($0) } ?? 0) + 1
+            let generation = (try Self.string(db, sql: "SELECT value FROM meta WHERE key = 'generation'").flatMap { Int($0) } ?? 0) + 1
             try Self.setMeta(db, "generation", String(generation))
             try Self.setMeta(db, "resync", "1")
             try Self.setMeta(db, "cursor", nil)
@@ -21,11 +21,11 @@ extension LocalStore {
     /// Stores one page; returns the collections whose records changed on screen.
     func applyPage(_ changes: [RecordView], cursor: String, hasMore: Bool) throws -> Set<String> {
         try queue.write { db in
-            let generation = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'generation'").flatMap { Int($0) } ?? 0
+            let generation = try Self.string(db, sql: "SELECT value FROM meta WHERE key = 'generation'").flatMap { Int($0) } ?? 0
             var clock = try Self.clock(db)
             var touched = Set<RecordKey>()
             for change in changes {
-                try db.execute(sql: """
+                try Self.run(db, sql: """
                     INSERT OR REPLACE INTO server_records
                       (collection, id, version, data, hlc, visibility, public_id, can_fork, published_at, forked_from, generation)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -40,18 +40,18 @@ extension LocalStore {
             try Self.setClock(db, clock)
             try Self.setMeta(db, "cursor", cursor)
             // Confirmed ops the pulled state now includes.
-            let reached = try Row.fetchAll(db, sql: """
+            let reached = try Self.rows(db, sql: """
                 SELECT collection, record_id FROM outbox WHERE state = 'confirmed' AND checkpoint <= ?
                 """, arguments: [Int64(cursor) ?? 0])
             touched.formUnion(reached.map { RecordKey(collection: $0["collection"], id: $0["record_id"]) })
-            try db.execute(sql: "DELETE FROM outbox WHERE state = 'confirmed' AND checkpoint <= ?", arguments: [Int64(cursor) ?? 0])
-            if !hasMore, try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'resync'") != nil {
-                let stale = try Row.fetchAll(db, sql: "SELECT collection, id FROM server_records WHERE generation < ?", arguments: [generation])
+            try Self.run(db, sql: "DELETE FROM outbox WHERE state = 'confirmed' AND checkpoint <= ?", arguments: [Int64(cursor) ?? 0])
+            if !hasMore, try Self.string(db, sql: "SELECT value FROM meta WHERE key = 'resync'") != nil {
+                let stale = try Self.rows(db, sql: "SELECT collection, id FROM server_records WHERE generation < ?", arguments: [generation])
                 touched.formUnion(stale.map { RecordKey(collection: $0["collection"], id: $0["id"]) })
-                try db.execute(sql: "DELETE FROM server_records WHERE generation < ?", arguments: [generation])
+                try Self.run(db, sql: "DELETE FROM server_records WHERE generation < ?", arguments: [generation])
                 try Self.setMeta(db, "resync", nil)
             }
-            let edited = Set(try Row.fetchAll(db, sql: "SELECT DISTINCT collection, record_id FROM outbox WHERE state IN \(Self.activeStates)")
+            let edited = Set(try Self.rows(db, sql: "SELECT DISTINCT collection, record_id FROM outbox WHERE state IN \(Self.activeStates)")
                 .map { RecordKey(collection: $0["collection"], id: $0["record_id"]) })
             let pulled = Dictionary(changes.map { (RecordKey(collection: $0.collection, id: $0.id), $0) }, uniquingKeysWith: { $1 })
             for key in touched {

@@ -18,12 +18,12 @@ extension LocalStore {
     /// oldest pending ops (at most `maxOps` ops and `maxBytes` of body). nil: nothing to send.
     func nextBatch(device: String, maxOps: Int, maxBytes: Int) throws -> Batch? {
         try queue.write { db in
-            if let row = try Row.fetchOne(db, sql: "SELECT * FROM batches WHERE job_id IS NULL ORDER BY rowid LIMIT 1") {
+            if let row = try Self.row(db, sql: "SELECT * FROM batches WHERE job_id IS NULL ORDER BY rowid LIMIT 1") {
                 let id: String = row["batch_id"]
-                let opIDs = try String.fetchAll(db, sql: "SELECT op_id FROM outbox WHERE batch_id = ? ORDER BY seq", arguments: [id])
+                let opIDs = try Self.strings(db, sql: "SELECT op_id FROM outbox WHERE batch_id = ? ORDER BY seq", arguments: [id])
                 return Batch(id: id, idempotencyKey: row["idempotency_key"], body: row["body"], opIDs: opIDs)
             }
-            let rows = try Row.fetchAll(
+            let rows = try Self.rows(
                 db, sql: "SELECT op_id, op, size FROM outbox WHERE state = 'pending' ORDER BY seq LIMIT ?", arguments: [maxOps])
             let envelope = 64 + device.utf8.count
             var chosen: [(id: String, op: String)] = []
@@ -43,7 +43,7 @@ extension LocalStore {
                 sql: "INSERT INTO batches (batch_id, idempotency_key, body) VALUES (?, ?, ?)",
                 arguments: [batch.id, batch.idempotencyKey, batch.body])
             for opID in batch.opIDs {
-                try db.execute(sql: "UPDATE outbox SET state = 'batched', batch_id = ? WHERE op_id = ?", arguments: [batch.id, opID])
+                try Self.run(db, sql: "UPDATE outbox SET state = 'batched', batch_id = ? WHERE op_id = ?", arguments: [batch.id, opID])
             }
             return batch
         }
@@ -52,8 +52,8 @@ extension LocalStore {
     /// The server took the batch as `jobID`.
     func batchAccepted(_ batch: Batch, jobID: String) throws {
         try queue.write { db in
-            try db.execute(sql: "UPDATE batches SET job_id = ? WHERE batch_id = ?", arguments: [jobID, batch.id])
-            try db.execute(sql: "UPDATE outbox SET state = 'sent', job_id = ? WHERE batch_id = ?", arguments: [jobID, batch.id])
+            try Self.run(db, sql: "UPDATE batches SET job_id = ? WHERE batch_id = ?", arguments: [jobID, batch.id])
+            try Self.run(db, sql: "UPDATE outbox SET state = 'sent', job_id = ? WHERE batch_id = ?", arguments: [jobID, batch.id])
         }
     }
 
@@ -63,10 +63,10 @@ extension LocalStore {
         try queue.write { db in
             let aside = index.map { batch.opIDs.indices.contains($0) ? [batch.opIDs[$0]] : batch.opIDs } ?? batch.opIDs
             for opID in aside {
-                try db.execute(sql: "UPDATE outbox SET state = 'set_aside', reason = ?, batch_id = NULL WHERE op_id = ?", arguments: [reason, opID])
+                try Self.run(db, sql: "UPDATE outbox SET state = 'set_aside', reason = ?, batch_id = NULL WHERE op_id = ?", arguments: [reason, opID])
             }
-            try db.execute(sql: "UPDATE outbox SET state = 'pending', batch_id = NULL WHERE batch_id = ?", arguments: [batch.id])
-            try db.execute(sql: "DELETE FROM batches WHERE batch_id = ?", arguments: [batch.id])
+            try Self.run(db, sql: "UPDATE outbox SET state = 'pending', batch_id = NULL WHERE batch_id = ?", arguments: [batch.id])
+            try Self.run(db, sql: "DELETE FROM batches WHERE batch_id = ?", arguments: [batch.id])
             try Self.refresh(db, ops: aside)
             return aside
         }
@@ -75,14 +75,14 @@ extension LocalStore {
     /// Takes a batch apart without setting anything aside (to form smaller ones).
     func batchDissolved(_ batch: Batch) throws {
         try queue.write { db in
-            try db.execute(sql: "UPDATE outbox SET state = 'pending', batch_id = NULL WHERE batch_id = ?", arguments: [batch.id])
-            try db.execute(sql: "DELETE FROM batches WHERE batch_id = ?", arguments: [batch.id])
+            try Self.run(db, sql: "UPDATE outbox SET state = 'pending', batch_id = NULL WHERE batch_id = ?", arguments: [batch.id])
+            try Self.run(db, sql: "DELETE FROM batches WHERE batch_id = ?", arguments: [batch.id])
         }
     }
 
     /// Jobs sent and not yet finished.
     func sentJobs() throws -> [String] {
-        try queue.read { try String.fetchAll($0, sql: "SELECT DISTINCT job_id FROM outbox WHERE state = 'sent' AND job_id IS NOT NULL") }
+        try queue.read { try Self.strings($0, sql: "SELECT DISTINCT job_id FROM outbox WHERE state = 'sent' AND job_id IS NOT NULL") }
     }
 
     /// A job succeeded: applied, superseded and duplicate ops wait for a pull to reach the
@@ -106,9 +106,9 @@ extension LocalStore {
                 }
             }
             let keys = try Self.keys(db, ops: gone)
-            for opID in gone { try db.execute(sql: "DELETE FROM outbox WHERE op_id = ?", arguments: [opID]) }
+            for opID in gone { try Self.run(db, sql: "DELETE FROM outbox WHERE op_id = ?", arguments: [opID]) }
             for key in keys { try Self.refresh(db, key) }
-            try db.execute(sql: "DELETE FROM batches WHERE job_id = ?", arguments: [jobID])
+            try Self.run(db, sql: "DELETE FROM batches WHERE job_id = ?", arguments: [jobID])
             return events
         }
     }
@@ -116,9 +116,9 @@ extension LocalStore {
     /// A job was dead-lettered (or discarded): its ops are set aside.
     func jobDead(_ jobID: String, reason: String) throws -> [String] {
         try queue.write { db in
-            let opIDs = try String.fetchAll(db, sql: "SELECT op_id FROM outbox WHERE job_id = ? AND state = 'sent'", arguments: [jobID])
-            try db.execute(sql: "UPDATE outbox SET state = 'set_aside', reason = ? WHERE job_id = ? AND state = 'sent'", arguments: [reason, jobID])
-            try db.execute(sql: "DELETE FROM batches WHERE job_id = ?", arguments: [jobID])
+            let opIDs = try Self.strings(db, sql: "SELECT op_id FROM outbox WHERE job_id = ? AND state = 'sent'", arguments: [jobID])
+            try Self.run(db, sql: "UPDATE outbox SET state = 'set_aside', reason = ? WHERE job_id = ? AND state = 'sent'", arguments: [reason, jobID])
+            try Self.run(db, sql: "DELETE FROM batches WHERE job_id = ?", arguments: [jobID])
             try Self.refresh(db, ops: opIDs)
             return opIDs
         }
@@ -128,8 +128,8 @@ extension LocalStore {
     /// the queue; ops it had applied answer `duplicate` the second time.
     func jobForgotten(_ jobID: String) throws {
         try queue.write { db in
-            try db.execute(sql: "UPDATE outbox SET state = 'pending', job_id = NULL, batch_id = NULL WHERE job_id = ? AND state = 'sent'", arguments: [jobID])
-            try db.execute(sql: "DELETE FROM batches WHERE job_id = ?", arguments: [jobID])
+            try Self.run(db, sql: "UPDATE outbox SET state = 'pending', job_id = NULL, batch_id = NULL WHERE job_id = ? AND state = 'sent'", arguments: [jobID])
+            try Self.run(db, sql: "DELETE FROM batches WHERE job_id = ?", arguments: [jobID])
         }
     }
 

@@ -53,17 +53,39 @@ final class LocalStore: @unchecked Sendable {
         try migrator.migrate(queue)
     }
 
+    // MARK: - Statements (prepared once per connection)
+
+    static func run(_ db: Database, sql: String, arguments: StatementArguments = []) throws {
+        try db.cachedStatement(sql: sql).execute(arguments: arguments)
+    }
+
+    static func rows(_ db: Database, sql: String, arguments: StatementArguments = []) throws -> [Row] {
+        try Row.fetchAll(db.cachedStatement(sql: sql), arguments: arguments)
+    }
+
+    static func row(_ db: Database, sql: String, arguments: StatementArguments = []) throws -> Row? {
+        try Row.fetchOne(db.cachedStatement(sql: sql), arguments: arguments)
+    }
+
+    static func strings(_ db: Database, sql: String, arguments: StatementArguments = []) throws -> [String] {
+        try String.fetchAll(db.cachedStatement(sql: sql), arguments: arguments)
+    }
+
+    static func string(_ db: Database, sql: String, arguments: StatementArguments = []) throws -> String? {
+        try String.fetchOne(db.cachedStatement(sql: sql), arguments: arguments)
+    }
+
     // MARK: - Meta
 
     func meta(_ key: String) throws -> String? {
-        try queue.read { try String.fetchOne($0, sql: "SELECT value FROM meta WHERE key = ?", arguments: [key]) }
+        try queue.read { try Self.string($0, sql: "SELECT value FROM meta WHERE key = ?", arguments: [key]) }
     }
 
     static func setMeta(_ db: Database, _ key: String, _ value: String?) throws {
         if let value {
-            try db.execute(sql: "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", arguments: [key, value])
+            try Self.run(db, sql: "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", arguments: [key, value])
         } else {
-            try db.execute(sql: "DELETE FROM meta WHERE key = ?", arguments: [key])
+            try Self.run(db, sql: "DELETE FROM meta WHERE key = ?", arguments: [key])
         }
     }
 
@@ -71,15 +93,15 @@ final class LocalStore: @unchecked Sendable {
         try queue.write { try Self.setMeta($0, key, value) }
     }
 
+    /// The device's clock state, one row: `<ms> <counter>`.
     static func clock(_ db: Database) throws -> HLCState {
-        let ms = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'hlc_ms'").flatMap { Int64($0) } ?? 0
-        let counter = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'hlc_counter'").flatMap { Int($0) } ?? 0
-        return HLCState(milliseconds: ms, counter: counter)
+        let parts = try Self.string(db, sql: "SELECT value FROM meta WHERE key = 'hlc'")?.split(separator: " ") ?? []
+        return HLCState(
+            milliseconds: parts.first.flatMap { Int64($0) } ?? 0, counter: parts.dropFirst().first.flatMap { Int($0) } ?? 0)
     }
 
     static func setClock(_ db: Database, _ clock: HLCState) throws {
-        try setMeta(db, "hlc_ms", String(clock.milliseconds))
-        try setMeta(db, "hlc_counter", String(clock.counter))
+        try setMeta(db, "hlc", "\(clock.milliseconds) \(clock.counter)")
     }
 
     // MARK: - Local writes
@@ -94,7 +116,7 @@ final class LocalStore: @unchecked Sendable {
             var op = op
             op.hlc = hlc.description
             let text = JSONWriter.string(op.jsonValue)
-            try db.execute(sql: """
+            try Self.run(db, sql: """
                 INSERT INTO outbox (op_id, collection, record_id, op, size, state, created_at)
                 VALUES (?, ?, ?, ?, ?, 'pending', ?)
                 """, arguments: [op.opID, op.collection, op.id, text, text.utf8.count, now.timeIntervalSince1970])
@@ -105,10 +127,10 @@ final class LocalStore: @unchecked Sendable {
 
     /// Recomputes what the device shows for `key`.
     static func refresh(_ db: Database, _ key: RecordKey) throws {
-        let server = try Row.fetchOne(
+        let server = try Self.row(
             db, sql: "SELECT * FROM server_records WHERE collection = ? AND id = ?", arguments: [key.collection, key.id]
         ).map(serverView)
-        let ops = try String.fetchAll(db, sql: """
+        let ops = try Self.strings(db, sql: """
             SELECT op FROM outbox WHERE collection = ? AND record_id = ? AND state IN \(activeStates)
             """, arguments: [key.collection, key.id]).compactMap { try? JSONParser.parse($0) }.compactMap(Op.init(stored:))
         if ops.isEmpty, let server {
@@ -116,11 +138,11 @@ final class LocalStore: @unchecked Sendable {
             return
         }
         guard let state = LocalMerge.apply(ops, to: server), state.isShown else {
-            try db.execute(sql: "DELETE FROM records WHERE collection = ? AND id = ?", arguments: [key.collection, key.id])
+            try Self.run(db, sql: "DELETE FROM records WHERE collection = ? AND id = ?", arguments: [key.collection, key.id])
             return
         }
         let visibility = state.publicVisibility
-        try db.execute(sql: """
+        try Self.run(db, sql: """
             INSERT OR REPLACE INTO records (collection, id, data, version, pending, visibility, public_id, can_fork, forked_from)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
             """, arguments: [
@@ -132,7 +154,7 @@ final class LocalStore: @unchecked Sendable {
 
     /// Shows the server's record as it is (no local edits touch it).
     static func store(_ db: Database, _ server: RecordView, pending: Bool) throws {
-        try db.execute(sql: """
+        try Self.run(db, sql: """
             INSERT OR REPLACE INTO records (collection, id, data, version, pending, visibility, public_id, can_fork, forked_from)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
             """, arguments: [
@@ -164,7 +186,7 @@ final class LocalStore: @unchecked Sendable {
     /// The collection's records as the device shows them, by id (deleted ones are not).
     func records(in collection: String) throws -> [LocalRecord] {
         try queue.read { db in
-            try Row.fetchAll(
+            try Self.rows(
                 db, sql: "SELECT * FROM records WHERE collection = ? AND data IS NOT NULL ORDER BY id", arguments: [collection])
                 .map(Self.record)
         }
@@ -172,7 +194,7 @@ final class LocalStore: @unchecked Sendable {
 
     func record(_ collection: String, _ id: String) throws -> LocalRecord? {
         try queue.read { db in
-            try Row.fetchOne(
+            try Self.row(
                 db, sql: "SELECT * FROM records WHERE collection = ? AND id = ? AND data IS NOT NULL", arguments: [collection, id])
                 .map(Self.record)
         }
@@ -180,7 +202,7 @@ final class LocalStore: @unchecked Sendable {
 
     func status() throws -> (pending: Int, oldest: Double?, setAside: Int) {
         try queue.read { db in
-            let row = try Row.fetchOne(db, sql: """
+            let row = try Self.row(db, sql: """
                 SELECT count(*) FILTER (WHERE state <> 'set_aside' AND state <> 'confirmed') AS pending,
                        min(created_at) FILTER (WHERE state <> 'set_aside' AND state <> 'confirmed') AS oldest,
                        count(*) FILTER (WHERE state = 'set_aside') AS aside
@@ -192,7 +214,7 @@ final class LocalStore: @unchecked Sendable {
 
     func setAside() throws -> [SetAsideOp] {
         try queue.read { db in
-            try Row.fetchAll(db, sql: "SELECT op, reason FROM outbox WHERE state = 'set_aside' ORDER BY seq").compactMap { row in
+            try Self.rows(db, sql: "SELECT op, reason FROM outbox WHERE state = 'set_aside' ORDER BY seq").compactMap { row in
                 guard let op = (try? JSONParser.parse(row["op"] as String)).flatMap(Op.init(stored:)) else { return nil }
                 return SetAsideOp(opID: op.opID, collection: op.collection, id: op.id, type: op.type, reason: row["reason"] ?? "")
             }
@@ -202,13 +224,13 @@ final class LocalStore: @unchecked Sendable {
     /// Puts a set-aside op back in the queue (true), or drops it (false); returns its record.
     func resolveSetAside(opID: String, retry: Bool) throws -> RecordKey? {
         try queue.write { db in
-            guard let row = try Row.fetchOne(
+            guard let row = try Self.row(
                 db, sql: "SELECT collection, record_id FROM outbox WHERE op_id = ? AND state = 'set_aside'", arguments: [opID])
             else { return nil }
             if retry {
-                try db.execute(sql: "UPDATE outbox SET state = 'pending', reason = NULL, batch_id = NULL, job_id = NULL WHERE op_id = ?", arguments: [opID])
+                try Self.run(db, sql: "UPDATE outbox SET state = 'pending', reason = NULL, batch_id = NULL, job_id = NULL WHERE op_id = ?", arguments: [opID])
             } else {
-                try db.execute(sql: "DELETE FROM outbox WHERE op_id = ?", arguments: [opID])
+                try Self.run(db, sql: "DELETE FROM outbox WHERE op_id = ?", arguments: [opID])
             }
             let key = RecordKey(collection: row["collection"], id: row["record_id"])
             try Self.refresh(db, key)

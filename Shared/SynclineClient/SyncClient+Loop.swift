@@ -211,15 +211,24 @@ extension SyncClient {
         return running
     }
 
-    /// Pulls until `has_more` is false; a 410 starts a resync that keeps unpushed ops.
+    /// Pulls until `has_more` is false; a 410 starts a resync that keeps unpushed ops. The
+    /// next page is fetched while the current one is stored.
     func pullAll() async throws {
         pullWanted = false
         var changed = Set<String>()
         defer { notify(changed) }
+        var next: Task<ServerAPI.Answer, any Error>?
+        defer { next?.cancel() }
         while true {
             let answer: ServerAPI.Answer
             do {
-                answer = try await api.pull(since: try store.cursor, limit: 1_000)
+                if let prefetched = next {
+                    answer = try await prefetched.value
+                } else {
+                    let (api, since) = (api, try store.cursor)
+                    answer = try await api.pull(since: since, limit: 1_000)
+                }
+                next = nil
             } catch {
                 pullWanted = true
                 throw Retry(reason: "pull failed: \(error.localizedDescription)", after: nil)
@@ -233,6 +242,10 @@ extension SyncClient {
                 throw Retry(reason: "pull answered \(answer.status): \(answer.detail)", after: answer.retryAfter)
             }
             let page = try ServerAPI.page(answer)
+            if page.hasMore {
+                let (api, cursor) = (api, page.cursor)
+                next = Task { try await api.pull(since: cursor, limit: 1_000) }
+            }
             changed.formUnion(try store.applyPage(page.changes, cursor: page.cursor, hasMore: page.hasMore))
             if !page.hasMore {
                 lastPullAt = configuration.now()
