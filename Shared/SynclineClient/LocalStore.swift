@@ -6,10 +6,12 @@ import SyncModels
 /// cursor, the device identity and the clock — and the records as this device shows them.
 /// Every change is one transaction, so the store survives the app being killed at any
 /// instant (WAL; a power loss may lose the last moments of writes, as `synchronous=NORMAL`
-/// allows).
+/// allows). The WAL is checkpointed by the sync loop, not by whichever write happens to
+/// fill it, so a write never pays for a checkpoint's two fsyncs.
 final class LocalStore: @unchecked Sendable {
     // @unchecked: DatabaseQueue serializes every access itself.
     let queue: DatabaseQueue
+    let path: String
 
     /// Outbox states. `pending` ops wait for a batch; `batched` ones are in a batch not yet
     /// answered with 202; `sent` ones are in a job; `confirmed` ones are applied by the
@@ -24,7 +26,8 @@ final class LocalStore: @unchecked Sendable {
     init(path: String) throws {
         var configuration = Configuration()
         configuration.journalMode = .wal
-        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = NORMAL") }
+        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0") }
+        self.path = path
         queue = try DatabaseQueue(path: path, configuration: configuration)
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1") { db in
@@ -73,6 +76,13 @@ final class LocalStore: @unchecked Sendable {
 
     static func string(_ db: Database, sql: String, arguments: StatementArguments = []) throws -> String? {
         try String.fetchOne(db.cachedStatement(sql: sql), arguments: arguments)
+    }
+
+    /// Copies the WAL back into the database once it holds more than `limit` bytes.
+    func checkpointIfLarge(limit: Int = 4 << 20) throws {
+        let size = (try? FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int) ?? 0
+        guard size > limit else { return }
+        try queue.writeWithoutTransaction { try $0.execute(sql: "PRAGMA wal_checkpoint(PASSIVE)") }
     }
 
     // MARK: - Meta

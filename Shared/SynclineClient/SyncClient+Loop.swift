@@ -109,6 +109,7 @@ extension SyncClient {
 
     /// Returns whether jobs are still running on the server.
     func pass() async throws -> Bool {
+        try store.checkpointIfLarge()
         let device = try await registeredDevice()
         try await pushAll(device: device)
         let jobsInFlight = try await followJobs()
