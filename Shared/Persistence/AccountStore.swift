@@ -1,7 +1,8 @@
 import PQBridge
 import SyncModels
 
-/// Erasing a user's account data (`DELETE /v1/me`, `syncctl users delete`): records
+/// Erasing a user's account data (`DELETE /v1/me`, `syncctl users delete`): their personal
+/// space's records
 /// (published ones included), tombstones, jobs, op results, idempotency keys, devices,
 /// dead letters, counters and clocks — in bounded batches, each its own short
 /// transaction, so other users never wait behind one large account.
@@ -52,14 +53,20 @@ public struct AccountStore: Sendable {
               DELETE FROM jobs WHERE job_id IN (SELECT job_id FROM jobs WHERE user_id = $1 LIMIT $2) RETURNING job_id)
             INSERT INTO forgotten_jobs (job_id) SELECT job_id FROM gone ON CONFLICT DO NOTHING
             """,
-            "DELETE FROM records WHERE (user_id, collection, record_id) IN (SELECT user_id, collection, record_id FROM records WHERE user_id = $1 LIMIT $2)",
+            """
+            DELETE FROM records WHERE (space_id, collection, record_id) IN (
+              SELECT space_id, collection, record_id FROM records WHERE space_id = \(SpaceStore.personalSpaceSQL("$1")) LIMIT $2)
+            """,
             // Who forked what: the user's forks (the counts they raised stay) and forks of their records.
             """
-            DELETE FROM forks WHERE (source_user_id, source_collection, source_record_id, user_id) IN (
-              SELECT source_user_id, source_collection, source_record_id, user_id FROM forks
-              WHERE user_id = $1 OR source_user_id = $1 LIMIT $2)
+            DELETE FROM forks WHERE (source_space_id, source_collection, source_record_id, user_id) IN (
+              SELECT source_space_id, source_collection, source_record_id, user_id FROM forks
+              WHERE user_id = $1 OR source_space_id = \(SpaceStore.personalSpaceSQL("$1")) LIMIT $2)
             """,
-            "DELETE FROM op_ids WHERE (user_id, op_id) IN (SELECT user_id, op_id FROM op_ids WHERE user_id = $1 LIMIT $2)",
+            """
+            DELETE FROM op_ids WHERE (space_id, op_id) IN (
+              SELECT space_id, op_id FROM op_ids WHERE space_id = \(SpaceStore.personalSpaceSQL("$1")) LIMIT $2)
+            """,
             "DELETE FROM dead_letters WHERE dead_letter_id IN (SELECT dead_letter_id FROM dead_letters WHERE user_id = $1 LIMIT $2)",
             "DELETE FROM devices WHERE device_id IN (SELECT device_id FROM devices WHERE user_id = $1 LIMIT $2)",
         ]
@@ -73,7 +80,10 @@ public struct AccountStore: Sendable {
     /// The last rows: the counter and the clock, then the deletion forgets the user id.
     public func finish(user: String, userHash: String) async throws {
         try await pool.transaction { connection in
-            try connection.query("DELETE FROM user_counters WHERE user_id = $1", [user])
+            try connection.query("DELETE FROM space_counters WHERE space_id = \(SpaceStore.personalSpaceSQL("$1"))", [user])
+            // The personal space (its members go with it) and every other membership.
+            try connection.query("DELETE FROM spaces WHERE personal_of = $1", [user])
+            try connection.query("DELETE FROM space_members WHERE user_id = $1", [user])
             try connection.query("DELETE FROM user_clocks WHERE user_id = $1", [user])
             try connection.query(
                 "UPDATE account_deletions SET user_id = NULL, finished_at = clock_timestamp() WHERE user_hash = $1", [userHash])

@@ -71,29 +71,30 @@ public struct ApplyStore: Sendable {
             """, [jobID, error])
     }
 
-    /// Applies every op of the job by the merge rules, under the user's counter lock (G4),
+    /// Applies every op of the job by the merge rules, under its space's counter lock (G4),
     /// remembering op_ids (G2) and storing results and checkpoint (G5), all in one
     /// transaction. The user comes from the job row, never from the message.
     public func apply(jobID: String) async throws -> Outcome {
         guard let id = Names.canonicalUUID(jobID) else { return .unknownJob }
         return try await pool.transaction { connection in
-            // Locks the job row, then — unless the job is finished — the user's counter row,
+            // Locks the job row, then — unless the job is finished — its space's counter row,
             // created on first use (G4); one statement. Both locks are held until commit.
             guard let job = try connection.query("""
                 WITH job AS (
-                  SELECT user_id, device_id, status, ops, author_name FROM jobs WHERE job_id = $1 FOR UPDATE),
+                  SELECT user_id, space_id, device_id, status, ops, author_name FROM jobs WHERE job_id = $1 FOR UPDATE),
                 counter AS (
-                  INSERT INTO user_counters (user_id)
-                  SELECT user_id FROM job WHERE status IN ('queued', 'processing', 'retrying')
-                  ON CONFLICT (user_id) DO UPDATE SET user_id = EXCLUDED.user_id
+                  INSERT INTO space_counters (space_id)
+                  SELECT space_id FROM job WHERE status IN ('queued', 'processing', 'retrying')
+                  ON CONFLICT (space_id) DO UPDATE SET space_id = EXCLUDED.space_id
                   RETURNING counter, purge_clock)
-                SELECT job.user_id, job.device_id, job.status, job.ops, job.author_name,
+                SELECT job.user_id, job.space_id, job.device_id, job.status, job.ops, job.author_name,
                        counter.counter, counter.purge_clock
                 FROM job LEFT JOIN counter ON true
                 """, [id]).first else { return .unknownJob }
             let status = JobStatus(rawValue: try job.string("status")) ?? .queued
             if status.isTerminal { return .alreadyFinished(status) }
             let user = try job.string("user_id")
+            let space = try job.string("space_id")
             let deviceID = try job.string("device_id")
             guard let ops = Op.decodeStored(try job.string("ops")) else {
                 throw PGError(code: .decoding, message: "job \(id) holds ops that cannot be read")
@@ -104,19 +105,19 @@ public struct ApplyStore: Sendable {
             // After the counter lock: the fork sources, then in one statement the op_ids
             // already remembered and the records the ops touch, own fork sources included
             // (a statement after the lock sees every earlier commit).
-            let sources = try Self.forkSources(connection, user: user, ops: ops)
+            let sources = try Self.forkSources(connection, space: space, ops: ops)
             var keys = Set(ops.map { RecordKey(collection: $0.collection, id: $0.id) })
             for case .own(let key) in sources.values { keys.insert(key) }
-            let (known, records) = try Self.loadState(connection, user: user, opIDs: ops.map(\.opID), keys: Array(keys))
-            let owners = try Self.publicIDOwners(connection, user: user, ops: ops)
+            let (known, records) = try Self.loadState(connection, space: space, opIDs: ops.map(\.opID), keys: Array(keys))
+            let owners = try Self.publicIDOwners(connection, space: space, ops: ops)
 
             let outcome = JobApplier.apply(
                 ops: ops, records: records, knownOpIDs: known, counter: counter, deviceID: deviceID,
                 publicIDOwners: owners, purgeClock: purgeClock, forkSources: sources)
 
             let finished = try Self.saveOutcome(
-                connection, user: user, jobID: id, outcome: outcome, author: job["author_name"])
-            try Self.countForks(connection, user: user, forked: outcome.forked)
+                connection, space: space, jobID: id, outcome: outcome, author: job["author_name"])
+            try Self.countForks(connection, space: space, user: user, forked: outcome.forked)
             let troubled = outcome.results.contains { $0.status == .rejected || $0.status == .conflict }
             let latency = finished.first?["latency"].flatMap(Double.init) ?? 0
             return .succeeded(
@@ -125,11 +126,11 @@ public struct ApplyStore: Sendable {
         }
     }
 
-    /// Who holds each public id the job's publish ops name: a record of this user, or
-    /// (nil) one of another user. Each id is locked for the rest of the transaction first,
+    /// Who holds each public id the job's publish ops name: a record of this space, or
+    /// (nil) one of another space. Each id is locked for the rest of the transaction first,
     /// in order, so two users publishing the same id at once are serialized and exactly one
     /// gets it.
-    static func publicIDOwners(_ connection: PGConnection, user: String, ops: [Op]) throws -> [String: RecordKey?] {
+    static func publicIDOwners(_ connection: PGConnection, space: String, ops: [Op]) throws -> [String: RecordKey?] {
         let ids = Array(Set(ops.filter { $0.type == .publish && $0.rejected == nil }.compactMap(\.publicID))).sorted()
         guard !ids.isEmpty else { return [:] }
         try connection.query(
@@ -137,64 +138,64 @@ public struct ApplyStore: Sendable {
             [ids])
         var owners: [String: RecordKey?] = [:]
         for row in try connection.query(
-            "SELECT public_id, user_id, collection, record_id FROM records WHERE public_id = ANY($1::text[])", [ids]
+            "SELECT public_id, space_id, collection, record_id FROM records WHERE public_id = ANY($1::text[])", [ids]
         ).rows {
-            let key = try row.string("user_id") == user
+            let key = try row.string("space_id") == space
                 ? RecordKey(collection: try row.string("collection"), id: try row.string("record_id")) : nil
             owners[try row.string("public_id")] = .some(key)
         }
         return owners
     }
 
-    /// What each public id the job's fork ops name holds: a record of this user (the
-    /// applier reads it as the job leaves it), or another user's readable record.
-    static func forkSources(_ connection: PGConnection, user: String, ops: [Op]) throws -> [String: ForkSource] {
+    /// What each public id the job's fork ops name holds: a record of this space (the
+    /// applier reads it as the job leaves it), or another space's readable record.
+    static func forkSources(_ connection: PGConnection, space: String, ops: [Op]) throws -> [String: ForkSource] {
         let ids = Array(Set(ops.filter { $0.type == .fork }.compactMap(\.publicID)))
         guard !ids.isEmpty else { return [:] }
         var sources: [String: ForkSource] = [:]
         for row in try connection.query("""
-            SELECT public_id, user_id, collection, record_id, data::text AS data, can_fork FROM records
-            WHERE public_id = ANY($1::text[]) AND (user_id = $2 OR visibility <> 'private')
-            """, [ids, user]).rows {
+            SELECT public_id, space_id, collection, record_id, data::text AS data, can_fork FROM records
+            WHERE public_id = ANY($1::text[]) AND (space_id = $2 OR visibility <> 'private')
+            """, [ids, space]).rows {
             let key = RecordKey(collection: try row.string("collection"), id: try row.string("record_id"))
-            let owner = try row.string("user_id")
-            sources[try row.string("public_id")] = owner == user
+            let owner = try row.string("space_id")
+            sources[try row.string("public_id")] = owner == space
                 ? .own(key)
                 : .other(
-                    user: owner, key: key, data: try JSONParser.parse(try row.string("data")).objectValue ?? [:],
+                    space: owner, key: key, data: try JSONParser.parse(try row.string("data")).objectValue ?? [:],
                     canFork: row["can_fork"] == "t")
         }
         return sources
     }
 
     /// Raises each forked record's `fork_count`, once per forking user.
-    static func countForks(_ connection: PGConnection, user: String, forked: Set<ForkedRecord>) throws {
+    static func countForks(_ connection: PGConnection, space: String, user: String, forked: Set<ForkedRecord>) throws {
         guard !forked.isEmpty else { return }
-        let sources = forked.map { (user: $0.user ?? user, key: $0.key) }
-            .sorted { ($0.user, $0.key) < ($1.user, $1.key) }
+        let sources = forked.map { (space: $0.space ?? space, key: $0.key) }
+            .sorted { ($0.space, $0.key) < ($1.space, $1.key) }
         try connection.query("""
             WITH counted AS (
-              INSERT INTO forks (source_user_id, source_collection, source_record_id, user_id)
-              SELECT u, c, i, $1 FROM unnest($2::text[], $3::text[], $4::text[]) AS s(u, c, i)
+              INSERT INTO forks (source_space_id, source_collection, source_record_id, user_id)
+              SELECT s, c, i, $1 FROM unnest($2::uuid[], $3::text[], $4::text[]) AS s(s, c, i)
               ON CONFLICT DO NOTHING
-              RETURNING source_user_id, source_collection, source_record_id)
+              RETURNING source_space_id, source_collection, source_record_id)
             UPDATE records r SET fork_count = r.fork_count + 1
             FROM counted f
-            WHERE r.user_id = f.source_user_id AND r.collection = f.source_collection AND r.record_id = f.source_record_id
-            """, [user, sources.map(\.user), sources.map(\.key.collection), sources.map(\.key.id)])
+            WHERE r.space_id = f.source_space_id AND r.collection = f.source_collection AND r.record_id = f.source_record_id
+            """, [user, sources.map(\.space), sources.map(\.key.collection), sources.map(\.key.id)])
     }
 
-    /// The op_ids among `opIDs` already remembered for the user, and the user's records
+    /// The op_ids among `opIDs` already remembered in the space, and the space's records
     /// with these keys — one statement (rows of kind `o` and `r`).
     static func loadState(
-        _ connection: PGConnection, user: String, opIDs: [String], keys: [RecordKey]
+        _ connection: PGConnection, space: String, opIDs: [String], keys: [RecordKey]
     ) throws -> (known: Set<String>, records: [RecordKey: StoredRecord]) {
         let rows = try connection.query("""
             SELECT 'o' AS kind, op_id::text AS collection, NULL AS record_id, NULL::bigint AS version, NULL AS data,
                    NULL AS field_clocks, NULL AS floor_clock, NULL AS write_clock, NULL AS delete_clock,
                    NULL::uuid AS updated_by, NULL AS public_id, NULL::boolean AS can_fork, NULL AS visibility_clock,
                    NULL::boolean AS listed, NULL AS forked_from, NULL AS fork_clock, NULL AS published_at
-            FROM op_ids WHERE user_id = $1 AND op_id = ANY($2::uuid[])
+            FROM op_ids WHERE space_id = $1 AND op_id = ANY($2::uuid[])
             UNION ALL
             SELECT 'r', r.collection, r.record_id, r.version, r.data::text, r.field_clocks::text, r.floor_clock,
                    r.write_clock, r.delete_clock, r.updated_by, r.public_id, r.can_fork, r.visibility_clock,
@@ -202,8 +203,8 @@ public struct ApplyStore: Sendable {
             FROM records r
             JOIN unnest($3::text[], $4::text[]) AS k(collection, record_id)
               ON r.collection = k.collection AND r.record_id = k.record_id
-            WHERE r.user_id = $1
-            """, [user, opIDs, keys.map(\.collection), keys.map(\.id)]).rows
+            WHERE r.space_id = $1
+            """, [space, opIDs, keys.map(\.collection), keys.map(\.id)]).rows
         var known = Set<String>()
         var records: [RecordKey: StoredRecord] = [:]
         for row in rows {
@@ -236,23 +237,23 @@ public struct ApplyStore: Sendable {
     /// Every write of the job in one statement: the remembered op_ids, the changed records
     /// (`visibility` is what readers see; a record that readers start to see, or under a
     /// new public id, is stamped `published_at` now, with `author`, the publishing token's
-    /// name), the user's counter, and the job itself — `succeeded`, with results and
+    /// name), the space's counter, and the job itself — `succeeded`, with results and
     /// checkpoint. Returns the job's push→applied seconds.
     static func saveOutcome(
-        _ connection: PGConnection, user: String, jobID: String, outcome: JobApplier.Outcome, author: String?
+        _ connection: PGConnection, space: String, jobID: String, outcome: JobApplier.Outcome, author: String?
     ) throws -> PGResult {
         let sorted = outcome.changed.values.sorted { $0.key < $1.key }
         func column(_ value: (StoredRecord) throws -> String) rethrows -> [String] { try sorted.map(value) }
         return try connection.query("""
             WITH remembered AS (
-              INSERT INTO op_ids (user_id, op_id, job_id)
-              SELECT $1, unnest($19::uuid[]), $16 ON CONFLICT DO NOTHING),
+              INSERT INTO op_ids (space_id, op_id, job_id)
+              SELECT $1::uuid, unnest($19::uuid[]), $16 ON CONFLICT DO NOTHING),
             saved AS (
-              INSERT INTO records (user_id, collection, record_id, version, deleted, data, field_clocks,
+              INSERT INTO records (space_id, collection, record_id, version, deleted, data, field_clocks,
                                    floor_clock, write_clock, delete_clock, updated_by, updated_at,
                                    visibility, public_id, can_fork, visibility_clock, published_at, author,
                                    listed, forked_from, fork_clock)
-              SELECT $1, c, i, v, d, data::jsonb, clocks::jsonb, NULLIF(f, ''), NULLIF(w, ''), NULLIF(x, ''),
+              SELECT $1::uuid, c, i, v, d, data::jsonb, clocks::jsonb, NULLIF(f, ''), NULLIF(w, ''), NULLIF(x, ''),
                      NULLIF(b, '')::uuid, clock_timestamp(),
                      vis, NULLIF(p, ''), k, NULLIF(vc, ''),
                      CASE WHEN vis = 'private' THEN NULL ELSE clock_timestamp() END, CASE WHEN p = '' THEN NULL ELSE $15 END,
@@ -261,7 +262,7 @@ public struct ApplyStore: Sendable {
                           $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::boolean[], $14::text[],
                           $20::text[], $21::boolean[], $22::text[], $23::text[])
                    AS u(c, i, v, d, data, clocks, f, w, x, b, p, k, vc, vis, l, ff, fc)
-              ON CONFLICT (user_id, collection, record_id) DO UPDATE SET
+              ON CONFLICT (space_id, collection, record_id) DO UPDATE SET
                 updated_at = CASE WHEN records.version <> EXCLUDED.version THEN EXCLUDED.updated_at ELSE records.updated_at END,
                 updated_by = EXCLUDED.updated_by,
                 version = EXCLUDED.version, deleted = EXCLUDED.deleted, data = EXCLUDED.data,
@@ -277,14 +278,14 @@ public struct ApplyStore: Sendable {
                               THEN coalesce(EXCLUDED.author, records.author)
                               ELSE coalesce(records.author, EXCLUDED.author) END,
                 public_id = EXCLUDED.public_id),
-            counter AS (UPDATE user_counters SET counter = $17 WHERE user_id = $1 AND counter <> $17)
+            counter AS (UPDATE space_counters SET counter = $17 WHERE space_id = $1 AND counter <> $17)
             UPDATE jobs SET status = 'succeeded', checkpoint = $17, results = $18::jsonb,
               finished_at = clock_timestamp(), last_error = NULL,
               attempt_log = \(Self.closingLastAttempt(error: nil))
             WHERE job_id = $16
             RETURNING extract(epoch FROM finished_at - created_at)::float8 AS latency
             """, [
-                user,
+                space,
                 column(\.key.collection), column(\.key.id), column { String($0.version) },
                 column { $0.state.deleted ? "t" : "f" },
                 column { JSONWriter.string(.object($0.state.fields)) },

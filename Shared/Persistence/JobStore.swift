@@ -61,6 +61,7 @@ public struct JobStore: Sendable {
                 let now = Int64(Date().timeIntervalSince1970 * 1000)
                 let ops = Self.stamp(intake.ops, clock: &clock, now: now, deviceID: intake.deviceID, maxSkew: intake.maxClockSkewMilliseconds)
                 let jobID = UUID().uuidString.lowercased()
+                let space = try SpaceStore.personalSpace(connection, user: intake.user)
                 // The device is checked again here, under the clock lock: a revocation or an
                 // account deletion (which takes the same lock) either committed before — and
                 // no job is written — or waits for this job and then erases it.
@@ -68,12 +69,13 @@ public struct JobStore: Sendable {
                     WITH clock AS (UPDATE user_clocks SET hlc_ms = $9, hlc_counter = $10 WHERE user_id = $2),
                     seen AS (UPDATE devices SET last_seen_at = clock_timestamp()
                              WHERE device_id = $3 AND last_seen_at < clock_timestamp() - interval '1 hour')
-                    INSERT INTO jobs (job_id, user_id, device_id, status, ops, op_count, idempotency_key, request_hash, trace_id, author_name)
-                    SELECT $1, $2, $3, 'queued', $4::jsonb, $5, $6, $7, $8, $11
+                    INSERT INTO jobs (job_id, user_id, device_id, status, ops, op_count, idempotency_key, request_hash, trace_id,
+                                      author_name, space_id)
+                    SELECT $1, $2, $3, 'queued', $4::jsonb, $5, $6, $7, $8, $11, $12::uuid
                     WHERE EXISTS (SELECT 1 FROM devices WHERE device_id = $3::uuid AND user_id = $2 AND revoked_at IS NULL)
                     """, [jobID, intake.user, intake.deviceID, Op.encodeStored(ops), ops.count,
                           intake.idempotencyKey, intake.requestHash, intake.traceID, clock.milliseconds, clock.counter,
-                          intake.authorName])
+                          intake.authorName, space])
                 guard inserted.affectedRows == 1 else { throw DeviceRevoked() }
                 return .created(jobID: jobID, ops: ops.count)
             }

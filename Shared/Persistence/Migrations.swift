@@ -244,6 +244,67 @@ public enum Migrations {
             );
             CREATE INDEX forks_by_user ON forks (user_id);
             """),
+        Migration(version: 8, name: "spaces", sql: """
+            -- A space is the unit of data, change counter and cursor; users are its members.
+            -- Every user has a personal space (personal_of), made on first use.
+            CREATE TABLE spaces (
+              space_id    uuid PRIMARY KEY,
+              name        text NOT NULL,
+              personal_of text UNIQUE,
+              created_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+            );
+            CREATE TABLE space_members (
+              space_id  uuid NOT NULL REFERENCES spaces ON DELETE CASCADE,
+              user_id   text NOT NULL,
+              role      text NOT NULL CHECK (role IN ('owner', 'editor', 'viewer')),
+              joined_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+              PRIMARY KEY (space_id, user_id)
+            );
+            CREATE INDEX space_members_by_user ON space_members (user_id, joined_at);
+
+            -- Existing data moves into its user's personal space.
+            INSERT INTO spaces (space_id, name, personal_of)
+            SELECT gen_random_uuid(), 'Personal', u FROM (
+              SELECT user_id FROM user_counters UNION SELECT user_id FROM records
+              UNION SELECT user_id FROM op_ids UNION SELECT user_id FROM jobs) AS t(u);
+            INSERT INTO space_members (space_id, user_id, role) SELECT space_id, personal_of, 'owner' FROM spaces;
+
+            ALTER TABLE records ADD COLUMN space_id uuid;
+            UPDATE records r SET space_id = s.space_id FROM spaces s WHERE s.personal_of = r.user_id;
+            ALTER TABLE records DROP CONSTRAINT records_pkey;
+            ALTER TABLE records DROP COLUMN user_id;
+            ALTER TABLE records ALTER COLUMN space_id SET NOT NULL;
+            ALTER TABLE records ADD PRIMARY KEY (space_id, collection, record_id);
+            CREATE INDEX records_changes ON records (space_id, version);
+
+            ALTER TABLE user_counters RENAME TO space_counters;
+            ALTER TABLE space_counters ADD COLUMN space_id uuid;
+            UPDATE space_counters c SET space_id = s.space_id FROM spaces s WHERE s.personal_of = c.user_id;
+            ALTER TABLE space_counters DROP CONSTRAINT user_counters_pkey;
+            ALTER TABLE space_counters DROP COLUMN user_id;
+            ALTER TABLE space_counters ALTER COLUMN space_id SET NOT NULL;
+            ALTER TABLE space_counters ADD PRIMARY KEY (space_id);
+
+            ALTER TABLE op_ids ADD COLUMN space_id uuid;
+            UPDATE op_ids o SET space_id = s.space_id FROM spaces s WHERE s.personal_of = o.user_id;
+            ALTER TABLE op_ids DROP CONSTRAINT op_ids_pkey;
+            ALTER TABLE op_ids DROP COLUMN user_id;
+            ALTER TABLE op_ids ALTER COLUMN space_id SET NOT NULL;
+            ALTER TABLE op_ids ADD PRIMARY KEY (space_id, op_id);
+
+            -- A job is one user's push into one space.
+            ALTER TABLE jobs ADD COLUMN space_id uuid;
+            UPDATE jobs j SET space_id = s.space_id FROM spaces s WHERE s.personal_of = j.user_id;
+            ALTER TABLE jobs ALTER COLUMN space_id SET NOT NULL;
+
+            ALTER TABLE forks ADD COLUMN source_space_id uuid;
+            UPDATE forks f SET source_space_id = s.space_id FROM spaces s WHERE s.personal_of = f.source_user_id;
+            DELETE FROM forks WHERE source_space_id IS NULL;
+            ALTER TABLE forks DROP CONSTRAINT forks_pkey;
+            ALTER TABLE forks DROP COLUMN source_user_id;
+            ALTER TABLE forks ALTER COLUMN source_space_id SET NOT NULL;
+            ALTER TABLE forks ADD PRIMARY KEY (source_space_id, source_collection, source_record_id, user_id);
+            """),
     ]
 
     /// Applies every migration not yet applied. Safe to run from many processes at once.

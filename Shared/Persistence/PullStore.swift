@@ -33,10 +33,10 @@ public struct PullStore: Sendable {
                    r.write_clock, r.delete_clock, r.visibility_clock, r.visibility, r.public_id, r.can_fork,
                    syncline_rfc3339(r.published_at) AS published_at, r.forked_from
             FROM (SELECT coalesce(max(counter), 0) AS counter, coalesce(max(purge_horizon), 0) AS horizon
-                  FROM user_counters WHERE user_id = $1) u
+                  FROM space_counters WHERE space_id = \(SpaceStore.personalSpaceSQL("$1"))) u
             LEFT JOIN LATERAL (
               SELECT * FROM records r
-              WHERE r.user_id = $1 AND r.version > $2 AND NOT ($2 > 0 AND $2 < u.horizon)
+              WHERE r.space_id = \(SpaceStore.personalSpaceSQL("$1")) AND r.version > $2 AND NOT ($2 > 0 AND $2 < u.horizon)
                 AND (r.write_clock IS NOT NULL OR r.delete_clock IS NOT NULL)\(filter)
               ORDER BY r.version LIMIT $3
             ) r ON true
@@ -70,7 +70,9 @@ public struct PullStore: Sendable {
 
     /// The user's cursor now: a stream's `hello`.
     public func currentCursor(user: String) async throws -> String {
-        let counter = try await pool.query("SELECT counter FROM user_counters WHERE user_id = $1", [user]).first?.optionalInt("counter")
+        let counter = try await pool.query(
+            "SELECT counter FROM space_counters WHERE space_id = \(SpaceStore.personalSpaceSQL("$1"))", [user]
+        ).first?.optionalInt("counter")
         return String(counter ?? 0)
     }
 }

@@ -54,22 +54,22 @@ public struct PurgeStore: Sendable {
                     if n < batch { return total }
                 }
             }
-            // Tombstones, raising each user's purge horizon (cursor) and purge clock.
+            // Tombstones, raising each space's purge horizon (cursor) and purge clock.
             report.tombstones = try drain("""
                 WITH doomed AS (
-                  SELECT user_id, collection, record_id FROM records
+                  SELECT space_id, collection, record_id FROM records
                   WHERE deleted AND updated_at < clock_timestamp() - make_interval(secs => $1)
                   ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED),
                 gone AS (
                   DELETE FROM records r USING doomed d
-                  WHERE r.user_id = d.user_id AND r.collection = d.collection AND r.record_id = d.record_id
-                  RETURNING r.user_id, r.version, r.delete_clock COLLATE "C" AS delete_clock),
+                  WHERE r.space_id = d.space_id AND r.collection = d.collection AND r.record_id = d.record_id
+                  RETURNING r.space_id, r.version, r.delete_clock COLLATE "C" AS delete_clock),
                 horizons AS (
-                  SELECT user_id, max(version) AS version, max(delete_clock) AS clock FROM gone GROUP BY user_id),
+                  SELECT space_id, max(version) AS version, max(delete_clock) AS clock FROM gone GROUP BY space_id),
                 raised AS (
-                  UPDATE user_counters u SET purge_horizon = greatest(u.purge_horizon, h.version),
+                  UPDATE space_counters u SET purge_horizon = greatest(u.purge_horizon, h.version),
                     purge_clock = CASE WHEN u.purge_clock IS NULL OR h.clock > u.purge_clock THEN h.clock ELSE u.purge_clock END
-                  FROM horizons h WHERE u.user_id = h.user_id)
+                  FROM horizons h WHERE u.space_id = h.space_id)
                 SELECT count(*) AS n FROM gone
                 """, retention.tombstones)
             // Dead letters first, so that their jobs become purgeable below.
@@ -96,8 +96,8 @@ public struct PurgeStore: Sendable {
                 """, retention.jobs)
             report.opIDs = try drain("""
                 WITH gone AS (
-                  DELETE FROM op_ids WHERE (user_id, op_id) IN (
-                    SELECT user_id, op_id FROM op_ids
+                  DELETE FROM op_ids WHERE (space_id, op_id) IN (
+                    SELECT space_id, op_id FROM op_ids
                     WHERE created_at < clock_timestamp() - make_interval(secs => $1) LIMIT $2 FOR UPDATE SKIP LOCKED)
                   RETURNING 1)
                 SELECT count(*) AS n FROM gone

@@ -6,13 +6,24 @@ import Testing
 /// content and streams go, their queued pushes are never applied, other users stay.
 @Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct AccountDeletionTests {
-    static let tables = ["records", "jobs", "op_ids", "devices", "dead_letters", "user_counters", "user_clocks"]
+    static let tables = ["jobs", "devices", "dead_letters", "user_clocks", "space_members"]
+    static let spaceTables = ["records", "op_ids", "space_counters"]
 
-    /// Rows naming `user` in each table that holds user data.
+    /// Rows naming `user` in each table that holds user data, and rows of the user's
+    /// personal space — or of any space that no longer exists (none ever should).
     func rowsOf(_ user: String, pool: PGPool) async throws -> [String: Int64] {
         var counts: [String: Int64] = [:]
         for table in Self.tables {
             counts[table] = try await pool.query("SELECT count(*) AS n FROM \(table) WHERE user_id = $1", [user]).first?.int("n")
+        }
+        counts["spaces (personal)"] = try await pool.query(
+            "SELECT count(*) AS n FROM spaces WHERE personal_of = $1", [user]).first?.int("n")
+        for table in Self.spaceTables {
+            counts[table] = try await pool.query("""
+                SELECT count(*) AS n FROM \(table)
+                WHERE space_id = (SELECT space_id FROM spaces WHERE personal_of = $1)
+                   OR NOT EXISTS (SELECT 1 FROM spaces s WHERE s.space_id = \(table).space_id)
+                """, [user]).first?.int("n")
         }
         counts["account_deletions (user id kept)"] = try await pool.query(
             "SELECT count(*) AS n FROM account_deletions WHERE user_id = $1", [user]).first?.int("n")

@@ -261,7 +261,7 @@ struct MergeRuleTests {
         #expect(state?.fields == ["title": "Pre-charter", "items": .array(["life jackets"])], "older fields go, as in an upsert")
         #expect(state?.fork?.publicID == "pre-charter")
         #expect(replica.records[RecordKey(collection: "todos", id: "copy")]?.view.forkedFrom == "pre-charter")
-        #expect(replica.forked == [ForkedRecord(user: "someone-else", key: RecordKey(collection: "guides", id: "src"))])
+        #expect(replica.forked == [ForkedRecord(space: "someone-else", key: RecordKey(collection: "guides", id: "src"))])
         // Newer local edits survive a fork applied late (it is an upsert at its own clock).
         replica.apply([patch(3, ["note": "mine"], at: 9, id: "copy"), fork(4, "pre-charter", at: 7, id: "copy")])
         #expect(replica.state("copy")?.fields["note"] == "mine")
@@ -285,7 +285,7 @@ struct MergeRuleTests {
         ])
         #expect(results.map(\.status) == [.applied, .applied, .applied, .applied])
         #expect(replica.state("b")?.fields == ["title": "final"])
-        #expect(replica.forked == [ForkedRecord(user: nil, key: RecordKey(collection: "todos", id: "a"))])
+        #expect(replica.forked == [ForkedRecord(space: nil, key: RecordKey(collection: "todos", id: "a"))])
         // Unpublished, unlisted-but-readable, and deleted sources.
         replica.apply([publish(5, "own-guide", at: 5, id: "a", listed: false)])
         #expect(replica.apply([fork(6, "own-guide", at: 6, id: "c")]).map(\.status) == [.applied])

@@ -86,7 +86,7 @@ func fork(_ n: Int, _ publicID: String, at time: Int, id: String = "r1", ifVersi
 
 /// Another user's published record that forks copy.
 func foreignSource(_ data: [String: JSONValue], canFork: Bool = true, id: String = "src") -> ForkSource {
-    .other(user: "someone-else", key: RecordKey(collection: "guides", id: id), data: data, canFork: canFork)
+    .other(space: "someone-else", key: RecordKey(collection: "guides", id: id), data: data, canFork: canFork)
 }
 
 func unpublish(_ n: Int, at time: Int, id: String = "r1") -> Op {

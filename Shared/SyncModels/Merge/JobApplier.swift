@@ -45,18 +45,18 @@ public enum ForkSource: Sendable, Equatable {
     /// A record of the forking user, to be loaded with the job's records: the applier reads
     /// it as this job has left it.
     case own(RecordKey)
-    /// Another user's record that readers can see (public or unlisted).
-    case other(user: String, key: RecordKey, data: [String: JSONValue], canFork: Bool)
+    /// A record of another space that readers can see (public or unlisted).
+    case other(space: String, key: RecordKey, data: [String: JSONValue], canFork: Bool)
 }
 
 /// A record forked by a job, for counting forks once per forking user.
 public struct ForkedRecord: Sendable, Hashable {
-    /// nil: the forking user's own record.
-    public let user: String?
+    /// The source's space; nil: the job's own space.
+    public let space: String?
     public let key: RecordKey
 
-    public init(user: String?, key: RecordKey) {
-        self.user = user
+    public init(space: String?, key: RecordKey) {
+        self.space = space
         self.key = key
     }
 }
@@ -78,8 +78,8 @@ public struct JobApplier {
     }
 
     /// `publicIDOwners`: for each public id a publish op of this job names, the record of
-    /// this user that holds it, or nil when a record of another user holds it (absent: free).
-    /// `purgeClock`: the newest delete among this user's purged tombstones; an op no newer
+    /// this space that holds it, or nil when a record of another space holds it (absent: free).
+    /// `purgeClock`: the newest delete among this space's purged tombstones; an op no newer
     /// than it, on a record that does not exist, is refused as `stale` — it might be the
     /// re-push of a write that a purged delete had overruled.
     /// `forkSources`: for each public id a fork op of this job names, where it is (absent:
@@ -187,10 +187,10 @@ public struct JobApplier {
         if let own = records.values.first(where: { $0.state.visibility?.publicID == publicID }) {
             guard own.state.shownPublicID == publicID else { return .failure(.notFound) }
             return own.state.visibility?.canFork == true
-                ? .success((own.state.fields, ForkedRecord(user: nil, key: own.key))) : .failure(.notForkable)
+                ? .success((own.state.fields, ForkedRecord(space: nil, key: own.key))) : .failure(.notForkable)
         }
-        guard case .other(let user, let key, let data, let canFork)? = sources[publicID] else { return .failure(.notFound) }
-        return canFork ? .success((data, ForkedRecord(user: user, key: key))) : .failure(.notForkable)
+        guard case .other(let space, let key, let data, let canFork)? = sources[publicID] else { return .failure(.notFound) }
+        return canFork ? .success((data, ForkedRecord(space: space, key: key))) : .failure(.notForkable)
     }
 
     /// Ops the applier refuses by rule rather than by merge.
