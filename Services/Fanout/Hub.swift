@@ -11,7 +11,8 @@ import SyncModels
 /// What a stream sends, one JSON object per message (SPEC §6).
 enum StreamMessage: Sendable, Equatable {
     case hello(cursor: String)
-    case poke(cursor: String)
+    /// `space`: the shared space that changed (nil: the personal space).
+    case poke(cursor: String, space: String? = nil)
     case job(jobID: String, status: JobStatus, checkpoint: String?)
     case heartbeat
 
@@ -19,7 +20,10 @@ enum StreamMessage: Sendable, Equatable {
         let value: JSONValue
         switch self {
         case .hello(let cursor): value = .object(["type": .string("hello"), "cursor": .string(cursor)])
-        case .poke(let cursor): value = .object(["type": .string("poke"), "cursor": .string(cursor)])
+        case .poke(let cursor, let space):
+            var fields: [String: JSONValue] = ["type": .string("poke"), "cursor": .string(cursor)]
+            if let space { fields["space_id"] = .string(space) }
+            value = .object(fields)
         case .job(let jobID, let status, let checkpoint):
             value = .object([
                 "type": .string("job"), "job_id": .string(jobID), "status": .string(status.rawValue),
@@ -141,7 +145,7 @@ final class Hub: Service, Sendable {
                     delivered.increment()
                 }
             } else if let cursor = event.checkpoint, event.status == .succeeded {
-                subscriber.continuation.yield(.poke(cursor: cursor))
+                subscriber.continuation.yield(.poke(cursor: cursor, space: event.spaceID))
                 delivered.increment()
             }
         }

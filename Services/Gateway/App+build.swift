@@ -31,12 +31,14 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
     }
     DeviceRoutes(auth: auth, devices: devices, publisher: publisher, allowPrivateWebhooks: configuration.allowPrivateWebhooks).register(on: router)
     SyncRoutes(
-        auth: auth, devices: devices, jobs: jobs, pulls: PullStore(pool: pool), publisher: publisher, marks: marks,
+        auth: auth, devices: devices, jobs: jobs, pulls: PullStore(pool: pool), spaces: SpaceStore(pool: pool),
+        publisher: publisher, marks: marks,
         maxClockSkewMilliseconds: Int64(configuration.maxClockSkew * 1000),
         limiter: RateLimiter(configuration.pushRateLimit)
     ).register(on: router)
     PublicRoutes(records: PublicStore(pool: pool), views: views, limiter: RateLimiter(configuration.publicRateLimit))
         .register(on: router)
+    SpaceRoutes(auth: auth, spaces: SpaceStore(pool: pool)).register(on: router)
     let office = DeadLetterOffice(pool: pool, publisher: publisher, retryDelays: configuration.retryDelays, logger: logger)
     AccountRoutes(
         auth: auth, eraser: AccountEraser(pool: pool, publisher: publisher, office: office, logger: logger),

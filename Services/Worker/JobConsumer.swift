@@ -80,14 +80,18 @@ struct JobConsumer: Service {
 
         do {
             switch try await store.apply(jobID: jobID) {
-            case .succeeded(let user, let deviceID, let checkpoint, let troubled, let latency):
+            case .succeeded(let user, let deviceID, let checkpoint, let troubled, let latency, let shared):
                 jobs.ack(delivery)
                 processed.increment()
                 pushToApplied.recordSeconds(latency)
                 logger.debug("job applied", metadata: ["job.checkpoint": "\(checkpoint)", "job.attempt": "\(attempt)"])
-                await announce(JobEvent(
-                    userID: user, deviceID: deviceID, jobID: jobID, status: .succeeded, checkpoint: String(checkpoint),
-                    troubled: troubled))
+                // One event per member of a shared space (the pusher's carries the outcome for
+                // the origin device); members removed before the commit get none.
+                for member in shared?.members ?? [user] {
+                    await announce(JobEvent(
+                        userID: member, deviceID: deviceID, jobID: jobID, status: .succeeded, checkpoint: String(checkpoint),
+                        troubled: member == user && troubled, spaceID: shared?.spaceID))
+                }
             case .alreadyFinished:
                 duplicates.increment()
                 jobs.ack(delivery)

@@ -83,11 +83,37 @@ public struct AccountStore: Sendable {
             try connection.query("DELETE FROM space_counters WHERE space_id = \(SpaceStore.personalSpaceSQL("$1"))", [user])
             // The personal space (its members go with it) and every other membership.
             try connection.query("DELETE FROM spaces WHERE personal_of = $1", [user])
-            try connection.query("DELETE FROM space_members WHERE user_id = $1", [user])
+            try Self.leaveSharedSpaces(connection, user: user)
             try connection.query("DELETE FROM user_clocks WHERE user_id = $1", [user])
             try connection.query(
                 "UPDATE account_deletions SET user_id = NULL, finished_at = clock_timestamp() WHERE user_hash = $1", [userHash])
         }
+    }
+
+    /// The user's memberships end. A shared space they were the last owner of passes to its
+    /// longest-standing editor (else its longest-standing member); one with no other member
+    /// is deleted with its records. Records in shared spaces stay with the space.
+    static func leaveSharedSpaces(_ connection: PGConnection, user: String) throws {
+        try connection.query("""
+            WITH lonely AS (
+              SELECT m.space_id FROM space_members m
+              WHERE m.user_id = $1 AND m.role = 'owner'
+                AND NOT EXISTS (SELECT 1 FROM space_members o WHERE o.space_id = m.space_id AND o.role = 'owner' AND o.user_id <> $1)),
+            heirs AS (
+              SELECT DISTINCT ON (space_id) space_id, user_id FROM space_members
+              WHERE space_id IN (SELECT space_id FROM lonely) AND user_id <> $1
+              ORDER BY space_id, (role = 'editor') DESC, joined_at, user_id)
+            UPDATE space_members m SET role = 'owner' FROM heirs h WHERE m.space_id = h.space_id AND m.user_id = h.user_id
+            """, [user])
+        let empty = try connection.query("""
+            SELECT m.space_id FROM space_members m
+            WHERE m.user_id = $1 AND NOT EXISTS (SELECT 1 FROM space_members o WHERE o.space_id = m.space_id AND o.user_id <> $1)
+            """, [user]).rows.compactMap { $0["space_id"] }
+        for table in ["records", "op_ids", "space_counters"] {
+            try connection.query("DELETE FROM \(table) WHERE space_id = ANY($1::uuid[])", [empty])
+        }
+        try connection.query("DELETE FROM spaces WHERE space_id = ANY($1::uuid[])", [empty])
+        try connection.query("DELETE FROM space_members WHERE user_id = $1", [user])
     }
 
     public func deletion(userHash: String) async throws -> Deletion? {

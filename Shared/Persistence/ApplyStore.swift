@@ -9,10 +9,19 @@ public struct ApplyStore: Sendable {
     public init(pool: PGPool) { self.pool = pool }
 
     public enum Outcome: Sendable, Equatable {
-        case succeeded(user: String, deviceID: String, checkpoint: Int64, hadRejectsOrConflicts: Bool, secondsSinceIntake: Double)
+        /// `sharedSpace`: the shared space written to, with every member to poke (nil for a
+        /// personal space).
+        case succeeded(
+            user: String, deviceID: String, checkpoint: Int64, hadRejectsOrConflicts: Bool, secondsSinceIntake: Double,
+            sharedSpace: SharedSpace? = nil)
         /// Another delivery already finished it (or an operator discarded it).
         case alreadyFinished(JobStatus)
         case unknownJob
+    }
+
+    public struct SharedSpace: Sendable, Equatable {
+        public let spaceID: String
+        public let members: [String]
     }
 
     /// Records the start of an attempt; nil when the job is unknown or already terminal.
@@ -96,8 +105,20 @@ public struct ApplyStore: Sendable {
             let user = try job.string("user_id")
             let space = try job.string("space_id")
             let deviceID = try job.string("device_id")
-            guard let ops = Op.decodeStored(try job.string("ops")) else {
+            guard var ops = Op.decodeStored(try job.string("ops")) else {
                 throw PGError(code: .decoding, message: "job \(id) holds ops that cannot be read")
+            }
+            // Membership is checked again here (G6): a pusher removed, or made a viewer, since
+            // intake has every op rejected, and nothing of theirs lands.
+            let membership = try connection.query("""
+                SELECT m.user_id, m.role, s.personal_of IS NOT NULL AS personal
+                FROM spaces s JOIN space_members m USING (space_id) WHERE s.space_id = $1
+                """, [space]).rows
+            let role = membership.first { $0["user_id"] == user }?["role"].flatMap(SpaceRole.init(rawValue:))
+            let shared = membership.first.map { $0["personal"] != "t" } == true
+                ? SharedSpace(spaceID: space, members: membership.compactMap { $0["user_id"] }) : nil
+            if role?.canWrite != true {
+                for index in ops.indices where ops[index].rejected == nil { ops[index].rejected = RejectReason.forbidden }
             }
             let counter = job.optionalInt("counter") ?? 0
             let purgeClock = job["purge_clock"].flatMap(Stamp.init(stored:))
@@ -122,7 +143,7 @@ public struct ApplyStore: Sendable {
             let latency = finished.first?["latency"].flatMap(Double.init) ?? 0
             return .succeeded(
                 user: user, deviceID: deviceID, checkpoint: outcome.counter, hadRejectsOrConflicts: troubled,
-                secondsSinceIntake: latency)
+                secondsSinceIntake: latency, sharedSpace: shared)
         }
     }
 

@@ -18,9 +18,12 @@ public struct JobStore: Sendable {
         public var maxClockSkewMilliseconds: Int64
         /// The token's `name` claim: shown as the author of what this job publishes.
         public var authorName: String?
+        /// The space pushed to (nil: the user's personal space); the caller checked the role.
+        public var spaceID: String?
 
-        public init(user: String, deviceID: String, ops: [Op], idempotencyKey: String?, requestHash: String, traceID: String?, maxClockSkewMilliseconds: Int64, authorName: String? = nil) {
+        public init(user: String, deviceID: String, ops: [Op], idempotencyKey: String?, requestHash: String, traceID: String?, maxClockSkewMilliseconds: Int64, authorName: String? = nil, spaceID: String? = nil) {
             self.authorName = authorName
+            self.spaceID = spaceID
             self.user = user
             self.deviceID = deviceID
             self.ops = ops
@@ -61,7 +64,7 @@ public struct JobStore: Sendable {
                 let now = Int64(Date().timeIntervalSince1970 * 1000)
                 let ops = Self.stamp(intake.ops, clock: &clock, now: now, deviceID: intake.deviceID, maxSkew: intake.maxClockSkewMilliseconds)
                 let jobID = UUID().uuidString.lowercased()
-                let space = try SpaceStore.personalSpace(connection, user: intake.user)
+                let space = try intake.spaceID ?? SpaceStore.personalSpace(connection, user: intake.user)
                 // The device is checked again here, under the clock lock: a revocation or an
                 // account deletion (which takes the same lock) either committed before — and
                 // no job is written — or waits for this job and then erases it.

@@ -305,6 +305,19 @@ public enum Migrations {
             ALTER TABLE forks ALTER COLUMN source_space_id SET NOT NULL;
             ALTER TABLE forks ADD PRIMARY KEY (source_space_id, source_collection, source_record_id, user_id);
             """),
+        Migration(version: 9, name: "space invitations", sql: """
+            -- Single-use invitation codes; only a digest of the code is kept.
+            CREATE TABLE space_invitations (
+              code_hash  text PRIMARY KEY,
+              space_id   uuid NOT NULL REFERENCES spaces ON DELETE CASCADE,
+              role       text NOT NULL CHECK (role IN ('owner', 'editor', 'viewer')),
+              created_by text NOT NULL,
+              created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+              expires_at timestamptz NOT NULL,
+              used_at    timestamptz
+            );
+            CREATE INDEX space_invitations_by_expiry ON space_invitations (expires_at);
+            """),
     ]
 
     /// Applies every migration not yet applied. Safe to run from many processes at once.

@@ -55,7 +55,7 @@ struct PersistenceTests {
     }
 
     @Test func intakeStampsApplyAndPull() async throws {
-        try await withStores { _, devices, jobs, apply, pulls in
+        try await withStores { pool, devices, jobs, apply, pulls in
             let alice = user()
             let device = try await devices.register(user: alice, name: "mac", platform: "macos", pushURL: nil, pushSecret: "s")
             let future = HLC(milliseconds: Int64(Date().timeIntervalSince1970 * 1000) + 3_600_000, counter: 0, node: "x")!
@@ -66,7 +66,7 @@ struct PersistenceTests {
             ]))
             guard case .created(let jobID, 3) = outcome else { Issue.record("\(outcome)"); return }
             let result = try await apply.apply(jobID: jobID)
-            guard case .succeeded(let owner, _, 2, true, _) = result else { Issue.record("\(result)"); return }
+            guard case .succeeded(let owner, _, 2, true, _, nil) = result else { Issue.record("\(result)"); return }
             #expect(owner == alice)
             let view = try #require(try await jobs.view(user: alice, jobID: jobID))
             #expect(view.status == .succeeded)
@@ -78,14 +78,15 @@ struct PersistenceTests {
             // A second delivery changes nothing.
             #expect(try await apply.apply(jobID: jobID) == .alreadyFinished(.succeeded))
 
-            guard case .page(let page) = try await pulls.pull(user: alice, since: 0, limit: 1, collections: nil) else { return }
+            let space = try await SpaceStore(pool: pool).personalSpace(user: alice)
+            guard case .page(let page) = try await pulls.pull(space: space, since: 0, limit: 1, collections: nil) else { return }
             #expect(page.changes.map(\.id) == ["n1"] && page.hasMore && page.cursor == "1")
-            guard case .page(let rest) = try await pulls.pull(user: alice, since: 1, limit: 10, collections: nil) else { return }
+            guard case .page(let rest) = try await pulls.pull(space: space, since: 1, limit: 10, collections: nil) else { return }
             #expect(rest.changes.map(\.id) == ["n3"] && !rest.hasMore && rest.cursor == "2")
             #expect(rest.changes[0].deleted && rest.changes[0].data == nil)
-            guard case .page(let none) = try await pulls.pull(user: alice, since: 2, limit: 10, collections: nil) else { return }
+            guard case .page(let none) = try await pulls.pull(space: space, since: 2, limit: 10, collections: nil) else { return }
             #expect(none.changes.isEmpty && none.cursor == "2")
-            guard case .page(let filtered) = try await pulls.pull(user: alice, since: 0, limit: 10, collections: ["other"]) else { return }
+            guard case .page(let filtered) = try await pulls.pull(space: space, since: 0, limit: 10, collections: ["other"]) else { return }
             #expect(filtered.changes.isEmpty)
         }
     }

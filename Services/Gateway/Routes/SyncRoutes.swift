@@ -15,6 +15,7 @@ struct SyncRoutes: Sendable {
     let devices: DeviceStore
     let jobs: JobStore
     let pulls: PullStore
+    let spaces: SpaceStore
     let publisher: AMQPPublisher
     let marks: PublishedMarks
     let maxClockSkewMilliseconds: Int64
@@ -24,7 +25,8 @@ struct SyncRoutes: Sendable {
     private let pushedOps = Counter(label: "syncline_pushed_ops_total")
     private let publishFailures = Counter(label: "syncline_publish_failures_total")
 
-    init(auth: Authenticator, devices: DeviceStore, jobs: JobStore, pulls: PullStore, publisher: AMQPPublisher, marks: PublishedMarks, maxClockSkewMilliseconds: Int64, limiter: RateLimiter) {
+    init(auth: Authenticator, devices: DeviceStore, jobs: JobStore, pulls: PullStore, spaces: SpaceStore, publisher: AMQPPublisher, marks: PublishedMarks, maxClockSkewMilliseconds: Int64, limiter: RateLimiter) {
+        self.spaces = spaces
         self.limiter = limiter
         self.marks = marks
         self.auth = auth
@@ -56,6 +58,13 @@ struct SyncRoutes: Sendable {
         case .revoked: throw APIError.forbidden("This device was revoked.")
         case .active: break
         }
+        if let space = push.spaceID {
+            switch try await spaces.role(user: claims.sub, space: space) {
+            case nil: throw APIError.notFound("No such space.")
+            case .viewer?: throw APIError.forbidden("A viewer of this space cannot push to it.")
+            default: break
+            }
+        }
         let key = request.headers[.idempotencyKey]
         if let key, !(1...255).contains(key.utf8.count) || !key.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) {
             throw APIError.badRequest("Idempotency-Key must be 1 to 255 visible ASCII characters.")
@@ -64,7 +73,7 @@ struct SyncRoutes: Sendable {
         let outcome = try await jobs.create(JobStore.Intake(
             user: claims.sub, deviceID: Names.canonicalUUID(push.deviceID) ?? push.deviceID, ops: push.ops,
             idempotencyKey: key, requestHash: Digests.sha256Hex(body), traceID: traceID,
-            maxClockSkewMilliseconds: maxClockSkewMilliseconds, authorName: claims.name))
+            maxClockSkewMilliseconds: maxClockSkewMilliseconds, authorName: claims.name, spaceID: push.spaceID))
         switch outcome {
         case .keyReused:
             throw APIError.unprocessable("This Idempotency-Key was used with a different body.")
@@ -125,7 +134,15 @@ struct SyncRoutes: Sendable {
             }
             collections = names
         }
-        switch try await pulls.pull(user: claims.sub, since: since, limit: limit, collections: collections) {
+        let space: String
+        if let text = query["space_id"].map(String.init) {
+            guard let id = Names.canonicalUUID(text) else { throw APIError.badRequest("space_id must be a space's id.") }
+            guard try await spaces.role(user: claims.sub, space: id) != nil else { throw APIError.notFound("No such space.") }
+            space = id
+        } else {
+            space = try await spaces.personalSpace(user: claims.sub)
+        }
+        switch try await pulls.pull(space: space, since: since, limit: limit, collections: collections) {
         case .page(let page): return try jsonResponse(page)
         case .resyncRequired:
             throw APIError(status: .gone, code: .resyncRequired, detail: "This cursor is older than the retention; pull from the start.")

@@ -268,18 +268,25 @@ public struct JobEvent: Codable, Sendable, Equatable {
     public var checkpoint: String?
     /// Some op was rejected or conflicted.
     public var troubled: Bool
+    /// The shared space the job wrote to (nil: the user's personal space). `userID` is the
+    /// member this event is for; `deviceID` the device that pushed.
+    public var spaceID: String?
 
-    public init(userID: String, deviceID: String, jobID: String, status: JobStatus, checkpoint: String?, troubled: Bool) {
+    public init(
+        userID: String, deviceID: String, jobID: String, status: JobStatus, checkpoint: String?, troubled: Bool,
+        spaceID: String? = nil
+    ) {
         self.userID = userID
         self.deviceID = deviceID
         self.jobID = jobID
         self.status = status
         self.checkpoint = checkpoint
         self.troubled = troubled
+        self.spaceID = spaceID
     }
 
     enum CodingKeys: String, CodingKey {
-        case userID = "user_id", deviceID = "device_id", jobID = "job_id", status, checkpoint, troubled
+        case userID = "user_id", deviceID = "device_id", jobID = "job_id", status, checkpoint, troubled, spaceID = "space_id"
     }
 }
 

@@ -88,6 +88,8 @@ public struct Op: Codable, Sendable, Hashable {
 public struct PushRequest: Sendable, Equatable {
     public var deviceID: String
     public var ops: [Op]
+    /// The space pushed to; nil: the user's personal space.
+    public var spaceID: String? = nil
 }
 
 public enum OpStatus: String, Codable, Sendable {
@@ -125,4 +127,6 @@ public enum RejectReason {
     public static let notFound = "not_found"
     /// A fork names a record whose publisher does not let others fork it.
     public static let notForkable = "not_forkable"
+    /// The pusher was no longer a member who may write to the space when the job was applied.
+    public static let forbidden = "forbidden"
 }

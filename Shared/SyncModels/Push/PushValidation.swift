@@ -40,7 +40,12 @@ public enum PushValidation {
                 throw .invalid("ops[\(index)]: \(message.text)")
             }
         }
-        return PushRequest(deviceID: deviceID, ops: ops)
+        var spaceID: String?
+        if let space = object["space_id"], !space.isNull {
+            guard let text = space.stringValue, let id = Names.canonicalUUID(text) else { throw .invalid("space_id must be a UUID.") }
+            spaceID = id
+        }
+        return PushRequest(deviceID: deviceID, ops: ops, spaceID: spaceID)
     }
 
     struct OpProblem: Error { let text: String }

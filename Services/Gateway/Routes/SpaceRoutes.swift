@@ -1,0 +1,130 @@
+import Foundation
+import Hummingbird
+import Persistence
+import ServiceSupport
+import SyncModels
+
+/// Shared spaces: `/v1/spaces…` and `POST /v1/invitations/{code}/accept`. A space the
+/// caller is no member of answers 404, exactly like one that does not exist (G6).
+struct SpaceRoutes: Sendable {
+    let auth: Authenticator
+    let spaces: SpaceStore
+
+    static let defaultInvitationSeconds = 7 * 24 * 3600
+    static let maxInvitationSeconds = 30 * 24 * 3600
+
+    func register(on router: Router<GatewayRequestContext>) {
+        router.post("/v1/spaces", use: create)
+        router.get("/v1/spaces", use: list)
+        router.delete("/v1/spaces/:space_id", use: delete)
+        router.get("/v1/spaces/:space_id/members", use: members)
+        router.patch("/v1/spaces/:space_id/members/:user_id", use: setRole)
+        router.delete("/v1/spaces/:space_id/members/:user_id", use: remove)
+        router.post("/v1/spaces/:space_id/invitations", use: invite)
+        router.post("/v1/invitations/:code/accept", use: accept)
+    }
+
+    static func object(_ request: Request) async throws -> [String: JSONValue] {
+        let body = try await request.body.collect(upTo: 16 * 1024)
+        guard let value = try? JSONParser.parse(Data(buffer: body)) else { throw APIError.badRequest("The body is not valid JSON.") }
+        guard let object = value.objectValue else { throw APIError.unprocessable("The body must be a JSON object.") }
+        return object
+    }
+
+    static func role(_ value: JSONValue?) throws -> SpaceRole {
+        guard let text = value?.stringValue, let role = SpaceRole(rawValue: text) else {
+            throw APIError.unprocessable("role must be owner, editor or viewer.")
+        }
+        return role
+    }
+
+    static func answer(_ change: SpaceStore.Change) throws {
+        switch change {
+        case .done: return
+        case .notFound: throw APIError.notFound("No such space or member.")
+        case .forbidden: throw APIError.forbidden("Your role in this space does not allow that.")
+        case .lastOwner: throw APIError.unprocessable("The last owner cannot leave or stop being owner; make another member owner first.")
+        }
+    }
+
+    @Sendable func create(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        let claims = try await auth.user(request, context: context)
+        let body = try await Self.object(request)
+        guard let name = body["name"]?.stringValue, (1...200).contains(name.unicodeScalars.count), Names.isPlainText(name) else {
+            throw APIError.unprocessable("name must be 1 to 200 characters of text.")
+        }
+        return try jsonResponse(try await spaces.create(user: claims.sub, name: name), status: .created)
+    }
+
+    @Sendable func list(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        let claims = try await auth.user(request, context: context)
+        return try jsonResponse(SpaceList(items: try await spaces.list(user: claims.sub)))
+    }
+
+    @Sendable func delete(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        let claims = try await auth.user(request, context: context)
+        try Self.answer(try await spaces.delete(user: claims.sub, space: try context.parameters.require("space_id")))
+        return Response(status: .noContent)
+    }
+
+    @Sendable func members(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        let claims = try await auth.user(request, context: context)
+        guard let members = try await spaces.members(user: claims.sub, space: try context.parameters.require("space_id")) else {
+            throw APIError.notFound("No such space.")
+        }
+        return try jsonResponse(MemberList(items: members))
+    }
+
+    @Sendable func setRole(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        let claims = try await auth.user(request, context: context)
+        let role = try Self.role(try await Self.object(request)["role"])
+        let space = try context.parameters.require("space_id"), member = try context.parameters.require("user_id")
+        try Self.answer(try await spaces.change(user: claims.sub, space: space, member: member, to: role))
+        guard let view = try await spaces.members(user: claims.sub, space: space)?.first(where: { $0.userID == member }) else {
+            throw APIError.notFound("No such space or member.")
+        }
+        return try jsonResponse(view)
+    }
+
+    @Sendable func remove(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        let claims = try await auth.user(request, context: context)
+        let space = try context.parameters.require("space_id"), member = try context.parameters.require("user_id")
+        try Self.answer(try await spaces.change(user: claims.sub, space: space, member: member, to: nil))
+        return Response(status: .noContent)
+    }
+
+    @Sendable func invite(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        let claims = try await auth.user(request, context: context)
+        let body = try await Self.object(request)
+        let role = try Self.role(body["role"])
+        var seconds = Self.defaultInvitationSeconds
+        if let value = body["expires_in"], !value.isNull {
+            guard let number = value.intValue, (60...Int64(Self.maxInvitationSeconds)).contains(number) else {
+                throw APIError.unprocessable("expires_in must be 60 to \(Self.maxInvitationSeconds) seconds.")
+            }
+            seconds = Int(number)
+        }
+        let (change, invitation) = try await spaces.invite(
+            user: claims.sub, space: try context.parameters.require("space_id"), role: role, seconds: seconds)
+        try Self.answer(change)
+        guard let invitation else { throw APIError.notFound("No such space.") }
+        return try jsonResponse(invitation, status: .created)
+    }
+
+    @Sendable func accept(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        let claims = try await auth.user(request, context: context)
+        let code = try context.parameters.require("code")
+        guard code.utf8.count <= 100, let joined = try await spaces.accept(user: claims.sub, code: code) else {
+            throw APIError.notFound("No such invitation, or it was used or has expired.")
+        }
+        return try jsonResponse(Joined(spaceID: joined.space, role: joined.role))
+    }
+}
+
+struct SpaceList: Codable, Sendable { let items: [SpaceView] }
+struct MemberList: Codable, Sendable { let items: [MemberView] }
+struct Joined: Codable, Sendable {
+    let spaceID: String
+    let role: SpaceRole
+    enum CodingKeys: String, CodingKey { case spaceID = "space_id", role }
+}
