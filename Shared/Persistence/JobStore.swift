@@ -135,7 +135,7 @@ public struct JobStore: Sendable {
     public func view(jobID: String) async throws -> (user: String, job: JobView)? {
         guard let id = Names.canonicalUUID(jobID) else { return nil }
         let row = try await pool.query("""
-            SELECT job_id, user_id, status, attempts, attempt_log, syncline_rfc3339(created_at) AS created_at,
+            SELECT job_id, user_id, space_id, status, attempts, attempt_log, syncline_rfc3339(created_at) AS created_at,
                    syncline_rfc3339(finished_at) AS finished_at, last_error, checkpoint, results
             FROM jobs WHERE job_id = $1
             """, [id]).first
@@ -151,7 +151,7 @@ public struct JobStore: Sendable {
             jobID: try row.string("job_id"), status: status, attempts: Int(try row.int("attempts")),
             attemptLog: log, createdAt: try row.string("created_at"), finishedAt: row["finished_at"],
             lastError: row["last_error"], checkpoint: row["checkpoint"],
-            results: status == .succeeded ? results : [])
+            results: status == .succeeded ? results : [], spaceID: row["space_id"])
     }
 
     public func markPublished(_ jobIDs: [String]) async throws {

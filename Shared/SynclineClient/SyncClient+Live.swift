@@ -66,6 +66,8 @@ extension SyncClient {
         guard let fields = (try? JSONParser.parse(message))?.objectValue, let type = fields["type"]?.stringValue else { return }
         switch type {
         case "hello", "poke":
+            // This client syncs the personal space; a shared space's poke is not about it.
+            if let space = fields["space_id"], !space.isNull { return }
             let theirs = fields["cursor"]?.stringValue.flatMap { Int64($0) } ?? 0
             let ours = ((try? store.cursor) ?? nil).flatMap { Int64($0) } ?? -1
             if theirs > ours {

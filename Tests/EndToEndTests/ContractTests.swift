@@ -111,6 +111,12 @@ struct ContractTests {
 
             let leaver = await E2E.token("contract-leaver-\(UUID().uuidString.prefix(6))")
             _ = try await api.registerDevice(leaver)
+            // A shared space with an invitation for a guest.
+            let space = try #require(try await api.json("POST", "/v1/spaces", token: token, ["name": "Family"]).json["space_id"] as? String)
+            let invitation = try #require(
+                try await api.json("POST", "/v1/spaces/\(space)/invitations", token: token, ["role": "viewer"]).json["code"] as? String)
+            let guestUser = "contract-guest-\(UUID().uuidString.prefix(6))"
+            let guest = await E2E.token(guestUser)
             let examples: [Example] = [
                 Example(operation: "POST /v1/devices") { try await $0.json("POST", "/v1/devices", token: token, ["name": "x", "platform": "web"]) },
                 Example(operation: "POST /v1/devices") { try await $0.json("POST", "/v1/devices", token: token, ["name": 5]) },
@@ -147,6 +153,22 @@ struct ContractTests {
                 Example(operation: "DELETE /v1/me") { try await $0.request("DELETE", "/v1/me") },
                 Example(operation: "GET /v1/me/deletion") { try await $0.request("GET", "/v1/me/deletion", token: leaver) },
                 Example(operation: "GET /v1/me/deletion") { try await $0.request("GET", "/v1/me/deletion", token: token) },
+                Example(operation: "POST /v1/spaces") { try await $0.json("POST", "/v1/spaces", token: token, ["name": "Crew"]) },
+                Example(operation: "POST /v1/spaces") { try await $0.json("POST", "/v1/spaces", token: token, ["name": ""]) },
+                Example(operation: "GET /v1/spaces") { try await $0.request("GET", "/v1/spaces", token: token) },
+                Example(operation: "GET /v1/spaces/{space_id}/members") { try await $0.request("GET", "/v1/spaces/\(space)/members", token: token) },
+                Example(operation: "GET /v1/spaces/{space_id}/members") { try await $0.request("GET", "/v1/spaces/\(UUID())/members", token: token) },
+                Example(operation: "POST /v1/spaces/{space_id}/invitations") { try await $0.json("POST", "/v1/spaces/\(space)/invitations", token: token, ["role": "viewer"]) },
+                Example(operation: "POST /v1/spaces/{space_id}/invitations") { try await $0.json("POST", "/v1/spaces/\(space)/invitations", token: token, ["role": "king"]) },
+                Example(operation: "POST /v1/invitations/{code}/accept") { try await $0.request("POST", "/v1/invitations/\(invitation)/accept", token: guest) },
+                Example(operation: "POST /v1/invitations/{code}/accept") { try await $0.request("POST", "/v1/invitations/\(invitation)/accept", token: guest) },
+                Example(operation: "PATCH /v1/spaces/{space_id}/members/{user_id}") { try await $0.json("PATCH", "/v1/spaces/\(space)/members/\(guestUser)", token: token, ["role": "editor"]) },
+                Example(operation: "PATCH /v1/spaces/{space_id}/members/{user_id}") { try await $0.json("PATCH", "/v1/spaces/\(space)/members/\(user)", token: token, ["role": "viewer"]) },
+                Example(operation: "DELETE /v1/spaces/{space_id}/members/{user_id}") { try await $0.request("DELETE", "/v1/spaces/\(space)/members/\(guestUser)", token: guest) },
+                Example(operation: "DELETE /v1/spaces/{space_id}/members/{user_id}") { try await $0.request("DELETE", "/v1/spaces/\(space)/members/\(guestUser)", token: guest) },
+                Example(operation: "DELETE /v1/spaces/{space_id}") { try await $0.request("DELETE", "/v1/spaces/\(space)", token: guest) },
+                Example(operation: "DELETE /v1/spaces/{space_id}") { try await $0.request("DELETE", "/v1/spaces/\(space)", token: token) },
+                Example(operation: "GET /v1/sync/pull") { try await $0.request("GET", "/v1/sync/pull?space_id=\(UUID())", token: token) },
                 Example(operation: "GET /admin") { try await $0.request("GET", "/admin") },
                 Example(operation: "GET /healthz") { try await $0.request("GET", "/healthz") },
                 Example(operation: "GET /readyz") { try await $0.request("GET", "/readyz") },

@@ -76,8 +76,11 @@ public struct JobView: Codable, Sendable {
     public var lastError: String?
     public var checkpoint: String?
     public var results: [OpResult]
+    /// The space the job wrote to.
+    public var spaceID: String?
 
-    public init(jobID: String, status: JobStatus, attempts: Int, attemptLog: [AttemptView], createdAt: String, finishedAt: String?, lastError: String?, checkpoint: String?, results: [OpResult]) {
+    public init(jobID: String, status: JobStatus, attempts: Int, attemptLog: [AttemptView], createdAt: String, finishedAt: String?, lastError: String?, checkpoint: String?, results: [OpResult], spaceID: String? = nil) {
+        self.spaceID = spaceID
         self.jobID = jobID
         self.status = status
         self.attempts = attempts
@@ -91,7 +94,7 @@ public struct JobView: Codable, Sendable {
 
     enum CodingKeys: String, CodingKey {
         case jobID = "job_id", status, attempts, attemptLog = "attempt_log", createdAt = "created_at"
-        case finishedAt = "finished_at", lastError = "last_error", checkpoint, results
+        case finishedAt = "finished_at", lastError = "last_error", checkpoint, results, spaceID = "space_id"
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -105,6 +108,7 @@ public struct JobView: Codable, Sendable {
         try container.encode(lastError, forKey: .lastError)
         try container.encode(checkpoint, forKey: .checkpoint)
         try container.encode(results, forKey: .results)
+        try container.encode(spaceID, forKey: .spaceID)
     }
 }
 
