@@ -109,10 +109,7 @@ public struct AccountStore: Sendable {
             SELECT m.space_id FROM space_members m
             WHERE m.user_id = $1 AND NOT EXISTS (SELECT 1 FROM space_members o WHERE o.space_id = m.space_id AND o.user_id <> $1)
             """, [user]).rows.compactMap { $0["space_id"] }
-        for table in ["records", "op_ids", "space_counters"] {
-            try connection.query("DELETE FROM \(table) WHERE space_id = ANY($1::uuid[])", [empty])
-        }
-        try connection.query("DELETE FROM spaces WHERE space_id = ANY($1::uuid[])", [empty])
+        try SpaceStore.erase(connection, spaces: empty)
         try connection.query("DELETE FROM space_members WHERE user_id = $1", [user])
     }
 

@@ -53,18 +53,19 @@ public struct JobStore: Sendable {
                 if let key = intake.idempotencyKey, let existing = try Self.existing(connection, user: intake.user, key: key, hash: intake.requestHash) {
                     return existing
                 }
-                // Creates the clock row on first use and locks it either way.
+                // Creates the clock row on first use and locks it either way; reads the
+                // personal space in the same statement (made below on a first push).
                 let row = try connection.query("""
                     INSERT INTO user_clocks (user_id, hlc_ms, hlc_counter) VALUES ($1, 0, 0)
                     ON CONFLICT (user_id) DO UPDATE SET user_id = EXCLUDED.user_id
-                    RETURNING hlc_ms, hlc_counter
+                    RETURNING hlc_ms, hlc_counter, \(SpaceStore.personalSpaceSQL("$1")) AS personal_space
                     """, [intake.user]).first
                 guard let row else { throw PGError(code: .decoding, message: "user clock row missing") }
                 var clock = HLCState(milliseconds: try row.int("hlc_ms"), counter: Int(try row.int("hlc_counter")))
                 let now = Int64(Date().timeIntervalSince1970 * 1000)
                 let ops = Self.stamp(intake.ops, clock: &clock, now: now, deviceID: intake.deviceID, maxSkew: intake.maxClockSkewMilliseconds)
                 let jobID = UUID().uuidString.lowercased()
-                let space = try intake.spaceID ?? SpaceStore.personalSpace(connection, user: intake.user)
+                let space = try intake.spaceID ?? row["personal_space"] ?? SpaceStore.personalSpace(connection, user: intake.user)
                 // The device is checked again here, under the clock lock: a revocation or an
                 // account deletion (which takes the same lock) either committed before — and
                 // no job is written — or waits for this job and then erases it.

@@ -20,11 +20,12 @@ public struct PullStore: Sendable {
     /// below it, resyncing forever) and cannot skip a change: every version up to the
     /// counter had committed in this snapshot. A record that only a publish or unpublish
     /// reached holds no data and is not shown.
-    public func pull(space: String, since: Int64, limit: Int, collections: [String]?) async throws -> Outcome {
-        var parameters: [(any PGBindable)?] = [space, since, limit + 1]
+    /// `space` nil: the user's personal space, found in the same statement.
+    public func pull(user: String, space: String?, since: Int64, limit: Int, collections: [String]?) async throws -> Outcome {
+        var parameters: [(any PGBindable)?] = [space, since, limit + 1, user]
         var filter = ""
         if let collections {
-            filter = " AND r.collection = ANY($4::text[])"
+            filter = " AND r.collection = ANY($5::text[])"
             parameters.append(collections)
         }
         let rows = try await pool.query("""
@@ -32,11 +33,12 @@ public struct PullStore: Sendable {
                    syncline_rfc3339(r.updated_at) AS updated_at, r.updated_by,
                    r.write_clock, r.delete_clock, r.visibility_clock, r.visibility, r.public_id, r.can_fork,
                    syncline_rfc3339(r.published_at) AS published_at, r.forked_from
-            FROM (SELECT coalesce(max(counter), 0) AS counter, coalesce(max(purge_horizon), 0) AS horizon
-                  FROM space_counters WHERE space_id = $1::uuid) u
+            FROM (SELECT coalesce($1::uuid, \(SpaceStore.personalSpaceSQL("$4"))) AS id) s
+            CROSS JOIN LATERAL (SELECT coalesce(max(counter), 0) AS counter, coalesce(max(purge_horizon), 0) AS horizon
+                  FROM space_counters WHERE space_id = s.id) u
             LEFT JOIN LATERAL (
               SELECT * FROM records r
-              WHERE r.space_id = $1::uuid AND r.version > $2 AND NOT ($2 > 0 AND $2 < u.horizon)
+              WHERE r.space_id = s.id AND r.version > $2 AND NOT ($2 > 0 AND $2 < u.horizon)
                 AND (r.write_clock IS NOT NULL OR r.delete_clock IS NOT NULL)\(filter)
               ORDER BY r.version LIMIT $3
             ) r ON true

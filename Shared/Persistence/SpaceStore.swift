@@ -33,6 +33,14 @@ public struct SpaceStore: Sendable {
         throw PGError(code: .decoding, message: "personal space of a user could not be made")
     }
 
+    /// Deletes spaces with everything in them (their members and invitations cascade).
+    static func erase(_ connection: PGConnection, spaces: [String]) throws {
+        guard !spaces.isEmpty else { return }
+        for table in ["records", "op_ids", "space_counters", "spaces"] {
+            try connection.query("DELETE FROM \(table) WHERE space_id = ANY($1::uuid[])", [spaces])
+        }
+    }
+
     /// SQL for the personal space of the user bound as `parameter` (nil until it exists).
     static func personalSpaceSQL(_ parameter: String) -> String {
         "(SELECT space_id FROM spaces WHERE personal_of = \(parameter))"
@@ -136,10 +144,7 @@ extension SpaceStore {
                 WHERE m.space_id = $1 AND m.user_id = $2 FOR UPDATE OF s
                 """, [id, user]).first else { return .notFound }
             guard row["role"] == SpaceRole.owner.rawValue, row["personal"] != "t" else { return .forbidden }
-            for table in ["records", "op_ids", "space_counters"] {
-                try connection.query("DELETE FROM \(table) WHERE space_id = $1", [id])
-            }
-            try connection.query("DELETE FROM spaces WHERE space_id = $1", [id])
+            try Self.erase(connection, spaces: [id])
             return .done
         }
     }
@@ -188,14 +193,14 @@ extension SpaceStore {
 }
 
 extension SpaceStore {
-    /// The owner makes a single-use code for `role`, valid for `seconds`.
-    public func invite(user: String, space: String, role: SpaceRole, seconds: Int) async throws -> (Change, InvitationView?) {
+    /// The owner makes `code` (the caller draws it at random) a single-use invitation for
+    /// `role`, valid for `seconds`; only its SHA-256 is stored.
+    public func invite(
+        user: String, space: String, role: SpaceRole, seconds: Int, code: String
+    ) async throws -> (Change, InvitationView?) {
         guard let id = Names.canonicalUUID(space) else { return (.notFound, nil) }
         guard let mine = try await self.role(user: user, space: space) else { return (.notFound, nil) }
         guard mine == .owner else { return (.forbidden, nil) }
-        var generator = SystemRandomNumberGenerator()
-        let bytes = (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
-        let code = Base64URL.encode(bytes)
         guard let row = try await pool.query("""
             INSERT INTO space_invitations (code_hash, space_id, role, created_by, expires_at)
             SELECT encode(sha256(convert_to($1, 'UTF8')), 'hex'), $2::uuid, $3, $4, clock_timestamp() + make_interval(secs => $5)
@@ -228,14 +233,5 @@ extension SpaceStore {
                 """, [space, user, offered.rawValue]).first
             return (space, joined.flatMap { $0["role"] }.flatMap(SpaceRole.init(rawValue:)) ?? offered)
         }
-    }
-}
-
-/// URL-safe base64 without padding: invitation codes travel in links.
-enum Base64URL {
-    static func encode(_ bytes: [UInt8]) -> String {
-        Data(bytes).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
     }
 }

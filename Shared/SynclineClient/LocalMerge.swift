@@ -31,17 +31,7 @@ enum LocalMerge {
     static func apply(_ ops: [Op], to server: RecordView?) -> RecordState? {
         guard server != nil || ops.contains(where: { $0.type != .fork }) else { return nil }
         var state = server.map(state(of:)) ?? RecordState()
-        for op in ops.sorted(by: { $0.stamp < $1.stamp }) {
-            switch op.type {
-            case .upsert: state.upsert(op.data ?? [:], at: op.stamp)
-            case .patch: state.patch(op.data ?? [:], at: op.stamp)
-            case .delete: state.delete(at: op.stamp)
-            case .publish:
-                state.setVisibility(publicID: op.publicID, canFork: op.canFork ?? true, listed: op.listed ?? true, at: op.stamp)
-            case .unpublish: state.setVisibility(publicID: nil, canFork: false, at: op.stamp)
-            case .fork: break
-            }
-        }
+        for op in ops.sorted(by: { $0.stamp < $1.stamp }) { state.apply(op) }
         return state
     }
 }

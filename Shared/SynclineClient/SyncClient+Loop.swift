@@ -150,17 +150,10 @@ extension SyncClient {
                 }
                 try store.batchAccepted(batch, jobID: jobID)
             case 400, 422:
-                let index = Self.opIndex(in: answer.detail)
-                for opID in try store.batchRefused(batch, setAside: index, reason: answer.detail) {
-                    eventSink.yield(.setAside(opID: opID, reason: answer.detail))
-                }
-                notifyAll()
+                try setAside(batch, index: Self.opIndex(in: answer.detail), reason: answer.detail)
             case 413:
                 if batch.opIDs.count == 1 {
-                    for opID in try store.batchRefused(batch, setAside: 0, reason: answer.detail) {
-                        eventSink.yield(.setAside(opID: opID, reason: answer.detail))
-                    }
-                    notifyAll()
+                    try setAside(batch, index: 0, reason: answer.detail)
                 } else {
                     maxBatchBytes = max(1_024, maxBatchBytes / 2)
                     try store.batchDissolved(batch)
@@ -169,6 +162,15 @@ extension SyncClient {
                 throw Retry(reason: "push answered \(answer.status): \(answer.detail)", after: answer.retryAfter)
             }
         }
+    }
+
+    /// Sets aside what the server refused in `batch` (op `index`, or all of it when nil)
+    /// and tells the app; the rest goes back to the queue.
+    func setAside(_ batch: LocalStore.Batch, index: Int?, reason: String) throws {
+        for opID in try store.batchRefused(batch, setAside: index, reason: reason) {
+            eventSink.yield(.setAside(opID: opID, reason: reason))
+        }
+        notifyAll()
     }
 
     /// `ops[i]` in a problem's detail.

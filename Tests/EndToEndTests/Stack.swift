@@ -40,20 +40,30 @@ enum E2E {
     }
 
     static func freePort() -> Int {
+        guard let (fd, port) = bindLoopback() else { return 0 }
+        close(fd)
+        return port
+    }
+
+    /// A TCP socket bound to 127.0.0.1 on a port the kernel picks, and that port; the
+    /// caller listens on it or closes it.
+    static func bindLoopback() -> (fd: Int32, port: Int)? {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = 0
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        withUnsafeMutablePointer(to: &address) {
+        let bound = withUnsafeMutablePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                _ = bind(fd, pointer, length)
-                _ = getsockname(fd, pointer, &length)
+                bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
             }
         }
-        return Int(UInt16(bigEndian: address.sin_port))
+        guard bound else {
+            close(fd)
+            return nil
+        }
+        return (fd, Int(UInt16(bigEndian: address.sin_port)))
     }
 
     /// A TCP connection to 127.0.0.1:`port`, or nil; the caller closes it.

@@ -26,18 +26,11 @@ final class SwallowingProxy: @unchecked Sendable {
 
     init(target: String) throws {
         self.target = target
-        port = E2E.freePort()
-        listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var one: Int32 = 1
-        setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        guard let (fd, port) = E2E.bindLoopback(), listen(fd, 16) == 0 else {
+            throw StackError(description: "the proxy cannot listen")
         }
-        guard bound == 0, listen(listener, 16) == 0 else { throw StackError(description: "proxy cannot listen on \(port)") }
+        listener = fd
+        self.port = port
         let thread = Thread { [self] in acceptLoop() }
         thread.start()
     }

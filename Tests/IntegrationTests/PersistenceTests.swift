@@ -79,14 +79,14 @@ struct PersistenceTests {
             #expect(try await apply.apply(jobID: jobID) == .alreadyFinished(.succeeded))
 
             let space = try await SpaceStore(pool: pool).personalSpace(user: alice)
-            guard case .page(let page) = try await pulls.pull(space: space, since: 0, limit: 1, collections: nil) else { return }
+            guard case .page(let page) = try await pulls.pull(user: alice, space: space, since: 0, limit: 1, collections: nil) else { return }
             #expect(page.changes.map(\.id) == ["n1"] && page.hasMore && page.cursor == "1")
-            guard case .page(let rest) = try await pulls.pull(space: space, since: 1, limit: 10, collections: nil) else { return }
+            guard case .page(let rest) = try await pulls.pull(user: alice, space: space, since: 1, limit: 10, collections: nil) else { return }
             #expect(rest.changes.map(\.id) == ["n3"] && !rest.hasMore && rest.cursor == "2")
             #expect(rest.changes[0].deleted && rest.changes[0].data == nil)
-            guard case .page(let none) = try await pulls.pull(space: space, since: 2, limit: 10, collections: nil) else { return }
+            guard case .page(let none) = try await pulls.pull(user: alice, space: space, since: 2, limit: 10, collections: nil) else { return }
             #expect(none.changes.isEmpty && none.cursor == "2")
-            guard case .page(let filtered) = try await pulls.pull(space: space, since: 0, limit: 10, collections: ["other"]) else { return }
+            guard case .page(let filtered) = try await pulls.pull(user: alice, space: space, since: 0, limit: 10, collections: ["other"]) else { return }
             #expect(filtered.changes.isEmpty)
         }
     }

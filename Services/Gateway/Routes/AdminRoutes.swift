@@ -79,9 +79,7 @@ struct AdminRoutes: Sendable {
 
     @Sendable func bulkReplay(_ request: Request, context: GatewayRequestContext) async throws -> Response {
         let claims = try await auth.admin(request, context: context)
-        let body = try await request.body.collect(upTo: 64 * 1024)
-        guard let root = try? JSONParser.parse(Data(buffer: body)) else { throw APIError.badRequest("The request body is not valid JSON.") }
-        guard let fields = root.objectValue else { throw APIError.unprocessable("The body must be a JSON object.") }
+        let fields = try await request.jsonObject()
         // A filter field given must say something: a non-empty string (null or "" would
         // silently widen the selection).
         func text(_ name: String) throws -> String? {

@@ -1,3 +1,4 @@
+import Foundation
 import Hummingbird
 import ServiceSupport
 import SyncModels
@@ -15,6 +16,14 @@ extension Request {
 }
 
 extension Request {
+    /// The body as a JSON object: 400 when it is not JSON, 422 when it is not an object.
+    func jsonObject(upTo limit: Int = 64 * 1024) async throws -> [String: JSONValue] {
+        let body = try await self.body.collect(upTo: limit)
+        guard let root = try? JSONParser.parse(Data(buffer: body)) else { throw APIError.badRequest("The request body is not valid JSON.") }
+        guard let object = root.objectValue else { throw APIError.unprocessable("The body must be a JSON object.") }
+        return object
+    }
+
     /// A free-text query parameter (a search, a tag) of 1 to `maxLength` characters
     /// (Unicode scalars, as JSON Schema counts them):
     /// percent-decoded with `+` as a space, as browsers' forms send it. Invalid UTF-8 or

@@ -1,3 +1,4 @@
+import Auth
 import Foundation
 import Hummingbird
 import Persistence
@@ -24,13 +25,6 @@ struct SpaceRoutes: Sendable {
         router.post("/v1/invitations/:code/accept", use: accept)
     }
 
-    static func object(_ request: Request) async throws -> [String: JSONValue] {
-        let body = try await request.body.collect(upTo: 16 * 1024)
-        guard let value = try? JSONParser.parse(Data(buffer: body)) else { throw APIError.badRequest("The body is not valid JSON.") }
-        guard let object = value.objectValue else { throw APIError.unprocessable("The body must be a JSON object.") }
-        return object
-    }
-
     static func role(_ value: JSONValue?) throws -> SpaceRole {
         guard let text = value?.stringValue, let role = SpaceRole(rawValue: text) else {
             throw APIError.unprocessable("role must be owner, editor or viewer.")
@@ -49,7 +43,7 @@ struct SpaceRoutes: Sendable {
 
     @Sendable func create(_ request: Request, context: GatewayRequestContext) async throws -> Response {
         let claims = try await auth.user(request, context: context)
-        let body = try await Self.object(request)
+        let body = try await request.jsonObject()
         guard let name = body["name"]?.stringValue, (1...200).contains(name.unicodeScalars.count), Names.isPlainText(name) else {
             throw APIError.unprocessable("name must be 1 to 200 characters of text.")
         }
@@ -77,7 +71,7 @@ struct SpaceRoutes: Sendable {
 
     @Sendable func setRole(_ request: Request, context: GatewayRequestContext) async throws -> Response {
         let claims = try await auth.user(request, context: context)
-        let role = try Self.role(try await Self.object(request)["role"])
+        let role = try Self.role(try await request.jsonObject()["role"])
         let space = try context.parameters.require("space_id"), member = try context.parameters.require("user_id")
         try Self.answer(try await spaces.change(user: claims.sub, space: space, member: member, to: role))
         guard let view = try await spaces.members(user: claims.sub, space: space)?.first(where: { $0.userID == member }) else {
@@ -95,7 +89,7 @@ struct SpaceRoutes: Sendable {
 
     @Sendable func invite(_ request: Request, context: GatewayRequestContext) async throws -> Response {
         let claims = try await auth.user(request, context: context)
-        let body = try await Self.object(request)
+        let body = try await request.jsonObject()
         let role = try Self.role(body["role"])
         var seconds = Self.defaultInvitationSeconds
         if let value = body["expires_in"], !value.isNull {
@@ -105,7 +99,8 @@ struct SpaceRoutes: Sendable {
             seconds = Int(number)
         }
         let (change, invitation) = try await spaces.invite(
-            user: claims.sub, space: try context.parameters.require("space_id"), role: role, seconds: seconds)
+            user: claims.sub, space: try context.parameters.require("space_id"), role: role, seconds: seconds,
+            code: Secrets.random())
         try Self.answer(change)
         guard let invitation else { throw APIError.notFound("No such space.") }
         return try jsonResponse(invitation, status: .created)

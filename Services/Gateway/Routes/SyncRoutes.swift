@@ -134,15 +134,13 @@ struct SyncRoutes: Sendable {
             }
             collections = names
         }
-        let space: String
+        var space: String?
         if let text = query["space_id"].map(String.init) {
             guard let id = Names.canonicalUUID(text) else { throw APIError.badRequest("space_id must be a space's id.") }
             guard try await spaces.role(user: claims.sub, space: id) != nil else { throw APIError.notFound("No such space.") }
             space = id
-        } else {
-            space = try await spaces.personalSpace(user: claims.sub)
         }
-        switch try await pulls.pull(space: space, since: since, limit: limit, collections: collections) {
+        switch try await pulls.pull(user: claims.sub, space: space, since: since, limit: limit, collections: collections) {
         case .page(let page): return try jsonResponse(page)
         case .resyncRequired:
             throw APIError(status: .gone, code: .resyncRequired, detail: "This cursor is older than the retention; pull from the start.")

@@ -140,18 +140,11 @@ public struct JobApplier {
                 }
             }
             let before = record.state
-            switch op.type {
-            case .upsert: record.state.upsert(op.data ?? [:], at: op.stamp)
-            case .patch: record.state.patch(op.data ?? [:], at: op.stamp)
-            case .delete: record.state.delete(at: op.stamp)
-            case .publish:
-                record.state.setVisibility(publicID: op.publicID, canFork: op.canFork ?? true, listed: op.listed ?? true, at: op.stamp)
-            case .unpublish: record.state.setVisibility(publicID: nil, canFork: false, at: op.stamp)
-            case .fork:
-                if let copied {
-                    record.state.fork(copied.document, from: op.publicID ?? "", at: op.stamp)
-                    forked.insert(copied.source)
-                }
+            if let copied {  // a fork
+                record.state.fork(copied.document, from: op.publicID ?? "", at: op.stamp)
+                forked.insert(copied.source)
+            } else {
+                record.state.apply(op)
             }
             if before.visibility?.publicID != record.state.visibility?.publicID {
                 if let old = before.visibility?.publicID { owners[old] = nil }

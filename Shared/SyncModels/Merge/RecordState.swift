@@ -143,6 +143,18 @@ public struct RecordState: Sendable, Equatable {
         visibility = Visibility(publicID: publicID, canFork: published && canFork, listed: published && listed, clock: stamp)
     }
 
+    /// Applies an op that needs nothing but itself (a fork needs its source's data: `fork`).
+    public mutating func apply(_ op: Op) {
+        switch op.type {
+        case .upsert: upsert(op.data ?? [:], at: op.stamp)
+        case .patch: patch(op.data ?? [:], at: op.stamp)
+        case .delete: delete(at: op.stamp)
+        case .publish: setVisibility(publicID: op.publicID, canFork: op.canFork ?? true, listed: op.listed ?? true, at: op.stamp)
+        case .unpublish: setVisibility(publicID: nil, canFork: false, at: op.stamp)
+        case .fork: break
+        }
+    }
+
     /// Copies a public record's data as an upsert at `stamp` would, and records where it
     /// came from (the newest fork wins).
     public mutating func fork(_ document: [String: JSONValue], from publicID: String, at stamp: Stamp) {
