@@ -41,7 +41,7 @@ func buildFanout(configuration: Configuration, logger: Logger) async throws -> S
         configuration: configuration, logger: logger)
     let routes = StreamRoutes(
         auth: Authenticator(verifier: verifier, allowQueryToken: true), devices: DeviceStore(pool: pool),
-        pulls: PullStore(pool: pool), hub: hub, limiter: RateLimiter(configuration.streamRateLimit))
+        pulls: PullStore(pool: pool), spaces: SpaceStore(pool: pool), hub: hub, limiter: RateLimiter(configuration.streamRateLimit))
 
     let router = Router(context: BasicRequestContext.self)
     let methods = RouteMethods()

@@ -10,8 +10,8 @@ import SyncModels
 
 /// What a stream sends, one JSON object per message (SPEC §6).
 enum StreamMessage: Sendable, Equatable {
-    case hello(cursor: String)
-    /// `space`: the shared space that changed (nil: the personal space).
+    case hello(PullStore.StreamStart)
+    /// `space`: the space that changed.
     case poke(cursor: String, space: String? = nil)
     case job(jobID: String, status: JobStatus, checkpoint: String?)
     case heartbeat
@@ -19,7 +19,11 @@ enum StreamMessage: Sendable, Equatable {
     var json: String {
         let value: JSONValue
         switch self {
-        case .hello(let cursor): value = .object(["type": .string("hello"), "cursor": .string(cursor)])
+        case .hello(let start):
+            value = .object([
+                "type": .string("hello"), "cursor": .string(start.cursor), "space_id": .string(start.space),
+                "spaces": .object(start.spaces.mapValues(JSONValue.string)),
+            ])
         case .poke(let cursor, let space):
             var fields: [String: JSONValue] = ["type": .string("poke"), "cursor": .string(cursor)]
             if let space { fields["space_id"] = .string(space) }
@@ -41,7 +45,11 @@ enum StreamMessage: Sendable, Equatable {
 final class Hub: Service, Sendable {
     private struct Subscriber: Sendable {
         let deviceID: String
+        /// The one space the stream is narrowed to; nil: every space of the user.
+        let space: String?
         let continuation: AsyncStream<StreamMessage>.Continuation
+
+        func covers(_ space: String?) -> Bool { self.space == nil || space == nil || self.space == space }
     }
 
     private struct State: Sendable {
@@ -79,13 +87,13 @@ final class Hub: Service, Sendable {
 
     /// Registers a stream; its messages come out of the returned sequence until
     /// `unsubscribe` (or shutdown) finishes it.
-    func subscribe(user: String, deviceID: String) async throws -> (UUID, AsyncStream<StreamMessage>) {
+    func subscribe(user: String, deviceID: String, space: String?) async throws -> (UUID, AsyncStream<StreamMessage>) {
         let id = UUID()
         let (stream, continuation) = AsyncStream.makeStream(of: StreamMessage.self, bufferingPolicy: .bufferingNewest(64))
         let first = state.withLockedValue { state -> Bool? in
             if state.closed { return nil }
             let first = state.users[user] == nil
-            state.users[user, default: [:]][id] = Subscriber(deviceID: deviceID, continuation: continuation)
+            state.users[user, default: [:]][id] = Subscriber(deviceID: deviceID, space: space, continuation: continuation)
             return first
         }
         guard let first else {
@@ -133,12 +141,12 @@ final class Hub: Service, Sendable {
         }
     }
 
-    /// Routes one job event to this replica's streams of its user: a poke to every other
-    /// device; to the origin device, the job's outcome when it had rejected or conflicting
-    /// ops or was dead-lettered.
+    /// Routes one job event to this replica's streams of its user that cover its space: a
+    /// poke to every other device; to the origin device, the job's outcome when it had
+    /// rejected or conflicting ops or was dead-lettered.
     func deliver(_ event: JobEvent) {
         let subscribers = state.withLockedValue { $0.users[event.userID].map { Array($0.values) } ?? [] }
-        for subscriber in subscribers {
+        for subscriber in subscribers where subscriber.covers(event.spaceID) {
             if subscriber.deviceID == event.deviceID {
                 if event.troubled || event.status == .dead {
                     subscriber.continuation.yield(.job(jobID: event.jobID, status: event.status, checkpoint: event.checkpoint))
@@ -165,6 +173,35 @@ final class Hub: Service, Sendable {
         }
     }
 
+    /// Ends the user's streams narrowed to a space they are no longer a member of. Their
+    /// streams of every space stay: the worker pokes only members, so that space's pokes
+    /// stop there too.
+    func leave(_ event: SpaceLeftEvent) {
+        let ended = state.withLockedValue { state -> [UUID] in
+            (state.users[event.userID] ?? [:]).filter { $0.value.space == event.spaceID }.map(\.key)
+        }
+        for id in ended { unsubscribe(user: event.userID, id: id) }
+    }
+
+    /// What arrives on this replica's queue, told apart by its `type` (a job event has none).
+    private enum Incoming: Decodable {
+        case job(JobEvent)
+        case revoked(DeviceRevokedEvent)
+        case left(SpaceLeftEvent)
+
+        private enum Keys: String, CodingKey { case type }
+
+        init(from decoder: any Decoder) throws {
+            switch try decoder.container(keyedBy: Keys.self).decodeIfPresent(String.self, forKey: .type) {
+            case nil: self = .job(try JobEvent(from: decoder))
+            case "device_revoked": self = .revoked(try DeviceRevokedEvent(from: decoder))
+            case "space_left": self = .left(try SpaceLeftEvent(from: decoder))
+            case let other?:
+                throw DecodingError.dataCorrupted(.init(codingPath: [Keys.type], debugDescription: "unknown event type \(other)"))
+            }
+        }
+    }
+
     /// Consumes this replica's queue; after every (re)connect binds the keys of every
     /// connected user again (an expired queue loses its bindings) and sends heartbeats. On
     /// shutdown, ends every stream so their responses finish.
@@ -175,10 +212,11 @@ final class Hub: Service, Sendable {
                 group.addTask {
                     for await delivery in self.consumer.deliveries {
                         self.consumer.ack(delivery)
-                        if let event = try? JSONCoding.decode(JobEvent.self, from: Data(delivery.body)) {
-                            self.deliver(event)
-                        } else if let revoked = try? JSONCoding.decode(DeviceRevokedEvent.self, from: Data(delivery.body)) {
-                            self.revoke(revoked)
+                        switch try? JSONCoding.decode(Incoming.self, from: Data(delivery.body)) {
+                        case .job(let event)?: self.deliver(event)
+                        case .revoked(let event)?: self.revoke(event)
+                        case .left(let event)?: self.leave(event)
+                        case nil: self.logger.warning("ignored an event this fanout cannot read")
                         }
                     }
                 }

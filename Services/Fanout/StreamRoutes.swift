@@ -10,30 +10,65 @@ import Persistence
 import ServiceSupport
 import SyncModels
 
-/// `GET /v1/stream?device_id=…`: Server-Sent Events for `Accept: text/event-stream`, a
-/// WebSocket for an upgrade request. Refusals are problem+json: 401 (token), 403 (revoked
-/// device), 404 (unknown or foreign device), 429 (too many new streams). A refused
-/// WebSocket upgrade goes on as HTTP to the same route, which answers with the problem.
+/// `GET /v1/stream?device_id=…[&space_id=…]`: Server-Sent Events for `Accept:
+/// text/event-stream`, a WebSocket for an upgrade request; the pokes of every space of the
+/// user, or of `space_id` alone. Refusals are problem+json: 400 (malformed ids), 401
+/// (token), 403 (revoked device), 404 (unknown or foreign device, a space the user is not
+/// in), 429 (too many new streams). A refused WebSocket upgrade goes on as HTTP to the
+/// same route, which answers with the problem.
+///
+/// The stream subscribes before it reads the cursors its `hello` carries, so a change
+/// committed in between is either counted in `hello` or poked after it.
 struct StreamRoutes: Sendable {
     let auth: Authenticator
     let devices: DeviceStore
     let pulls: PullStore
+    let spaces: SpaceStore
     let hub: Hub
     let limiter: RateLimiter
 
-    /// The caller and the device the stream is for, or the refusal.
-    func authorize(_ request: Request, context: some RequestContext) async throws -> (user: String, deviceID: String) {
+    /// Whom a stream is for.
+    struct Listener: Sendable {
+        let user: String
+        let deviceID: String
+        /// The one space the stream is narrowed to; nil: every space of the user.
+        let space: String?
+    }
+
+    /// The caller, the device and the space the stream is for, or the refusal.
+    func authorize(_ request: Request, context: some RequestContext) async throws -> Listener {
         let claims = try await auth.user(request, context: context)
         try limiter.check(claims.sub, limit: "streams")
         guard let text = request.uri.queryParameters["device_id"].map(String.init), let deviceID = Names.canonicalUUID(text) else {
             throw APIError.badRequest("device_id must be the id of one of your devices.")
         }
+        var space: String?
+        if let text = request.uri.queryParameters["space_id"].map(String.init) {
+            guard let id = Names.canonicalUUID(text) else { throw APIError.badRequest("space_id must be a space's id.") }
+            space = id
+        }
         switch try await devices.state(user: claims.sub, deviceID: deviceID) {
         case .notFound: throw APIError.notFound("No such device.")
         case .revoked: throw APIError.forbidden("This device was revoked.")
-        case .active:
-            try await devices.markSeen(deviceIDs: [deviceID])
-            return (claims.sub, deviceID)
+        case .active: break
+        }
+        if let space, try await spaces.role(user: claims.sub, space: space) == nil { throw APIError.notFound("No such space.") }
+        try await devices.markSeen(deviceIDs: [deviceID])
+        return Listener(user: claims.sub, deviceID: deviceID, space: space)
+    }
+
+    /// Subscribes the listener, then reads where their stream starts; a space they left
+    /// in between is refused as unknown.
+    func open(_ listener: Listener) async throws -> (id: UUID, messages: AsyncStream<StreamMessage>, hello: StreamMessage) {
+        let (id, messages) = try await hub.subscribe(user: listener.user, deviceID: listener.deviceID, space: listener.space)
+        do {
+            guard let start = try await pulls.streamStart(user: listener.user, space: listener.space) else {
+                throw APIError.notFound("No such space.")
+            }
+            return (id, messages, .hello(start))
+        } catch {
+            hub.unsubscribe(user: listener.user, id: id)
+            throw error
         }
     }
 
@@ -48,8 +83,8 @@ struct StreamRoutes: Sendable {
         guard request.method == .get else { return .refuse(.methodNotAllowed(allowed: ["GET", "HEAD"])) }
         let context = BasicRequestContext(source: .init(channel: channel, logger: logger))
         do {
-            let (user, deviceID) = try await authorize(request, context: context)
-            return .upgrade { frames in await stream(to: frames, user: user, deviceID: deviceID, logger: logger) }
+            let listener = try await authorize(request, context: context)
+            return .upgrade { frames in await stream(to: frames, for: listener, logger: logger) }
         } catch {
             return .refuse(.problem(for: error, logger: logger))
         }
@@ -58,14 +93,13 @@ struct StreamRoutes: Sendable {
     /// One WebSocket stream: `hello`, then the hub's messages as text frames, until the hub
     /// ends it (revocation, shutdown) or the client closes. Pings are answered; anything
     /// else the client sends is ignored.
-    func stream(to frames: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, user: String, deviceID: String, logger: Logger) async {
+    func stream(to frames: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, for listener: Listener, logger: Logger) async {
         do {
             try await frames.executeThenClose { inbound, outbound in
-                let cursor = try await pulls.currentCursor(user: user)
-                let (id, messages) = try await hub.subscribe(user: user, deviceID: deviceID)
-                defer { hub.unsubscribe(user: user, id: id) }
+                let (id, messages, hello) = try await open(listener)
+                defer { hub.unsubscribe(user: listener.user, id: id) }
                 let (outgoing, send) = AsyncStream.makeStream(of: WebSocketFrame.self)
-                send.yield(Self.text(StreamMessage.hello(cursor: cursor).json))
+                send.yield(Self.text(hello.json))
                 try await withThrowingTaskGroup(of: Bool.self) { group in
                     group.addTask {
                         for await frame in outgoing { try await outbound.write(frame) }
@@ -110,20 +144,19 @@ struct StreamRoutes: Sendable {
     }
 
     func sse(_ request: Request, context: BasicRequestContext) async throws -> Response {
-        let (user, deviceID) = try await authorize(request, context: context)
+        let listener = try await authorize(request, context: context)
         guard request.headers[.accept]?.contains("text/event-stream") == true else {
             throw APIError.badRequest("Ask for text/event-stream, or upgrade to a WebSocket.")
         }
-        let cursor = try await pulls.currentCursor(user: user)
-        let (id, messages) = try await hub.subscribe(user: user, deviceID: deviceID)
-        let hub = self.hub
+        let (id, messages, hello) = try await open(listener)
+        let hub = self.hub, user = listener.user
         var headers = HTTPFields()
         headers[.contentType] = "text/event-stream"
         headers[.cacheControl] = "no-cache"
         headers[HTTPField.Name("X-Accel-Buffering")!] = "no"
         return Response(status: .ok, headers: headers, body: ResponseBody { writer in
             defer { hub.unsubscribe(user: user, id: id) }
-            try await writer.write(ByteBuffer(string: Self.event(.hello(cursor: cursor))))
+            try await writer.write(ByteBuffer(string: Self.event(hello)))
             for await message in messages {
                 try await writer.write(ByteBuffer(string: Self.event(message)))
             }

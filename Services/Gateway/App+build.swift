@@ -38,7 +38,7 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
     ).register(on: router)
     PublicRoutes(records: PublicStore(pool: pool), views: views, limiter: RateLimiter(configuration.publicRateLimit))
         .register(on: router)
-    SpaceRoutes(auth: auth, spaces: SpaceStore(pool: pool)).register(on: router)
+    SpaceRoutes(auth: auth, spaces: SpaceStore(pool: pool), publisher: publisher).register(on: router)
     let office = DeadLetterOffice(pool: pool, publisher: publisher, retryDelays: configuration.retryDelays, logger: logger)
     AccountRoutes(
         auth: auth, eraser: AccountEraser(pool: pool, publisher: publisher, office: office, logger: logger),

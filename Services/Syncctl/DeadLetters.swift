@@ -52,12 +52,18 @@ struct DeadLetters: AsyncParsableCommand {
 
     struct Filter: ParsableArguments {
         @Option(help: "Only this user's dead letters.") var user: String?
+        @Option(help: "Only the dead letters of jobs to this space (its id).") var space: String?
         @Option(help: "Only this reason (max_attempts, invalid_message, unknown_job, delivery_limit, …).") var reason: String?
         @Option(help: "Only those dead before this RFC 3339 time.") var deadBefore: String?
 
-        var filter: DeadLetterFilter { DeadLetterFilter(userID: user, reason: reason, deadBefore: deadBefore.flatMap(RFC3339.canonicalUTC)) }
+        var filter: DeadLetterFilter {
+            DeadLetterFilter(
+                userID: user, spaceID: space.flatMap(Names.canonicalUUID), reason: reason,
+                deadBefore: deadBefore.flatMap(RFC3339.canonicalUTC))
+        }
 
         func validate() throws {
+            if let space, Names.canonicalUUID(space) == nil { throw ValidationError("--space must be a space's id") }
             if let deadBefore, RFC3339.canonicalUTC(deadBefore) == nil {
                 throw ValidationError("--dead-before must be an RFC 3339 time such as 2026-11-22T10:00:00Z")
             }
@@ -75,11 +81,12 @@ struct DeadLetters: AsyncParsableCommand {
                 try await office.list(filter: filter.filter, limit: limit, cursor: nil)
             }
             if json { return try printJSON(page) }
-            print("JOB_ID                                USER                 REASON            ATTEMPTS  OPS  DEAD_AT                   LAST_ERROR")
+            print("JOB_ID                                USER                 SPACE                                 REASON            ATTEMPTS  OPS  DEAD_AT                   LAST_ERROR")
             for item in page.items {
                 let columns = [
                     item.jobID.padding(toLength: 38, withPad: " ", startingAt: 0),
                     (item.userID ?? "-").padding(toLength: 21, withPad: " ", startingAt: 0),
+                    (item.spaceID ?? "-").padding(toLength: 38, withPad: " ", startingAt: 0),
                     item.reason.padding(toLength: 18, withPad: " ", startingAt: 0),
                     String(item.attempts).padding(toLength: 10, withPad: " ", startingAt: 0),
                     String(item.ops).padding(toLength: 5, withPad: " ", startingAt: 0),
@@ -113,7 +120,7 @@ struct DeadLetters: AsyncParsableCommand {
 
         func validate() throws {
             if id != nil, !filter.filter.isEmpty || dryRun { throw ValidationError("give a job id or a filter, not both") }
-            if id == nil, filter.filter.isEmpty { throw ValidationError("a filter is required: --user, --reason or --dead-before") }
+            if id == nil, filter.filter.isEmpty { throw ValidationError("a filter is required: --user, --space, --reason or --dead-before") }
         }
 
         func run() async throws {

@@ -80,17 +80,24 @@ struct JobConsumer: Service {
 
         do {
             switch try await store.apply(jobID: jobID) {
-            case .succeeded(let user, let deviceID, let checkpoint, let troubled, let latency, let shared):
+            case .succeeded(let user, let deviceID, let checkpoint, let troubled, let latency, let space, let members):
                 jobs.ack(delivery)
                 processed.increment()
                 pushToApplied.recordSeconds(latency)
                 logger.debug("job applied", metadata: ["job.checkpoint": "\(checkpoint)", "job.attempt": "\(attempt)"])
-                // One event per member of a shared space (the pusher's carries the outcome for
-                // the origin device); members removed before the commit get none.
-                for member in shared?.members ?? [user] {
+                // One event per member of the space (the pusher's carries the outcome for the
+                // origin device); members removed before the commit get none. A pusher removed
+                // since intake still learns the outcome, with no cursor to poke their other
+                // devices with.
+                for member in members {
                     await announce(JobEvent(
                         userID: member, deviceID: deviceID, jobID: jobID, status: .succeeded, checkpoint: String(checkpoint),
-                        troubled: member == user && troubled, spaceID: shared?.spaceID))
+                        troubled: member == user && troubled, spaceID: space))
+                }
+                if !members.contains(user) {
+                    await announce(JobEvent(
+                        userID: user, deviceID: deviceID, jobID: jobID, status: .succeeded, checkpoint: nil, troubled: true,
+                        spaceID: space))
                 }
             case .alreadyFinished:
                 duplicates.increment()
@@ -229,7 +236,9 @@ struct JobConsumer: Service {
             ])
             consumer.ack(delivery)
             if let jobID, let user = recorded.userID, let device = recorded.deviceID {
-                await announce(JobEvent(userID: user, deviceID: device, jobID: jobID, status: .dead, checkpoint: nil, troubled: true))
+                await announce(JobEvent(
+                    userID: user, deviceID: device, jobID: jobID, status: .dead, checkpoint: nil, troubled: true,
+                    spaceID: recorded.spaceID))
             }
         } catch {
             await handBack(delivery, to: consumer, error: error, logger: logger)

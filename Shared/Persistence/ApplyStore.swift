@@ -9,19 +9,14 @@ public struct ApplyStore: Sendable {
     public init(pool: PGPool) { self.pool = pool }
 
     public enum Outcome: Sendable, Equatable {
-        /// `sharedSpace`: the shared space written to, with every member to poke (nil for a
-        /// personal space).
+        /// `space`: the space written to, with its `members` at the commit (the pusher is
+        /// not among them when they were removed since intake).
         case succeeded(
             user: String, deviceID: String, checkpoint: Int64, hadRejectsOrConflicts: Bool, secondsSinceIntake: Double,
-            sharedSpace: SharedSpace? = nil)
+            space: String, members: [String])
         /// Another delivery already finished it (or an operator discarded it).
         case alreadyFinished(JobStatus)
         case unknownJob
-    }
-
-    public struct SharedSpace: Sendable, Equatable {
-        public let spaceID: String
-        public let members: [String]
     }
 
     /// Records the start of an attempt; nil when the job is unknown or already terminal.
@@ -111,12 +106,9 @@ public struct ApplyStore: Sendable {
             // Membership is checked again here (G6): a pusher removed, or made a viewer, since
             // intake has every op rejected, and nothing of theirs lands.
             let membership = try connection.query("""
-                SELECT m.user_id, m.role, s.personal_of IS NOT NULL AS personal
-                FROM spaces s JOIN space_members m USING (space_id) WHERE s.space_id = $1
+                SELECT user_id, role FROM space_members WHERE space_id = $1
                 """, [space]).rows
             let role = membership.first { $0["user_id"] == user }?["role"].flatMap(SpaceRole.init(rawValue:))
-            let shared = membership.first.map { $0["personal"] != "t" } == true
-                ? SharedSpace(spaceID: space, members: membership.compactMap { $0["user_id"] }) : nil
             if role?.canWrite != true {
                 for index in ops.indices where ops[index].rejected == nil { ops[index].rejected = RejectReason.forbidden }
             }
@@ -143,7 +135,8 @@ public struct ApplyStore: Sendable {
             let latency = finished.first?["latency"].flatMap(Double.init) ?? 0
             return .succeeded(
                 user: user, deviceID: deviceID, checkpoint: outcome.counter, hadRejectsOrConflicts: troubled,
-                secondsSinceIntake: latency, sharedSpace: shared)
+                secondsSinceIntake: latency, space: space,
+                members: membership.compactMap { $0["user_id"] })
         }
     }
 

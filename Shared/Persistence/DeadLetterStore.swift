@@ -14,6 +14,7 @@ public struct DeadLetterStore: Sendable {
         public let attempts: Int
         public let userID: String?
         public let deviceID: String?
+        public let spaceID: String?
     }
 
     /// Records a dead letter and, when the message names a job, marks that job dead with
@@ -28,7 +29,7 @@ public struct DeadLetterStore: Sendable {
             var job: PGRow?
             if let namedJobID {
                 job = try connection.query("""
-                    SELECT job_id, user_id, device_id, op_count, attempts, status FROM jobs WHERE job_id = $1 FOR UPDATE
+                    SELECT job_id, user_id, device_id, space_id, op_count, attempts, status FROM jobs WHERE job_id = $1 FOR UPDATE
                     """, [namedJobID]).first
                 if let status = job?["status"], status == JobStatus.succeeded.rawValue || status == JobStatus.discarded.rawValue {
                     return nil
@@ -43,23 +44,24 @@ public struct DeadLetterStore: Sendable {
             }
             try connection.query("""
                 INSERT INTO dead_letters
-                  (dead_letter_id, queue, job_id, user_id, device_id, reason, last_error, attempts, op_count, payload)
-                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                  (dead_letter_id, queue, job_id, user_id, device_id, reason, last_error, attempts, op_count, payload, space_id)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
                 ON CONFLICT (dead_letter_id) DO UPDATE SET
                   reason = EXCLUDED.reason, last_error = EXCLUDED.last_error, attempts = EXCLUDED.attempts
                 """, [
                     id, queue, job?["job_id"], job?["user_id"] ?? userID, job?["device_id"] ?? deviceID, reason, error,
                     Int(job?.optionalInt("attempts") ?? Int64(attempts ?? 0)), Int(job?.optionalInt("op_count") ?? 0), message,
+                    job?["space_id"],
                 ])
             return Recorded(
                 attempts: Int(job?.optionalInt("attempts") ?? Int64(attempts ?? 0)),
-                userID: job?["user_id"] ?? userID, deviceID: job?["device_id"] ?? deviceID)
+                userID: job?["user_id"] ?? userID, deviceID: job?["device_id"] ?? deviceID, spaceID: job?["space_id"])
         }
     }
 
     /// The columns of a list item, from table alias `d`.
     static let itemColumns = """
-        d.dead_letter_id, d.queue, d.user_id, d.device_id, d.attempts, d.reason, d.last_error,
+        d.dead_letter_id, d.queue, d.user_id, d.device_id, d.space_id, d.attempts, d.reason, d.last_error,
         syncline_rfc3339(d.dead_at) AS dead_at, d.op_count,
         (extract(epoch FROM d.dead_at) * 1000000)::bigint AS dead_at_microseconds
         """
@@ -67,7 +69,7 @@ public struct DeadLetterStore: Sendable {
     static func item(_ row: PGRow) throws -> DeadLetterItem {
         DeadLetterItem(
             jobID: try row.string("dead_letter_id"), queue: try row.string("queue"), userID: row["user_id"],
-            deviceID: row["device_id"], attempts: Int(try row.int("attempts")), reason: try row.string("reason"),
+            deviceID: row["device_id"], spaceID: row["space_id"], attempts: Int(try row.int("attempts")), reason: try row.string("reason"),
             lastError: row["last_error"], deadAt: try row.string("dead_at"), ops: Int(try row.int("op_count")))
     }
 
@@ -78,8 +80,9 @@ public struct DeadLetterStore: Sendable {
             ($\(first)::text IS NULL OR user_id = $\(first)) AND ($\(first + 1)::text IS NULL OR reason = $\(first + 1))
               AND ($\(first + 2)::timestamptz IS NULL OR dead_at < $\(first + 2))
               AND ($\(first + 3)::timestamptz IS NULL OR dead_at > $\(first + 3))
+              AND ($\(first + 4)::uuid IS NULL OR space_id = $\(first + 4)::uuid)
             """,
-            [filter.userID, filter.reason, filter.deadBefore, filter.deadAfter]
+            [filter.userID, filter.reason, filter.deadBefore, filter.deadAfter, filter.spaceID]
         )
     }
 

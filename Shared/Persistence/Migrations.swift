@@ -318,6 +318,11 @@ public enum Migrations {
             );
             CREATE INDEX space_invitations_by_expiry ON space_invitations (expires_at);
             """),
+        Migration(version: 10, name: "dead letters by space", sql: """
+            ALTER TABLE dead_letters ADD COLUMN space_id uuid;
+            UPDATE dead_letters d SET space_id = j.space_id FROM jobs j WHERE j.job_id = d.job_id;
+            CREATE INDEX dead_letters_by_space ON dead_letters (space_id, dead_at);
+            """),
     ]
 
     /// Applies every migration not yet applied. Safe to run from many processes at once.

@@ -70,11 +70,30 @@ public struct PullStore: Sendable {
             publishedAt: visibility == .private ? nil : row["published_at"], forkedFrom: row["forked_from"])
     }
 
-    /// The user's cursor now: a stream's `hello`.
-    public func currentCursor(user: String) async throws -> String {
-        let counter = try await pool.query(
-            "SELECT counter FROM space_counters WHERE space_id = \(SpaceStore.personalSpaceSQL("$1"))", [user]
-        ).first?.optionalInt("counter")
-        return String(counter ?? 0)
+    /// Where a stream starts: the cursor of each space it covers.
+    public struct StreamStart: Sendable, Equatable {
+        /// The personal space, or the one the stream is narrowed to.
+        public let space: String
+        public let cursor: String
+        /// Every space the stream covers, with its cursor now.
+        public let spaces: [String: String]
+    }
+
+    /// The cursors a stream's `hello` carries: of `space` alone, or (nil) of every space
+    /// of the user, the personal one made if missing. Nil when the user is no member of
+    /// `space`.
+    public func streamStart(user: String, space: String?) async throws -> StreamStart? {
+        try await pool.withConnection { connection in
+            let main = try space ?? SpaceStore.personalSpace(connection, user: user)
+            let rows = try connection.query("""
+                SELECT m.space_id, coalesce(c.counter, 0) AS counter
+                FROM space_members m LEFT JOIN space_counters c USING (space_id)
+                WHERE m.user_id = $1 AND ($2::uuid IS NULL OR m.space_id = $2::uuid)
+                """, [user, space]).rows
+            var spaces: [String: String] = [:]
+            for row in rows { spaces[try row.string("space_id")] = String(try row.int("counter")) }
+            guard let cursor = spaces[main] else { return nil }
+            return StreamStart(space: main, cursor: cursor, spaces: spaces)
+        }
     }
 }

@@ -47,43 +47,6 @@ public struct SpaceStore: Sendable {
     }
 }
 
-/// A member's role in a space.
-public enum SpaceRole: String, Sendable, Codable, CaseIterable {
-    case owner, editor, viewer
-
-    /// Whether the role may push.
-    public var canWrite: Bool { self != .viewer }
-}
-
-/// A space as its member sees it.
-public struct SpaceView: Codable, Sendable, Equatable {
-    public var spaceID: String
-    public var name: String
-    public var role: SpaceRole
-    public var personal: Bool
-    public var createdAt: String
-
-    enum CodingKeys: String, CodingKey {
-        case spaceID = "space_id", name, role, personal, createdAt = "created_at"
-    }
-}
-
-public struct MemberView: Codable, Sendable, Equatable {
-    public var userID: String
-    public var role: SpaceRole
-    public var joinedAt: String
-
-    enum CodingKeys: String, CodingKey { case userID = "user_id", role, joinedAt = "joined_at" }
-}
-
-public struct InvitationView: Codable, Sendable, Equatable {
-    public var code: String
-    public var role: SpaceRole
-    public var expiresAt: String
-
-    enum CodingKeys: String, CodingKey { case code, role, expiresAt = "expires_at" }
-}
-
 extension SpaceStore {
     /// What a membership change answers.
     public enum Change: Sendable, Equatable {
@@ -135,17 +98,19 @@ extension SpaceStore {
         ).first.flatMap { $0["role"] }.flatMap(SpaceRole.init(rawValue:))
     }
 
-    /// The owner deletes a shared space and everything in it.
-    public func delete(user: String, space: String) async throws -> Change {
-        guard let id = Names.canonicalUUID(space) else { return .notFound }
+    /// The owner deletes a shared space and everything in it; `members` are whom it had.
+    public func delete(user: String, space: String) async throws -> (change: Change, members: [String]) {
+        guard let id = Names.canonicalUUID(space) else { return (.notFound, []) }
         return try await pool.transaction { connection in
             guard let row = try connection.query("""
                 SELECT m.role, s.personal_of IS NOT NULL AS personal FROM space_members m JOIN spaces s USING (space_id)
                 WHERE m.space_id = $1 AND m.user_id = $2 FOR UPDATE OF s
-                """, [id, user]).first else { return .notFound }
-            guard row["role"] == SpaceRole.owner.rawValue, row["personal"] != "t" else { return .forbidden }
+                """, [id, user]).first else { return (.notFound, []) }
+            guard row["role"] == SpaceRole.owner.rawValue, row["personal"] != "t" else { return (.forbidden, []) }
+            let members = try connection.query("SELECT user_id FROM space_members WHERE space_id = $1", [id]).rows
+                .compactMap { $0["user_id"] }
             try Self.erase(connection, spaces: [id])
-            return .done
+            return (.done, members)
         }
     }
 

@@ -15,4 +15,16 @@ extension AMQPPublisher {
                            metadata: ["error": "\(error)"])
         }
     }
+
+    /// Tells every fanout replica that these memberships ended. Best effort for the same
+    /// reason: the membership is gone, so a stream that misses this gets no further pokes
+    /// of the space and is refused it when it reconnects.
+    public func announce(_ left: [SpaceLeftEvent], logger: Logger) async {
+        guard !left.isEmpty else { return }
+        do {
+            try await publish(left.map(SynclineTopology.spaceLeftMessage))
+        } catch {
+            logger.warning("cannot announce the end of a membership to fanout", metadata: ["error": "\(error)"])
+        }
+    }
 }

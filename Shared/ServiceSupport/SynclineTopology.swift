@@ -202,6 +202,11 @@ public enum SynclineTopology {
         userEventMessage(user: event.userID, event, messageID: nil)
     }
 
+    /// The end of a membership, routed like the user's job events.
+    public static func spaceLeftMessage(_ event: SpaceLeftEvent) -> OutgoingMessage {
+        userEventMessage(user: event.userID, event, messageID: nil)
+    }
+
     private static func userEventMessage(user: String, _ event: some Encodable, messageID: String?) -> OutgoingMessage {
         OutgoingMessage(
             exchange: eventsExchange, routingKey: eventRoutingKey(user: user),

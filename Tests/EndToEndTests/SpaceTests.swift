@@ -123,6 +123,61 @@ struct SpaceTests {
         }
     }
 
+    /// A stream narrowed by `space_id` hears that space alone and ends when its user leaves
+    /// it; a stream of every space says in `hello` where each space stands.
+    @Test func aStreamNarrowedToASpaceHearsItAloneAndEndsWithTheMembership() async throws {
+        try await Stack.with(workers: 1, fanouts: 1) { stack in
+            let api = stack.client
+            let (space, owner, editor, _) = try await Self.family(api)
+            let stranger = try await Self.member(api, "stranger")
+            let port = stack.fanouts[0].port
+            let pushed = try await Self.push(api, owner, space: space, [Self.upsert("before", ["n": 1])])
+            let first = try await api.awaitJob(owner.token, try #require(pushed.json["job_id"] as? String))
+            let personal = try #require((try await api.request("GET", "/v1/spaces", token: editor.token).json["items"] as? [[String: Any]])?
+                .first { $0["personal"] as? Bool == true }?["space_id"] as? String)
+
+            let base = "/v1/stream?device_id=\(editor.device)&access_token=\(editor.token)"
+            let everything = try SSEClient(port: port, path: base)
+            let narrowed = try SSEClient(port: port, path: base + "&space_id=\(space)")
+            defer { everything.close(); narrowed.close() }
+            let hello = try await everything.inbox.next("hello").message
+            #expect(hello["space_id"] as? String == personal && hello["cursor"] as? String == "0")
+            #expect(hello["spaces"] as? [String: String] == [personal: "0", space: first["checkpoint"] as! String])
+            let narrowedHello = try await narrowed.inbox.next("hello").message
+            #expect(narrowedHello["space_id"] as? String == space && narrowedHello["cursor"] as? String == first["checkpoint"] as? String)
+            #expect(narrowedHello["spaces"] as? [String: String] == [space: first["checkpoint"] as! String])
+
+            // A change to the editor's personal space from another device of theirs: only the
+            // stream of every space hears it.
+            let phone = try await api.registerDevice(editor.token)
+            let own = try await api.json("POST", "/v1/sync/push", token: editor.token, ["device_id": phone, "ops": [Self.upsert("mine", ["a": 1])]])
+            _ = try await api.awaitJob(editor.token, try #require(own.json["job_id"] as? String))
+            let personalPoke = try await everything.inbox.next("poke", within: 3).message
+            #expect(personalPoke["space_id"] as? String == personal)
+            let shared = try await Self.push(api, owner, space: space, [Self.upsert("after", ["n": 2])])
+            _ = try await api.awaitJob(owner.token, try #require(shared.json["job_id"] as? String))
+            #expect(try await narrowed.inbox.next("poke", within: 3).message["space_id"] as? String == space)
+            #expect(try await everything.inbox.next("poke", after: 1, within: 3).message["space_id"] as? String == space)
+            #expect(narrowed.inbox.of(type: "poke").count == 1, "the personal space's poke is not this stream's")
+
+            // Removed: the narrowed stream ends at once; the other stream stays open.
+            #expect(try await api.request("DELETE", "/v1/spaces/\(space)/members/\(editor.user)", token: owner.token).status == 204)
+            let deadline = Date().addingTimeInterval(3)
+            while !narrowed.inbox.finished && Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
+            #expect(narrowed.inbox.finished, "the stream of a space the user left ends")
+            #expect(!everything.inbox.finished)
+
+            // Refused: a space the caller is not in (as an unknown one), and a malformed id.
+            for (id, status) in [(space, 404), (UUID().uuidString, 404), ("nope", 400)] {
+                let refused = try SSEClient(port: port, path: "/v1/stream?device_id=\(stranger.device)&access_token=\(stranger.token)&space_id=\(id)")
+                defer { refused.close() }
+                let until = Date().addingTimeInterval(3)
+                while refused.httpStatus == 0 && Date() < until { try await Task.sleep(for: .milliseconds(20)) }
+                #expect(refused.httpStatus == status, "space_id=\(id)")
+            }
+        }
+    }
+
     @Test func aMemberRemovedWhileTheirPushWaitsGetsEveryOpRejected() async throws {
         try await Stack.with(workers: 0) { stack in
             let api = stack.client

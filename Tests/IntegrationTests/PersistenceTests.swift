@@ -66,7 +66,7 @@ struct PersistenceTests {
             ]))
             guard case .created(let jobID, 3) = outcome else { Issue.record("\(outcome)"); return }
             let result = try await apply.apply(jobID: jobID)
-            guard case .succeeded(let owner, _, 2, true, _, nil) = result else { Issue.record("\(result)"); return }
+            guard case .succeeded(let owner, _, 2, true, _, _, let members) = result, members == [owner] else { Issue.record("\(result)"); return }
             #expect(owner == alice)
             let view = try #require(try await jobs.view(user: alice, jobID: jobID))
             #expect(view.status == .succeeded)

@@ -44,8 +44,8 @@ struct AdminRoutes: Sendable {
             cursor = parsed
         }
         let filter = try Self.filter(
-            userID: query["user_id"].map(String.init), reason: query["reason"].map(String.init),
-            deadBefore: query["dead_before"].map(String.init), deadAfter: query["dead_after"].map(String.init),
+            userID: query["user_id"].map(String.init), spaceID: query["space_id"].map(String.init),
+            reason: query["reason"].map(String.init), deadBefore: query["dead_before"].map(String.init), deadAfter: query["dead_after"].map(String.init),
             invalid: APIError.badRequest)
         return try jsonResponse(try await office.list(queue: queue, filter: filter, limit: limit, cursor: cursor))
     }
@@ -95,10 +95,11 @@ struct AdminRoutes: Sendable {
             dryRun = flag
         }
         let filter = try Self.filter(
-            userID: try text("user_id"), reason: try text("reason"), deadBefore: try text("dead_before"),
+            userID: try text("user_id"), spaceID: try text("space_id"), reason: try text("reason"),
+            deadBefore: try text("dead_before"),
             deadAfter: try text("dead_after"), invalid: APIError.unprocessable)
         guard !filter.isEmpty else {
-            throw APIError.unprocessable("A filter is required: user_id, reason, dead_before or dead_after (dry_run is no filter).")
+            throw APIError.unprocessable("A filter is required: user_id, space_id, reason, dead_before or dead_after (dry_run is no filter).")
         }
         return try jsonResponse(try await office.bulkReplay(filter: filter, dryRun: dryRun, actor: claims.sub))
     }
@@ -121,7 +122,8 @@ struct AdminRoutes: Sendable {
     }
 
     static func filter(
-        userID: String?, reason: String?, deadBefore: String?, deadAfter: String?, invalid: (String) -> APIError
+        userID: String?, spaceID: String?, reason: String?, deadBefore: String?, deadAfter: String?,
+        invalid: (String) -> APIError
     ) throws -> DeadLetterFilter {
         func nonEmpty(_ text: String?) -> String? { text.flatMap { $0.isEmpty ? nil : $0 } }
         func time(_ name: String, _ text: String?) throws -> String? {
@@ -134,8 +136,13 @@ struct AdminRoutes: Sendable {
         for (name, value) in [("user_id", userID), ("reason", reason)] {
             if let value, !Names.isPlainText(value) { throw invalid("\(name) must not contain control characters.") }
         }
+        var space: String?
+        if let spaceID = nonEmpty(spaceID) {
+            guard let id = Names.canonicalUUID(spaceID) else { throw invalid("space_id must be a space's id.") }
+            space = id
+        }
         return DeadLetterFilter(
-            userID: nonEmpty(userID), reason: nonEmpty(reason),
+            userID: nonEmpty(userID), spaceID: space, reason: nonEmpty(reason),
             deadBefore: try time("dead_before", deadBefore), deadAfter: try time("dead_after", deadAfter))
     }
 }

@@ -1,3 +1,4 @@
+import AMQPBridge
 import Auth
 import Foundation
 import Hummingbird
@@ -10,6 +11,8 @@ import SyncModels
 struct SpaceRoutes: Sendable {
     let auth: Authenticator
     let spaces: SpaceStore
+    /// Tells fanout whose memberships ended, so streams narrowed to the space end.
+    let publisher: AMQPPublisher
 
     static let defaultInvitationSeconds = 7 * 24 * 3600
     static let maxInvitationSeconds = 30 * 24 * 3600
@@ -57,7 +60,11 @@ struct SpaceRoutes: Sendable {
 
     @Sendable func delete(_ request: Request, context: GatewayRequestContext) async throws -> Response {
         let claims = try await auth.user(request, context: context)
-        try Self.answer(try await spaces.delete(user: claims.sub, space: try context.parameters.require("space_id")))
+        let space = try context.parameters.require("space_id")
+        let (change, members) = try await spaces.delete(user: claims.sub, space: space)
+        try Self.answer(change)
+        let id = Names.canonicalUUID(space) ?? space
+        await publisher.announce(members.map { SpaceLeftEvent(userID: $0, spaceID: id) }, logger: context.logger)
         return Response(status: .noContent)
     }
 
@@ -84,6 +91,7 @@ struct SpaceRoutes: Sendable {
         let claims = try await auth.user(request, context: context)
         let space = try context.parameters.require("space_id"), member = try context.parameters.require("user_id")
         try Self.answer(try await spaces.change(user: claims.sub, space: space, member: member, to: nil))
+        await publisher.announce([SpaceLeftEvent(userID: member, spaceID: Names.canonicalUUID(space) ?? space)], logger: context.logger)
         return Response(status: .noContent)
     }
 
@@ -112,14 +120,6 @@ struct SpaceRoutes: Sendable {
         guard code.utf8.count <= 100, let joined = try await spaces.accept(user: claims.sub, code: code) else {
             throw APIError.notFound("No such invitation, or it was used or has expired.")
         }
-        return try jsonResponse(Joined(spaceID: joined.space, role: joined.role))
+        return try jsonResponse(JoinedSpace(spaceID: joined.space, role: joined.role))
     }
-}
-
-struct SpaceList: Codable, Sendable { let items: [SpaceView] }
-struct MemberList: Codable, Sendable { let items: [MemberView] }
-struct Joined: Codable, Sendable {
-    let spaceID: String
-    let role: SpaceRole
-    enum CodingKeys: String, CodingKey { case spaceID = "space_id", role }
 }

@@ -7,17 +7,20 @@ public struct DeadLetterItem: Codable, Sendable, Equatable {
     public var queue: String
     public var userID: String?
     public var deviceID: String?
+    /// The space the job wrote to (null for a message that names no job).
+    public var spaceID: String?
     public var attempts: Int
     public var reason: String
     public var lastError: String?
     public var deadAt: String
     public var ops: Int
 
-    public init(jobID: String, queue: String, userID: String?, deviceID: String?, attempts: Int, reason: String, lastError: String?, deadAt: String, ops: Int) {
+    public init(jobID: String, queue: String, userID: String?, deviceID: String?, spaceID: String? = nil, attempts: Int, reason: String, lastError: String?, deadAt: String, ops: Int) {
         self.jobID = jobID
         self.queue = queue
         self.userID = userID
         self.deviceID = deviceID
+        self.spaceID = spaceID
         self.attempts = attempts
         self.reason = reason
         self.lastError = lastError
@@ -26,7 +29,7 @@ public struct DeadLetterItem: Codable, Sendable, Equatable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case jobID = "job_id", queue, userID = "user_id", deviceID = "device_id", attempts, reason
+        case jobID = "job_id", queue, userID = "user_id", deviceID = "device_id", spaceID = "space_id", attempts, reason
         case lastError = "last_error", deadAt = "dead_at", ops
     }
 
@@ -37,6 +40,7 @@ public struct DeadLetterItem: Codable, Sendable, Equatable {
         try container.encode(queue, forKey: .queue)
         try container.encode(userID, forKey: .userID)
         try container.encode(deviceID, forKey: .deviceID)
+        try container.encode(spaceID, forKey: .spaceID)
         try container.encode(attempts, forKey: .attempts)
         try container.encode(reason, forKey: .reason)
         try container.encode(lastError, forKey: .lastError)
@@ -107,22 +111,24 @@ public struct DeadLetterDetail: Codable, Sendable {
 /// Which dead letters a bulk action or a list takes.
 public struct DeadLetterFilter: Codable, Sendable, Equatable {
     public var userID: String?
+    public var spaceID: String?
     public var reason: String?
     /// RFC 3339.
     public var deadBefore: String?
     public var deadAfter: String?
 
-    public init(userID: String? = nil, reason: String? = nil, deadBefore: String? = nil, deadAfter: String? = nil) {
+    public init(userID: String? = nil, spaceID: String? = nil, reason: String? = nil, deadBefore: String? = nil, deadAfter: String? = nil) {
         self.userID = userID
+        self.spaceID = spaceID
         self.reason = reason
         self.deadBefore = deadBefore
         self.deadAfter = deadAfter
     }
 
-    public var isEmpty: Bool { userID == nil && reason == nil && deadBefore == nil && deadAfter == nil }
+    public var isEmpty: Bool { userID == nil && spaceID == nil && reason == nil && deadBefore == nil && deadAfter == nil }
 
     enum CodingKeys: String, CodingKey {
-        case userID = "user_id", reason, deadBefore = "dead_before", deadAfter = "dead_after"
+        case userID = "user_id", spaceID = "space_id", reason, deadBefore = "dead_before", deadAfter = "dead_after"
     }
 }
 

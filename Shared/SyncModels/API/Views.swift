@@ -333,6 +333,21 @@ public struct DeviceRevokedEvent: Codable, Sendable, Equatable {
     enum CodingKeys: String, CodingKey { case type, userID = "user_id", deviceID = "device_id" }
 }
 
+/// Announced on `sync.events` when a user's membership of a space ends (removed, left, or
+/// the space deleted): every fanout replica ends that user's streams narrowed to the space.
+public struct SpaceLeftEvent: Codable, Sendable, Equatable {
+    public var type = "space_left"
+    public var userID: String
+    public var spaceID: String
+
+    public init(userID: String, spaceID: String) {
+        self.userID = userID
+        self.spaceID = spaceID
+    }
+
+    enum CodingKeys: String, CodingKey { case type, userID = "user_id", spaceID = "space_id" }
+}
+
 /// How far an account deletion got (`GET /v1/me/deletion`).
 public struct AccountDeletionView: Codable, Sendable, Equatable {
     public var status: String

@@ -1,0 +1,81 @@
+// Spaces as their members see them (`/v1/spaces…`, `/v1/invitations…`).
+
+/// A member's role in a space.
+public enum SpaceRole: String, Sendable, Codable, CaseIterable {
+    case owner, editor, viewer
+
+    /// Whether the role may push.
+    public var canWrite: Bool { self != .viewer }
+}
+
+/// A space as its member sees it.
+public struct SpaceView: Codable, Sendable, Equatable {
+    public var spaceID: String
+    public var name: String
+    public var role: SpaceRole
+    public var personal: Bool
+    public var createdAt: String
+
+    public init(spaceID: String, name: String, role: SpaceRole, personal: Bool, createdAt: String) {
+        self.spaceID = spaceID
+        self.name = name
+        self.role = role
+        self.personal = personal
+        self.createdAt = createdAt
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case spaceID = "space_id", name, role, personal, createdAt = "created_at"
+    }
+}
+
+public struct MemberView: Codable, Sendable, Equatable {
+    public var userID: String
+    public var role: SpaceRole
+    public var joinedAt: String
+
+    public init(userID: String, role: SpaceRole, joinedAt: String) {
+        self.userID = userID
+        self.role = role
+        self.joinedAt = joinedAt
+    }
+
+    enum CodingKeys: String, CodingKey { case userID = "user_id", role, joinedAt = "joined_at" }
+}
+
+public struct InvitationView: Codable, Sendable, Equatable {
+    public var code: String
+    public var role: SpaceRole
+    public var expiresAt: String
+
+    public init(code: String, role: SpaceRole, expiresAt: String) {
+        self.code = code
+        self.role = role
+        self.expiresAt = expiresAt
+    }
+
+    enum CodingKeys: String, CodingKey { case code, role, expiresAt = "expires_at" }
+}
+
+public struct SpaceList: Codable, Sendable, Equatable {
+    public var items: [SpaceView]
+    public init(items: [SpaceView]) { self.items = items }
+}
+
+public struct MemberList: Codable, Sendable, Equatable {
+    public var items: [MemberView]
+    public init(items: [MemberView]) { self.items = items }
+}
+
+/// What accepting an invitation answers: the space joined and the role held there.
+public struct JoinedSpace: Codable, Sendable, Equatable {
+    public var spaceID: String
+    public var role: SpaceRole
+
+    public init(spaceID: String, role: SpaceRole) {
+        self.spaceID = spaceID
+        self.role = role
+    }
+
+    enum CodingKeys: String, CodingKey { case spaceID = "space_id", role }
+}
