@@ -16,7 +16,8 @@ extension LocalStore {
 
     /// The batch to send: one formed earlier and not yet answered, else a new one of the
     /// oldest pending ops (at most `maxOps` ops and `maxBytes` of body). nil: nothing to send.
-    func nextBatch(device: String, maxOps: Int, maxBytes: Int) throws -> Batch? {
+    /// `space`: the shared space the store syncs (nil: the personal space).
+    func nextBatch(device: String, space: String?, maxOps: Int, maxBytes: Int) throws -> Batch? {
         try queue.write { db in
             if let row = try Self.row(db, sql: "SELECT * FROM batches WHERE job_id IS NULL ORDER BY rowid LIMIT 1") {
                 let id: String = row["batch_id"]
@@ -25,7 +26,8 @@ extension LocalStore {
             }
             let rows = try Self.rows(
                 db, sql: "SELECT op_id, op, size FROM outbox WHERE state = 'pending' ORDER BY seq LIMIT ?", arguments: [maxOps])
-            let envelope = 64 + device.utf8.count
+            let scope = space.map { #","space_id":"\#($0)""# } ?? ""
+            let envelope = 64 + device.utf8.count + scope.utf8.count
             var chosen: [(id: String, op: String)] = []
             var bytes = envelope
             for row in rows {
@@ -35,7 +37,7 @@ extension LocalStore {
                 bytes += size + 1
             }
             guard !chosen.isEmpty else { return nil }
-            let body = Data(#"{"device_id":"\#(device)","ops":[\#(chosen.map(\.op).joined(separator: ","))]}"#.utf8)
+            let body = Data(#"{"device_id":"\#(device)"\#(scope),"ops":[\#(chosen.map(\.op).joined(separator: ","))]}"#.utf8)
             let batch = Batch(
                 id: UUID().uuidString.lowercased(), idempotencyKey: UUID().uuidString.lowercased(), body: body,
                 opIDs: chosen.map(\.id))

@@ -23,7 +23,9 @@ final class LocalStore: @unchecked Sendable {
     /// States whose op still shapes what the device shows.
     static let activeStates = "('pending', 'batched', 'sent', 'confirmed')"
 
-    init(path: String) throws {
+    /// Opens (or creates) the store of one space (`space` nil: the personal space). A store
+    /// holds one space for its whole life: opening it for another is refused.
+    init(path: String, space: String? = nil) throws {
         var configuration = Configuration()
         configuration.journalMode = .wal
         configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0") }
@@ -54,7 +56,30 @@ final class LocalStore: @unchecked Sendable {
                 """)
         }
         try migrator.migrate(queue)
+        let scope = space ?? "personal"
+        try queue.write { db in
+            if let held = try Self.string(db, sql: "SELECT value FROM meta WHERE key = 'space'") {
+                guard held == scope else { throw ClientError.otherSpace(held: held) }
+            } else {
+                try Self.setMeta(db, "space", scope)
+            }
+        }
     }
+
+    /// The space went away (deleted, or this user is no longer a member): its records,
+    /// outbox and cursor go with it. The device identity stays.
+    func forgetSpace() throws -> Set<String> {
+        try queue.write { db in
+            let collections = Set(try Self.strings(db, sql: "SELECT DISTINCT collection FROM records"))
+            for table in ["server_records", "records", "outbox", "batches"] { try db.execute(sql: "DELETE FROM \(table)") }
+            for key in ["cursor", "resync", "generation"] { try Self.setMeta(db, key, nil) }
+            try Self.setMeta(db, "gone", "1")
+            return collections
+        }
+    }
+
+    /// Whether the space is gone (see `forgetSpace`).
+    var spaceGone: Bool { ((try? meta("gone")) ?? nil) != nil }
 
     // MARK: - Statements (prepared once per connection)
 

@@ -55,9 +55,23 @@ struct ServerAPI: Sendable {
         return id
     }
 
-    /// One page of changes after `since`.
-    func pull(since: String?, limit: Int) async throws -> Answer {
-        try await send("GET", "/v1/sync/pull?limit=\(limit)" + (since.map { "&since=\($0)" } ?? ""))
+    /// One page of changes of `space` (nil: the personal one) after `since`.
+    func pull(space: String?, since: String?, limit: Int) async throws -> Answer {
+        try await send(
+            "GET", "/v1/sync/pull?limit=\(limit)" + (space.map { "&space_id=\($0)" } ?? "") + (since.map { "&since=\($0)" } ?? ""))
+    }
+
+    /// A JSON answer of status `expected`, decoded; any other status is the server's error.
+    func decode<T: Decodable>(_ type: T.Type, _ method: String, _ path: String, body: JSONValue? = nil, expected: Int) async throws -> T {
+        let answer = try await send(method, path, body: body.map { Data(JSONWriter.bytes($0)) })
+        guard answer.status == expected else { throw ClientError.server(status: answer.status, detail: answer.detail) }
+        return try JSONCoding.decode(T.self, from: answer.body)
+    }
+
+    /// A request that answers 204 on success.
+    func perform(_ method: String, _ path: String) async throws {
+        let answer = try await send(method, path)
+        guard answer.status == 204 else { throw ClientError.server(status: answer.status, detail: answer.detail) }
     }
 
     static func page(_ answer: Answer) throws -> (changes: [RecordView], cursor: String, hasMore: Bool) {
@@ -86,11 +100,19 @@ struct ServerAPI: Sendable {
 public enum ClientError: Error, Sendable, Equatable, CustomStringConvertible {
     case server(status: Int, detail: String)
     case stopped
+    /// The space is gone (deleted, or this user left or was removed); its local data went
+    /// with it. Make a client for another space.
+    case spaceGone
+    /// The local store at this path belongs to another space (`held`; "personal" for the
+    /// personal space).
+    case otherSpace(held: String)
 
     public var description: String {
         switch self {
         case .server(let status, let detail): return "server answered \(status): \(detail)"
         case .stopped: return "the client is stopped"
+        case .spaceGone: return "the space is gone: deleted, or you are no longer a member"
+        case .otherSpace(let held): return "this local store belongs to space \(held)"
         }
     }
 }

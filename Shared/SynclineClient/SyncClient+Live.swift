@@ -4,14 +4,16 @@ import FoundationNetworking
 #endif
 import SyncModels
 
-/// The live stream: a `hello` or `poke` whose cursor is past ours asks for a pull, a `job`
-/// message for a job poll. A stream silent for two heartbeat intervals is dead; it is
-/// reconnected with backoff, and while none can be had the loop polls.
+/// The live stream (narrowed to this client's space when it is a shared one): a `hello` or
+/// `poke` of this space whose cursor is past ours asks for a pull, a `job` message for a
+/// job poll. A stream silent for two heartbeat intervals is dead; it is reconnected with
+/// backoff, and while none can be had the loop polls. A refused stream asks for a pull,
+/// which tells whether the space is gone.
 extension SyncClient {
     func runStream() async {
         var backoff = Backoff(base: 0.5, cap: 30)
         var refresh = false
-        while !Task.isCancelled {
+        while !Task.isCancelled && !store.spaceGone {
             guard let fanout = configuration.fanoutURL, let device = deviceID,
                   let token = try? await configuration.tokenProvider(refresh)
             else {
@@ -21,6 +23,7 @@ extension SyncClient {
             var components = URLComponents(url: fanout, resolvingAgainstBaseURL: false)
             components?.path = "/v1/stream"
             components?.queryItems = [URLQueryItem(name: "device_id", value: device)]
+                + (configuration.spaceID.map { [URLQueryItem(name: "space_id", value: $0)] } ?? [])
             guard let url = components?.url else { return }
             let connection = EventStreamConnection(url: url, token: token)
             lastStreamMessageAt = Date()
@@ -37,6 +40,9 @@ extension SyncClient {
                 }
             } catch ClientError.server(let status, _) where status == 401 {
                 refresh = true
+            } catch ClientError.server(let status, _) where status == 404 {
+                pullWanted = true
+                wake()
             } catch {}
             watchdog.cancel()
             connection.cancel()
@@ -66,8 +72,10 @@ extension SyncClient {
         guard let fields = (try? JSONParser.parse(message))?.objectValue, let type = fields["type"]?.stringValue else { return }
         switch type {
         case "hello", "poke":
-            // This client syncs the personal space; a shared space's poke is not about it.
-            if let space = fields["space_id"], !space.isNull { return }
+            let space = fields["space_id"]?.stringValue
+            if type == "hello" { streamSpace = space }
+            // A stream of every space (the personal client's) also hears the others.
+            if let space, let mine = streamSpace, space != mine { return }
             let theirs = fields["cursor"]?.stringValue.flatMap { Int64($0) } ?? 0
             let ours = ((try? store.cursor) ?? nil).flatMap { Int64($0) } ?? -1
             if theirs > ours {

@@ -42,6 +42,9 @@ extension SyncClient {
                 }
             } catch let retry as Retry {
                 wait = backoff.next(retryAfter: retry.after)
+            } catch ClientError.spaceGone {
+                stream?.cancel()
+                return
             } catch {
                 wait = backoff.next()
             }
@@ -109,6 +112,7 @@ extension SyncClient {
 
     /// Returns whether jobs are still running on the server.
     func pass() async throws -> Bool {
+        if store.spaceGone { throw ClientError.spaceGone }
         try store.checkpointIfLarge()
         let device = try await registeredDevice()
         try await pushAll(device: device)
@@ -135,7 +139,8 @@ extension SyncClient {
 
     /// Sends batches until the outbox holds none, setting aside what the server refuses.
     func pushAll(device: String) async throws {
-        while let batch = try store.nextBatch(device: device, maxOps: Names.maxOpsPerPush, maxBytes: maxBatchBytes) {
+        while let batch = try store.nextBatch(
+            device: device, space: configuration.spaceID, maxOps: Names.maxOpsPerPush, maxBytes: maxBatchBytes) {
             let answer: ServerAPI.Answer
             do {
                 answer = try await api.send(
@@ -151,6 +156,13 @@ extension SyncClient {
                 try store.batchAccepted(batch, jobID: jobID)
             case 400, 422:
                 try setAside(batch, index: Self.opIndex(in: answer.detail), reason: answer.detail)
+            case 403 where configuration.spaceID != nil:
+                // A viewer's edits: the server will not take them while the role lasts.
+                try setAside(batch, index: nil, reason: answer.detail)
+            case 404 where configuration.spaceID != nil:
+                // The space may be gone: the pull tells (a 404 there drops it).
+                try await pullAll()
+                throw Retry(reason: "push answered 404: \(answer.detail)", after: nil)
             case 413:
                 if batch.opIDs.count == 1 {
                     try setAside(batch, index: 0, reason: answer.detail)
@@ -229,7 +241,7 @@ extension SyncClient {
                     answer = try await prefetched.value
                 } else {
                     let (api, since) = (api, try store.cursor)
-                    answer = try await api.pull(since: since, limit: 1_000)
+                    answer = try await api.pull(space: configuration.spaceID, since: since, limit: 1_000)
                 }
                 next = nil
             } catch {
@@ -240,14 +252,17 @@ extension SyncClient {
                 try store.beginResync()
                 continue
             }
+            if answer.status == 404, let space = configuration.spaceID {
+                try spaceGone(space)
+            }
             guard answer.status == 200 else {
                 pullWanted = true
                 throw Retry(reason: "pull answered \(answer.status): \(answer.detail)", after: answer.retryAfter)
             }
             let page = try ServerAPI.page(answer)
             if page.hasMore {
-                let (api, cursor) = (api, page.cursor)
-                next = Task { try await api.pull(since: cursor, limit: 1_000) }
+                let (api, cursor, space) = (api, page.cursor, configuration.spaceID)
+                next = Task { try await api.pull(space: space, since: cursor, limit: 1_000) }
             }
             changed.formUnion(try store.applyPage(page.changes, cursor: page.cursor, hasMore: page.hasMore))
             if !page.hasMore {
@@ -259,4 +274,12 @@ extension SyncClient {
     }
 
     func notifyAll() { notify(Set(observers.values.map(\.collection))) }
+
+    /// The space answered 404: its local data goes, the app hears it, syncing ends.
+    func spaceGone(_ space: String) throws -> Never {
+        let collections = try store.forgetSpace()
+        eventSink.yield(.spaceGone(spaceID: space))
+        notify(collections)
+        throw ClientError.spaceGone
+    }
 }

@@ -16,6 +16,10 @@ import SyncModels
 /// try await client.upsert("todos", id: "t1", data: ["title": .string("Buy milk")])
 /// for await todos in await client.observe("todos") { render(todos) }
 /// ```
+///
+/// One client syncs one space (the personal one unless `spaceID` is set) into its own
+/// local store; `client(for:databasePath:)` makes the client of another space on the same
+/// device.
 public actor SyncClient {
     let configuration: ClientConfiguration
     let store: LocalStore
@@ -39,6 +43,8 @@ public actor SyncClient {
     var timerFired = false
     var passRunning = false
     var passWaiters: [CheckedContinuation<Void, Never>] = []
+    /// The space the stream's `hello` named: pokes of other spaces are not this client's.
+    var streamSpace: String?
 
     struct Observer {
         let collection: String
@@ -48,7 +54,8 @@ public actor SyncClient {
 
     public init(_ configuration: ClientConfiguration) throws {
         self.configuration = configuration
-        store = try LocalStore(path: configuration.databasePath)
+        store = try LocalStore(path: configuration.databasePath, space: configuration.spaceID)
+        if let device = configuration.deviceID, try store.meta("device_id") == nil { try store.setMeta("device_id", device) }
         let sessionConfiguration = URLSessionConfiguration.default
         sessionConfiguration.httpMaximumConnectionsPerHost = 4
         api = ServerAPI(
@@ -122,7 +129,9 @@ public actor SyncClient {
     }
 
     /// Durable in the outbox and applied locally when this returns; returns the op_id.
+    /// A space that is gone takes no more writes.
     func write(_ op: Op) throws -> String {
+        if store.spaceGone { throw ClientError.spaceGone }
         let stored = try store.enqueue(op, device: try node(), now: configuration.now())
         notify([stored.collection])
         wake()

@@ -32,6 +32,9 @@ public enum SyncEvent: Sendable, Equatable {
     case jobDead(jobID: String, opIDs: [String])
     /// A pull ended: the local store is up to date with the server as of `cursor`.
     case pulled(cursor: String)
+    /// The space answered 404 — deleted, or this user is no longer a member: its local
+    /// records and unsent edits are gone and the client stopped syncing.
+    case spaceGone(spaceID: String)
 }
 
 /// Why an edit has not synced yet: what the app can show its user.
@@ -65,8 +68,13 @@ public struct ClientConfiguration: Sendable {
     public var gatewayURL: URL
     /// The fanout's stream endpoint base (nil: no live stream, pull by polling only).
     public var fanoutURL: URL?
-    /// The SQLite file of the local store (created when missing).
+    /// The SQLite file of the local store (created when missing); one per space.
     public var databasePath: String
+    /// The shared space this client syncs (nil: the user's personal space).
+    public var spaceID: String?
+    /// A device id this app already registered (another space's client's `deviceID`), so
+    /// one phone is one device in every space; nil: registered on first contact.
+    public var deviceID: String?
     /// Supplies a bearer token; `refresh` is true after the server answered 401.
     public var tokenProvider: @Sendable (_ refresh: Bool) async throws -> String
     public var deviceName: String
@@ -79,7 +87,7 @@ public struct ClientConfiguration: Sendable {
     public var now: @Sendable () -> Date
 
     public init(
-        gatewayURL: URL, fanoutURL: URL? = nil, databasePath: String,
+        gatewayURL: URL, fanoutURL: URL? = nil, databasePath: String, spaceID: String? = nil, deviceID: String? = nil,
         tokenProvider: @escaping @Sendable (_ refresh: Bool) async throws -> String,
         deviceName: String = "device", platform: String = "swift", pollInterval: Double? = 30,
         heartbeatInterval: Double = 30, now: @escaping @Sendable () -> Date = { Date() }
@@ -87,6 +95,8 @@ public struct ClientConfiguration: Sendable {
         self.gatewayURL = gatewayURL
         self.fanoutURL = fanoutURL
         self.databasePath = databasePath
+        self.spaceID = spaceID
+        self.deviceID = deviceID
         self.tokenProvider = tokenProvider
         self.deviceName = deviceName
         self.platform = platform

@@ -21,14 +21,14 @@ struct ClientTests {
 
     static func device(
         _ stack: Stack, user: String, fanout: ServiceProcess? = nil, pollInterval: Double? = nil,
-        path: String? = nil, clockOffset: Double = 0
+        path: String? = nil, clockOffset: Double = 0, space: String? = nil
     ) throws -> Device {
         let directory = E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()
         let path = path ?? "\(directory)/client-\(UUID().uuidString.prefix(8)).sqlite"
         let client = try SyncClient(ClientConfiguration(
             gatewayURL: URL(string: stack.client.base)!,
             fanoutURL: fanout.map { URL(string: "http://127.0.0.1:\($0.port)")! },
-            databasePath: path, tokenProvider: { _ in await E2E.token(user) }, deviceName: "test",
+            databasePath: path, spaceID: space, tokenProvider: { _ in await E2E.token(user) }, deviceName: "test",
             pollInterval: pollInterval, heartbeatInterval: 2, now: { Date().addingTimeInterval(clockOffset) }))
         let log = EventLog()
         let collector = Task { for await event in client.events { await log.append(event) } }
@@ -40,9 +40,12 @@ struct ClientTests {
         Dictionary(uniqueKeysWithValues: try await client.records(collection).map { ($0.id, $0.data) })
     }
 
-    /// What a fresh pull of the user shows (live records, id → data).
-    static func server(_ stack: Stack, _ user: String, _ collection: String = "todos") async throws -> [String: [String: JSONValue]] {
-        let pulled = try await stack.client.pullAll(await E2E.token(user), limit: 1000).changes
+    /// What a fresh pull of the user (of `space`, else their personal one) shows (live
+    /// records, id → data).
+    static func server(
+        _ stack: Stack, _ user: String, _ collection: String = "todos", space: String? = nil
+    ) async throws -> [String: [String: JSONValue]] {
+        let pulled = try await stack.client.pullAll(await E2E.token(user), limit: 1000, space: space).changes
         var state: [String: [String: JSONValue]] = [:]
         for change in pulled where change["collection"] as? String == collection {
             let data = try JSONSerialization.data(withJSONObject: change["data"] ?? NSNull(), options: .fragmentsAllowed)

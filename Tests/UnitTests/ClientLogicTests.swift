@@ -53,16 +53,16 @@ struct ClientLogicTests {
                 Op(opID: opID(n), type: .upsert, collection: "todos", id: "r\(n)", data: ["n": .int(Int64(n))]),
                 device: "dev", now: Date())
         }
-        let first = try #require(try store.nextBatch(device: "dev", maxOps: 500, maxBytes: 1_000_000))
+        let first = try #require(try store.nextBatch(device: "dev", space: nil, maxOps: 500, maxBytes: 1_000_000))
         #expect(first.opIDs.count == 500)
         #expect(first.opIDs == (0..<500).map(opID), "oldest first")
-        let again = try #require(try store.nextBatch(device: "dev", maxOps: 500, maxBytes: 1_000_000))
+        let again = try #require(try store.nextBatch(device: "dev", space: nil, maxOps: 500, maxBytes: 1_000_000))
         #expect(again == first, "an unanswered batch is sent again with the same key and body")
         try store.batchAccepted(first, jobID: "job-1")
-        let second = try #require(try store.nextBatch(device: "dev", maxOps: 500, maxBytes: 1_000_000))
+        let second = try #require(try store.nextBatch(device: "dev", space: nil, maxOps: 500, maxBytes: 1_000_000))
         #expect(second.opIDs.count == 100 && second.idempotencyKey != first.idempotencyKey)
         try store.batchDissolved(second)
-        let small = try #require(try store.nextBatch(device: "dev", maxOps: 500, maxBytes: 2_000))
+        let small = try #require(try store.nextBatch(device: "dev", space: nil, maxOps: 500, maxBytes: 2_000))
         #expect(small.body.count <= 2_000 && small.opIDs.count < 100)
         let body = try #require(try JSONParser.parse(small.body).objectValue)
         #expect(body["device_id"]?.stringValue == "dev")
@@ -76,11 +76,11 @@ struct ClientLogicTests {
                 Op(opID: opID(n), type: .upsert, collection: "todos", id: "r\(n)", data: ["n": .int(Int64(n))]),
                 device: "dev", now: Date())
         }
-        let batch = try #require(try store.nextBatch(device: "dev", maxOps: 500, maxBytes: 1_000_000))
+        let batch = try #require(try store.nextBatch(device: "dev", space: nil, maxOps: 500, maxBytes: 1_000_000))
         #expect(try store.batchRefused(batch, setAside: 1, reason: "ops[1]: too big") == [opID(1)])
         #expect(try store.setAside().map(\.opID) == [opID(1)])
         #expect(try store.record("todos", "r1") == nil, "a set-aside op no longer shows")
-        let next = try #require(try store.nextBatch(device: "dev", maxOps: 500, maxBytes: 1_000_000))
+        let next = try #require(try store.nextBatch(device: "dev", space: nil, maxOps: 500, maxBytes: 1_000_000))
         #expect(next.opIDs == [opID(0), opID(2)])
         #expect(try store.status().pending == 2 && store.status().setAside == 1)
     }
