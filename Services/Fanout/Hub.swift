@@ -52,10 +52,20 @@ final class Hub: Service, Sendable {
         func covers(_ space: String?) -> Bool { self.space == nil || space == nil || self.space == space }
     }
 
+    private struct Membership: Hashable, Sendable {
+        let user: String
+        let space: String
+    }
+
     private struct State: Sendable {
         var users: [String: [UUID: Subscriber]] = [:]
+        /// Memberships that ended in the last `leftMemory` seconds: a poke computed before
+        /// the removal committed but arriving after its announcement is not delivered.
+        var left: [Membership: Date] = [:]
         var closed = false
     }
+
+    static let leftMemory: Double = 10
 
     let queue: String
     private let state = NIOLockedValueBox(State())
@@ -94,6 +104,8 @@ final class Hub: Service, Sendable {
             if state.closed { return nil }
             let first = state.users[user] == nil
             state.users[user, default: [:]][id] = Subscriber(deviceID: deviceID, space: space, continuation: continuation)
+            // A stream of the space was authorized just now: the user is a member again.
+            if let space { state.left[Membership(user: user, space: space)] = nil }
             return first
         }
         guard let first else {
@@ -145,14 +157,18 @@ final class Hub: Service, Sendable {
     /// poke to every other device; to the origin device, the job's outcome when it had
     /// rejected or conflicting ops or was dead-lettered.
     func deliver(_ event: JobEvent) {
-        let subscribers = state.withLockedValue { $0.users[event.userID].map { Array($0.values) } ?? [] }
+        let (subscribers, member) = state.withLockedValue { state in
+            (state.users[event.userID].map { Array($0.values) } ?? [],
+             event.spaceID.flatMap { state.left[Membership(user: event.userID, space: $0)] }
+                .map { Date().timeIntervalSince($0) >= Self.leftMemory } ?? true)
+        }
         for subscriber in subscribers where subscriber.covers(event.spaceID) {
             if subscriber.deviceID == event.deviceID {
                 if event.troubled || event.status == .dead {
                     subscriber.continuation.yield(.job(jobID: event.jobID, status: event.status, checkpoint: event.checkpoint))
                     delivered.increment()
                 }
-            } else if let cursor = event.checkpoint, event.status == .succeeded {
+            } else if member, let cursor = event.checkpoint, event.status == .succeeded {
                 subscriber.continuation.yield(.poke(cursor: cursor, space: event.spaceID))
                 delivered.increment()
             }
@@ -178,7 +194,8 @@ final class Hub: Service, Sendable {
     /// stop there too.
     func leave(_ event: SpaceLeftEvent) {
         let ended = state.withLockedValue { state -> [UUID] in
-            (state.users[event.userID] ?? [:]).filter { $0.value.space == event.spaceID }.map(\.key)
+            state.left[Membership(user: event.userID, space: event.spaceID)] = Date()
+            return (state.users[event.userID] ?? [:]).filter { $0.value.space == event.spaceID }.map(\.key)
         }
         for id in ended { unsubscribe(user: event.userID, id: id) }
     }
@@ -254,6 +271,7 @@ final class Hub: Service, Sendable {
             }
             if Date().timeIntervalSince(lastHeartbeat) >= heartbeat {
                 lastHeartbeat = Date()
+                state.withLockedValue { state in state.left = state.left.filter { Date().timeIntervalSince($0.value) < Self.leftMemory } }
                 let subscribers = state.withLockedValue { $0.users.values.flatMap(\.values) }
                 subscribers.forEach { $0.continuation.yield(.heartbeat) }
             }

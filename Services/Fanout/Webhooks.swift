@@ -80,7 +80,8 @@ struct WebhookDispatcher: Service {
             let messages = hooks.map { hook in
                 SynclineTopology.webhookDeliveryMessage(
                     body: Array((try? JSONCoding.encode(WebhookDelivery(
-                        userID: event.userID, deviceID: hook.deviceID, cursor: cursor, jobID: event.jobID))) ?? Data()),
+                        userID: event.userID, deviceID: hook.deviceID, cursor: cursor, jobID: event.jobID,
+                        spaceID: event.spaceID))) ?? Data()),
                     attempt: 0)
             }
             try await publisher.publish(messages)

@@ -138,11 +138,14 @@ extension Bench {
         return unfinished
     }
 
-    static func push(_ connection: RawHTTPConnection, _ token: String, _ device: String, user: String, ops: Int, sequence: Int) throws -> Sample {
+    static func push(
+        _ connection: RawHTTPConnection, _ token: String, _ device: String, user: String, ops: Int, sequence: Int, space: String? = nil
+    ) throws -> Sample {
         let list = (0..<ops).map { index in
             #"{"op_id":"\#(UUID().uuidString.lowercased())","type":"upsert","collection":"bench","id":"p\#(sequence)-\#(index)","data":{"title":"item \#(index)","done":false,"n":\#(index)}}"#
         }.joined(separator: ",")
-        let body = Array(#"{"device_id":"\#(device)","ops":[\#(list)]}"#.utf8)
+        let scope = space.map { #","space_id":"\#($0)""# } ?? ""
+        let body = Array(#"{"device_id":"\#(device)"\#(scope),"ops":[\#(list)]}"#.utf8)
         let start = Date()
         let (status, response) = try connection.send(method: "POST", path: "/v1/sync/push", token: token, body: body)
         let elapsed = Date().timeIntervalSince(start)
@@ -177,6 +180,15 @@ struct BenchClient: Sendable {
             throw ValidationError("device registration answered \(status)")
         }
         return device
+    }
+
+    /// A JSON answer's string field, when the status is `expected`.
+    func field(_ name: String, _ method: String, _ path: String, token: String, body: String?, expected: Int) async throws -> String {
+        let (status, data) = try await send(method, path, token: token, body: body.map { Data($0.utf8) })
+        guard status == expected, let value = (try? JSONParser.parse(data))?.objectValue?[name]?.stringValue else {
+            throw ValidationError("\(method) \(path) answered \(status)")
+        }
+        return value
     }
 
     func pullCount(_ token: String) async throws -> Int {

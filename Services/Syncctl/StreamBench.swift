@@ -12,6 +12,9 @@ import SyncModels
 /// Poke latency: opens many SSE streams on fanout, pushes from one device per user at a
 /// fixed rate, and measures commit → delivered for every poke (the job's `finished_at`,
 /// set inside the applying transaction, to the moment the poke's bytes arrive here).
+/// With `--space-members N`, the users are the N members of one shared space, each
+/// streaming it from `--streams` devices and pushing to it from the first of them: every
+/// push pokes all the other devices of every member.
 struct StreamBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bench-streams", abstract: "Benchmark poke latency over many open streams (gateway + workers + fanout).")
@@ -22,6 +25,7 @@ struct StreamBench: AsyncParsableCommand {
     @Option(help: "Streaming devices per user (one more device per user pushes).") var streams = 10
     @Option(help: "Pushes in all.") var pushes = 300
     @Option(help: "Pushes per second.") var rate = 20.0
+    @Option(help: "Members of one shared space instead of separate users (0: separate users).") var spaceMembers = 0
 
     func run() async throws {
         let configuration = try Configuration.fromEnvironment()
@@ -36,19 +40,40 @@ struct StreamBench: AsyncParsableCommand {
 
         let run = UUID().uuidString.prefix(8).lowercased()
         let client = BenchClient(base: url)
+        let members = spaceMembers > 0 ? spaceMembers : users
         var pushers: [(user: String, token: String, device: String)] = []
         var listeners: [(user: String, token: String, device: String)] = []
-        for u in 0..<users {
+        for u in 0..<members {
             let user = "streams-\(run)-\(u)"
             let token = try await signer.sign(Claims(sub: user, exp: Int64(Date().timeIntervalSince1970) + 3600))
-            pushers.append((user, token, try await client.registerDevice(token)))
-            for _ in 0..<streams { listeners.append((user, token, try await client.registerDevice(token))) }
+            var devices: [String] = []
+            for _ in 0..<streams { devices.append(try await client.registerDevice(token)) }
+            // In a space, a member pushes from one of their streaming devices; otherwise
+            // from a device of its own.
+            pushers.append((user, token, spaceMembers > 0 ? devices[0] : try await client.registerDevice(token)))
+            listeners += devices.map { (user, token, $0) }
         }
+        var space: String?
+        if spaceMembers > 0 {
+            let owner = pushers[0]
+            let id = try await client.field("space_id", "POST", "/v1/spaces", token: owner.token, body: #"{"name":"bench"}"#, expected: 201)
+            for member in pushers.dropFirst() {
+                let code = try await client.field(
+                    "code", "POST", "/v1/spaces/\(id)/invitations", token: owner.token, body: #"{"role":"editor"}"#, expected: 201)
+                _ = try await client.field("space_id", "POST", "/v1/invitations/\(code)/accept", token: member.token, body: nil, expected: 200)
+            }
+            space = id
+        }
+        // In a space every member hears the same cursor: one key for all of them.
         let reader = try PokeReader(host: fanoutHost, port: UInt16(fanoutURL.port ?? 80), streams: listeners.map {
-            (user: $0.user, path: "/v1/stream?device_id=\($0.device)&access_token=\($0.token)")
+            (user: space ?? $0.user, path: "/v1/stream?device_id=\($0.device)&access_token=\($0.token)" + (space.map { "&space_id=\($0)" } ?? ""))
         })
         let opened = try await reader.waitForHellos(within: 60)
-        print("bench-streams: \(opened) streams open (\(users) users × \(streams)), \(pushes) pushes at \(rate)/s")
+        let shape = space == nil ? "\(users) users × \(streams)" : "one space: \(spaceMembers) members × \(streams)"
+        print("bench-streams: \(opened) streams open (\(shape)), \(pushes) pushes at \(rate)/s")
+        // Each push pokes: every stream of its user (separate users), or every stream of
+        // the space but the pushing device's.
+        let expectedPerPush = space == nil ? streams : listeners.count - 1
 
         // Push at the fixed rate, one op each, from a round-robin of users.
         let connection = RawHTTPConnection(host: gatewayHost, port: UInt16(gatewayURL.port ?? 80))
@@ -58,8 +83,8 @@ struct StreamBench: AsyncParsableCommand {
             let due = started.addingTimeInterval(Double(i) / rate)
             if due > Date() { try await Task.sleep(for: .seconds(due.timeIntervalSinceNow)) }
             let pusher = pushers[i % pushers.count]
-            let sample = try Bench.push(connection, pusher.token, pusher.device, user: pusher.user, ops: 1, sequence: i)
-            jobs[sample.jobID] = pusher.user
+            let sample = try Bench.push(connection, pusher.token, pusher.device, user: pusher.user, ops: 1, sequence: i, space: space)
+            jobs[sample.jobID] = space ?? pusher.user
         }
         try await Task.sleep(for: .seconds(2))  // let the last pokes arrive
 
@@ -76,10 +101,10 @@ struct StreamBench: AsyncParsableCommand {
             guard let jobID = row["job_id"], let user = jobs[jobID], let checkpoint = row["checkpoint"],
                   let finished = row["finished"].flatMap(Double.init) else { continue }
             let arrivals = received[PokeReader.Key(user: user, cursor: checkpoint)] ?? []
-            missing += max(0, streams - arrivals.count)
+            missing += max(0, expectedPerPush - arrivals.count)
             latencies += arrivals.map { $0 - finished }
         }
-        print("jobs succeeded: \(rows.count)/\(pushes); pokes delivered: \(latencies.count)/\(rows.count * streams)" + (missing > 0 ? " (\(missing) missing)" : ""))
+        print("jobs succeeded: \(rows.count)/\(pushes); pokes delivered: \(latencies.count)/\(rows.count * expectedPerPush)" + (missing > 0 ? " (\(missing) missing)" : ""))
         print("poke latency (commit → delivered): " + Percentiles(latencies).description)
         for line in ProcessMemory.report(names: ["fanout"]) { print(line) }
         if missing > 0 || rows.count != pushes { throw ExitCode.failure }

@@ -89,16 +89,17 @@ struct JobConsumer: Service {
                 // origin device); members removed before the commit get none. A pusher removed
                 // since intake still learns the outcome, with no cursor to poke their other
                 // devices with.
-                for member in members {
-                    await announce(JobEvent(
+                var events = members.map { member in
+                    JobEvent(
                         userID: member, deviceID: deviceID, jobID: jobID, status: .succeeded, checkpoint: String(checkpoint),
-                        troubled: member == user && troubled, spaceID: space))
+                        troubled: member == user && troubled, spaceID: space)
                 }
                 if !members.contains(user) {
-                    await announce(JobEvent(
+                    events.append(JobEvent(
                         userID: user, deviceID: deviceID, jobID: jobID, status: .succeeded, checkpoint: nil, troubled: true,
                         spaceID: space))
                 }
+                await announce(events)
             case .alreadyFinished:
                 duplicates.increment()
                 jobs.ack(delivery)
@@ -236,9 +237,9 @@ struct JobConsumer: Service {
             ])
             consumer.ack(delivery)
             if let jobID, let user = recorded.userID, let device = recorded.deviceID {
-                await announce(JobEvent(
+                await announce([JobEvent(
                     userID: user, deviceID: device, jobID: jobID, status: .dead, checkpoint: nil, troubled: true,
-                    spaceID: recorded.spaceID))
+                    spaceID: recorded.spaceID)])
             }
         } catch {
             await handBack(delivery, to: consumer, error: error, logger: logger)
@@ -247,11 +248,12 @@ struct JobConsumer: Service {
 
     /// Tells fanout a job finished, after its commit. Best effort: the job is done either
     /// way, and a device that misses a poke still gets the change at its next pull.
-    private func announce(_ event: JobEvent) async {
+    /// A job's events (one per member of its space) go out as one confirmed batch.
+    private func announce(_ events: [JobEvent]) async {
         do {
-            try await publisher.publish([SynclineTopology.eventMessage(event)])
+            try await publisher.publish(events.map(SynclineTopology.eventMessage))
         } catch {
-            logger.debug("job event not published", metadata: ["job.id": "\(event.jobID)", "error": "\(error)"])
+            logger.debug("job event not published", metadata: ["job.id": "\(events.first?.jobID ?? "-")", "error": "\(error)"])
         }
     }
 

@@ -34,6 +34,20 @@ struct AdminPageTests {
             try browser.waitFor("document.querySelector(\"\(row)\")")
             let reason = try browser.evaluate("document.querySelector(\"\(row) .reason\").textContent") as? String
             #expect(reason == "max_attempts")
+            // Dead letters carry the job's space; the page shows it and the API and syncctl
+            // filter by it.
+            let space = try #require(try await api.request("GET", "/v1/sync/jobs/\(jobID)", token: token).json["space_id"] as? String)
+            let shownSpace = try browser.evaluate("document.querySelector(\"\(row)\").children[2].textContent") as? String
+            #expect(shownSpace == space)
+            let admin = await E2E.token("page-operator", admin: true)
+            for (filter, listed) in [(space, true), (UUID().uuidString.lowercased(), false)] {
+                let page = try await api.request("GET", "/v1/admin/dead-letters?space_id=\(filter)&limit=500", token: admin)
+                let ids = (page.json["items"] as? [[String: Any]])?.compactMap { $0["job_id"] as? String } ?? []
+                #expect(ids.contains(jobID) == listed, "space_id=\(filter)")
+                let (status, output) = try SyncctlTests().syncctl("dlq list --space \(filter) --limit 500 --json")
+                #expect(status == 0 && output.contains(jobID) == listed, "syncctl dlq list --space \(filter)")
+            }
+            #expect(try await api.request("GET", "/v1/admin/dead-letters?space_id=nope", token: admin).status == 400)
             let queues = try browser.evaluate("document.querySelectorAll('#queues tbody tr').length") as? Int
             #expect((queues ?? 0) >= 3, "the queue table lists the pipeline's queues")
             try browser.screenshot(to: "\(output)/admin-page.png")

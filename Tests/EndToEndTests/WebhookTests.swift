@@ -137,6 +137,7 @@ struct WebhookTests {
                 #expect(body["user_id"] as? String == user)
                 #expect(body["device_id"] as? String == phone.id)
                 #expect(body["cursor"] as? String == job["checkpoint"] as? String)
+                #expect(body["space_id"] as? String == job["space_id"] as? String && body["space_id"] != nil, "names the space")
             }
             for (index, tier) in E2E.retryDelays.prefix(2).enumerated() {
                 let gap = requests[index + 1].at.timeIntervalSince(requests[index].at)

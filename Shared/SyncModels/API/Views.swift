@@ -294,27 +294,34 @@ public struct JobEvent: Codable, Sendable, Equatable {
     }
 }
 
-/// One webhook to deliver: a poke for `device_id` of `user_id` up to `cursor`.
+/// One webhook to deliver: a poke for `device_id` of `user_id` up to `cursor` of the
+/// space `space_id`.
 public struct WebhookDelivery: Codable, Sendable, Equatable {
     public var userID: String
     public var deviceID: String
     public var cursor: String
     public var jobID: String
+    public var spaceID: String?
 
-    public init(userID: String, deviceID: String, cursor: String, jobID: String) {
+    public init(userID: String, deviceID: String, cursor: String, jobID: String, spaceID: String? = nil) {
         self.userID = userID
         self.deviceID = deviceID
         self.cursor = cursor
         self.jobID = jobID
+        self.spaceID = spaceID
     }
 
-    enum CodingKeys: String, CodingKey { case userID = "user_id", deviceID = "device_id", cursor, jobID = "job_id" }
+    enum CodingKeys: String, CodingKey {
+        case userID = "user_id", deviceID = "device_id", cursor, jobID = "job_id", spaceID = "space_id"
+    }
 
-    /// The body POSTed to the device's push_url (SPEC §6).
+    /// The body POSTed to the device's push_url (SPEC §6), naming the space that changed.
     public var pokeBody: [UInt8] {
-        JSONWriter.bytes(.object([
+        var fields: [String: JSONValue] = [
             "type": .string("poke"), "user_id": .string(userID), "device_id": .string(deviceID), "cursor": .string(cursor),
-        ]))
+        ]
+        if let spaceID { fields["space_id"] = .string(spaceID) }
+        return JSONWriter.bytes(.object(fields))
     }
 }
 
