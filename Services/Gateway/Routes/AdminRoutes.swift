@@ -137,7 +137,7 @@ struct AdminRoutes: Sendable {
             if let value, !Names.isPlainText(value) { throw invalid("\(name) must not contain control characters.") }
         }
         var space: String?
-        if let spaceID = nonEmpty(spaceID) {
+        if let spaceID {
             guard let id = Names.canonicalUUID(spaceID) else { throw invalid("space_id must be a space's id.") }
             space = id
         }

@@ -40,7 +40,10 @@ struct SpaceRoutes: Sendable {
         case .done: return
         case .notFound: throw APIError.notFound("No such space or member.")
         case .forbidden: throw APIError.forbidden("Your role in this space does not allow that.")
-        case .lastOwner: throw APIError.unprocessable("The last owner cannot leave or stop being owner; make another member owner first.")
+        case .lastOwner:
+            throw APIError(
+                status: .conflict, code: .invalidRequest,
+                detail: "The last owner cannot leave or stop being owner; make another member owner first.")
         }
     }
 
