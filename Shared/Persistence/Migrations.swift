@@ -323,6 +323,11 @@ public enum Migrations {
             UPDATE dead_letters d SET space_id = j.space_id FROM jobs j WHERE j.job_id = d.job_id;
             CREATE INDEX dead_letters_by_space ON dead_letters (space_id, dead_at);
             """),
+        // The size of a record's data as a pull sends it, for the page's byte budget
+        // (pg_column_size would count compressed data at its compressed size).
+        Migration(version: 11, name: "record data size", sql: """
+            ALTER TABLE records ADD COLUMN data_bytes integer GENERATED ALWAYS AS (octet_length(data::text)) STORED;
+            """),
     ]
 
     /// Applies every migration not yet applied. Safe to run from many processes at once.

@@ -1,35 +1,47 @@
 import PQBridge
 import SyncModels
 
-/// Changes since a cursor (G4: versions come from the per-user counter, taken under a
+/// Changes since a cursor (G4: versions come from the per-space counter, taken under a
 /// row lock in the applying transaction, so committed versions always form a prefix).
 public struct PullStore: Sendable {
     let pool: PGPool
+    /// Bytes of record data (as JSON text) after which a page ends early (`has_more:
+    /// true`), so a pull's memory is bounded whatever the records hold. A page has at least
+    /// one record.
+    let pageBudget: Int
 
-    public init(pool: PGPool) { self.pool = pool }
+    public init(pool: PGPool, pageBudget: Int = 4 << 20) {
+        self.pool = pool
+        self.pageBudget = pageBudget
+    }
 
     public enum Outcome: Sendable {
-        case page(PullPage)
+        case page(PulledPage)
         /// `since` is older than what purge kept (G7).
         case resyncRequired
     }
 
-    /// One statement, so one snapshot: the user's counter and purge horizon are read with
+    /// One statement, so one snapshot: the space's counter and purge horizon are read with
     /// the page. A page that ends (`has_more: false`) answers the counter as its cursor, which
     /// is at or past the purge horizon (a purged newest tombstone must not leave the device
     /// below it, resyncing forever) and cannot skip a change: every version up to the
     /// counter had committed in this snapshot. A record that only a publish or unpublish
     /// reached holds no data and is not shown.
+    ///
+    /// The page is the records after `since` in version order, up to `limit` and until
+    /// their data passes the budget (`data_bytes`, kept by PostgreSQL on every write, so no
+    /// record past the budget is read). Record data leaves PostgreSQL as the JSON text it
+    /// stores and goes out as is.
     /// `space` nil: the user's personal space, found in the same statement.
     public func pull(user: String, space: String?, since: Int64, limit: Int, collections: [String]?) async throws -> Outcome {
-        var parameters: [(any PGBindable)?] = [space, since, limit + 1, user]
+        var parameters: [(any PGBindable)?] = [space, since, limit + 1, user, pageBudget]
         var filter = ""
         if let collections {
-            filter = " AND r.collection = ANY($5::text[])"
+            filter = " AND r.collection = ANY($6::text[])"
             parameters.append(collections)
         }
         let rows = try await pool.query("""
-            SELECT u.counter, u.horizon, r.collection, r.record_id, r.version, r.deleted, r.data,
+            SELECT u.counter, u.horizon, r.fetched, r.collection, r.record_id, r.version, r.deleted, r.data,
                    syncline_rfc3339(r.updated_at) AS updated_at, r.updated_by,
                    r.write_clock, r.delete_clock, r.visibility_clock, r.visibility, r.public_id, r.can_fork,
                    syncline_rfc3339(r.published_at) AS published_at, r.forked_from
@@ -37,10 +49,18 @@ public struct PullStore: Sendable {
             CROSS JOIN LATERAL (SELECT coalesce(max(counter), 0) AS counter, coalesce(max(purge_horizon), 0) AS horizon
                   FROM space_counters WHERE space_id = s.id) u
             LEFT JOIN LATERAL (
-              SELECT * FROM records r
-              WHERE r.space_id = s.id AND r.version > $2 AND NOT ($2 > 0 AND $2 < u.horizon)
-                AND (r.write_clock IS NOT NULL OR r.delete_clock IS NOT NULL)\(filter)
-              ORDER BY r.version LIMIT $3
+              SELECT * FROM (
+                SELECT r.*, count(*) OVER () AS fetched,
+                       sum(r.data_bytes) OVER (ORDER BY r.version) - r.data_bytes AS before
+                FROM (
+                  SELECT * FROM records r
+                  WHERE r.space_id = s.id AND r.version > $2 AND NOT ($2 > 0 AND $2 < u.horizon)
+                    AND (r.write_clock IS NOT NULL OR r.delete_clock IS NOT NULL)\(filter)
+                  ORDER BY r.version LIMIT $3
+                ) r
+              ) r
+              WHERE r.before < $5
+              ORDER BY r.version
             ) r ON true
             """, parameters).rows
         guard let first = rows.first else { throw PGError(code: .decoding, message: "pull returned no row") }
@@ -48,26 +68,12 @@ public struct PullStore: Sendable {
         let horizon = try first.int("horizon")
         if since > 0 && since < horizon { return .resyncRequired }
         let records = rows.filter { $0["version"] != nil }
-        let changes = try records.prefix(limit).map(Self.change)
-        let hasMore = records.count > limit
+        let fetched = Int(first.optionalInt("fetched") ?? 0)
+        let changes = try records.prefix(limit).map(PulledChange.init)
+        // More follows when the limit or the budget cut the page short.
+        let hasMore = fetched > changes.count
         let cursor = hasMore ? (changes.last?.version ?? since) : max(since, counter)
-        return .page(PullPage(changes: changes, cursor: String(cursor), hasMore: hasMore))
-    }
-
-    /// One pulled row as the API shows it: publication only while readers can see it.
-    static func change(_ row: PGRow) throws -> RecordView {
-        let deleted = try row.bool("deleted")
-        let visibility = row["visibility"].flatMap(RecordState.PublicVisibility.init(rawValue:)) ?? .private
-        let newest = [row["write_clock"], row["delete_clock"], row["visibility_clock"]]
-            .compactMap { $0.flatMap(Stamp.init(stored:)) }.max()
-        return RecordView(
-            collection: try row.string("collection"), id: try row.string("record_id"),
-            version: try row.int("version"), deleted: deleted,
-            data: deleted ? nil : try JSONParser.parse(try row.string("data")).objectValue,
-            updatedAt: row["updated_at"], updatedBy: row["updated_by"], hlc: newest?.hlc,
-            visibility: visibility, publicID: visibility == .private ? nil : row["public_id"],
-            canFork: visibility != .private && row["can_fork"] == "t",
-            publishedAt: visibility == .private ? nil : row["published_at"], forkedFrom: row["forked_from"])
+        return .page(PulledPage(changes: changes, cursor: String(cursor), hasMore: hasMore))
     }
 
     /// Where a stream starts: the cursor of each space it covers.

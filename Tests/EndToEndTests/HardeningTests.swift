@@ -125,6 +125,48 @@ struct HardeningTests {
         }
     }
 
+    /// Large records: a page ends at the 4 MiB byte budget with `has_more`, the gateway's
+    /// memory stays bounded, and paging returns every record with its data intact.
+    @Test func aPullOfLargeRecordsComesInPagesOfBoundedSize() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let api = stack.client
+            let token = await E2E.token("big-\(UUID().uuidString.prefix(6))")
+            let device = try await api.registerDevice(token)
+            // Random text, which PostgreSQL cannot compress: about 200 KiB stored per record.
+            let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+            var texts: [String: String] = [:]
+            for batch in 0..<8 {
+                var ops: [[String: Any]] = []
+                for n in 0..<4 {
+                    let id = "big\(batch * 4 + n)"
+                    let text = String((0..<200_000).map { _ in alphabet.randomElement()! })
+                    texts[id] = text
+                    ops.append(["op_id": newOpID(), "type": "upsert", "collection": "files", "id": id, "data": ["body": text, "é": "ü\n\"q\""]])
+                }
+                let pushed = try await api.push(token, device: device, ops: ops)
+                #expect(pushed.status == 202, "\(pushed.text.prefix(200))")
+                _ = try await api.awaitJob(token, try #require(pushed.json["job_id"] as? String))
+            }
+            var cursor: String?, pages: [Int] = [], seen: [String: String] = [:]
+            while true {
+                let page = try await api.request("GET", "/v1/sync/pull?limit=1000" + (cursor.map { "&since=\($0)" } ?? ""), token: token)
+                #expect(page.status == 200)
+                #expect(page.body.count < 6 << 20, "a page stays near the budget: \(page.body.count) bytes")
+                let changes = page.json["changes"] as? [[String: Any]] ?? []
+                pages.append(changes.count)
+                for change in changes {
+                    let data = change["data"] as? [String: Any]
+                    seen[change["id"] as! String] = data?["body"] as? String
+                    #expect(data?["é"] as? String == "ü\n\"q\"")
+                }
+                cursor = page.json["cursor"] as? String
+                if page.json["has_more"] as? Bool != true { break }
+            }
+            #expect(seen == texts, "every record once, its data intact")
+            #expect(pages.count >= 2 && pages.first! <= 21, "32 records of 200 KiB do not fit one 4 MiB page: \(pages)")
+        }
+    }
+
     @Test func adminFiltersRefuseImpossibleTimesAndKeepKeys() async throws {
         try await Stack.with(workers: 1, fanouts: 1) { stack in
             let api = stack.client

@@ -91,6 +91,40 @@ struct PersistenceTests {
         }
     }
 
+    /// A page ends at the byte budget (never before its first record) and says so with
+    /// `has_more`; following the cursors yields every record once, its data as stored.
+    @Test func aPageEndsAtTheByteBudgetAndPagingMissesNothing() async throws {
+        try await withStores { pool, devices, jobs, apply, _ in
+            let alice = user()
+            let device = try await devices.register(user: alice, name: "mac", platform: "macos", pushURL: nil, pushSecret: "s")
+            let text = "ünïcode \"quoted\" \\ \n" + String(repeating: "x", count: 100)
+            let ops = (0..<7).map { op(.upsert, "r\($0)", ["n": .int(Int64($0)), "text": .string(text), "big": .int(Int64.max)]) }
+            guard case .created(let jobID, _) = try await jobs.create(intake(alice, device.deviceID, ops)) else { Issue.record("no job"); return }
+            _ = try await apply.apply(jobID: jobID)
+            let small = PullStore(pool: pool, pageBudget: 300)  // two records of about 150 stored bytes
+            var since: Int64 = 0, pages: [[String]] = []
+            while true {
+                guard case .page(let page) = try await small.pull(user: alice, space: nil, since: since, limit: 100, collections: nil) else {
+                    Issue.record("resync"); return
+                }
+                pages.append(page.changes.map(\.id))
+                for change in page.changes {
+                    #expect(try change.view().data == ["n": .int(Int64(change.version - 1)), "text": .string(text), "big": .int(Int64.max)])
+                }
+                let decoded = try JSONParser.parse(page.json).objectValue
+                #expect(decoded?["cursor"]?.stringValue == page.cursor && decoded?["has_more"]?.boolValue == page.hasMore)
+                #expect(decoded?["changes"]?.arrayValue?.count == page.changes.count)
+                since = Int64(page.cursor)!
+                if !page.hasMore { break }
+            }
+            #expect(pages.flatMap { $0 } == (0..<7).map { "r\($0)" })
+            #expect(pages.count >= 3 && pages.dropLast().allSatisfy { (1...3).contains($0.count) }, "\(pages)")
+            let tiny = PullStore(pool: pool, pageBudget: 1)
+            guard case .page(let one) = try await tiny.pull(user: alice, space: nil, since: 0, limit: 100, collections: nil) else { return }
+            #expect(one.changes.count == 1 && one.hasMore && one.cursor == "1", "a page holds at least one record")
+        }
+    }
+
     @Test func serverStampsExceedAcceptedClientClocks() async throws {
         try await withStores { pool, devices, jobs, _, _ in
             let alice = user()

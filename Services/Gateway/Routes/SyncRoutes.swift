@@ -141,7 +141,9 @@ struct SyncRoutes: Sendable {
             space = id
         }
         switch try await pulls.pull(user: claims.sub, space: space, since: since, limit: limit, collections: collections) {
-        case .page(let page): return try jsonResponse(page)
+        case .page(let page):
+            return Response(
+                status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: page.json)))
         case .resyncRequired:
             throw APIError(status: .gone, code: .resyncRequired, detail: "This cursor is older than the retention; pull from the start.")
         }

@@ -244,7 +244,7 @@ public enum JSONWriter {
         }
     }
 
-    static func writeString(_ text: String, into out: inout [UInt8]) {
+    public static func writeString(_ text: String, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
         for byte in text.utf8 {
             switch byte {

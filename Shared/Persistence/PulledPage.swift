@@ -1,0 +1,103 @@
+import PQBridge
+import SyncModels
+
+/// One pulled record as PostgreSQL gave it: `data` is the stored JSON text, written into
+/// the answer without being parsed (a pull moves many records, often large ones).
+public struct PulledChange: Sendable, Equatable {
+    public let collection: String
+    public let id: String
+    public let version: Int64
+    public let deleted: Bool
+    /// The record's JSON object as stored; nil for a tombstone.
+    public let data: String?
+    public let updatedAt: String?
+    public let updatedBy: String?
+    /// The newest clock in the record's state, for the client's HLC receive rule.
+    public let hlc: String?
+    public let visibility: RecordState.PublicVisibility
+    public let publicID: String?
+    public let canFork: Bool
+    public let publishedAt: String?
+    public let forkedFrom: String?
+
+    /// Publication shows only while readers can see it.
+    init(_ row: PGRow) throws {
+        collection = try row.string("collection")
+        id = try row.string("record_id")
+        version = try row.int("version")
+        deleted = try row.bool("deleted")
+        data = deleted ? nil : try row.string("data")
+        updatedAt = row["updated_at"]
+        updatedBy = row["updated_by"]
+        hlc = [row["write_clock"], row["delete_clock"], row["visibility_clock"]]
+            .compactMap { $0.flatMap(Stamp.init(stored:)) }.max()?.hlc
+        visibility = row["visibility"].flatMap(RecordState.PublicVisibility.init(rawValue:)) ?? .private
+        let shown = visibility != .private
+        publicID = shown ? row["public_id"] : nil
+        canFork = shown && row["can_fork"] == "t"
+        publishedAt = shown ? row["published_at"] : nil
+        forkedFrom = row["forked_from"]
+    }
+
+    /// The change as a typed view (tests and tools; the gateway writes `json` instead).
+    public func view() throws -> RecordView {
+        RecordView(
+            collection: collection, id: id, version: version, deleted: deleted,
+            data: try data.map { try JSONParser.parse($0).objectValue ?? [:] }, updatedAt: updatedAt, updatedBy: updatedBy,
+            hlc: hlc, visibility: visibility, publicID: publicID, canFork: canFork, publishedAt: publishedAt,
+            forkedFrom: forkedFrom)
+    }
+
+    /// Appends the change's JSON object (the shape of `RecordView`).
+    func write(into out: inout [UInt8]) {
+        func key(_ name: String, first: Bool = false) {
+            if !first { out.append(UInt8(ascii: ",")) }
+            JSONWriter.writeString(name, into: &out)
+            out.append(UInt8(ascii: ":"))
+        }
+        func text(_ value: String?) {
+            if let value { JSONWriter.writeString(value, into: &out) } else { out.append(contentsOf: Self.null) }
+        }
+        out.append(UInt8(ascii: "{"))
+        key("collection", first: true); text(collection)
+        key("id"); text(id)
+        key("version"); out.append(contentsOf: String(version).utf8)
+        key("deleted"); out.append(contentsOf: deleted ? Self.true : Self.false)
+        key("data"); if let data { out.append(contentsOf: data.utf8) } else { out.append(contentsOf: Self.null) }
+        if let updatedAt { key("updated_at"); text(updatedAt) }
+        if let updatedBy { key("updated_by"); text(updatedBy) }
+        key("hlc"); text(hlc)
+        key("visibility"); text(visibility.rawValue)
+        key("public_id"); text(publicID)
+        key("can_fork"); out.append(contentsOf: canFork ? Self.true : Self.false)
+        key("published_at"); text(publishedAt)
+        key("forked_from"); text(forkedFrom)
+        out.append(UInt8(ascii: "}"))
+    }
+
+    private static let null = Array("null".utf8), `true` = Array("true".utf8), `false` = Array("false".utf8)
+}
+
+/// One page of a pull (SPEC §4): `{"changes":[…],"cursor":"…","has_more":…}`.
+public struct PulledPage: Sendable, Equatable {
+    public let changes: [PulledChange]
+    public let cursor: String
+    public let hasMore: Bool
+
+    /// The answer's body, written directly: record data is copied, not re-encoded.
+    public var json: [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(64 + changes.reduce(0) { $0 + 400 + ($1.data?.utf8.count ?? 0) })
+        out.append(contentsOf: #"{"changes":["#.utf8)
+        for (index, change) in changes.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            change.write(into: &out)
+        }
+        out.append(contentsOf: #"],"cursor":"#.utf8)
+        JSONWriter.writeString(cursor, into: &out)
+        out.append(contentsOf: #","has_more":"#.utf8)
+        out.append(contentsOf: (hasMore ? "true" : "false").utf8)
+        out.append(UInt8(ascii: "}"))
+        return out
+    }
+}
