@@ -71,6 +71,7 @@ let package = Package(
             name: "AMQPBridge",
             dependencies: [
                 "CRabbitMQ",
+                "SyncModels",
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],

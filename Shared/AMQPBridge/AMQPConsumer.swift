@@ -1,6 +1,7 @@
 internal import CRabbitMQ
 import Foundation
 import Glibc
+import SyncModels
 import Logging
 import NIOConcurrencyHelpers
 
@@ -139,7 +140,7 @@ public final class AMQPConsumer: Sendable {
     private func runLoop() {
         var connection: AMQPConnection?
         var generation = 0
-        var backoff: TimeInterval = 0
+        var backoff = Backoff(base: 0.25, cap: 10, jitter: false)
         var cancelled = false
         defer {
             connection?.close()
@@ -159,18 +160,18 @@ public final class AMQPConsumer: Sendable {
                     try fresh.declare(configuration.topology)
                     try fresh.consume(queue: configuration.queue, prefetch: configuration.prefetch, consumerTag: configuration.consumerTag)
                     connection = fresh
-                    backoff = 0
+                    backoff.reset()
                     shared.withLockedValue {
                         $0.connected = true
                         $0.connections += 1
                     }
                     logger.info("AMQP consumer connected", metadata: ["amqp.queue": "\(configuration.queue)"])
                 } catch {
-                    backoff = min(max(backoff * 2, 0.25), 10)
+                    let wait = backoff.next()
                     logger.warning("AMQP consumer cannot connect; retrying", metadata: [
-                        "error": "\(error)", "retry.in_ms": "\(Int(backoff * 1000))",
+                        "error": "\(error)", "retry.in_ms": "\(Int(wait * 1000))",
                     ])
-                    waitForWake(seconds: backoff)
+                    waitForWake(seconds: wait)
                     continue
                 }
             }

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
+import SyncModels
 import NIOPosix
 
 /// Publishes with publisher confirms over one connection owned by one dedicated thread.
@@ -15,7 +16,7 @@ public final class AMQPPublisher: Sendable {
     private final class Owned: @unchecked Sendable {
         var connection: AMQPConnection?
         var retryAfter = Date.distantPast
-        var backoff: TimeInterval = 0
+        var backoff = Backoff(base: 0.25, cap: 5, jitter: false)
     }
 
     private struct Waiting {
@@ -146,12 +147,11 @@ public final class AMQPPublisher: Sendable {
             try connection.declare(topology)
             try connection.enableConfirms()
             owned.connection = connection
-            owned.backoff = 0
+            owned.backoff.reset()
             logger.info("AMQP publisher connected", metadata: ["amqp.host": "\(endpoint.host)"])
             return connection
         } catch {
-            owned.backoff = min(max(owned.backoff * 2, 0.25), 5)
-            owned.retryAfter = Date().addingTimeInterval(owned.backoff)
+            owned.retryAfter = Date().addingTimeInterval(owned.backoff.next())
             throw error
         }
     }

@@ -14,6 +14,9 @@ struct ClientLogicTests {
         #expect(backoff.next(retryAfter: 7, random: 0.1) == 7, "never sooner than Retry-After")
         backoff.reset()
         #expect(backoff.next(random: 1) == 0.25)
+        // The services' broker reconnects: the same doubling, without jitter.
+        var reconnect = Backoff(base: 0.25, cap: 10, jitter: false)
+        #expect((0..<8).map { _ in reconnect.next(random: 0) } == [0.25, 0.5, 1, 2, 4, 8, 10, 10])
     }
 
     @Test func serverSentEventsSplitAcrossChunksAndLineEndings() {
