@@ -106,6 +106,27 @@ struct Percentiles: CustomStringConvertible {
     }
 }
 
+enum ProcessCPU {
+    /// CPU seconds (user + system) used so far by running processes with each of these
+    /// names, summed per name.
+    static func seconds(names: Set<String>) -> [String: Double] {
+        let ticksPerSecond = Double(sysconf(Int32(_SC_CLK_TCK)))
+        var totals: [String: Double] = [:]
+        for pid in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] where Int(pid) != nil {
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                  let open = stat.firstIndex(of: "("), let close = stat.lastIndex(of: ")")
+            else { continue }
+            let name = String(stat[stat.index(after: open)..<close])
+            guard names.contains(name) else { continue }
+            // After the name: state is field 3; utime and stime are fields 14 and 15.
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { continue }
+            totals[name, default: 0] += (user + system) / ticksPerSecond
+        }
+        return totals
+    }
+}
+
 enum ProcessMemory {
     /// Resident and peak resident memory of running processes with these names.
     static func report(names: Set<String>) -> [String] {

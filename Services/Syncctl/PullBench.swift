@@ -58,6 +58,7 @@ struct PullBench: AsyncParsableCommand {
         for line in ProcessMemory.report(names: ["gateway"]) { print("before: " + line) }
 
         for round in 1...runs {
+            let cpuBefore = ProcessCPU.seconds(names: ["gateway", "postgres"])
             let started = Date()
             let results = try await withThrowingTaskGroup(of: (Int, Int, Int).self) { group in
                 for _ in 0..<clients {
@@ -72,9 +73,12 @@ struct PullBench: AsyncParsableCommand {
             guard results.allSatisfy({ $0.0 == records }) else {
                 throw ValidationError("a full pull returned \(results.map(\.0)) records, not \(records)")
             }
+            let cpuAfter = ProcessCPU.seconds(names: ["gateway", "postgres"])
+            func perPage(_ name: String) -> Double { ((cpuAfter[name] ?? 0) - (cpuBefore[name] ?? 0)) * 1000 / Double(pages) }
             print(String(
-                format: "run %d: %d clients pulled %d records in %d pages (%.1f MB) in %.2f s → %.0f records/s",
-                round, clients, pulled, pages, Double(bytes) / 1e6, seconds, Double(pulled) / seconds))
+                format: "run %d: %d clients pulled %d records in %d pages (%.1f MB) in %.2f s → %.0f records/s; CPU per page: gateway %.1f ms, PostgreSQL %.1f ms",
+                round, clients, pulled, pages, Double(bytes) / 1e6, seconds, Double(pulled) / seconds, perPage("gateway"),
+                perPage("postgres")))
         }
         for line in ProcessMemory.report(names: ["gateway"]) { print("after: " + line) }
     }

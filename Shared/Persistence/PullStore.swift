@@ -42,9 +42,9 @@ public struct PullStore: Sendable {
         }
         let rows = try await pool.query("""
             SELECT u.counter, u.horizon, r.fetched, r.collection, r.record_id, r.version, r.deleted, r.data,
-                   syncline_rfc3339(r.updated_at) AS updated_at, r.updated_by,
+                   extract(epoch FROM r.updated_at) AS updated_epoch, r.updated_by,
                    r.write_clock, r.delete_clock, r.visibility_clock, r.visibility, r.public_id, r.can_fork,
-                   syncline_rfc3339(r.published_at) AS published_at, r.forked_from
+                   extract(epoch FROM r.published_at) AS published_epoch, r.forked_from
             FROM (SELECT coalesce($1::uuid, \(SpaceStore.personalSpaceSQL("$4"))) AS id) s
             CROSS JOIN LATERAL (SELECT coalesce(max(counter), 0) AS counter, coalesce(max(purge_horizon), 0) AS horizon
                   FROM space_counters WHERE space_id = s.id) u

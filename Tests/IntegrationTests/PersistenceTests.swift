@@ -125,6 +125,24 @@ struct PersistenceTests {
         }
     }
 
+    /// Pull formats times from epoch seconds in Swift; it must match what PostgreSQL's
+    /// `syncline_rfc3339` (to_char) gives for the same instants.
+    @Test func epochFormattingMatchesPostgreSQL() async throws {
+        try await withStores { pool, _, _, _, _ in
+            let rows = try await pool.query("""
+                SELECT syncline_rfc3339(t) AS expected, extract(epoch FROM t) AS epoch FROM unnest(ARRAY[
+                  clock_timestamp(), timestamptz '2026-11-23 05:47:21.123999+00', timestamptz '1969-12-31 23:59:59.999+00',
+                  timestamptz '1900-03-01 12:00:00.0005+00', timestamptz '2000-02-29 23:59:59.999999+00',
+                  timestamptz '0001-01-01 00:00:00+00', timestamptz '9999-12-31 23:59:59.999999+00',
+                  timestamptz '2024-06-30 10:00:00+02']) AS t
+                """).rows
+            #expect(rows.count == 8)
+            for row in rows {
+                #expect(RFC3339.utc(epoch: try row.string("epoch")) == row["expected"], "\(row["epoch"] ?? "-")")
+            }
+        }
+    }
+
     @Test func serverStampsExceedAcceptedClientClocks() async throws {
         try await withStores { pool, devices, jobs, _, _ in
             let alice = user()
