@@ -87,7 +87,8 @@ public struct Stamp: Sendable, Hashable, Comparable, CustomStringConvertible {
     }
 
     public init?(stored: String) {
-        guard let space = stored.lastIndex(of: " ") else { return nil }
+        // By bytes: a pull reads three of these per record.
+        guard let space = stored.utf8.lastIndex(of: UInt8(ascii: " ")) else { return nil }
         self.hlc = String(stored[..<space])
         self.opID = String(stored[stored.index(after: space)...])
     }

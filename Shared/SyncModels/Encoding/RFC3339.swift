@@ -20,29 +20,56 @@ public enum RFC3339 {
     /// like `to_char`'s `MS`, and much cheaper for PostgreSQL than `to_char`. Nil if `epoch`
     /// is not such a number.
     public static func utc(epoch: String) -> String? {
-        let parts = epoch.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false)
-        guard let whole = parts.first, let seconds = Int64(whole) else { return nil }
-        var microseconds: Int64 = 0
-        if parts.count == 2 {
-            let digits = parts[1].utf8
-            guard !digits.isEmpty, digits.count <= 6, digits.allSatisfy({ (48...57).contains($0) }) else { return nil }
-            microseconds = Int64(parts[1])! * [100_000, 10_000, 1_000, 100, 10, 1][digits.count - 1]
+        // Read byte by byte: a pull formats two of these per record.
+        var negative = false, seconds: Int64 = 0, microseconds: Int64 = 0
+        var wholeDigits = 0, fractionDigits = 0, inFraction = false
+        for (offset, byte) in epoch.utf8.enumerated() {
+            switch byte {
+            case UInt8(ascii: "-") where offset == 0: negative = true
+            case UInt8(ascii: ".") where !inFraction && wholeDigits > 0: inFraction = true
+            case 48...57 where inFraction:
+                fractionDigits += 1
+                guard fractionDigits <= 6 else { return nil }
+                microseconds = microseconds * 10 + Int64(byte - 48)
+            case 48...57:
+                wholeDigits += 1
+                guard wholeDigits <= 12 else { return nil }
+                seconds = seconds * 10 + Int64(byte - 48)
+            default: return nil
+            }
         }
+        guard wholeDigits > 0, !inFraction || fractionDigits > 0 else { return nil }
+        for _ in fractionDigits..<6 { microseconds *= 10 }
         // `-1.5` is 1.5 s before 1970: the fraction counts away from zero.
-        let total = seconds * 1_000_000 + (whole.hasPrefix("-") ? -microseconds : microseconds)
+        let total = (seconds * 1_000_000 + microseconds) * (negative ? -1 : 1)
         let milliseconds = floorDiv(total, 1_000)
         return format(seconds: floorDiv(milliseconds, 1_000), milliseconds: milliseconds - floorDiv(milliseconds, 1_000) * 1_000)
     }
 
+    /// `YYYY-MM-DDTHH:MM:SS.mmmZ` for a year 0–9999.
     static func format(seconds: Int64, milliseconds: Int64) -> String {
-        let (year, month, day) = civil(fromDays: floorDiv(seconds, 86_400))
-        let secondOfDay = seconds - floorDiv(seconds, 86_400) * 86_400
-        func pad(_ value: Int64, _ width: Int) -> String {
-            let digits = String(value)
-            return String(repeating: "0", count: max(0, width - digits.count)) + digits
+        let days = floorDiv(seconds, 86_400)
+        let (year, month, day) = civil(fromDays: days)
+        let secondOfDay = seconds - days * 86_400
+        var bytes = [UInt8](repeating: 0, count: 24)
+        func put(_ value: Int64, at start: Int, width: Int) {
+            var value = value
+            for index in stride(from: start + width - 1, through: start, by: -1) {
+                bytes[index] = UInt8(48 + value % 10)
+                value /= 10
+            }
         }
-        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(secondOfDay / 3600, 2)):"
-            + "\(pad(secondOfDay / 60 % 60, 2)):\(pad(secondOfDay % 60, 2)).\(pad(milliseconds, 3))Z"
+        put(year, at: 0, width: 4)
+        put(month, at: 5, width: 2)
+        put(day, at: 8, width: 2)
+        put(secondOfDay / 3600, at: 11, width: 2)
+        put(secondOfDay / 60 % 60, at: 14, width: 2)
+        put(secondOfDay % 60, at: 17, width: 2)
+        put(milliseconds, at: 20, width: 3)
+        for (index, character) in [(4, "-"), (7, "-"), (10, "T"), (13, ":"), (16, ":"), (19, "."), (23, "Z")] {
+            bytes[index] = UInt8(ascii: Unicode.Scalar(character)!)
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// Seconds since 1970 (UTC) and milliseconds, or nil if `text` is not a valid date-time.
