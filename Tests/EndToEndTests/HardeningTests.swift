@@ -63,7 +63,15 @@ struct HardeningTests {
                 try SSEClient(port: stack.fanouts[0].port, path: "/v1/stream?device_id=\(device)&access_token=\(token)")
             }
             defer { streams.forEach { $0.close() } }
-            for stream in streams { _ = try await stream.inbox.next("hello") }
+            for (index, stream) in streams.enumerated() {
+                // A generous wait: a loaded CI machine once took over 5 s to say hello here.
+                do {
+                    _ = try await stream.inbox.next("hello", within: 15)
+                } catch {
+                    Issue.record("stream \(index): HTTP \(stream.httpStatus), no hello: \(error)")
+                    throw error
+                }
+            }
             let third = try await fanout.request(
                 "GET", "/v1/stream?device_id=\(device)", token: token, headers: ["Accept": "text/event-stream"])
             #expect(third.status == 429 && third.json["code"] as? String == "rate_limited", "\(third.status) \(third.text)")
