@@ -103,25 +103,21 @@ public struct ApplyStore: Sendable {
             guard var ops = Op.decodeStored(try job.string("ops")) else {
                 throw PGError(code: .decoding, message: "job \(id) holds ops that cannot be read")
             }
-            // Membership is checked again here (G6): a pusher removed, or made a viewer, since
-            // intake has every op rejected, and nothing of theirs lands.
-            let membership = try connection.query("""
-                SELECT user_id, role FROM space_members WHERE space_id = $1
-                """, [space]).rows
-            let role = membership.first { $0["user_id"] == user }?["role"].flatMap(SpaceRole.init(rawValue:))
-            if role?.canWrite != true {
-                for index in ops.indices where ops[index].rejected == nil { ops[index].rejected = RejectReason.forbidden }
-            }
             let counter = job.optionalInt("counter") ?? 0
             let purgeClock = job["purge_clock"].flatMap(Stamp.init(stored:))
 
             // After the counter lock: the fork sources, then in one statement the op_ids
-            // already remembered and the records the ops touch, own fork sources included
-            // (a statement after the lock sees every earlier commit).
+            // already remembered, the records the ops touch (own fork sources included) and
+            // the space's members (a statement after the lock sees every earlier commit).
             let sources = try Self.forkSources(connection, space: space, ops: ops)
             var keys = Set(ops.map { RecordKey(collection: $0.collection, id: $0.id) })
             for case .own(let key) in sources.values { keys.insert(key) }
-            let (known, records) = try Self.loadState(connection, space: space, opIDs: ops.map(\.opID), keys: Array(keys))
+            let (known, records, members) = try Self.loadState(connection, space: space, opIDs: ops.map(\.opID), keys: Array(keys))
+            // Membership is checked again here (G6): a pusher removed, or made a viewer, since
+            // intake has every op rejected, and nothing of theirs lands.
+            if members[user]?.canWrite != true {
+                for index in ops.indices where ops[index].rejected == nil { ops[index].rejected = RejectReason.forbidden }
+            }
             let owners = try Self.publicIDOwners(connection, space: space, ops: ops)
 
             let outcome = JobApplier.apply(
@@ -135,8 +131,7 @@ public struct ApplyStore: Sendable {
             let latency = finished.first?["latency"].flatMap(Double.init) ?? 0
             return .succeeded(
                 user: user, deviceID: deviceID, checkpoint: outcome.counter, hadRejectsOrConflicts: troubled,
-                secondsSinceIntake: latency, space: space,
-                members: membership.compactMap { $0["user_id"] })
+                secondsSinceIntake: latency, space: space, members: members.keys.sorted())
         }
     }
 
@@ -199,17 +194,21 @@ public struct ApplyStore: Sendable {
             """, [user, sources.map(\.space), sources.map(\.key.collection), sources.map(\.key.id)])
     }
 
-    /// The op_ids among `opIDs` already remembered in the space, and the space's records
-    /// with these keys — one statement (rows of kind `o` and `r`).
+    /// The op_ids among `opIDs` already remembered in the space, the space's records with
+    /// these keys, and its members with their roles — one statement (rows of kind `o`, `r`
+    /// and `m`).
     static func loadState(
         _ connection: PGConnection, space: String, opIDs: [String], keys: [RecordKey]
-    ) throws -> (known: Set<String>, records: [RecordKey: StoredRecord]) {
+    ) throws -> (known: Set<String>, records: [RecordKey: StoredRecord], members: [String: SpaceRole]) {
         let rows = try connection.query("""
             SELECT 'o' AS kind, op_id::text AS collection, NULL AS record_id, NULL::bigint AS version, NULL AS data,
                    NULL AS field_clocks, NULL AS floor_clock, NULL AS write_clock, NULL AS delete_clock,
                    NULL::uuid AS updated_by, NULL AS public_id, NULL::boolean AS can_fork, NULL AS visibility_clock,
                    NULL::boolean AS listed, NULL AS forked_from, NULL AS fork_clock, NULL AS published_at
             FROM op_ids WHERE space_id = $1 AND op_id = ANY($2::uuid[])
+            UNION ALL
+            SELECT 'm', user_id, role, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+            FROM space_members WHERE space_id = $1
             UNION ALL
             SELECT 'r', r.collection, r.record_id, r.version, r.data::text, r.field_clocks::text, r.floor_clock,
                    r.write_clock, r.delete_clock, r.updated_by, r.public_id, r.can_fork, r.visibility_clock,
@@ -221,10 +220,16 @@ public struct ApplyStore: Sendable {
             """, [space, opIDs, keys.map(\.collection), keys.map(\.id)]).rows
         var known = Set<String>()
         var records: [RecordKey: StoredRecord] = [:]
+        var members: [String: SpaceRole] = [:]
         for row in rows {
-            if row["kind"] == "o" {
+            switch row["kind"] {
+            case "o":
                 known.insert(try row.string("collection"))
                 continue
+            case "m":
+                members[try row.string("collection")] = SpaceRole(rawValue: try row.string("record_id"))
+                continue
+            default: break
             }
             let key = RecordKey(collection: try row.string("collection"), id: try row.string("record_id"))
             let clocks = try JSONParser.parse(try row.string("field_clocks")).objectValue ?? [:]
@@ -245,7 +250,7 @@ public struct ApplyStore: Sendable {
                 key: key, version: try row.int("version"), state: state, updatedBy: row["updated_by"],
                 publishedAt: row["published_at"])
         }
-        return (known, records)
+        return (known, records, members)
     }
 
     /// Every write of the job in one statement: the remembered op_ids, the changed records
