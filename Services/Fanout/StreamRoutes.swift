@@ -42,11 +42,7 @@ struct StreamRoutes: Sendable {
         guard let text = request.uri.queryParameters["device_id"].map(String.init), let deviceID = Names.canonicalUUID(text) else {
             throw APIError.badRequest("device_id must be the id of one of your devices.")
         }
-        var space: String?
-        if let text = request.uri.queryParameters["space_id"].map(String.init) {
-            guard let id = Names.canonicalUUID(text) else { throw APIError.badRequest("space_id must be a space's id.") }
-            space = id
-        }
+        let space = try request.spaceParameter()
         switch try await devices.state(user: claims.sub, deviceID: deviceID) {
         case .notFound: throw APIError.notFound("No such device.")
         case .revoked: throw APIError.forbidden("This device was revoked.")

@@ -134,12 +134,8 @@ struct SyncRoutes: Sendable {
             }
             collections = names
         }
-        var space: String?
-        if let text = query["space_id"].map(String.init) {
-            guard let id = Names.canonicalUUID(text) else { throw APIError.badRequest("space_id must be a space's id.") }
-            guard try await spaces.role(user: claims.sub, space: id) != nil else { throw APIError.notFound("No such space.") }
-            space = id
-        }
+        let space = try request.spaceParameter()
+        if let space, try await spaces.role(user: claims.sub, space: space) == nil { throw APIError.notFound("No such space.") }
         switch try await pulls.pull(user: claims.sub, space: space, since: since, limit: limit, collections: collections) {
         case .page(let page):
             return Response(
