@@ -51,7 +51,7 @@ public enum RFC3339 {
         let days = floorDiv(seconds, 86_400)
         let (year, month, day) = civil(fromDays: days)
         let secondOfDay = seconds - days * 86_400
-        var bytes = [UInt8](repeating: 0, count: 24)
+        var bytes = template
         func put(_ value: Int64, at start: Int, width: Int) {
             var value = value
             for index in stride(from: start + width - 1, through: start, by: -1) {
@@ -66,11 +66,11 @@ public enum RFC3339 {
         put(secondOfDay / 60 % 60, at: 14, width: 2)
         put(secondOfDay % 60, at: 17, width: 2)
         put(milliseconds, at: 20, width: 3)
-        for (index, character) in [(4, "-"), (7, "-"), (10, "T"), (13, ":"), (16, ":"), (19, "."), (23, "Z")] {
-            bytes[index] = UInt8(ascii: Unicode.Scalar(character)!)
-        }
         return String(decoding: bytes, as: UTF8.self)
     }
+
+    /// The separators `format` fills the digits in between.
+    private static let template = Array("0000-00-00T00:00:00.000Z".utf8)
 
     /// Seconds since 1970 (UTC) and milliseconds, or nil if `text` is not a valid date-time.
     static func parse(_ text: String) -> (Int64, Int64)? {
