@@ -85,11 +85,11 @@ struct Bench: AsyncParsableCommand {
         var mismatches = 0
         for (user, count) in expected {
             let token = try await signer.sign(Claims(sub: user, exp: Int64(Date().timeIntervalSince1970) + 3600))
-            let pulled = try await client.pullCount(token)
+            let pulled = try Bench.pullAll(RawHTTPConnection(host: host, port: UInt16(base.port ?? 80)), token: token).records
             if pulled != count { mismatches += 1; print("state mismatch for \(user): pulled \(pulled), expected \(count)") }
         }
         print(mismatches == 0 ? "state: every user's pull holds exactly the records pushed" : "state: \(mismatches) users differ")
-        for line in ProcessMemory.report(names: ["gateway", "worker"]) { print(line) }
+        for line in Processes.memoryReport(["gateway", "worker"]) { print(line) }
         if unfinished > 0 || mismatches > 0 || succeeded != ids.count { throw ExitCode.failure }
     }
 }
@@ -106,45 +106,63 @@ struct Percentiles: CustomStringConvertible {
     }
 }
 
-enum ProcessCPU {
-    /// CPU seconds (user + system) used so far by running processes with each of these
-    /// names, summed per name.
-    static func seconds(names: Set<String>) -> [String: Double] {
+/// Running processes by name, from `/proc`.
+enum Processes {
+    /// The pids of running processes with one of these names, with the name.
+    static func named(_ names: Set<String>) -> [(pid: String, name: String)] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []).compactMap { pid in
+            guard Int(pid) != nil,
+                  let name = try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines),
+                  names.contains(name)
+            else { return nil }
+            return (pid, name)
+        }
+    }
+
+    /// CPU seconds (user + system) used so far, summed per name.
+    static func cpuSeconds(_ names: Set<String>) -> [String: Double] {
         let ticksPerSecond = Double(sysconf(Int32(_SC_CLK_TCK)))
         var totals: [String: Double] = [:]
-        for pid in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] where Int(pid) != nil {
+        for (pid, name) in named(names) {
+            // After the name in parentheses: state is field 3; utime and stime are 14 and 15.
             guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-                  let open = stat.firstIndex(of: "("), let close = stat.lastIndex(of: ")")
+                  let close = stat.lastIndex(of: ")")
             else { continue }
-            let name = String(stat[stat.index(after: open)..<close])
-            guard names.contains(name) else { continue }
-            // After the name: state is field 3; utime and stime are fields 14 and 15.
             let fields = stat[stat.index(after: close)...].split(separator: " ")
             guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { continue }
             totals[name, default: 0] += (user + system) / ticksPerSecond
         }
         return totals
     }
-}
 
-enum ProcessMemory {
-    /// Resident and peak resident memory of running processes with these names.
-    static func report(names: Set<String>) -> [String] {
-        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
-        return entries.compactMap { pid -> String? in
-            guard Int(pid) != nil,
-                  let comm = try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines),
-                  names.contains(comm),
-                  let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
-            else { return nil }
+    /// Resident and peak resident memory, one line per process.
+    static func memoryReport(_ names: Set<String>) -> [String] {
+        named(names).compactMap { pid, name -> String? in
+            guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
             let fields = status.split(separator: "\n").filter { $0.hasPrefix("VmRSS") || $0.hasPrefix("VmHWM") }
                 .map { $0.split(whereSeparator: { $0 == " " || $0 == "\t" }).joined(separator: " ") }
-            return "memory \(comm) pid \(pid): \(fields.joined(separator: ", "))"
+            return "memory \(name) pid \(pid): \(fields.joined(separator: ", "))"
         }.sorted()
     }
 }
 
 extension Bench {
+    /// Pulls from the start until `has_more` is false.
+    static func pullAll(_ connection: RawHTTPConnection, token: String) throws -> (records: Int, pages: Int, bytes: Int) {
+        var cursor = "0", records = 0, pages = 0, bytes = 0
+        while true {
+            let (status, body) = try connection.send(method: "GET", path: "/v1/sync/pull?limit=1000&since=\(cursor)", token: token)
+            guard status == 200, let page = (try? JSONParser.parse(body))?.objectValue,
+                  let changes = page["changes"]?.arrayValue, let next = page["cursor"]?.stringValue
+            else { throw ValidationError("pull answered \(status)") }
+            records += changes.count
+            pages += 1
+            bytes += body.count
+            cursor = next
+            if page["has_more"]?.boolValue != true { return (records, pages, bytes) }
+        }
+    }
+
     /// Waits up to five minutes for the jobs to finish; answers how many did not.
     static func waitForJobs(_ ids: [String], pool: PGPool) async throws -> Int {
         let deadline = Date().addingTimeInterval(300)
@@ -212,15 +230,4 @@ struct BenchClient: Sendable {
         return value
     }
 
-    func pullCount(_ token: String) async throws -> Int {
-        var cursor = "0", count = 0
-        while true {
-            let (status, data) = try await send("GET", "/v1/sync/pull?limit=1000&since=\(cursor)", token: token, body: nil)
-            guard status == 200 else { throw ValidationError("pull answered \(status)") }
-            let page = try JSONCoding.decode(PullPage.self, from: data)
-            count += page.changes.count
-            cursor = page.cursor
-            if !page.hasMore { return count }
-        }
-    }
 }

@@ -70,7 +70,7 @@ struct PublicBench: AsyncParsableCommand {
                          phase.name, phase.rate, samples.count, errors, items, warmup, Percentiles(measured.map(\.seconds)).description))
             if errors > 0 { failed = true }
         }
-        for line in ProcessMemory.report(names: ["gateway"]) { print(line) }
+        for line in Processes.memoryReport(["gateway"]) { print(line) }
         if failed { throw ExitCode.failure }
     }
 

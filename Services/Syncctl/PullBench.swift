@@ -55,15 +55,15 @@ struct PullBench: AsyncParsableCommand {
         await pool.shutdown()
         guard unfinished == 0 else { throw ValidationError("\(unfinished) seeding jobs did not finish") }
         print(String(format: "bench-pull: %d records of about %d bytes seeded in %.1f s", records, recordBytes, Date().timeIntervalSince(seeded)))
-        for line in ProcessMemory.report(names: ["gateway"]) { print("before: " + line) }
+        for line in Processes.memoryReport(["gateway"]) { print("before: " + line) }
 
         for round in 1...runs {
-            let cpuBefore = ProcessCPU.seconds(names: ["gateway", "postgres"])
+            let cpuBefore = Processes.cpuSeconds(["gateway", "postgres"])
             let started = Date()
             let results = try await withThrowingTaskGroup(of: (Int, Int, Int).self) { group in
                 for _ in 0..<clients {
                     group.addTask {
-                        try Self.pullAll(RawHTTPConnection(host: host, port: port), token: token)
+                        try Bench.pullAll(RawHTTPConnection(host: host, port: port), token: token)
                     }
                 }
                 return try await group.reduce(into: [(Int, Int, Int)]()) { $0.append($1) }
@@ -73,29 +73,13 @@ struct PullBench: AsyncParsableCommand {
             guard results.allSatisfy({ $0.0 == records }) else {
                 throw ValidationError("a full pull returned \(results.map(\.0)) records, not \(records)")
             }
-            let cpuAfter = ProcessCPU.seconds(names: ["gateway", "postgres"])
+            let cpuAfter = Processes.cpuSeconds(["gateway", "postgres"])
             func perPage(_ name: String) -> Double { ((cpuAfter[name] ?? 0) - (cpuBefore[name] ?? 0)) * 1000 / Double(pages) }
             print(String(
                 format: "run %d: %d clients pulled %d records in %d pages (%.1f MB) in %.2f s → %.0f records/s; CPU per page: gateway %.1f ms, PostgreSQL %.1f ms",
                 round, clients, pulled, pages, Double(bytes) / 1e6, seconds, Double(pulled) / seconds, perPage("gateway"),
                 perPage("postgres")))
         }
-        for line in ProcessMemory.report(names: ["gateway"]) { print("after: " + line) }
-    }
-
-    /// Pulls from the start until `has_more` is false: (records, pages, bytes).
-    static func pullAll(_ connection: RawHTTPConnection, token: String) throws -> (Int, Int, Int) {
-        var cursor = "0", count = 0, pages = 0, bytes = 0
-        while true {
-            let (status, body) = try connection.send(method: "GET", path: "/v1/sync/pull?limit=1000&since=\(cursor)", token: token)
-            guard status == 200, let page = (try? JSONParser.parse(body))?.objectValue,
-                  let changes = page["changes"]?.arrayValue, let next = page["cursor"]?.stringValue
-            else { throw ValidationError("pull answered \(status)") }
-            count += changes.count
-            pages += 1
-            bytes += body.count
-            cursor = next
-            if page["has_more"]?.boolValue != true { return (count, pages, bytes) }
-        }
+        for line in Processes.memoryReport(["gateway"]) { print("after: " + line) }
     }
 }

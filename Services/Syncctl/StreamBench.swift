@@ -106,7 +106,7 @@ struct StreamBench: AsyncParsableCommand {
         }
         print("jobs succeeded: \(rows.count)/\(pushes); pokes delivered: \(latencies.count)/\(rows.count * expectedPerPush)" + (missing > 0 ? " (\(missing) missing)" : ""))
         print("poke latency (commit → delivered): " + Percentiles(latencies).description)
-        for line in ProcessMemory.report(names: ["fanout"]) { print(line) }
+        for line in Processes.memoryReport(["fanout"]) { print(line) }
         if missing > 0 || rows.count != pushes { throw ExitCode.failure }
     }
 }

@@ -126,20 +126,6 @@ public struct PushAccepted: Codable, Sendable {
     enum CodingKeys: String, CodingKey { case jobID = "job_id", status, ops }
 }
 
-public struct PullPage: Codable, Sendable {
-    public var changes: [RecordView]
-    public var cursor: String
-    public var hasMore: Bool
-
-    public init(changes: [RecordView], cursor: String, hasMore: Bool) {
-        self.changes = changes
-        self.cursor = cursor
-        self.hasMore = hasMore
-    }
-
-    enum CodingKeys: String, CodingKey { case changes, cursor, hasMore = "has_more" }
-}
-
 /// One published record in the public listing (SPEC §5). `author` is the publisher's
 /// display name when known — never a user id.
 public struct PublicItem: Codable, Sendable, Equatable {
@@ -272,7 +258,7 @@ public struct JobEvent: Codable, Sendable, Equatable {
     public var checkpoint: String?
     /// Some op was rejected or conflicted.
     public var troubled: Bool
-    /// The shared space the job wrote to (nil: the user's personal space). `userID` is the
+    /// The space the job wrote to (nil only in events from before spaces). `userID` is the
     /// member this event is for; `deviceID` the device that pushed.
     public var spaceID: String?
 
