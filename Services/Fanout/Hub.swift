@@ -62,6 +62,11 @@ final class Hub: Service, Sendable {
         /// Memberships that ended in the last `leftMemory` seconds: a poke computed before
         /// the removal committed but arriving after its announcement is not delivered.
         var left: [Membership: Date] = [:]
+        /// The bind of each connected user's routing key, made by their first stream; every
+        /// later stream of the user waits for it too, so none says `hello` before its pokes
+        /// can arrive. Forgotten when it fails (the next stream tries again) and when the
+        /// user's last stream ends.
+        var binds: [String: Task<Void, any Error>] = [:]
         var closed = false
     }
 
@@ -100,26 +105,30 @@ final class Hub: Service, Sendable {
     func subscribe(user: String, deviceID: String, space: String?) async throws -> (UUID, AsyncStream<StreamMessage>) {
         let id = UUID()
         let (stream, continuation) = AsyncStream.makeStream(of: StreamMessage.self, bufferingPolicy: .bufferingNewest(64))
-        let first = state.withLockedValue { state -> Bool? in
+        let publisher = self.publisher, binding = binding(user)
+        let bind = state.withLockedValue { state -> Task<Void, any Error>? in
             if state.closed { return nil }
-            let first = state.users[user] == nil
             state.users[user, default: [:]][id] = Subscriber(deviceID: deviceID, space: space, continuation: continuation)
             // A stream of the space was authorized just now: the user is a member again.
             if let space { state.left[Membership(user: user, space: space)] = nil }
-            return first
+            if let existing = state.binds[user] { return existing }
+            let task = Task { try await publisher.setBindings([binding], bound: true) }
+            state.binds[user] = task
+            return task
         }
-        guard let first else {
+        guard let bind else {
             continuation.finish()
             throw CancellationError()
         }
         connected.increment()
-        if first {
-            do {
-                try await publisher.setBindings([binding(user)], bound: true)
-            } catch {
-                unsubscribe(user: user, id: id)
-                throw error
+        do {
+            try await bind.value
+        } catch {
+            state.withLockedValue { state in
+                if state.binds[user] == bind { state.binds[user] = nil }
             }
+            unsubscribe(user: user, id: id)
+            throw error
         }
         return (id, stream)
     }
@@ -130,6 +139,7 @@ final class Hub: Service, Sendable {
             subscriber.continuation.finish()
             if state.users[user]?.isEmpty == true {
                 state.users[user] = nil
+                state.binds[user] = nil
                 return true
             }
             return false

@@ -82,6 +82,8 @@ final class AMQPConnection {
     private(set) var confirmsEnabled = false
     private var nextPublishSeq: UInt64 = 1
 
+    static let rpcTimeoutSeconds = 10
+
     init(endpoint: AMQPEndpoint, heartbeatSeconds: Int, connectTimeout: TimeInterval = 3) throws(AMQPError) {
         guard let state = amqp_new_connection() else { throw AMQPError(.connection, "out of memory") }
         self.state = state
@@ -99,6 +101,11 @@ final class AMQPConnection {
             try check(syncline_amqp_login_plain(
                 state, endpoint.vhost, 0, 131_072, Int32(heartbeatSeconds), endpoint.user, endpoint.password),
                 "login")
+            // Every RPC (declare, bind, confirm.select…) gives up after this long instead of
+            // blocking its thread forever on a broker that stopped answering; the
+            // connection is then closed and the caller reconnects.
+            var rpcTimeout = timeval(tv_sec: Self.rpcTimeoutSeconds, tv_usec: 0)
+            amqp_set_rpc_timeout(state, &rpcTimeout)
             amqp_channel_open(state, channel)
             try check(amqp_get_rpc_reply(state), "channel.open")
         } catch {

@@ -36,8 +36,10 @@ public final class RateLimiter: Sendable {
                 state.buckets = state.buckets.filter { $0.value.tokens + (now - $0.value.at) * limit.rate < limit.burst }
             }
             var bucket = state.buckets[key] ?? Bucket(tokens: limit.burst, at: now)
-            bucket.tokens = min(limit.burst, bucket.tokens + (now - bucket.at) * limit.rate)
-            bucket.at = now
+            // Concurrent callers may reach the lock in another order than they read the
+            // clock: time never runs backwards for a bucket.
+            bucket.tokens = min(limit.burst, bucket.tokens + max(0, now - bucket.at) * limit.rate)
+            bucket.at = max(bucket.at, now)
             defer { state.buckets[key] = bucket }
             guard bucket.tokens >= 1 else { return max(1, Int(((1 - bucket.tokens) / limit.rate).rounded(.up))) }
             bucket.tokens -= 1

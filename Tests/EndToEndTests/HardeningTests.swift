@@ -68,8 +68,10 @@ struct HardeningTests {
                 do {
                     _ = try await stream.inbox.next("hello", within: 15)
                 } catch {
-                    Issue.record("stream \(index): HTTP \(stream.httpStatus), no hello: \(error)")
-                    throw error
+                    throw StackError(description: """
+                        stream \(index): HTTP \(stream.httpStatus), no hello (\(error)); \
+                        fanout said: \(stack.fanouts[0].logTail())
+                        """)
                 }
             }
             let third = try await fanout.request(

@@ -142,6 +142,12 @@ final class ServiceProcess: @unchecked Sendable {
 
     func signal(_ signal: Int32) { kill(pid, signal) }
 
+    /// The last `count` lines of the process's output, on one line (for a failure message).
+    func logTail(_ count: Int = 15) -> String {
+        let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").suffix(count).joined(separator: " | ")
+    }
+
     /// Sends SIGTERM and waits up to `seconds` for the process to exit; returns its exit code.
     @discardableResult
     func stop(within seconds: Double = 15) -> Int32? {

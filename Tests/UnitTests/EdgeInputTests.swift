@@ -98,4 +98,16 @@ struct EdgeInputTests {
         #expect(limiter.acquire("a") == nil)
         #expect(limiter.acquire("a") != nil)
     }
+
+    /// Two requests at once may read the clock in one order and take the lock in the
+    /// other: the later reading must not cost the earlier one a token.
+    @Test func aClockReadingOlderThanTheBucketTakesNothingAway() {
+        final class Clock: @unchecked Sendable { var now = 100.0 }
+        let clock = Clock()
+        let limiter = RateLimiter(RateLimit(rate: 1.0 / 60, burst: 2), clock: { clock.now })
+        #expect(limiter.acquire("a") == nil)
+        clock.now = 99.999
+        #expect(limiter.acquire("a") == nil)
+        #expect(limiter.acquire("a") != nil)
+    }
 }
