@@ -19,6 +19,8 @@ final class SteadyLoad: @unchecked Sendable {
     private let lock = NSLock()
     private var acceptedOps: [String: [String]] = [:]  // user → record ids
     private var acceptedJobs: [String] = []
+    /// Pushes never acknowledged, with their last answer.
+    private var abandoned: [String] = []
     private var task: Task<Void, Never>?
     private var stopping = false
 
@@ -55,16 +57,29 @@ final class SteadyLoad: @unchecked Sendable {
                                 ["op_id": newOpID(), "type": "upsert", "collection": self.collection, "id": $0, "data": ["n": 1]]
                             }
                             let key = newOpID()
+                            // Serialized once: a retry must send the very bytes the key was
+                            // first used with (a dictionary's order can differ between copies).
+                            let body = try! JSONSerialization.data(withJSONObject: ["device_id": device.id, "ops": ops])
                             var giveUpAt = Date.distantFuture
+                            var last = ""
                             while true {
-                                if let result = try? await client().push(device.token, device: device.id, ops: ops, headers: ["Idempotency-Key": key]),
-                                   result.status == 202, let job = result.json["job_id"] as? String {
-                                    self.record(user: device.user, ids: ids, job: job)
-                                    break
+                                do {
+                                    let result = try await client().request(
+                                        "POST", "/v1/sync/push", token: device.token, body: body, headers: ["Idempotency-Key": key])
+                                    if result.status == 202, let job = result.json["job_id"] as? String {
+                                        self.record(user: device.user, ids: ids, job: job)
+                                        break
+                                    }
+                                    last = "HTTP \(result.status) \(result.text.prefix(200))"
+                                } catch {
+                                    last = "\(error)"
                                 }
                                 if self.isStopping {
                                     if giveUpAt == .distantFuture { giveUpAt = Date().addingTimeInterval(30) }
-                                    if Date() > giveUpAt { return }  // the stack never came back: verify reports it
+                                    if Date() > giveUpAt {  // the stack never came back: verify reports it
+                                        self.lock.withLock { self.abandoned.append("\(device.user): \(last)") }
+                                        return
+                                    }
                                 }
                                 try? await Task.sleep(for: .milliseconds(200))
                             }
@@ -98,6 +113,8 @@ final class SteadyLoad: @unchecked Sendable {
     func verify(client: APIClient, within seconds: Double = 60) async throws {
         let jobs = self.jobs
         #expect(!jobs.isEmpty, "the load pushed nothing")
+        let abandoned = lock.withLock { self.abandoned }
+        #expect(abandoned.isEmpty, "pushes never acknowledged: \(abandoned)")
         let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
         defer { Task { await pool.shutdown() } }
         let statuses = try await E2E.eventually(within: seconds, "\(jobs.count) jobs terminal") { () -> [String: Int]? in
