@@ -14,12 +14,26 @@ extension Double: PGBindable { public var pgText: String { String(self) } }
 extension Bool: PGBindable { public var pgText: String { self ? "t" : "f" } }
 extension UUID: PGBindable { public var pgText: String { uuidString.lowercased() } }
 
-extension Array: PGBindable where Element == String {
-    /// PostgreSQL array literal with every element quoted.
+/// What an array parameter holds: its element as array-literal text, nil for NULL.
+public protocol PGArrayElement: Sendable {
+    var pgArrayElement: String? { get }
+}
+
+extension String: PGArrayElement { public var pgArrayElement: String? { self } }
+extension Int: PGArrayElement { public var pgArrayElement: String? { String(self) } }
+extension Int64: PGArrayElement { public var pgArrayElement: String? { String(self) } }
+extension Bool: PGArrayElement { public var pgArrayElement: String? { self ? "t" : "f" } }
+extension Optional: PGArrayElement where Wrapped: PGArrayElement {
+    public var pgArrayElement: String? { flatMap(\.pgArrayElement) }
+}
+
+extension Array: PGBindable where Element: PGArrayElement {
+    /// PostgreSQL array literal: every element quoted, NULL for nil.
     public var pgText: String {
         "{" + map { element in
+            guard let text = element.pgArrayElement else { return "NULL" }
             var escaped = "\""
-            for character in element {
+            for character in text {
                 if character == "\"" || character == "\\" { escaped.append("\\") }
                 escaped.append(character)
             }
