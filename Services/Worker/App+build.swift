@@ -6,11 +6,12 @@ import Persistence
 import ServiceSupport
 
 /// Wires the worker: consumers on `sync.jobs` and `sync.jobs.exhausted`, a pool sized for
-/// its prefetch, a publisher for retries and dead letters, and the operations endpoints.
+/// its transactions (and the exhausted consumer's four), a publisher for retries, dead
+/// letters and job events, and the operations endpoints.
 func buildWorker(configuration: Configuration, logger: Logger) throws -> some ApplicationProtocol {
     let endpoint = try configuration.amqpEndpoint()
     let pool = PGPool(
-        url: configuration.databaseURL, size: min(configuration.databasePoolSize, configuration.workerPrefetch),
+        url: configuration.databaseURL, size: min(configuration.databasePoolSize, configuration.workerConcurrency + 4),
         logger: logger)
     let topology = SynclineTopology.topology(retryDelays: configuration.retryDelays)
     let publisher = AMQPPublisher(endpoint: endpoint, topology: topology, logger: logger)
@@ -22,6 +23,8 @@ func buildWorker(configuration: Configuration, logger: Logger) throws -> some Ap
     let exhausted = AMQPConsumer(
         configuration: .init(endpoint: endpoint, topology: topology, queue: SynclineTopology.exhaustedQueue, prefetch: 4),
         logger: logger)
+
+    let announcer = EventAnnouncer(publisher: publisher, logger: logger)
 
     let router = Router(context: BasicRequestContext.self)
     OperationsEndpoints.register(on: router) {
@@ -36,9 +39,13 @@ func buildWorker(configuration: Configuration, logger: Logger) throws -> some Ap
                 await publisher.shutdown()
                 await pool.shutdown()
             },
+            // Stopped in reverse order: the consumer first, then the announcer publishes
+            // the last events, then the publisher and pool close.
+            announcer,
             JobConsumer(
                 jobs: jobs, exhausted: exhausted, store: ApplyStore(pool: pool), deadLetters: DeadLetterStore(pool: pool),
-                accounts: AccountStore(pool: pool), publisher: publisher, configuration: configuration, logger: logger),
+                accounts: AccountStore(pool: pool), publisher: publisher, announcer: announcer, configuration: configuration,
+                logger: logger),
         ],
         logger: logger)
 }

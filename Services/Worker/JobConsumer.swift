@@ -28,6 +28,8 @@ struct JobConsumer: Service {
     let deadLetters: DeadLetterStore
     let accounts: AccountStore
     let publisher: AMQPPublisher
+    /// Job events go out through it, after the commit and off the job's slot.
+    let announcer: EventAnnouncer
     let configuration: Configuration
     let logger: Logger
 
@@ -35,13 +37,19 @@ struct JobConsumer: Service {
     private let duplicates = Counter(label: "syncline_jobs_processed_total", dimensions: [("outcome", "already_finished")])
     private let outageWaits = Counter(label: "syncline_job_outage_waits_total")
     private let pushToApplied = Timer(label: "syncline_push_to_applied_seconds")
+    private let batchSizes = Recorder(label: "syncline_job_batch_size")
+    private let batchFallbacks = Counter(label: "syncline_job_batch_fallbacks_total")
 
     func run() async throws {
         jobs.start()
         exhausted.start()
         await withGracefulShutdownHandler {
             await withTaskGroup(of: Void.self) { group in
-                group.addTask { await jobs.handleConcurrently(limit: configuration.workerPrefetch) { await handle($0) } }
+                group.addTask {
+                    await jobs.handleInBatches(maxBatch: configuration.workerBatchJobs, slots: configuration.workerConcurrency) {
+                        await handle(batch: $0)
+                    }
+                }
                 group.addTask { await exhausted.handleConcurrently(limit: 4) { await handleExhausted($0) } }
             }
         } onGracefulShutdown: {
@@ -52,6 +60,72 @@ struct JobConsumer: Service {
         await jobs.close()
         await exhausted.close()
         logger.info("job consumer stopped")
+    }
+
+    /// Deliveries from `sync.jobs` that arrived together: applied in one transaction and
+    /// acked after its commit. A delivery alone, one whose job the batch cannot apply, and
+    /// every delivery of a batch that failed take the single-job path, whose attempt
+    /// bookkeeping, retries and dead-lettering are unchanged: a poison job is dead-lettered
+    /// alone while the others are applied.
+    func handle(batch deliveries: [AMQPDelivery]) async {
+        batchSizes.record(deliveries.count)
+        guard deliveries.count > 1 else {
+            for delivery in deliveries { await handle(delivery) }
+            return
+        }
+        let jobIDs = deliveries.compactMap { SynclineTopology.jobID(inMessage: $0.body) }
+        let outcomes: [String: ApplyStore.BatchOutcome]
+        do {
+            outcomes = try await store.applyBatch(jobIDs: jobIDs)
+        } catch {
+            batchFallbacks.increment()
+            logger.info("batch rolled back; applying its jobs one by one", metadata: [
+                "jobs.count": "\(deliveries.count)", "error": "\((error as? PGError)?.debugDescription ?? "\(error)")",
+            ])
+            for delivery in deliveries { await handle(delivery) }
+            return
+        }
+        var events: [JobEvent] = []
+        var settled = Set<String>()
+        for delivery in deliveries {
+            guard let jobID = SynclineTopology.jobID(inMessage: delivery.body).flatMap(Names.canonicalUUID),
+                  let outcome = outcomes[jobID]
+            else {
+                await handle(delivery)
+                continue
+            }
+            switch outcome {
+            case .applied(let applied) where settled.insert(jobID).inserted:
+                jobs.ack(delivery)
+                processed.increment()
+                pushToApplied.recordSeconds(applied.secondsSinceIntake)
+                events += Self.events(jobID: jobID, applied)
+            case .applied, .alreadyFinished:
+                duplicates.increment()
+                jobs.ack(delivery)
+            case .alone:
+                await handle(delivery)
+            }
+        }
+        announcer.send(events)
+    }
+
+    /// One event per member of the space (the pusher's carries the outcome for the origin
+    /// device); members removed before the commit get none. A pusher removed since intake
+    /// still learns the outcome, with no cursor to poke their other devices with.
+    static func events(jobID: String, _ applied: ApplyStore.Applied) -> [JobEvent] {
+        var events = applied.members.map { member in
+            JobEvent(
+                userID: member, deviceID: applied.deviceID, jobID: jobID, status: .succeeded,
+                checkpoint: String(applied.checkpoint), troubled: member == applied.user && applied.hadRejectsOrConflicts,
+                spaceID: applied.space)
+        }
+        if !applied.members.contains(applied.user) {
+            events.append(JobEvent(
+                userID: applied.user, deviceID: applied.deviceID, jobID: jobID, status: .succeeded, checkpoint: nil,
+                troubled: true, spaceID: applied.space))
+        }
+        return events
     }
 
     /// One delivery from `sync.jobs`.
@@ -80,26 +154,12 @@ struct JobConsumer: Service {
 
         do {
             switch try await store.apply(jobID: jobID) {
-            case .succeeded(let user, let deviceID, let checkpoint, let troubled, let latency, let space, let members):
+            case .succeeded(let applied):
                 jobs.ack(delivery)
                 processed.increment()
-                pushToApplied.recordSeconds(latency)
-                logger.debug("job applied", metadata: ["job.checkpoint": "\(checkpoint)", "job.attempt": "\(attempt)"])
-                // One event per member of the space (the pusher's carries the outcome for the
-                // origin device); members removed before the commit get none. A pusher removed
-                // since intake still learns the outcome, with no cursor to poke their other
-                // devices with.
-                var events = members.map { member in
-                    JobEvent(
-                        userID: member, deviceID: deviceID, jobID: jobID, status: .succeeded, checkpoint: String(checkpoint),
-                        troubled: member == user && troubled, spaceID: space)
-                }
-                if !members.contains(user) {
-                    events.append(JobEvent(
-                        userID: user, deviceID: deviceID, jobID: jobID, status: .succeeded, checkpoint: nil, troubled: true,
-                        spaceID: space))
-                }
-                await announce(events)
+                pushToApplied.recordSeconds(applied.secondsSinceIntake)
+                logger.debug("job applied", metadata: ["job.checkpoint": "\(applied.checkpoint)", "job.attempt": "\(attempt)"])
+                announcer.send(Self.events(jobID: jobID, applied))
             case .alreadyFinished:
                 duplicates.increment()
                 jobs.ack(delivery)
@@ -237,23 +297,12 @@ struct JobConsumer: Service {
             ])
             consumer.ack(delivery)
             if let jobID, let user = recorded.userID, let device = recorded.deviceID {
-                await announce([JobEvent(
+                announcer.send([JobEvent(
                     userID: user, deviceID: device, jobID: jobID, status: .dead, checkpoint: nil, troubled: true,
                     spaceID: recorded.spaceID)])
             }
         } catch {
             await handBack(delivery, to: consumer, error: error, logger: logger)
-        }
-    }
-
-    /// Tells fanout a job finished, after its commit. Best effort: the job is done either
-    /// way, and a device that misses a poke still gets the change at its next pull.
-    /// A job's events (one per member of its space) go out as one confirmed batch.
-    private func announce(_ events: [JobEvent]) async {
-        do {
-            try await publisher.publish(events.map(SynclineTopology.eventMessage))
-        } catch {
-            logger.debug("job event not published", metadata: ["job.id": "\(events.first?.jobID ?? "-")", "error": "\(error)"])
         }
     }
 

@@ -236,6 +236,42 @@ public final class AMQPConsumer: Sendable {
 extension AMQPConsumer {
     /// Runs `handler` for each delivery, at most `limit` at once, until the consumer stops
     /// consuming; then waits for the handlers in flight, so each settles its delivery.
+    /// Hands deliveries to `handler` in batches, as `BatchDispatch` decides: up to `slots`
+    /// batches at once, each of at most `maxBatch` deliveries. Returns once the deliveries
+    /// have ended and every batch has finished.
+    public func handleInBatches(
+        maxBatch: Int, slots: Int, _ handler: @escaping @Sendable ([AMQPDelivery]) async -> Void
+    ) async {
+        enum Event: Sendable { case arrived(AMQPDelivery), finished, ended }
+        let (events, sink) = AsyncStream.makeStream(of: Event.self)
+        let deliveries = self.deliveries
+        await withDiscardingTaskGroup { group in
+            group.addTask {
+                for await delivery in deliveries { sink.yield(.arrived(delivery)) }
+                sink.yield(.ended)
+            }
+            var dispatch = BatchDispatch<AMQPDelivery>(maxBatch: maxBatch, slots: slots)
+            for await event in events {
+                let batches: [[AMQPDelivery]]
+                switch event {
+                case .arrived(let delivery): batches = dispatch.arrived(delivery)
+                case .finished: batches = dispatch.finished()
+                case .ended:
+                    dispatch.end()
+                    batches = []
+                }
+                for batch in batches {
+                    group.addTask {
+                        await handler(batch)
+                        sink.yield(.finished)
+                    }
+                }
+                if dispatch.isDone { break }
+            }
+            sink.finish()
+        }
+    }
+
     public func handleConcurrently(limit: Int, _ handler: @escaping @Sendable (AMQPDelivery) async -> Void) async {
         await withTaskGroup(of: Void.self) { group in
             var inFlight = 0

@@ -2,18 +2,15 @@ import Foundation
 import PQBridge
 import SyncModels
 
-/// The worker's side of the database: one job applied in one transaction.
+/// The worker's side of the database: one job, or a batch of jobs, applied in one transaction.
 public struct ApplyStore: Sendable {
     let pool: PGPool
 
     public init(pool: PGPool) { self.pool = pool }
 
     public enum Outcome: Sendable, Equatable {
-        /// `space`: the space written to, with its `members` at the commit (the pusher is
-        /// not among them when they were removed since intake).
-        case succeeded(
-            user: String, deviceID: String, checkpoint: Int64, hadRejectsOrConflicts: Bool, secondsSinceIntake: Double,
-            space: String, members: [String])
+        /// The pusher is not among the space's members when they were removed since intake.
+        case succeeded(Applied)
         /// Another delivery already finished it (or an operator discarded it).
         case alreadyFinished(JobStatus)
         case unknownJob
@@ -75,64 +72,155 @@ public struct ApplyStore: Sendable {
             """, [jobID, error])
     }
 
+    /// What applying one job left: enough for its events and metrics.
+    public struct Applied: Sendable, Equatable {
+        public let user: String
+        public let deviceID: String
+        public let checkpoint: Int64
+        public let hadRejectsOrConflicts: Bool
+        public let secondsSinceIntake: Double
+        /// The space written to, with its members at the commit.
+        public let space: String
+        public let members: [String]
+    }
+
+    /// What a job of a batch came to.
+    public enum BatchOutcome: Sendable, Equatable {
+        case applied(Applied)
+        /// Another delivery already finished it (or an operator discarded it).
+        case alreadyFinished(JobStatus)
+        /// Not applied here — unknown, or its ops cannot be read: the caller handles it on
+        /// its own, with the attempt bookkeeping and dead-lettering of a single job.
+        case alone
+    }
+
     /// Applies every op of the job by the merge rules, under its space's counter lock (G4),
     /// remembering op_ids (G2) and storing results and checkpoint (G5), all in one
     /// transaction. The user comes from the job row, never from the message.
     public func apply(jobID: String) async throws -> Outcome {
         guard let id = Names.canonicalUUID(jobID) else { return .unknownJob }
         return try await pool.transaction { connection in
-            // Locks the job row, then — unless the job is finished — its space's counter row,
-            // created on first use (G4); one statement. Both locks are held until commit.
-            guard let job = try connection.query("""
-                WITH job AS (
-                  SELECT user_id, space_id, device_id, status, ops, author_name FROM jobs WHERE job_id = $1 FOR UPDATE),
-                counter AS (
-                  INSERT INTO space_counters (space_id)
-                  SELECT space_id FROM job WHERE status IN ('queued', 'processing', 'retrying')
-                  ON CONFLICT (space_id) DO UPDATE SET space_id = EXCLUDED.space_id
-                  RETURNING counter, purge_clock)
-                SELECT job.user_id, job.space_id, job.device_id, job.status, job.ops, job.author_name,
-                       counter.counter, counter.purge_clock
-                FROM job LEFT JOIN counter ON true
-                """, [id]).first else { return .unknownJob }
-            let status = JobStatus(rawValue: try job.string("status")) ?? .queued
-            if status.isTerminal { return .alreadyFinished(status) }
-            let user = try job.string("user_id")
-            let space = try job.string("space_id")
-            let deviceID = try job.string("device_id")
-            guard var ops = Op.decodeStored(try job.string("ops")) else {
+            let locked = try Self.lock(connection, jobIDs: [id])
+            guard let job = locked.jobs.first else { return .unknownJob }
+            if job.status.isTerminal { return .alreadyFinished(job.status) }
+            var counters = locked.counters
+            guard let ops = Op.decodeStored(job.ops) else {
                 throw PGError(code: .decoding, message: "job \(id) holds ops that cannot be read")
             }
-            let counter = job.optionalInt("counter") ?? 0
-            let purgeClock = job["purge_clock"].flatMap(Stamp.init(stored:))
-
-            // After the counter lock: the fork sources, then in one statement the op_ids
-            // already remembered, the records the ops touch (own fork sources included) and
-            // the space's members (a statement after the lock sees every earlier commit).
-            let sources = try Self.forkSources(connection, space: space, ops: ops)
-            var keys = Set(ops.map { RecordKey(collection: $0.collection, id: $0.id) })
-            for case .own(let key) in sources.values { keys.insert(key) }
-            let (known, records, members) = try Self.loadState(connection, space: space, opIDs: ops.map(\.opID), keys: Array(keys))
-            // Membership is checked again here (G6): a pusher removed, or made a viewer, since
-            // intake has every op rejected, and nothing of theirs lands.
-            if members[user]?.canWrite != true {
-                for index in ops.indices where ops[index].rejected == nil { ops[index].rejected = RejectReason.forbidden }
-            }
-            let owners = try Self.publicIDOwners(connection, space: space, ops: ops)
-
-            let outcome = JobApplier.apply(
-                ops: ops, records: records, knownOpIDs: known, counter: counter, deviceID: deviceID,
-                publicIDOwners: owners, purgeClock: purgeClock, forkSources: sources)
-
-            let finished = try Self.saveOutcome(
-                connection, space: space, jobID: id, outcome: outcome, author: job["author_name"])
-            try Self.countForks(connection, space: space, user: user, forked: outcome.forked)
-            let troubled = outcome.results.contains { $0.status == .rejected || $0.status == .conflict }
-            let latency = finished.first?["latency"].flatMap(Double.init) ?? 0
-            return .succeeded(
-                user: user, deviceID: deviceID, checkpoint: outcome.counter, hadRejectsOrConflicts: troubled,
-                secondsSinceIntake: latency, space: space, members: members.keys.sorted())
+            return .succeeded(try Self.apply(
+                connection, job: job, ops: ops, counters: &counters, purgeClocks: locked.purgeClocks, attemptBegun: true))
         }
+    }
+
+    /// Applies several jobs in one transaction, in the order given, each counting its
+    /// attempt in the same commit (no attempt of its own is begun first). Job rows are
+    /// locked in id order, then the counters of their spaces in space order, so two
+    /// workers batching overlapping spaces wait for each other instead of deadlocking.
+    /// Any database error rolls back the whole batch and is thrown: the caller applies the
+    /// jobs one by one instead, so a job that fails cannot fail the others.
+    public func applyBatch(jobIDs: [String]) async throws -> [String: BatchOutcome] {
+        let ids = jobIDs.compactMap(Names.canonicalUUID)
+        return try await pool.transaction { connection in
+            let locked = try Self.lock(connection, jobIDs: ids)
+            var counters = locked.counters
+            var outcomes: [String: BatchOutcome] = [:]
+            let byID = Dictionary(locked.jobs.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+            for id in ids where outcomes[id] == nil {
+                guard let job = byID[id], let ops = Op.decodeStored(job.ops) else {
+                    outcomes[id] = .alone
+                    continue
+                }
+                if job.status.isTerminal {
+                    outcomes[id] = .alreadyFinished(job.status)
+                    continue
+                }
+                outcomes[id] = .applied(try Self.apply(
+                    connection, job: job, ops: ops, counters: &counters, purgeClocks: locked.purgeClocks, attemptBegun: false))
+            }
+            return outcomes
+        }
+    }
+
+    /// A job row locked by this transaction.
+    struct LockedJob {
+        let id: String
+        let user: String
+        let space: String
+        let deviceID: String
+        let status: JobStatus
+        let ops: String
+        let author: String?
+    }
+
+    /// Locks the job rows (in id order), then — for the jobs not finished — their spaces'
+    /// counter rows (in space order), created on first use (G4); one statement. Every
+    /// lock is held until commit.
+    static func lock(_ connection: PGConnection, jobIDs: [String]) throws
+        -> (jobs: [LockedJob], counters: [String: Int64], purgeClocks: [String: Stamp])
+    {
+        let rows = try connection.query("""
+            WITH job AS (
+              SELECT job_id, user_id, space_id, device_id, status, ops, author_name FROM jobs
+              WHERE job_id = ANY($1::uuid[]) ORDER BY job_id FOR UPDATE),
+            counter AS (
+              INSERT INTO space_counters (space_id)
+              SELECT DISTINCT space_id FROM job WHERE status IN ('queued', 'processing', 'retrying') ORDER BY space_id
+              ON CONFLICT (space_id) DO UPDATE SET space_id = EXCLUDED.space_id
+              RETURNING space_id, counter, purge_clock)
+            SELECT job.job_id, job.user_id, job.space_id, job.device_id, job.status, job.ops, job.author_name,
+                   counter.counter, counter.purge_clock
+            FROM job LEFT JOIN counter USING (space_id)
+            """, [jobIDs]).rows
+        var jobs: [LockedJob] = []
+        var counters: [String: Int64] = [:]
+        var purgeClocks: [String: Stamp] = [:]
+        for row in rows {
+            let space = try row.string("space_id")
+            jobs.append(LockedJob(
+                id: try row.string("job_id"), user: try row.string("user_id"), space: space,
+                deviceID: try row.string("device_id"), status: JobStatus(rawValue: try row.string("status")) ?? .queued,
+                ops: try row.string("ops"), author: row["author_name"]))
+            if let counter = row.optionalInt("counter") { counters[space] = counter }
+            if let clock = row["purge_clock"].flatMap(Stamp.init(stored:)) { purgeClocks[space] = clock }
+        }
+        return (jobs, counters, purgeClocks)
+    }
+
+    /// Applies one locked job whose space's counter is locked too, and advances
+    /// `counters` for the next job of the same space.
+    static func apply(
+        _ connection: PGConnection, job: LockedJob, ops stored: [Op], counters: inout [String: Int64],
+        purgeClocks: [String: Stamp], attemptBegun: Bool
+    ) throws -> Applied {
+        var ops = stored
+        let space = job.space
+        // After the counter lock: the fork sources, then in one statement the op_ids
+        // already remembered, the records the ops touch (own fork sources included) and
+        // the space's members (a statement after the lock sees every earlier commit).
+        let sources = try forkSources(connection, space: space, ops: ops)
+        var keys = Set(ops.map { RecordKey(collection: $0.collection, id: $0.id) })
+        for case .own(let key) in sources.values { keys.insert(key) }
+        let (known, records, members) = try loadState(connection, space: space, opIDs: ops.map(\.opID), keys: Array(keys))
+        // Membership is checked again here (G6): a pusher removed, or made a viewer, since
+        // intake has every op rejected, and nothing of theirs lands.
+        if members[job.user]?.canWrite != true {
+            for index in ops.indices where ops[index].rejected == nil { ops[index].rejected = RejectReason.forbidden }
+        }
+        let owners = try publicIDOwners(connection, space: space, ops: ops)
+
+        let outcome = JobApplier.apply(
+            ops: ops, records: records, knownOpIDs: known, counter: counters[space] ?? 0, deviceID: job.deviceID,
+            publicIDOwners: owners, purgeClock: purgeClocks[space], forkSources: sources)
+
+        let finished = try saveOutcome(
+            connection, space: space, jobID: job.id, outcome: outcome, author: job.author, attemptBegun: attemptBegun)
+        try countForks(connection, space: space, user: job.user, forked: outcome.forked)
+        counters[space] = outcome.counter
+        return Applied(
+            user: job.user, deviceID: job.deviceID, checkpoint: outcome.counter,
+            hadRejectsOrConflicts: outcome.results.contains { $0.status == .rejected || $0.status == .conflict },
+            secondsSinceIntake: finished.first?["latency"].flatMap(Double.init) ?? 0,
+            space: space, members: members.keys.sorted())
     }
 
     /// Who holds each public id the job's publish ops name: a record of this space, or
@@ -259,10 +347,21 @@ public struct ApplyStore: Sendable {
     /// name), the space's counter, and the job itself — `succeeded`, with results and
     /// checkpoint. Returns the job's push→applied seconds.
     static func saveOutcome(
-        _ connection: PGConnection, space: String, jobID: String, outcome: JobApplier.Outcome, author: String?
+        _ connection: PGConnection, space: String, jobID: String, outcome: JobApplier.Outcome, author: String?,
+        attemptBegun: Bool
     ) throws -> PGResult {
+        // An attempt begun in a commit of its own is closed; one made inside a batch is
+        // counted and logged whole, started when the batch's transaction did.
+        let attempt = attemptBegun
+            ? "attempt_log = \(Self.closingLastAttempt(error: nil))"
+            : """
+              attempts = attempts + 1,
+              attempt_log = attempt_log || jsonb_build_array(jsonb_build_object(
+                'attempt', attempts + 1, 'started_at', syncline_rfc3339(now()),
+                'finished_at', syncline_rfc3339(clock_timestamp()), 'error', NULL))
+              """
         let sorted = outcome.changed.values.sorted { $0.key < $1.key }
-        func column(_ value: (StoredRecord) throws -> String) rethrows -> [String] { try sorted.map(value) }
+        func column<Value: PGArrayElement>(_ value: (StoredRecord) throws -> Value) rethrows -> [Value] { try sorted.map(value) }
         return try connection.query("""
             WITH remembered AS (
               INSERT INTO op_ids (space_id, op_id, job_id)
@@ -272,13 +371,12 @@ public struct ApplyStore: Sendable {
                                    floor_clock, write_clock, delete_clock, updated_by, updated_at,
                                    visibility, public_id, can_fork, visibility_clock, published_at, author,
                                    listed, forked_from, fork_clock)
-              SELECT $1::uuid, c, i, v, d, data::jsonb, clocks::jsonb, NULLIF(f, ''), NULLIF(w, ''), NULLIF(x, ''),
-                     NULLIF(b, '')::uuid, clock_timestamp(),
-                     vis, NULLIF(p, ''), k, NULLIF(vc, ''),
-                     CASE WHEN vis = 'private' THEN NULL ELSE clock_timestamp() END, CASE WHEN p = '' THEN NULL ELSE $15 END,
-                     l, NULLIF(ff, ''), NULLIF(fc, '')
+              SELECT $1::uuid, c, i, v, d, data::jsonb, clocks::jsonb, f, w, x, b, clock_timestamp(),
+                     vis, p, k, vc,
+                     CASE WHEN vis = 'private' THEN NULL ELSE clock_timestamp() END, CASE WHEN p IS NULL THEN NULL ELSE $15 END,
+                     l, ff, fc
               FROM unnest($2::text[], $3::text[], $4::bigint[], $5::boolean[], $6::text[], $7::text[],
-                          $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::boolean[], $14::text[],
+                          $8::text[], $9::text[], $10::text[], $11::uuid[], $12::text[], $13::boolean[], $14::text[],
                           $20::text[], $21::boolean[], $22::text[], $23::text[])
                    AS u(c, i, v, d, data, clocks, f, w, x, b, p, k, vc, vis, l, ff, fc)
               ON CONFLICT (space_id, collection, record_id) DO UPDATE SET
@@ -299,23 +397,21 @@ public struct ApplyStore: Sendable {
                 public_id = EXCLUDED.public_id),
             counter AS (UPDATE space_counters SET counter = $17 WHERE space_id = $1 AND counter <> $17)
             UPDATE jobs SET status = 'succeeded', checkpoint = $17, results = $18::jsonb,
-              finished_at = clock_timestamp(), last_error = NULL,
-              attempt_log = \(Self.closingLastAttempt(error: nil))
+              finished_at = clock_timestamp(), last_error = NULL, \(attempt)
             WHERE job_id = $16
             RETURNING extract(epoch FROM finished_at - created_at)::float8 AS latency
             """, [
                 space,
-                column(\.key.collection), column(\.key.id), column { String($0.version) },
-                column { $0.state.deleted ? "t" : "f" },
+                column(\.key.collection), column(\.key.id), column(\.version), column(\.state.deleted),
                 column { JSONWriter.string(.object($0.state.fields)) },
                 column { JSONWriter.string(.object($0.state.fieldClocks.mapValues { .string($0.description) })) },
-                column { $0.state.floor?.description ?? "" }, column { $0.state.writeClock?.description ?? "" },
-                column { $0.state.deleteClock?.description ?? "" }, column { $0.updatedBy ?? "" },
-                column { $0.state.visibility?.publicID ?? "" }, column { $0.state.visibility?.canFork == true ? "t" : "f" },
-                column { $0.state.visibility?.clock.description ?? "" }, author,
+                column { $0.state.floor?.description }, column { $0.state.writeClock?.description },
+                column { $0.state.deleteClock?.description }, column(\.updatedBy),
+                column { $0.state.visibility?.publicID }, column { $0.state.visibility?.canFork == true },
+                column { $0.state.visibility?.clock.description }, author,
                 jobID, outcome.counter, try JSONCoding.encodeString(outcome.results), outcome.remembered,
-                column { $0.state.publicVisibility.rawValue }, column { $0.state.visibility?.listed == false ? "f" : "t" },
-                column { $0.state.fork?.publicID ?? "" }, column { $0.state.fork?.clock.description ?? "" },
+                column(\.state.publicVisibility.rawValue), column { $0.state.visibility?.listed != false },
+                column { $0.state.fork?.publicID }, column { $0.state.fork?.clock.description },
             ])
     }
 }

@@ -10,7 +10,15 @@ public struct Configuration: Sendable {
     public var amqpURL: String
     public var jwtSecret: String?
     public var port: Int
+    /// Intake transactions a gateway runs at once, each committing the pushes that
+    /// waited for it.
+    public var intakeConcurrency: Int
+    /// Job messages a worker holds unacknowledged.
     public var workerPrefetch: Int
+    /// Transactions a worker runs at once, each applying one batch of jobs.
+    public var workerConcurrency: Int
+    /// The most jobs one transaction applies.
+    public var workerBatchJobs: Int
     public var maxAttempts: Int
     public var retryDelays: [Double]
     public var maxClockSkew: Double
@@ -86,7 +94,10 @@ public struct Configuration: Sendable {
             amqpURL: value("AMQP_URL") ?? "amqp://guest:guest@127.0.0.1:5672/%2f",
             jwtSecret: value("JWT_SECRET"),
             port: try int("PORT", defaultPort),
-            workerPrefetch: try int("WORKER_PREFETCH", 16),
+            intakeConcurrency: try int("INTAKE_CONCURRENCY", 2),
+            workerPrefetch: min(try int("WORKER_PREFETCH", 128), Int(UInt16.max)),
+            workerConcurrency: try int("WORKER_CONCURRENCY", 4),
+            workerBatchJobs: try int("WORKER_BATCH_JOBS", 32),
             maxAttempts: try int("MAX_ATTEMPTS", 5),
             retryDelays: delays.compactMap { $0 },
             maxClockSkew: try duration("MAX_CLOCK_SKEW", "5m"),

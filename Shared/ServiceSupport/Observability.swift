@@ -20,7 +20,12 @@ public enum Observability {
                 handler.logLevel = level
                 return handler
             }
-            MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+            var factory = PrometheusMetricsFactory(registry: registry)
+            // How many pushes or jobs shared one transaction.
+            let batchBuckets: [Double] = [1, 2, 4, 8, 16, 32, 64]
+            factory.valueHistogramBuckets["syncline_intake_batch_size"] = batchBuckets
+            factory.valueHistogramBuckets["syncline_job_batch_size"] = batchBuckets
+            MetricsSystem.bootstrap(factory)
         }
         var logger = Logger(label: "syncline.\(service)")
         logger.logLevel = level

@@ -66,8 +66,9 @@ struct PersistenceTests {
             ]))
             guard case .created(let jobID, 3) = outcome else { Issue.record("\(outcome)"); return }
             let result = try await apply.apply(jobID: jobID)
-            guard case .succeeded(let owner, _, 2, true, _, _, let members) = result, members == [owner] else { Issue.record("\(result)"); return }
-            #expect(owner == alice)
+            guard case .succeeded(let applied) = result, applied.checkpoint == 2, applied.hadRejectsOrConflicts,
+                  applied.members == [applied.user] else { Issue.record("\(result)"); return }
+            #expect(applied.user == alice)
             let view = try #require(try await jobs.view(user: alice, jobID: jobID))
             #expect(view.status == .succeeded)
             #expect(view.results.map(\.status) == [.applied, .rejected, .applied])

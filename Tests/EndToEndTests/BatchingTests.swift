@@ -1,0 +1,109 @@
+import Foundation
+import PQBridge
+import Testing
+
+/// Group commit in the worker and at intake keeps every guarantee: jobs queued while no
+/// worker runs are taken in batches once one starts.
+@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+struct BatchingTests {
+    /// The value of a metric line `name …` in a Prometheus exposition (summed over labels).
+    static func metric(_ name: String, in text: String) -> Double {
+        text.split(separator: "\n")
+            .filter { $0.hasPrefix(name + " ") || $0.hasPrefix(name + "{") }
+            .compactMap { $0.split(separator: " ").last.flatMap { Double($0) } }
+            .reduce(0, +)
+    }
+
+    static func metrics(of process: ServiceProcess) async throws -> String {
+        try await APIClient(base: "http://127.0.0.1:\(process.port)").request("GET", "/metrics").text
+    }
+
+    /// Pushes `count` one-op jobs for each of `users` new users, all at once; returns each
+    /// user's token and jobs.
+    static func pushJobs(
+        _ api: APIClient, users: Int, jobsEach count: Int, tag: String
+    ) async throws -> [(token: String, jobs: [String])] {
+        try await withThrowingTaskGroup(of: (String, [String]).self) { group in
+            for u in 0..<users {
+                group.addTask {
+                    let token = await E2E.token("\(tag)-\(u)-\(UUID().uuidString.prefix(6))")
+                    let device = try await api.registerDevice(token)
+                    var jobs: [String] = []
+                    for i in 0..<count {
+                        let answer = try await api.push(token, device: device, ops: [
+                            ["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": "n\(i)", "data": ["i": i]],
+                        ])
+                        jobs.append(try #require(answer.json["job_id"] as? String, "\(answer.status) \(answer.text)"))
+                    }
+                    return (token, jobs)
+                }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+    }
+
+    @Test func aPoisonJobInABatchOfFiftyIsDeadLetteredAloneWhileTheOthersSucceed() async throws {
+        let failing = try await FailureTests.FailingCollection("poisonbatch")
+        defer { Task { try? await failing.remove() } }
+        try await Stack.with(workers: 0, environment: ["WORKER_CONCURRENCY": "1", "WORKER_BATCH_JOBS": "50"]) { stack in
+            let api = stack.client
+            let healthy = try await Self.pushJobs(api, users: 7, jobsEach: 3, tag: "batch-ok")
+            let poisonToken = await E2E.token("batch-poison-\(UUID().uuidString.prefix(6))")
+            let poisonDevice = try await api.registerDevice(poisonToken)
+            let poison = try await api.push(poisonToken, device: poisonDevice, ops: [
+                ["op_id": newOpID(), "type": "upsert", "collection": "poisonbatch", "id": "p", "data": ["t": "never"]],
+            ])
+            let poisonJob = try #require(poison.json["job_id"] as? String, "\(poison.status) \(poison.text)")
+            let more = try await Self.pushJobs(api, users: 7, jobsEach: 4, tag: "batch-ok")
+            #expect((healthy + more).map(\.jobs.count).reduce(0, +) == 49)
+
+            // One worker, one transaction at a time: the first job goes alone, the other 49
+            // queued behind it leave together.
+            try await stack.addWorker()
+            for (token, jobs) in healthy + more {
+                for job in jobs {
+                    let view = try await api.awaitJob(token, job, within: 30)
+                    #expect(view["status"] as? String == "succeeded" && view["attempts"] as? Int == 1, "\(view)")
+                }
+            }
+            let dead = try await api.awaitJob(poisonToken, poisonJob, within: 30)
+            #expect(dead["status"] as? String == "dead" && dead["attempts"] as? Int == E2E.maxAttempts, "\(dead)")
+            for (token, jobs) in healthy + more {
+                let (changes, cursor) = try await api.pullAll(token, limit: 100)
+                #expect(changes.count == jobs.count && cursor == String(jobs.count))
+            }
+            let metrics = try await Self.metrics(of: stack.workers[0])
+            #expect(Self.metric("syncline_job_batch_fallbacks_total", in: metrics) >= 1, "the poison job was in a batch")
+        }
+    }
+
+    @Test func twoWorkersBatchingTheSameUsersNeitherDeadlockNorApplyTwice() async throws {
+        try await Stack.with(workers: 0, environment: ["WORKER_CONCURRENCY": "2", "WORKER_BATCH_JOBS": "16"]) { stack in
+            let api = stack.client
+            // 4 users × 40 jobs, queued before any worker runs: both workers' batches hold
+            // jobs of every user, and lock the same counters.
+            let pushed = try await Self.pushJobs(api, users: 4, jobsEach: 40, tag: "overlap")
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await stack.addWorker() }
+                group.addTask { try await stack.addWorker() }
+                try await group.waitForAll()
+            }
+            for (token, jobs) in pushed {
+                for job in jobs {
+                    let view = try await api.awaitJob(token, job, within: 30)
+                    #expect(view["status"] as? String == "succeeded" && view["attempts"] as? Int == 1, "\(view)")
+                }
+                // Each job's op is applied once: one version each, no more.
+                let (changes, cursor) = try await api.pullAll(token, limit: 100)
+                #expect(changes.count == jobs.count && cursor == String(jobs.count))
+            }
+            var batched = 0.0
+            for worker in stack.workers {
+                let metrics = try await Self.metrics(of: worker)
+                #expect(Self.metric("syncline_job_batch_fallbacks_total", in: metrics) == 0, "a batch rolled back: \(worker.logTail())")
+                batched += Self.metric("syncline_job_batch_size_sum", in: metrics) - Self.metric("syncline_job_batch_size_count", in: metrics)
+            }
+            #expect(batched > 0, "no batch held more than one job")
+        }
+    }
+}
