@@ -32,7 +32,8 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
     DeviceRoutes(auth: auth, devices: devices, publisher: publisher, allowPrivateWebhooks: configuration.allowPrivateWebhooks).register(on: router)
     SyncRoutes(
         auth: auth, devices: devices, jobs: jobs, pulls: PullStore(pool: pool), spaces: SpaceStore(pool: pool),
-        publisher: publisher, marks: marks,
+        intake: IntakeBatcher(
+            jobs: jobs, publisher: publisher, marks: marks, slots: configuration.intakeConcurrency, logger: logger),
         maxClockSkewMilliseconds: Int64(configuration.maxClockSkew * 1000),
         limiter: RateLimiter(configuration.pushRateLimit)
     ).register(on: router)

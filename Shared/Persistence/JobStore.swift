@@ -93,6 +93,112 @@ public struct JobStore: Sendable {
         }
     }
 
+    /// Several pushes in one transaction — group commit — with the checks and stamps of
+    /// `create`, each step one statement for all of them: idempotency keys looked up
+    /// (a key repeated within the batch answers with the first job), the users' clock
+    /// rows locked in user order, their devices checked under those locks, the ops
+    /// stamped in arrival order, and every job, clock and last-seen written together.
+    /// One outcome per intake, in order. A database error rolls back all of them and is
+    /// thrown: the caller then takes each push alone.
+    public func create(batch intakes: [Intake]) async throws -> [IntakeOutcome] {
+        try await pool.transaction { connection in
+            var outcomes = [IntakeOutcome?](repeating: nil, count: intakes.count)
+            struct UserKey: Hashable { let user: String, key: String }
+            var earlier: [UserKey: (jobID: String, hash: String, ops: Int)] = [:]
+            // The clock rows, made on first use and locked either way, in user order; with
+            // each user's personal space (made below on a first push).
+            var clocks: [String: HLCState] = [:]
+            var spaces: [String: String] = [:]
+            for row in try connection.query("""
+                INSERT INTO user_clocks (user_id, hlc_ms, hlc_counter)
+                SELECT u, 0, 0 FROM unnest($1::text[]) AS u ORDER BY u
+                ON CONFLICT (user_id) DO UPDATE SET user_id = EXCLUDED.user_id
+                RETURNING user_id, hlc_ms, hlc_counter, \(SpaceStore.personalSpaceSQL("user_clocks.user_id")) AS personal_space
+                """, [Array(Set(intakes.map(\.user))).sorted()]).rows {
+                let user = try row.string("user_id")
+                clocks[user] = HLCState(milliseconds: try row.int("hlc_ms"), counter: Int(try row.int("hlc_counter")))
+                spaces[user] = row["personal_space"]
+            }
+            // Keys are looked up under the clock locks too: a push with the same key that
+            // committed meanwhile is found, not inserted twice.
+            let keyed = intakes.indices.filter { intakes[$0].idempotencyKey != nil }
+            if !keyed.isEmpty {
+                for row in try connection.query("""
+                    SELECT user_id, idempotency_key, job_id, status, op_count, request_hash
+                    FROM jobs JOIN unnest($1::text[], $2::text[]) AS k(u, k) ON user_id = k.u AND idempotency_key = k.k
+                    """, [keyed.map { intakes[$0].user }, keyed.map { intakes[$0].idempotencyKey! }]).rows {
+                    let found = UserKey(user: try row.string("user_id"), key: try row.string("idempotency_key"))
+                    for index in keyed where UserKey(user: intakes[index].user, key: intakes[index].idempotencyKey!) == found {
+                        outcomes[index] = row["request_hash"] == intakes[index].requestHash
+                            ? .existing(
+                                jobID: try row.string("job_id"), status: JobStatus(rawValue: try row.string("status")) ?? .queued,
+                                ops: Int(try row.int("op_count")))
+                            : .keyReused
+                    }
+                }
+            }
+            // The devices are checked under the clock locks, which a revocation or an
+            // account deletion takes too (see `create`).
+            struct Device: Hashable { let id: String, user: String }
+            let active = Set(try connection.query(
+                "SELECT device_id::text AS id, user_id FROM devices WHERE device_id = ANY($1::uuid[]) AND revoked_at IS NULL",
+                [Array(Set(intakes.map(\.deviceID)))]
+            ).rows.map { Device(id: try $0.string("id"), user: try $0.string("user_id")) })
+
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            var jobs: [(id: String, intake: Intake, ops: [Op], space: String)] = []
+            for (index, intake) in intakes.enumerated() where outcomes[index] == nil {
+                if let key = intake.idempotencyKey, let first = earlier[UserKey(user: intake.user, key: key)] {
+                    outcomes[index] = first.hash == intake.requestHash
+                        ? .existing(jobID: first.jobID, status: .queued, ops: first.ops) : .keyReused
+                    continue
+                }
+                guard active.contains(Device(id: intake.deviceID, user: intake.user)), var clock = clocks[intake.user] else {
+                    outcomes[index] = .deviceRevoked
+                    continue
+                }
+                let ops = Self.stamp(intake.ops, clock: &clock, now: now, deviceID: intake.deviceID, maxSkew: intake.maxClockSkewMilliseconds)
+                clocks[intake.user] = clock
+                let space: String
+                if let chosen = intake.spaceID ?? spaces[intake.user] {
+                    space = chosen
+                } else {
+                    space = try SpaceStore.personalSpace(connection, user: intake.user)
+                    spaces[intake.user] = space
+                }
+                let jobID = UUID().uuidString.lowercased()
+                jobs.append((jobID, intake, ops, space))
+                if let key = intake.idempotencyKey {
+                    earlier[UserKey(user: intake.user, key: key)] = (jobID, intake.requestHash, ops.count)
+                }
+                outcomes[index] = .created(jobID: jobID, ops: ops.count)
+            }
+            if !jobs.isEmpty {
+                let users = clocks.keys.sorted()
+                try connection.query("""
+                    WITH clock AS (
+                      UPDATE user_clocks c SET hlc_ms = u.ms, hlc_counter = u.n
+                      FROM unnest($11::text[], $12::bigint[], $13::int[]) AS u(id, ms, n) WHERE c.user_id = u.id),
+                    seen AS (
+                      UPDATE devices SET last_seen_at = clock_timestamp()
+                      WHERE device_id = ANY($14::uuid[]) AND last_seen_at < clock_timestamp() - interval '1 hour')
+                    INSERT INTO jobs (job_id, user_id, device_id, status, ops, op_count, idempotency_key, request_hash, trace_id,
+                                      author_name, space_id)
+                    SELECT j, u, d, 'queued', o::jsonb, n, k, h, t, a, s
+                    FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::int[], $6::text[], $7::text[], $8::text[],
+                                $9::text[], $10::uuid[]) AS x(j, u, d, o, n, k, h, t, a, s)
+                    """, [
+                        jobs.map(\.id), jobs.map(\.intake.user), jobs.map(\.intake.deviceID), jobs.map { Op.encodeStored($0.ops) },
+                        jobs.map(\.ops.count), jobs.map(\.intake.idempotencyKey), jobs.map(\.intake.requestHash),
+                        jobs.map(\.intake.traceID), jobs.map(\.intake.authorName), jobs.map(\.space),
+                        users, users.map { clocks[$0]!.milliseconds }, users.map { clocks[$0]!.counter },
+                        Array(Set(jobs.map(\.intake.deviceID))),
+                    ])
+            }
+            return outcomes.map { $0 ?? .deviceRevoked }
+        }
+    }
+
     /// Thrown inside the intake transaction so that its clock update rolls back.
     private struct DeviceRevoked: Error {}
 

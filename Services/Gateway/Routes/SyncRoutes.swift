@@ -16,24 +16,22 @@ struct SyncRoutes: Sendable {
     let jobs: JobStore
     let pulls: PullStore
     let spaces: SpaceStore
-    let publisher: AMQPPublisher
-    let marks: PublishedMarks
+    /// Commits and announces each push's job, together with the pushes alongside it.
+    let intake: IntakeBatcher
     let maxClockSkewMilliseconds: Int64
     let limiter: RateLimiter
 
     private let pushes = Counter(label: "syncline_pushes_total")
     private let pushedOps = Counter(label: "syncline_pushed_ops_total")
-    private let publishFailures = Counter(label: "syncline_publish_failures_total")
 
-    init(auth: Authenticator, devices: DeviceStore, jobs: JobStore, pulls: PullStore, spaces: SpaceStore, publisher: AMQPPublisher, marks: PublishedMarks, maxClockSkewMilliseconds: Int64, limiter: RateLimiter) {
+    init(auth: Authenticator, devices: DeviceStore, jobs: JobStore, pulls: PullStore, spaces: SpaceStore, intake: IntakeBatcher, maxClockSkewMilliseconds: Int64, limiter: RateLimiter) {
         self.spaces = spaces
         self.limiter = limiter
-        self.marks = marks
+        self.intake = intake
         self.auth = auth
         self.devices = devices
         self.jobs = jobs
         self.pulls = pulls
-        self.publisher = publisher
         self.maxClockSkewMilliseconds = maxClockSkewMilliseconds
     }
 
@@ -70,7 +68,7 @@ struct SyncRoutes: Sendable {
             throw APIError.badRequest("Idempotency-Key must be 1 to 255 visible ASCII characters.")
         }
         let traceID = TraceContext.traceparent(from: request.headers[.traceparent])
-        let outcome = try await jobs.create(JobStore.Intake(
+        let outcome = try await intake.submit(JobStore.Intake(
             user: claims.sub, deviceID: Names.canonicalUUID(push.deviceID) ?? push.deviceID, ops: push.ops,
             idempotencyKey: key, requestHash: Digests.sha256Hex(body), traceID: traceID,
             maxClockSkewMilliseconds: maxClockSkewMilliseconds, authorName: claims.name, spaceID: push.spaceID))
@@ -84,21 +82,7 @@ struct SyncRoutes: Sendable {
         case .created(let jobID, let ops):
             pushes.increment()
             pushedOps.increment(by: ops)
-            await publish(jobID: jobID, traceID: traceID, logger: context.logger)
             return try accepted(PushAccepted(jobID: jobID, status: .queued, ops: ops))
-        }
-    }
-
-    /// The job is committed: announce it. A failure here loses nothing — the relay
-    /// publishes every job left unpublished — so the push is still accepted.
-    private func publish(jobID: String, traceID: String, logger: Logger) async {
-        if let pause = Failpoints.pauseBeforePublish { try? await Task.sleep(for: .seconds(pause)) }
-        do {
-            try await publisher.publish([SynclineTopology.jobMessage(jobID: jobID, traceID: traceID)])
-            marks.add(jobID)
-        } catch {
-            publishFailures.increment()
-            logger.warning("publish failed; the relay will retry", metadata: ["job.id": "\(jobID)", "error": "\(error)"])
         }
     }
 

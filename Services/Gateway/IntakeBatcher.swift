@@ -1,0 +1,100 @@
+import AMQPBridge
+import Logging
+import Metrics
+import NIOConcurrencyHelpers
+import Persistence
+import ServiceSupport
+
+/// Group commit at intake: a push that arrives while a slot is free is committed at once;
+/// pushes that arrive while every slot is committing wait, and go together in the next
+/// transaction (`JobStore.create(batch:)`), then their job messages in one confirmed
+/// publish. Each push is answered only after its own job committed (G1). When the
+/// batch's transaction fails, each of its pushes is taken alone, so one push cannot
+/// fail the others.
+final class IntakeBatcher: Sendable {
+    private struct Waiting: Sendable {
+        let intake: JobStore.Intake
+        let reply: CheckedContinuation<JobStore.IntakeOutcome, any Error>
+    }
+
+    private let dispatch: NIOLockedValueBox<BatchDispatch<Waiting>>
+    private let jobs: JobStore
+    private let publisher: AMQPPublisher
+    private let marks: PublishedMarks
+    private let logger: Logger
+    private let batchSizes = Recorder(label: "syncline_intake_batch_size")
+    private let fallbacks = Counter(label: "syncline_intake_batch_fallbacks_total")
+    private let publishFailures = Counter(label: "syncline_publish_failures_total")
+
+    init(jobs: JobStore, publisher: AMQPPublisher, marks: PublishedMarks, slots: Int, maxBatch: Int = 64, logger: Logger) {
+        self.dispatch = NIOLockedValueBox(BatchDispatch(maxBatch: maxBatch, slots: slots))
+        self.jobs = jobs
+        self.publisher = publisher
+        self.marks = marks
+        self.logger = logger
+    }
+
+    /// Commits the push's job (with whatever pushes wait alongside it) and announces it.
+    func submit(_ intake: JobStore.Intake) async throws -> JobStore.IntakeOutcome {
+        try await withCheckedThrowingContinuation { reply in
+            let batches = dispatch.withLockedValue { $0.arrived(Waiting(intake: intake, reply: reply)) }
+            for batch in batches { Task { await self.run(batch) } }
+        }
+    }
+
+    /// Commits batches in one slot until nothing waits.
+    private func run(_ first: [Waiting]) async {
+        var batch = first
+        while !batch.isEmpty {
+            await commit(batch)
+            batch = dispatch.withLockedValue { $0.finished() }.first ?? []
+        }
+    }
+
+    private func commit(_ batch: [Waiting]) async {
+        batchSizes.record(batch.count)
+        var outcomes: [Result<JobStore.IntakeOutcome, any Error>]
+        if batch.count == 1 {
+            outcomes = [await Result(catching: { try await self.jobs.create(batch[0].intake) })]
+        } else {
+            do {
+                outcomes = try await jobs.create(batch: batch.map(\.intake)).map { .success($0) }
+            } catch {
+                fallbacks.increment()
+                logger.info("intake batch rolled back; committing its pushes one by one", metadata: [
+                    "pushes.count": "\(batch.count)", "error": "\(error)",
+                ])
+                outcomes = []
+                for waiting in batch { outcomes.append(await Result(catching: { try await self.jobs.create(waiting.intake) })) }
+            }
+        }
+        await publish(zip(batch, outcomes).compactMap { waiting, outcome in
+            guard case .success(.created(let jobID, _)) = outcome else { return nil }
+            return (jobID, waiting.intake.traceID)
+        })
+        for (waiting, outcome) in zip(batch, outcomes) { waiting.reply.resume(with: outcome) }
+    }
+
+    /// The jobs are committed: announce them. A failure here loses nothing — the relay
+    /// publishes every job left unpublished — so the pushes are still accepted.
+    private func publish(_ created: [(jobID: String, traceID: String?)]) async {
+        guard !created.isEmpty else { return }
+        if let pause = Failpoints.pauseBeforePublish { try? await Task.sleep(for: .seconds(pause)) }
+        do {
+            try await publisher.publish(created.map { SynclineTopology.jobMessage(jobID: $0.jobID, traceID: $0.traceID) })
+            created.forEach { marks.add($0.jobID) }
+        } catch {
+            publishFailures.increment(by: created.count)
+            logger.warning("publish failed; the relay will retry", metadata: [
+                "jobs": "\(created.map(\.jobID).joined(separator: ","))", "error": "\(error)",
+            ])
+        }
+    }
+}
+
+extension Result where Failure == any Error {
+    /// The outcome of an async throwing call, as a value.
+    init(catching body: () async throws -> Success) async {
+        do { self = .success(try await body()) } catch { self = .failure(error) }
+    }
+}
