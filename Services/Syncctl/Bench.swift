@@ -46,6 +46,7 @@ struct Bench: AsyncParsableCommand {
 
         let opsPerPush = ops, targets = clients
         guard let base = URL(string: url), let host = base.host else { throw ValidationError("bad --url") }
+        let cpuBefore = Processes.cpuSeconds(Self.stackProcesses)
         let started = Date()
         let samples = try await LoadLanes.run(
             host: host, port: UInt16(base.port ?? 80), lanes: LoadLanes.lanes(for: rate, atLeast: concurrency), rate: rate,
@@ -65,6 +66,7 @@ struct Bench: AsyncParsableCommand {
         let pool = PGPool(url: configuration.databaseURL, size: 1, logger: Observability.bootstrap(service: "bench", level: .warning))
         let ids = samples.map(\.jobID)
         let unfinished = try await Bench.waitForJobs(ids, pool: pool)
+        let cpuAfter = Processes.cpuSeconds(Self.stackProcesses)
         let stats = try await pool.query("""
             SELECT count(*) FILTER (WHERE status = 'succeeded') AS ok,
                    extract(epoch FROM max(finished_at) - min(created_at))::float8 AS span,
@@ -78,6 +80,11 @@ struct Bench: AsyncParsableCommand {
         let latencies = (stats?["latencies"] ?? "").split(separator: ",").compactMap { Double($0) }
         print(String(format: "applied: %d/%d jobs succeeded, %d ops in %.2f s → applied %.0f ops/s", succeeded, ids.count, totalOps, span, Double(totalOps) / max(span, 0.001)))
         print("push→applied latency (after \(warmup) warm-up): " + Percentiles(latencies).description)
+        print("CPU per push (process CPU from the first push to the last job applied, ÷ pushes; this machine's processes): " +
+              Self.stackProcesses.sorted().compactMap { name -> String? in
+                  guard let after = cpuAfter[name] else { return nil }
+                  return String(format: "%@ %.2f ms", name, (after - (cpuBefore[name] ?? 0)) / Double(max(ids.count, 1)) * 1000)
+              }.joined(separator: ", "))
 
         // Check the final state: every pushed record is there, once.
         var expected: [String: Int] = [:]
@@ -92,6 +99,12 @@ struct Bench: AsyncParsableCommand {
         for line in Processes.memoryReport(["gateway", "worker"]) { print(line) }
         if unfinished > 0 || mismatches > 0 || succeeded != ids.count { throw ExitCode.failure }
     }
+}
+
+extension Bench {
+    /// The processes whose CPU a run is charged with (every worker together; PostgreSQL's
+    /// backends together; RabbitMQ's Erlang VM).
+    static let stackProcesses: Set<String> = ["gateway", "worker", "postgres", "beam.smp"]
 }
 
 struct Percentiles: CustomStringConvertible {
