@@ -62,17 +62,14 @@ struct JobConsumer: Service {
         logger.info("job consumer stopped")
     }
 
-    /// Deliveries from `sync.jobs` that arrived together: applied in one transaction and
-    /// acked after its commit. A delivery alone, one whose job the batch cannot apply, and
-    /// every delivery of a batch that failed take the single-job path, whose attempt
-    /// bookkeeping, retries and dead-lettering are unchanged: a poison job is dead-lettered
-    /// alone while the others are applied.
+    /// Deliveries from `sync.jobs` that arrived together (one, under a light load): applied
+    /// in one transaction that also counts their attempts, and acked after its commit. A
+    /// delivery whose job the batch cannot apply, and every delivery of a batch that
+    /// failed, take the single-job path — attempt begun in a commit of its own, retries and
+    /// dead-lettering as before: a poison job is dead-lettered alone while the others are
+    /// applied.
     func handle(batch deliveries: [AMQPDelivery]) async {
         batchSizes.record(deliveries.count)
-        guard deliveries.count > 1 else {
-            for delivery in deliveries { await handle(delivery) }
-            return
-        }
         let jobIDs = deliveries.compactMap { SynclineTopology.jobID(inMessage: $0.body) }
         let outcomes: [String: ApplyStore.BatchOutcome]
         do {

@@ -49,12 +49,13 @@ public final class PGConnection: @unchecked Sendable {
     public func query(_ sql: String, _ parameters: [(any PGBindable)?] = []) throws(PGError) -> PGResult {
         guard let handle else { throw PGError(code: .connection, message: "not connected") }
         let texts: [String?] = parameters.map { $0?.pgText }
-        // libpq takes C strings: a NUL would silently cut the text. Refuse it instead.
-        if texts.contains(where: { $0?.utf8.contains(0) == true }) {
-            throw PGError(code: .invalidText, message: "a parameter contains the NUL character")
-        }
         let cStrings: [UnsafeMutablePointer<CChar>?] = texts.map { $0.flatMap { strdup($0) } }
         defer { cStrings.forEach { free($0) } }
+        // libpq takes C strings: a NUL would silently cut the text (the copy ends there,
+        // shorter than the text). Refuse it instead.
+        for (text, copy) in zip(texts, cStrings) where text.map({ strlen(copy!) != $0.utf8.count }) == true {
+            throw PGError(code: .invalidText, message: "a parameter contains the NUL character")
+        }
         let statement = try statementName(for: sql, parameterCount: texts.count, handle: handle)
         let result: OpaquePointer? = cStrings.withUnsafeBufferPointer { buffer in
             buffer.withMemoryRebound(to: UnsafePointer<CChar>?.self) { values in

@@ -89,6 +89,13 @@ struct EdgeInputTests {
         #expect([String]().pgText == "{}")
     }
 
+    @Test func hexIsLowercaseTwoDigitsAByteAndRoundTrips() {
+        #expect(Hex.string([0x00, 0x0F, 0xA5, 0xFF]) == "000fa5ff")
+        #expect(Hex.string([UInt8]()) == "")
+        let bytes = (0...255).map(UInt8.init)
+        #expect(Hex.bytes(Hex.string(bytes)) == bytes)
+    }
+
     @Test func rateLimitsParse() {
         #expect(RateLimit("20/s,burst=40") == RateLimit(rate: 20, burst: 40))
         #expect(RateLimit("600/m") == RateLimit(rate: 10, burst: 10))

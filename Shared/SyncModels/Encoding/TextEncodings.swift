@@ -21,8 +21,16 @@ public enum Base64URL {
 /// Lowercase hexadecimal, two digits a byte: digests, signatures, secrets.
 public enum Hex {
     public static func string(_ bytes: some Sequence<UInt8>) -> String {
-        bytes.map { String(format: "%02x", $0) }.joined()
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.underestimatedCount * 2)
+        for byte in bytes {
+            out.append(digits[Int(byte >> 4)])
+            out.append(digits[Int(byte & 0x0F)])
+        }
+        return String(decoding: out, as: UTF8.self)
     }
+
+    private static let digits = Array("0123456789abcdef".utf8)
 
     /// The value of one hex digit (either case), or nil.
     public static func value(_ digit: UInt8) -> UInt8? {
