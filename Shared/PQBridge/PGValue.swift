@@ -42,14 +42,20 @@ extension Array: PGBindable where Element: PGArrayElement {
         var bytes: [UInt8] = [UInt8(ascii: "{")]
         for (index, element) in enumerated() {
             if index > 0 { bytes.append(UInt8(ascii: ",")) }
-            guard let text = element.pgArrayElement else {
+            guard var text = element.pgArrayElement else {
                 bytes += "NULL".utf8
                 continue
             }
             bytes.append(quote)
-            for byte in text.utf8 {
-                if byte == quote || byte == backslash { bytes.append(backslash) }
-                bytes.append(byte)
+            text.withUTF8 { utf8 in
+                // Copied in runs between the characters that need a backslash.
+                var start = 0
+                for index in utf8.indices where utf8[index] == quote || utf8[index] == backslash {
+                    bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[start..<index]))
+                    bytes.append(backslash)
+                    start = index
+                }
+                bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[start...]))
             }
             bytes.append(quote)
         }

@@ -214,14 +214,16 @@ public struct ApplyStore: Sendable {
                 for index in ops.indices where ops[index].rejected == nil { ops[index].rejected = RejectReason.forbidden }
             }
             let owners = try publicIDOwners(connection, space: job.space, ops: ops)
+            // The space's records are handed over, not shared, so the merge updates them in
+            // place instead of copying them for every job.
+            let records = state.records
+            state.records = [:]
             let outcome = JobApplier.apply(
-                ops: ops, records: state.records, knownOpIDs: state.known, counter: counters[job.space] ?? 0,
+                ops: ops, records: consume records, knownOpIDs: state.known, counter: counters[job.space] ?? 0,
                 deviceID: job.deviceID, publicIDOwners: owners, purgeClock: purgeClocks[job.space],
                 forkSources: sources[job.id] ?? [:])
-            for (key, record) in outcome.changed {
-                state.records[key] = record
-                writes.records[SpaceKey(space: job.space, key: key)] = (record, job.author)
-            }
+            state.records = outcome.records
+            for (key, record) in outcome.changed { writes.records[SpaceKey(space: job.space, key: key)] = (record, job.author) }
             state.known.formUnion(outcome.remembered)
             states[job.space] = state
             counters[job.space] = outcome.counter

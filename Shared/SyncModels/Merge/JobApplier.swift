@@ -69,6 +69,8 @@ public struct JobApplier {
         public var results: [OpResult]
         /// Records whose state changed, with their new versions.
         public var changed: [RecordKey: StoredRecord]
+        /// Every record given, as this job left it (the next job of a batch reads these).
+        public var records: [RecordKey: StoredRecord]
         /// op_ids to remember (every op whose result was not `rejected`).
         public var remembered: [String]
         /// The user's change counter after this job.
@@ -85,7 +87,7 @@ public struct JobApplier {
     /// `forkSources`: for each public id a fork op of this job names, where it is (absent:
     /// no readable record has it); own sources must be among `records` when they exist.
     public static func apply(
-        ops: [Op], records: [RecordKey: StoredRecord], knownOpIDs: Set<String>, counter: Int64,
+        ops: [Op], records: consuming [RecordKey: StoredRecord], knownOpIDs: Set<String>, counter: Int64,
         deviceID: String?, publicIDOwners: [String: RecordKey?] = [:], purgeClock: Stamp? = nil,
         forkSources: [String: ForkSource] = [:]
     ) -> Outcome {
@@ -162,7 +164,8 @@ public struct JobApplier {
             }
             records[key] = record
         }
-        return Outcome(results: results, changed: changed, remembered: remembered, counter: counter, forked: forked)
+        return Outcome(
+            results: results, changed: changed, records: records, remembered: remembered, counter: counter, forked: forked)
     }
 
     struct ForkRefusal: Error {
