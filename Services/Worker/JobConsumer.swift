@@ -70,10 +70,11 @@ struct JobConsumer: Service {
     /// applied.
     func handle(batch deliveries: [AMQPDelivery]) async {
         batchSizes.record(deliveries.count)
-        let jobIDs = deliveries.compactMap { SynclineTopology.jobID(inMessage: $0.body) }
+        // Each message's job id, read once; a delivery without one is handled alone below.
+        let named = deliveries.map { ($0, SynclineTopology.jobID(inMessage: $0.body).flatMap(Names.canonicalUUID)) }
         let outcomes: [String: ApplyStore.BatchOutcome]
         do {
-            outcomes = try await store.applyBatch(jobIDs: jobIDs)
+            outcomes = try await store.applyBatch(jobIDs: named.compactMap(\.1))
         } catch {
             batchFallbacks.increment()
             logger.info("batch rolled back; applying its jobs one by one", metadata: [
@@ -84,10 +85,8 @@ struct JobConsumer: Service {
         }
         var events: [JobEvent] = []
         var settled = Set<String>()
-        for delivery in deliveries {
-            guard let jobID = SynclineTopology.jobID(inMessage: delivery.body).flatMap(Names.canonicalUUID),
-                  let outcome = outcomes[jobID]
-            else {
+        for (delivery, jobID) in named {
+            guard let jobID, let outcome = outcomes[jobID] else {
                 await handle(delivery)
                 continue
             }
