@@ -33,14 +33,8 @@ public final class AMQPConsumer: Sendable {
         }
     }
 
-    private enum Settlement: Sendable {
-        case ack(UInt64, generation: Int)
-        case reject(UInt64, generation: Int, requeue: Bool)
-    }
-
-    private enum Phase: Sendable, Equatable {
-        case consuming, draining, closing
-    }
+    private typealias Settlement = ConsumerLoop.Settlement
+    private typealias Phase = ConsumerLoop.Phase
 
     private struct Shared: Sendable {
         var settlements: [Settlement] = []
@@ -137,11 +131,10 @@ public final class AMQPConsumer: Sendable {
 
     // MARK: the owning thread
 
+    /// Carries out what `ConsumerLoop` decides, turn after turn, until it says stop.
     private func runLoop() {
         var connection: AMQPConnection?
-        var generation = 0
-        var backoff = Backoff(base: 0.25, cap: 10, jitter: false)
-        var cancelled = false
+        var loop = ConsumerLoop()
         defer {
             connection?.close()
             shared.withLockedValue { $0.connected = false }
@@ -152,66 +145,79 @@ public final class AMQPConsumer: Sendable {
                 defer { state.settlements = [] }
                 return (state.phase, state.settlements)
             }
-            if connection == nil {
-                if phase != .consuming { return }
-                do {
-                    generation += 1
-                    let fresh = try AMQPConnection(endpoint: configuration.endpoint, heartbeatSeconds: configuration.heartbeatSeconds)
-                    try fresh.declare(configuration.topology)
-                    try fresh.consume(queue: configuration.queue, prefetch: configuration.prefetch, consumerTag: configuration.consumerTag)
-                    connection = fresh
-                    backoff.reset()
-                    shared.withLockedValue {
-                        $0.connected = true
-                        $0.connections += 1
+            actions: for action in loop.turn(phase: phase, settlements: settlements) {
+                switch action {
+                case .stop:
+                    return
+                case .connect(let generation):
+                    do {
+                        let fresh = try AMQPConnection(
+                            endpoint: configuration.endpoint, heartbeatSeconds: configuration.heartbeatSeconds)
+                        try fresh.declare(configuration.topology)
+                        try fresh.consume(queue: configuration.queue, prefetch: configuration.prefetch, consumerTag: configuration.consumerTag)
+                        connection = fresh
+                        loop.connected()
+                        shared.withLockedValue {
+                            $0.connected = true
+                            $0.connections += 1
+                        }
+                        logger.info("AMQP consumer connected", metadata: [
+                            "amqp.queue": "\(configuration.queue)", "amqp.connection": "\(generation)",
+                        ])
+                    } catch {
+                        let wait = loop.connectFailed()
+                        logger.warning("AMQP consumer cannot connect; retrying", metadata: [
+                            "error": "\(error)", "retry.in_ms": "\(Int(wait * 1000))",
+                        ])
+                        waitForWake(seconds: wait)
                     }
-                    logger.info("AMQP consumer connected", metadata: ["amqp.queue": "\(configuration.queue)"])
-                } catch {
-                    let wait = backoff.next()
-                    logger.warning("AMQP consumer cannot connect; retrying", metadata: [
-                        "error": "\(error)", "retry.in_ms": "\(Int(wait * 1000))",
-                    ])
-                    waitForWake(seconds: wait)
-                    continue
+                case .settle, .cancel, .receive:
+                    guard let live = connection else { break actions }
+                    do {
+                        try perform(action, on: live, loop: loop)
+                    } catch {
+                        logger.warning("AMQP consumer connection lost", metadata: ["error": "\(error)"])
+                        live.abandon()
+                        connection = nil
+                        loop.connectionLost()
+                        shared.withLockedValue { $0.connected = false }
+                        break actions
+                    }
                 }
             }
-            guard let live = connection else { continue }
-            do {
-                for settlement in settlements {
-                    switch settlement {
-                    case .ack(let tag, let from) where from == generation: try live.ack(tag)
-                    case .reject(let tag, let from, let requeue) where from == generation:
-                        try live.reject(tag, requeue: requeue)
-                    default: break  // from a dead connection: the broker redelivers it
-                    }
+        }
+    }
+
+    /// One action on the live connection.
+    private func perform(_ action: ConsumerLoop.Action, on live: AMQPConnection, loop: ConsumerLoop) throws(AMQPError) {
+        switch action {
+        case .settle(let settlements):
+            for settlement in settlements {
+                switch settlement {
+                case .ack(let tag, _): try live.ack(tag)
+                case .reject(let tag, _, let requeue): try live.reject(tag, requeue: requeue)
                 }
-                if phase == .closing { return }
-                if phase == .draining && !cancelled {
-                    try live.cancel(consumerTag: configuration.consumerTag)
-                    cancelled = true
-                    continuation.finish()
-                }
-                if !live.hasBufferedInput {
-                    // Wait for input or a wake-up; when idle, still call in below so that
-                    // rabbitmq-c sends and checks heartbeats.
-                    _ = waitForInput(socket: live.socketDescriptor, seconds: 1)
-                }
-                switch try live.nextDelivery(timeout: 0, generation: generation) {
-                case .delivery(let delivery):
-                    if cancelled {
-                        try live.reject(delivery.deliveryTag, requeue: true)
-                    } else {
-                        continuation.yield(delivery)
-                    }
-                case .nothing:
-                    break
-                }
-            } catch {
-                logger.warning("AMQP consumer connection lost", metadata: ["error": "\(error)"])
-                live.abandon()
-                connection = nil
-                shared.withLockedValue { $0.connected = false }
             }
+        case .cancel:
+            try live.cancel(consumerTag: configuration.consumerTag)
+            continuation.finish()
+        case .receive:
+            if !live.hasBufferedInput {
+                // Wait for input or a wake-up; when idle, still call in below so that
+                // rabbitmq-c sends and checks heartbeats.
+                _ = waitForInput(socket: live.socketDescriptor, seconds: 1)
+            }
+            switch try live.nextDelivery(timeout: 0, generation: loop.generation) {
+            case .delivery(let delivery):
+                switch loop.received() {
+                case .handOn: continuation.yield(delivery)
+                case .handBack: try live.reject(delivery.deliveryTag, requeue: true)
+                }
+            case .nothing:
+                break
+            }
+        case .connect, .stop:
+            break
         }
     }
 
@@ -234,8 +240,6 @@ public final class AMQPConsumer: Sendable {
 }
 
 extension AMQPConsumer {
-    /// Runs `handler` for each delivery, at most `limit` at once, until the consumer stops
-    /// consuming; then waits for the handlers in flight, so each settles its delivery.
     /// Hands deliveries to `handler` in batches, as `BatchDispatch` decides: up to `slots`
     /// batches at once, each of at most `maxBatch` deliveries. Returns once the deliveries
     /// have ended and every batch has finished.
@@ -272,6 +276,8 @@ extension AMQPConsumer {
         }
     }
 
+    /// Runs `handler` for each delivery, at most `limit` at once, until the consumer stops
+    /// consuming; then waits for the handlers in flight, so each settles its delivery.
     public func handleConcurrently(limit: Int, _ handler: @escaping @Sendable (AMQPDelivery) async -> Void) async {
         await withTaskGroup(of: Void.self) { group in
             var inFlight = 0
