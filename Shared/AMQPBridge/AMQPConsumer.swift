@@ -145,10 +145,13 @@ public final class AMQPConsumer: Sendable {
                 defer { state.settlements = [] }
                 return (state.phase, state.settlements)
             }
-            actions: for action in loop.turn(phase: phase, settlements: settlements) {
+            let now = Double(DispatchTime.now().uptimeNanoseconds) / 1e9
+            actions: for action in loop.turn(phase: phase, settlements: settlements, now: now) {
                 switch action {
                 case .stop:
                     return
+                case .wait(let seconds):
+                    waitForWake(seconds: seconds)
                 case .connect(let generation):
                     do {
                         let fresh = try AMQPConnection(
@@ -165,11 +168,10 @@ public final class AMQPConsumer: Sendable {
                             "amqp.queue": "\(configuration.queue)", "amqp.connection": "\(generation)",
                         ])
                     } catch {
-                        let wait = loop.connectFailed()
+                        let wait = loop.connectFailed(now: now)
                         logger.warning("AMQP consumer cannot connect; retrying", metadata: [
                             "error": "\(error)", "retry.in_ms": "\(Int(wait * 1000))",
                         ])
-                        waitForWake(seconds: wait)
                     }
                 case .settle, .cancel, .receive:
                     guard let live = connection else { break actions }
@@ -216,7 +218,7 @@ public final class AMQPConsumer: Sendable {
             case .nothing:
                 break
             }
-        case .connect, .stop:
+        case .connect, .wait, .stop:
             break
         }
     }
@@ -234,17 +236,19 @@ public final class AMQPConsumer: Sendable {
 
     private func waitForWake(seconds: TimeInterval) {
         var fds = [pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)]
-        _ = poll(&fds, 1, Int32(seconds * 1000))
+        _ = poll(&fds, 1, Int32((seconds * 1000).rounded(.up)))
         if fds[0].revents != 0 { drainWake() }
     }
 }
 
 extension AMQPConsumer {
     /// Hands deliveries to `handler` in batches, as `BatchDispatch` decides: up to `slots`
-    /// batches at once, each of at most `maxBatch` deliveries. Returns once the deliveries
-    /// have ended and every batch has finished.
+    /// batches at once, each of at most `maxBatch` deliveries and `maxWeight` in the sum of
+    /// their `weight`s. Returns once the deliveries have ended and every batch has finished.
     public func handleInBatches(
-        maxBatch: Int, slots: Int, _ handler: @escaping @Sendable ([AMQPDelivery]) async -> Void
+        maxBatch: Int, maxWeight: Int = .max, slots: Int,
+        weight: @escaping @Sendable (AMQPDelivery) -> Int = { _ in 1 },
+        _ handler: @escaping @Sendable ([AMQPDelivery]) async -> Void
     ) async {
         enum Event: Sendable { case arrived(AMQPDelivery), finished, ended }
         let (events, sink) = AsyncStream.makeStream(of: Event.self)

@@ -5,6 +5,10 @@ import SyncModels
 /// connection; the broker redelivers the others), when to cancel, when to stop, and
 /// what to do with a delivery after the cancel. The thread carries out each `Action` and
 /// reports what happened; the decisions are tested without a broker.
+///
+/// Between failed connects the wait runs to a deadline: a wake-up (a settlement asked for
+/// while the broker is away) neither shortens it nor counts as another failure, so the
+/// backoff grows with real attempts only.
 public struct ConsumerLoop: Sendable {
     public enum Phase: Sendable, Equatable {
         case consuming, draining, closing
@@ -31,6 +35,9 @@ public struct ConsumerLoop: Sendable {
         case cancel
         /// Wait for input (or a wake-up) and take at most one delivery; then `received()`.
         case receive
+        /// Not connected, and the next try is this many seconds away: wait (a wake-up
+        /// ends the wait early; the next turn says what remains).
+        case wait(seconds: Double)
         /// Close the connection and end.
         case stop
     }
@@ -47,14 +54,17 @@ public struct ConsumerLoop: Sendable {
     public private(set) var isConnected = false
     public private(set) var cancelled = false
     private var backoff = Backoff(base: 0.25, cap: 10, jitter: false)
+    /// When the next connect may be tried (seconds on the caller's monotonic clock).
+    private var retryAt = -Double.infinity
 
     public init() {}
 
-    /// One turn of the thread: what to do, in order, given the phase and the settlements
-    /// asked for since the last turn.
-    public mutating func turn(phase: Phase, settlements: [Settlement]) -> [Action] {
+    /// One turn of the thread: what to do, in order, given the phase, the settlements
+    /// asked for since the last turn, and the time (seconds on a monotonic clock).
+    public mutating func turn(phase: Phase, settlements: [Settlement], now: Double) -> [Action] {
         guard isConnected else {
             guard phase == .consuming else { return [.stop] }
+            if now < retryAt { return [.wait(seconds: retryAt - now)] }
             generation += 1
             return [.connect(generation: generation)]
         }
@@ -75,8 +85,13 @@ public struct ConsumerLoop: Sendable {
         backoff.reset()
     }
 
-    /// The seconds to wait (unless woken) before the next try.
-    public mutating func connectFailed() -> Double { backoff.next() }
+    /// A connect failed at `now`; returns the seconds until the next try.
+    @discardableResult
+    public mutating func connectFailed(now: Double) -> Double {
+        let wait = backoff.next()
+        retryAt = now + wait
+        return wait
+    }
 
     public mutating func connectionLost() { isConnected = false }
 

@@ -1,5 +1,7 @@
+import AMQPBridge
 import Foundation
 import PQBridge
+import ServiceSupport
 import Testing
 
 /// A steady push load from several devices of several users, for fault tests. Every op
@@ -108,6 +110,35 @@ final class SteadyLoad: @unchecked Sendable {
     var jobs: [String] { lock.withLock { acceptedJobs } }
     var opCount: Int { lock.withLock { acceptedOps.values.reduce(0) { $0 + $1.count } } }
 
+    /// What the jobs that did not finish look like, and what the broker's queues hold: for
+    /// a failure report.
+    private static func describeUnfinished(_ jobs: [String], pool: PGPool) async -> String {
+        var report = ""
+        do {
+            let rows = try await pool.query("""
+                SELECT status, attempts, published_at IS NOT NULL AS published,
+                       left(coalesce(last_error, ''), 100) AS error, count(*) AS n
+                FROM jobs WHERE job_id = ANY($1::uuid[]) AND status IN ('queued', 'processing', 'retrying')
+                GROUP BY 1, 2, 3, 4 ORDER BY n DESC LIMIT 10
+                """, [jobs]).rows
+            report += rows.map { row in
+                "\(row["n"] ?? "?") \(row["status"] ?? "?") after \(row["attempts"] ?? "?") attempts, "
+                    + "published \(row["published"] ?? "?"), last error \(row["error"] ?? "")"
+            }.joined(separator: "; ")
+        } catch {
+            report += "(jobs unreadable: \(error))"
+        }
+        if let url = E2E.amqpURL, let endpoint = AMQPEndpoint(url: url) {
+            let publisher = AMQPPublisher(endpoint: endpoint, topology: E2E.topology, logger: E2E.logger)
+            if let stats = try? await publisher.queueStats(SynclineTopology.queueNames(retryDelays: E2E.retryDelays)) {
+                report += "; queues: " + stats.map { "\($0.name) \($0.messages) ready, \($0.consumers) consumers" }
+                    .joined(separator: ", ")
+            }
+            await publisher.shutdown()
+        }
+        return report
+    }
+
     /// Waits until every acknowledged job is terminal, then checks: every job succeeded,
     /// no acknowledged op is missing from a pull, and each was applied exactly once.
     func verify(client: APIClient, within seconds: Double = 60) async throws {
@@ -117,13 +148,19 @@ final class SteadyLoad: @unchecked Sendable {
         #expect(abandoned.isEmpty, "pushes never acknowledged: \(abandoned)")
         let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
         defer { Task { await pool.shutdown() } }
-        let statuses = try await E2E.eventually(within: seconds, "\(jobs.count) jobs terminal") { () -> [String: Int]? in
-            let rows = try await pool.query(
-                "SELECT status, count(*) AS n FROM jobs WHERE job_id = ANY($1::uuid[]) GROUP BY status", [jobs]).rows
-            var counts: [String: Int] = [:]
-            for row in rows { counts[row["status"] ?? "?"] = Int(row["n"] ?? "0") ?? 0 }
-            let unfinished = (counts["queued"] ?? 0) + (counts["processing"] ?? 0) + (counts["retrying"] ?? 0)
-            return unfinished == 0 && counts.values.reduce(0, +) == jobs.count ? counts : nil
+        let statuses: [String: Int]
+        do {
+            statuses = try await E2E.eventually(within: seconds, "\(jobs.count) jobs terminal") { () -> [String: Int]? in
+                let rows = try await pool.query(
+                    "SELECT status, count(*) AS n FROM jobs WHERE job_id = ANY($1::uuid[]) GROUP BY status", [jobs]).rows
+                var counts: [String: Int] = [:]
+                for row in rows { counts[row["status"] ?? "?"] = Int(row["n"] ?? "0") ?? 0 }
+                let unfinished = (counts["queued"] ?? 0) + (counts["processing"] ?? 0) + (counts["retrying"] ?? 0)
+                return unfinished == 0 && counts.values.reduce(0, +) == jobs.count ? counts : nil
+            }
+        } catch {
+            Issue.record("jobs not terminal in time: \(await Self.describeUnfinished(jobs, pool: pool))")
+            throw error
         }
         #expect(statuses == ["succeeded": jobs.count], "job outcomes: \(statuses)")
 
