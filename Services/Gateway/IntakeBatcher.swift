@@ -70,18 +70,18 @@ final class IntakeBatcher: Sendable {
         }
         await publish(zip(batch, outcomes).compactMap { waiting, outcome in
             guard case .success(.created(let jobID, _)) = outcome else { return nil }
-            return (jobID, waiting.intake.traceID)
+            return (jobID, waiting.intake.traceID, waiting.intake.ops.count)
         })
         for (waiting, outcome) in zip(batch, outcomes) { waiting.reply.resume(with: outcome) }
     }
 
     /// The jobs are committed: announce them. A failure here loses nothing — the relay
     /// publishes every job left unpublished — so the pushes are still accepted.
-    private func publish(_ created: [(jobID: String, traceID: String?)]) async {
+    private func publish(_ created: [(jobID: String, traceID: String?, ops: Int)]) async {
         guard !created.isEmpty else { return }
         if let pause = Failpoints.pauseBeforePublish { try? await Task.sleep(for: .seconds(pause)) }
         do {
-            try await publisher.publish(created.map { SynclineTopology.jobMessage(jobID: $0.jobID, traceID: $0.traceID) })
+            try await publisher.publish(created.map { SynclineTopology.jobMessage(jobID: $0.jobID, traceID: $0.traceID, ops: $0.ops) })
             created.forEach { marks.add($0.jobID) }
         } catch {
             publishFailures.increment(by: created.count)

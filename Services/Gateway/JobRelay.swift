@@ -50,7 +50,7 @@ struct JobRelay: Service {
             while true {
                 let waiting = try await jobs.unpublished(olderThan: relayAfter, limit: 500)
                 guard !waiting.isEmpty else { return }
-                try await publisher.publish(waiting.map { SynclineTopology.jobMessage(jobID: $0.jobID, traceID: $0.traceID) })
+                try await publisher.publish(waiting.map { SynclineTopology.jobMessage(jobID: $0.jobID, traceID: $0.traceID, ops: $0.ops) })
                 try await jobs.markPublished(waiting.map(\.jobID))
                 relayed.increment(by: waiting.count)
                 logger.info("relayed unpublished jobs", metadata: ["jobs.count": "\(waiting.count)"])

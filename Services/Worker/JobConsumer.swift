@@ -38,6 +38,7 @@ struct JobConsumer: Service {
     private let outageWaits = Counter(label: "syncline_job_outage_waits_total")
     private let pushToApplied = Timer(label: "syncline_push_to_applied_seconds")
     private let batchSizes = Recorder(label: "syncline_job_batch_size")
+    private let batchOps = Recorder(label: "syncline_job_batch_ops")
     private let batchFallbacks = Counter(label: "syncline_job_batch_fallbacks_total")
 
     func run() async throws {
@@ -46,9 +47,10 @@ struct JobConsumer: Service {
         await withGracefulShutdownHandler {
             await withTaskGroup(of: Void.self) { group in
                 group.addTask {
-                    await jobs.handleInBatches(maxBatch: configuration.workerBatchJobs, slots: configuration.workerConcurrency) {
-                        await handle(batch: $0)
-                    }
+                    await jobs.handleInBatches(
+                        maxBatch: configuration.workerBatchJobs, maxWeight: configuration.workerBatchOps,
+                        slots: configuration.workerConcurrency, weight: SynclineTopology.opCount(inMessage:)
+                    ) { await handle(batch: $0) }
                 }
                 group.addTask { await exhausted.handleConcurrently(limit: 4) { await handleExhausted($0) } }
             }
@@ -70,6 +72,7 @@ struct JobConsumer: Service {
     /// applied.
     func handle(batch deliveries: [AMQPDelivery]) async {
         batchSizes.record(deliveries.count)
+        batchOps.record(deliveries.map(SynclineTopology.opCount(inMessage:)).reduce(0, +))
         // Each message's job id, read once; a delivery without one is handled alone below.
         let named = deliveries.map { ($0, SynclineTopology.jobID(inMessage: $0.body).flatMap(Names.canonicalUUID)) }
         let outcomes: [String: ApplyStore.BatchOutcome]
@@ -246,7 +249,8 @@ struct JobConsumer: Service {
         }
         do {
             try await publisher.publish([SynclineTopology.retryMessage(
-                queue: queue, jobID: jobID, attempt: attempt, traceID: delivery.header(SynclineTopology.Header.trace))])
+                queue: queue, jobID: jobID, attempt: attempt, traceID: delivery.header(SynclineTopology.Header.trace),
+                ops: delivery.header(SynclineTopology.Header.ops).flatMap { Int($0) })])
             jobs.ack(delivery)
         } catch {
             // The broker is in trouble: the message goes back (its attempt stays counted).

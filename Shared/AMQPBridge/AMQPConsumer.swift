@@ -258,11 +258,11 @@ extension AMQPConsumer {
                 for await delivery in deliveries { sink.yield(.arrived(delivery)) }
                 sink.yield(.ended)
             }
-            var dispatch = BatchDispatch<AMQPDelivery>(maxBatch: maxBatch, slots: slots)
+            var dispatch = BatchDispatch<AMQPDelivery>(maxBatch: maxBatch, maxWeight: maxWeight, slots: slots)
             for await event in events {
                 let batches: [[AMQPDelivery]]
                 switch event {
-                case .arrived(let delivery): batches = dispatch.arrived(delivery)
+                case .arrived(let delivery): batches = dispatch.arrived(delivery, weight: weight(delivery))
                 case .finished: batches = dispatch.finished()
                 case .ended:
                     dispatch.end()

@@ -269,13 +269,13 @@ public struct JobStore: Sendable {
     }
 
     /// Queued jobs nobody has confirmed publishing, older than `age` seconds.
-    public func unpublished(olderThan age: Double, limit: Int) async throws -> [(jobID: String, traceID: String?)] {
+    public func unpublished(olderThan age: Double, limit: Int) async throws -> [(jobID: String, traceID: String?, ops: Int)] {
         try await pool.query("""
-            SELECT job_id, trace_id FROM jobs
+            SELECT job_id, trace_id, op_count FROM jobs
             WHERE status = 'queued' AND published_at IS NULL
               AND created_at < clock_timestamp() - make_interval(secs => $1)
             ORDER BY created_at LIMIT $2
-            """, [age, limit]).rows.map { (try $0.string("job_id"), $0["trace_id"]) }
+            """, [age, limit]).rows.map { (try $0.string("job_id"), $0["trace_id"], Int($0["op_count"] ?? "") ?? 1) }
     }
 
     /// How many jobs are not terminal, and seconds since the oldest of them was created

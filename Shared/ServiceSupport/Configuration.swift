@@ -19,6 +19,8 @@ public struct Configuration: Sendable {
     public var workerConcurrency: Int
     /// The most jobs one transaction applies.
     public var workerBatchJobs: Int
+    /// The most ops one transaction applies (a job with more goes alone).
+    public var workerBatchOps: Int
     public var maxAttempts: Int
     public var retryDelays: [Double]
     public var maxClockSkew: Double
@@ -98,6 +100,7 @@ public struct Configuration: Sendable {
             workerPrefetch: min(try int("WORKER_PREFETCH", 128), Int(UInt16.max)),
             workerConcurrency: try int("WORKER_CONCURRENCY", 4),
             workerBatchJobs: try int("WORKER_BATCH_JOBS", 32),
+            workerBatchOps: try int("WORKER_BATCH_OPS", 2_000),
             maxAttempts: try int("MAX_ATTEMPTS", 5),
             retryDelays: delays.compactMap { $0 },
             maxClockSkew: try duration("MAX_CLOCK_SKEW", "5m"),

@@ -25,6 +25,8 @@ public enum Observability {
             let batchBuckets: [Double] = [1, 2, 4, 8, 16, 32, 64]
             factory.valueHistogramBuckets["syncline_intake_batch_size"] = batchBuckets
             factory.valueHistogramBuckets["syncline_job_batch_size"] = batchBuckets
+            // How many ops one worker transaction applied.
+            factory.valueHistogramBuckets["syncline_job_batch_ops"] = [1, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000]
             MetricsSystem.bootstrap(factory)
         }
         var logger = Logger(label: "syncline.\(service)")

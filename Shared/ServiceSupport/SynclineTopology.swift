@@ -125,9 +125,12 @@ public enum SynclineTopology {
     }
 
     /// The message that announces a committed job: its id, nothing the worker trusts.
-    public static func jobMessage(jobID: String, traceID: String?) -> OutgoingMessage {
+    /// A job's message: it names the job, and `ops` (when known) lets a worker bound its
+    /// batches in ops without reading the job first.
+    public static func jobMessage(jobID: String, traceID: String?, ops: Int? = nil) -> OutgoingMessage {
         var headers: [String: AMQPTopology.Argument] = [:]
         if let traceID { headers["traceparent"] = .string(traceID) }
+        if let ops { headers[Header.ops] = .int(Int64(ops)) }
         return OutgoingMessage(
             exchange: jobsExchange, routingKey: jobsRoutingKey,
             body: Array(#"{"job_id":"\#(jobID)"}"#.utf8), messageID: jobID, headers: headers)
@@ -166,12 +169,17 @@ public enum SynclineTopology {
     }
 
     /// A job message sent to wait in a retry queue before attempt `attempt + 1`.
-    public static func retryMessage(queue: String, jobID: String, attempt: Int, traceID: String?) -> OutgoingMessage {
-        var message = jobMessage(jobID: jobID, traceID: traceID)
+    public static func retryMessage(queue: String, jobID: String, attempt: Int, traceID: String?, ops: Int?) -> OutgoingMessage {
+        var message = jobMessage(jobID: jobID, traceID: traceID, ops: ops)
         message.exchange = ""  // the default exchange routes by queue name
         message.routingKey = queue
         message.headers[Header.attempt] = .int(Int64(attempt))
         return message
+    }
+
+    /// The op count a job message carries; 1 when it carries none.
+    public static func opCount(inMessage delivery: AMQPDelivery) -> Int {
+        delivery.header(Header.ops).flatMap { Int($0) } ?? 1
     }
 
     /// The job id a job message names, or nil when it is not a job message.
@@ -221,6 +229,8 @@ public enum SynclineTopology {
         public static let error = "x-syncline-error"
         public static let attempts = "x-syncline-attempts"
         public static let jobID = "x-syncline-job-id"
+        /// A job message's op count.
+        public static let ops = "x-syncline-ops"
         public static let trace = "traceparent"
     }
 }

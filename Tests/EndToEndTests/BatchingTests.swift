@@ -80,6 +80,45 @@ struct BatchingTests {
         }
     }
 
+    @Test func batchesAreBoundedInOps() async throws {
+        try await Stack.with(workers: 0, environment: [
+            "WORKER_CONCURRENCY": "1", "WORKER_BATCH_JOBS": "50", "WORKER_BATCH_OPS": "100",
+        ]) { stack in
+            let api = stack.client
+            // 3 users × 6 jobs of 30 ops, queued before the worker runs: 540 ops, at most
+            // three jobs (90 ops) per transaction.
+            var pushed: [(token: String, jobs: [String])] = []
+            for u in 0..<3 {
+                let token = await E2E.token("opbound-\(u)-\(UUID().uuidString.prefix(6))")
+                let device = try await api.registerDevice(token)
+                var jobs: [String] = []
+                for i in 0..<6 {
+                    let answer = try await api.push(token, device: device, ops: (0..<30).map { k in
+                        ["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": "n\(i)-\(k)", "data": ["k": k]]
+                    })
+                    jobs.append(try #require(answer.json["job_id"] as? String, "\(answer.status) \(answer.text)"))
+                }
+                pushed.append((token, jobs))
+            }
+            try await stack.addWorker()
+            for (token, jobs) in pushed {
+                for job in jobs {
+                    let view = try await api.awaitJob(token, job, within: 30)
+                    #expect(view["status"] as? String == "succeeded" && view["attempts"] as? Int == 1, "\(view)")
+                }
+                let (changes, cursor) = try await api.pullAll(token, limit: 1000)
+                #expect(changes.count == 180 && cursor == "180")
+            }
+            let metrics = try await Self.metrics(of: stack.workers[0])
+            let batches = Self.metric("syncline_job_batch_ops_count", in: metrics)
+            let withinBound = metrics.split(separator: "\n").first { $0.hasPrefix("syncline_job_batch_ops_bucket{le=\"100\"}") || $0.hasPrefix("syncline_job_batch_ops_bucket{le=\"100.0\"}") }
+                .flatMap { $0.split(separator: " ").last }.flatMap { Double($0) }
+            #expect(Self.metric("syncline_job_batch_ops_sum", in: metrics) == 540)
+            #expect(withinBound == batches, "a batch held more than 100 ops:\n\(metrics)")
+            #expect(Self.metric("syncline_job_batch_size_sum", in: metrics) > batches, "no batch held several jobs")
+        }
+    }
+
     @Test func twoWorkersBatchingTheSameUsersNeitherDeadlockNorApplyTwice() async throws {
         try await Stack.with(workers: 0, environment: ["WORKER_CONCURRENCY": "2", "WORKER_BATCH_JOBS": "16"]) { stack in
             let api = stack.client

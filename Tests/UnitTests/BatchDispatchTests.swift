@@ -15,9 +15,9 @@ struct BatchDispatchTests {
         var dispatch = BatchDispatch<Int>(maxBatch: 10, slots: 1)
         #expect(dispatch.arrived(1) == [[1]])
         for item in 2...6 { #expect(dispatch.arrived(item) == []) }
-        #expect(dispatch.waiting == [2, 3, 4, 5, 6])
+        #expect(dispatch.waitingItems == [2, 3, 4, 5, 6])
         #expect(dispatch.finished() == [[2, 3, 4, 5, 6]])
-        #expect(dispatch.running == 1 && dispatch.waiting.isEmpty)
+        #expect(dispatch.running == 1 && dispatch.waitingItems.isEmpty)
     }
 
     @Test func batchesAreBoundedAndKeepArrivalOrder() {
@@ -31,6 +31,19 @@ struct BatchDispatchTests {
         #expect(dispatch.finished() == [])
         #expect(dispatch.finished() == [])
         #expect(dispatch.running == 0)
+    }
+
+    @Test func batchesAreBoundedInWeightAndAHeavyItemGoesAlone() {
+        var dispatch = BatchDispatch<Int>(maxBatch: 10, maxWeight: 100, slots: 1)
+        #expect(dispatch.arrived(0, weight: 1) == [[0]])
+        for (item, weight) in [(1, 40), (2, 40), (3, 40), (4, 500), (5, 10), (6, 0)] {
+            #expect(dispatch.arrived(item, weight: weight) == [])
+        }
+        #expect(dispatch.finished() == [[1, 2]], "a third 40 would pass 100")
+        #expect(dispatch.finished() == [[3]], "the 500 does not fit beside it")
+        #expect(dispatch.finished() == [[4]], "heavier than the bound, alone")
+        #expect(dispatch.finished() == [[5, 6]], "a weight below 1 counts as 1")
+        #expect(dispatch.finished() == [])
     }
 
     @Test func doneOnlyOnceEndedAndEverythingFinished() {
