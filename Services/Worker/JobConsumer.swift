@@ -40,6 +40,7 @@ struct JobConsumer: Service {
     private let batchSizes = Recorder(label: "syncline_job_batch_size")
     private let batchOps = Recorder(label: "syncline_job_batch_ops")
     private let batchFallbacks = Counter(label: "syncline_job_batch_fallbacks_total")
+    private let deadlockRetries = Counter(label: "syncline_job_deadlock_retries_total")
 
     func run() async throws {
         jobs.start()
@@ -152,7 +153,7 @@ struct JobConsumer: Service {
         }
 
         do {
-            switch try await store.apply(jobID: jobID) {
+            switch try await applyRetryingDeadlocks(jobID: jobID, logger: logger) {
             case .succeeded(let applied):
                 jobs.ack(delivery)
                 processed.increment()
@@ -183,6 +184,26 @@ struct JobConsumer: Service {
             }
         }
     }
+
+    /// Applies a job whose attempt is begun. A deadlock — PostgreSQL aborting this
+    /// transaction to let another go on (two users forking each other's records at once,
+    /// say) — is no fault of the job: it is tried again at once, up to
+    /// `deadlocksPerAttempt` times, within the same attempt.
+    private func applyRetryingDeadlocks(jobID: String, logger: Logger) async throws -> ApplyStore.Outcome {
+        var deadlocks = 0
+        while true {
+            do {
+                return try await store.apply(jobID: jobID)
+            } catch where JobFailure.isDeadlock(error) && deadlocks < Self.deadlocksPerAttempt {
+                deadlocks += 1
+                deadlockRetries.increment()
+                logger.info("deadlock; applying the job again within its attempt", metadata: ["deadlocks": "\(deadlocks)"])
+            }
+        }
+    }
+
+    /// How many deadlocks in a row one attempt absorbs before the next counts as a failure.
+    static let deadlocksPerAttempt = 3
 
     /// One delivery from `sync.jobs.exhausted`: the broker gave up redelivering it.
     func handleExhausted(_ delivery: AMQPDelivery) async {

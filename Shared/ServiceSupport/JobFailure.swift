@@ -8,7 +8,9 @@ import PQBridge
 ///   not counted: the worker waits for the database and hands the job back. An outage
 ///   longer than the whole backoff schedule therefore never turns good jobs into dead ones.
 /// - `transient`: worth another attempt after the next retry delay (serialization failure,
-///   deadlock, lock timeout, the broker failing us). Counts towards `MAX_ATTEMPTS`.
+///   deadlock, lock timeout, the broker failing us). Counts towards `MAX_ATTEMPTS` — except
+///   a deadlock, which the worker first retries at once within the same attempt
+///   (`isDeadlock`): PostgreSQL chose this transaction as the victim, not the job.
 /// - `permanent`: another attempt cannot help (stored ops that cannot be read, any other
 ///   database error); dead-lettered at once with the reason.
 public enum JobFailure: Equatable, Sendable {
@@ -21,6 +23,11 @@ public enum JobFailure: Equatable, Sendable {
         switch self {
         case .outage(let reason), .transient(let reason), .permanent(let reason): return reason
         }
+    }
+
+    /// PostgreSQL broke a deadlock by aborting this transaction.
+    public static func isDeadlock(_ error: any Error) -> Bool {
+        (error as? PGError)?.sqlState == "40P01"
     }
 
     public static func classify(_ error: any Error) -> JobFailure {

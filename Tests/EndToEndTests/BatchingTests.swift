@@ -18,10 +18,10 @@ struct BatchingTests {
         try await APIClient(base: "http://127.0.0.1:\(process.port)").request("GET", "/metrics").text
     }
 
-    /// Pushes `count` one-op jobs for each of `users` new users, all at once; returns each
-    /// user's token and jobs.
+    /// Pushes `count` jobs of `opsEach` ops for each of `users` new users, the users at
+    /// once; returns each user's token and jobs.
     static func pushJobs(
-        _ api: APIClient, users: Int, jobsEach count: Int, tag: String
+        _ api: APIClient, users: Int, jobsEach count: Int, opsEach: Int = 1, tag: String, collection: String = "notes"
     ) async throws -> [(token: String, jobs: [String])] {
         try await withThrowingTaskGroup(of: (String, [String]).self) { group in
             for u in 0..<users {
@@ -30,15 +30,28 @@ struct BatchingTests {
                     let device = try await api.registerDevice(token)
                     var jobs: [String] = []
                     for i in 0..<count {
-                        let answer = try await api.push(token, device: device, ops: [
-                            ["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": "n\(i)", "data": ["i": i]],
-                        ])
+                        let answer = try await api.push(token, device: device, ops: (0..<opsEach).map { k in
+                            ["op_id": newOpID(), "type": "upsert", "collection": collection, "id": "n\(i)-\(k)", "data": ["i": i]]
+                        })
                         jobs.append(try #require(answer.json["job_id"] as? String, "\(answer.status) \(answer.text)"))
                     }
                     return (token, jobs)
                 }
             }
             return try await group.reduce(into: []) { $0.append($1) }
+        }
+    }
+
+    /// Every job succeeded on its first attempt, and each op was applied once: the user's
+    /// pull holds one record per op and its cursor counts one version each.
+    static func expectEachAppliedOnce(_ api: APIClient, _ pushed: [(token: String, jobs: [String])], opsEach: Int = 1) async throws {
+        for (token, jobs) in pushed {
+            for job in jobs {
+                let view = try await api.awaitJob(token, job, within: 30)
+                #expect(view["status"] as? String == "succeeded" && view["attempts"] as? Int == 1, "\(view)")
+            }
+            let (changes, cursor) = try await api.pullAll(token, limit: 1000)
+            #expect(changes.count == jobs.count * opsEach && cursor == String(jobs.count * opsEach))
         }
     }
 
@@ -60,23 +73,29 @@ struct BatchingTests {
             // One worker, one transaction at a time: the first job goes alone, the others
             // queued behind it leave together.
             try await stack.addWorker()
-            for (token, jobs) in healthy + more {
-                for job in jobs {
-                    let view = try await api.awaitJob(token, job, within: 30)
-                    #expect(view["status"] as? String == "succeeded" && view["attempts"] as? Int == 1, "\(view)")
-                }
-            }
+            try await Self.expectEachAppliedOnce(api, healthy + more)
             let dead = try await api.awaitJob(poisonToken, poisonJob, within: 30)
             #expect(dead["status"] as? String == "dead" && dead["attempts"] as? Int == E2E.maxAttempts, "\(dead)")
-            for (token, jobs) in healthy + more {
-                let (changes, cursor) = try await api.pullAll(token, limit: 100)
-                #expect(changes.count == jobs.count && cursor == String(jobs.count))
-            }
             // The batch that held the poison job rolled back and was applied job by job.
             let log = (try? String(contentsOfFile: stack.workers[0].logPath, encoding: .utf8)) ?? ""
             let rolledBack = log.split(separator: "\n").filter { $0.contains("batch rolled back") }
                 .compactMap { line in line.split(separator: " ").first { $0.hasPrefix("jobs.count=") }.flatMap { Int($0.dropFirst(11)) } }
             #expect(rolledBack.contains { $0 > 1 }, "no batch of several jobs rolled back: \(rolledBack)")
+        }
+    }
+
+    @Test func aDeadlockSpendsNoAttempt() async throws {
+        // Every other write to this collection is chosen as a deadlock's victim.
+        let deadlocking = try await FailureTests.FailingCollection("deadlocky", deadlockEveryOther: true)
+        defer { Task { try? await deadlocking.remove() } }
+        try await Stack.with(workers: 0, environment: ["WORKER_CONCURRENCY": "1"]) { stack in
+            let api = stack.client
+            let pushed = try await Self.pushJobs(api, users: 3, jobsEach: 4, tag: "deadlock", collection: "deadlocky")
+            try await stack.addWorker()
+            try await Self.expectEachAppliedOnce(api, pushed)
+            let metrics = try await Self.metrics(of: stack.workers[0])
+            #expect(Self.metric("syncline_job_deadlock_retries_total", in: metrics) > 0, "no deadlock was met")
+            #expect(Self.metric("syncline_job_retries_total", in: metrics) == 0, "a deadlock spent an attempt")
         }
     }
 
@@ -87,28 +106,9 @@ struct BatchingTests {
             let api = stack.client
             // 3 users × 6 jobs of 30 ops, queued before the worker runs: 540 ops, at most
             // three jobs (90 ops) per transaction.
-            var pushed: [(token: String, jobs: [String])] = []
-            for u in 0..<3 {
-                let token = await E2E.token("opbound-\(u)-\(UUID().uuidString.prefix(6))")
-                let device = try await api.registerDevice(token)
-                var jobs: [String] = []
-                for i in 0..<6 {
-                    let answer = try await api.push(token, device: device, ops: (0..<30).map { k in
-                        ["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": "n\(i)-\(k)", "data": ["k": k]]
-                    })
-                    jobs.append(try #require(answer.json["job_id"] as? String, "\(answer.status) \(answer.text)"))
-                }
-                pushed.append((token, jobs))
-            }
+            let pushed = try await Self.pushJobs(api, users: 3, jobsEach: 6, opsEach: 30, tag: "opbound")
             try await stack.addWorker()
-            for (token, jobs) in pushed {
-                for job in jobs {
-                    let view = try await api.awaitJob(token, job, within: 30)
-                    #expect(view["status"] as? String == "succeeded" && view["attempts"] as? Int == 1, "\(view)")
-                }
-                let (changes, cursor) = try await api.pullAll(token, limit: 1000)
-                #expect(changes.count == 180 && cursor == "180")
-            }
+            try await Self.expectEachAppliedOnce(api, pushed, opsEach: 30)
             let metrics = try await Self.metrics(of: stack.workers[0])
             let batches = Self.metric("syncline_job_batch_ops_count", in: metrics)
             let withinBound = metrics.split(separator: "\n").first { $0.hasPrefix("syncline_job_batch_ops_bucket{le=\"100\"}") || $0.hasPrefix("syncline_job_batch_ops_bucket{le=\"100.0\"}") }
@@ -130,15 +130,7 @@ struct BatchingTests {
                 group.addTask { try await stack.addWorker() }
                 try await group.waitForAll()
             }
-            for (token, jobs) in pushed {
-                for job in jobs {
-                    let view = try await api.awaitJob(token, job, within: 30)
-                    #expect(view["status"] as? String == "succeeded" && view["attempts"] as? Int == 1, "\(view)")
-                }
-                // Each job's op is applied once: one version each, no more.
-                let (changes, cursor) = try await api.pullAll(token, limit: 100)
-                #expect(changes.count == jobs.count && cursor == String(jobs.count))
-            }
+            try await Self.expectEachAppliedOnce(api, pushed)
             var batched = 0.0
             for worker in stack.workers {
                 let metrics = try await Self.metrics(of: worker)

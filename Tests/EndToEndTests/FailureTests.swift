@@ -15,17 +15,28 @@ struct FailureTests {
         let name: String
         let pool: PGPool
 
-        init(_ collection: String) async throws {
+        /// Every write of a record of `collection` fails with a serialization failure; with
+        /// `deadlockEveryOther`, every other such write fails with a deadlock instead (a
+        /// sequence counts them, outside any transaction).
+        init(_ collection: String, deadlockEveryOther: Bool = false) async throws {
             self.collection = collection
             self.name = "syncline_test_fail_\(UUID().uuidString.prefix(8).lowercased())"
             pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
             let name = self.name
+            let failure = deadlockEveryOther
+                ? """
+                  IF nextval('\(name)') % 2 = 1 THEN
+                    RAISE EXCEPTION 'test-induced deadlock' USING ERRCODE = '40P01';
+                  END IF;
+                  """
+                : "RAISE EXCEPTION 'test-induced serialization failure' USING ERRCODE = '40001';"
             try await pool.withConnection { connection in
                 try connection.executeScript("""
+                    CREATE SEQUENCE \(name);
                     CREATE FUNCTION \(name)() RETURNS trigger LANGUAGE plpgsql AS $$
                     BEGIN
                       IF NEW.collection = '\(collection)' THEN
-                        RAISE EXCEPTION 'test-induced serialization failure' USING ERRCODE = '40001';
+                        \(failure)
                       END IF;
                       RETURN NEW;
                     END $$;
@@ -38,7 +49,10 @@ struct FailureTests {
         func remove() async throws {
             let name = self.name
             try await pool.withConnection { connection in
-                try connection.executeScript("DROP TRIGGER IF EXISTS \(name) ON records; DROP FUNCTION IF EXISTS \(name)();")
+                try connection.executeScript("""
+                    DROP TRIGGER IF EXISTS \(name) ON records; DROP FUNCTION IF EXISTS \(name)();
+                    DROP SEQUENCE IF EXISTS \(name);
+                    """)
             }
             await pool.shutdown()
         }
