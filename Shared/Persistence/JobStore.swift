@@ -261,11 +261,15 @@ public struct JobStore: Sendable {
             results: status == .succeeded ? results : [], spaceID: row["space_id"])
     }
 
+    /// Records that these jobs' messages were confirmed. Only a job still `queued` can be
+    /// relayed, so only those rows are rewritten: under a load the workers keep up with,
+    /// most jobs are applied before the relay's next pass and their rows are left alone.
     public func markPublished(_ jobIDs: [String]) async throws {
         guard !jobIDs.isEmpty else { return }
-        try await pool.query(
-            "UPDATE jobs SET published_at = clock_timestamp() WHERE job_id = ANY($1::uuid[]) AND published_at IS NULL",
-            [jobIDs])
+        try await pool.query("""
+            UPDATE jobs SET published_at = clock_timestamp()
+            WHERE job_id = ANY($1::uuid[]) AND status = 'queued' AND published_at IS NULL
+            """, [jobIDs])
     }
 
     /// Queued jobs nobody has confirmed publishing, older than `age` seconds.
