@@ -40,8 +40,12 @@ extension Array: PGBindable where Element: PGArrayElement {
     public var pgText: String {
         let quote = UInt8(ascii: "\""), backslash = UInt8(ascii: "\\")
         var bytes: [UInt8] = [UInt8(ascii: "{")]
-        for (index, element) in enumerated() {
-            if index > 0 { bytes.append(UInt8(ascii: ",")) }
+        // Not `enumerated()`: in this generic context its `(offset, element)` tuple's type
+        // is looked up at run time for every element.
+        var first = true
+        for element in self {
+            if !first { bytes.append(UInt8(ascii: ",")) }
+            first = false
             guard var text = element.pgArrayElement else {
                 bytes += "NULL".utf8
                 continue

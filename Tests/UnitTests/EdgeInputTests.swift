@@ -49,6 +49,12 @@ struct EdgeInputTests {
         #expect(throws: (any Error).self) { try JSONParser.parse(Array(#""\ud800""#.utf8)) }
         #expect(throws: (any Error).self) { try JSONParser.parse([0x22, 0x61, 0x5C, 0x6E, 0xFF, 0x22]) }
         #expect(try JSONParser.parse(Array(#""é\u00e9""#.utf8)) == .string("éé"))
+        // Without escapes: ASCII taken as is, anything else validated.
+        #expect(try JSONParser.parse(Array(#"{"plain":"ascii text","mixed":"crème brûlée 🍮"}"#.utf8))
+            == .object(["plain": .string("ascii text"), "mixed": .string("crème brûlée 🍮")]))
+        #expect(throws: (any Error).self) { try JSONParser.parse([0x22, 0x61, 0x62, 0x80, 0x22]) }  // lone continuation
+        #expect(throws: (any Error).self) { try JSONParser.parse([0x22, 0xED, 0xA0, 0x80, 0x22]) }  // encoded surrogate
+        #expect(throws: (any Error).self) { try JSONParser.parse([0x22, 0xF0, 0x9F, 0x8D, 0x22]) }  // cut short
     }
 
     @Test func nulInDataIsRefusedNamingTheOp() throws {

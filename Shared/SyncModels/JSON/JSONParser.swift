@@ -27,7 +27,12 @@ public enum JSONParser {
         var index = 0
 
         mutating func skipWhitespace() {
-            while index < bytes.count, [0x20, 0x0A, 0x0D, 0x09].contains(bytes[index]) { index += 1 }
+            while index < bytes.count {
+                switch bytes[index] {
+                case 0x20, 0x0A, 0x0D, 0x09: index += 1
+                default: return
+                }
+            }
         }
 
         func fail() -> Failure { Failure(offset: index) }
@@ -115,15 +120,25 @@ public enum JSONParser {
             index += 1
             let start = index
             // Fast path: no escapes.
+            var ascii = true
             while index < bytes.count {
                 let byte = bytes[index]
                 if byte == UInt8(ascii: "\"") {
                     // Invalid UTF-8 is refused, never replaced: text reaches storage unaltered.
-                    guard let text = String(validating: bytes[start..<index], as: UTF8.self) else { throw fail() }
+                    // ASCII is valid UTF-8 as it stands, so only other text is validated (the
+                    // validating initializer is generic, unspecialized and far slower).
+                    let text: String
+                    if ascii {
+                        text = String(decoding: bytes[start..<index], as: UTF8.self)
+                    } else {
+                        guard let valid = String(validating: bytes[start..<index], as: UTF8.self) else { throw fail() }
+                        text = valid
+                    }
                     index += 1
                     return text
                 }
                 if byte == UInt8(ascii: "\\") || byte < 0x20 { break }
+                if byte >= 0x80 { ascii = false }
                 index += 1
             }
             var scalars = Array(bytes[start..<index])
