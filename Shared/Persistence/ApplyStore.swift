@@ -229,7 +229,7 @@ public struct ApplyStore: Sendable {
             counters[job.space] = outcome.counter
             writes.counters[job.space] = outcome.counter
             writes.opIDs += outcome.remembered.map { (job.space, $0, job.id) }
-            writes.jobs.append((job.id, outcome.counter, try JSONCoding.encodeString(outcome.results)))
+            writes.jobs.append((job.id, outcome.counter, try OpResult.encodeStored(outcome.results)))
             forks.append((job.space, job.user, outcome.forked))
             applied[job.id] = Applied(
                 user: job.user, deviceID: job.deviceID, checkpoint: outcome.counter,

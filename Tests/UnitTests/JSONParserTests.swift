@@ -47,4 +47,21 @@ struct JSONParserTests {
         #expect(Op.decodeStored(Op.encodeStored(ops)) == ops)
         #expect(Op.decodeStored("[{\"op_id\":1}]") == nil)
     }
+
+    @Test func storedResultsAreWhatCodableWritesByteForByte() throws {
+        let current = RecordView(
+            collection: "notes", id: "n1", version: 7, deleted: false, data: ["t": .string("é \"q\""), "n": .int(3)],
+            updatedAt: "2026-11-23T10:00:00.000Z", updatedBy: "7f0c8a2e-0000-4000-8000-000000000001",
+            hlc: "0001763892000000-0000-d", visibility: .public, publicID: "p1", canFork: true)
+        let results = [
+            OpResult(opID: "0f8e8d5e-5b6a-4c1e-9a51-2f1f3a6c7b01", status: .applied, version: 12),
+            OpResult(opID: "1f8e8d5e-5b6a-4c1e-9a51-2f1f3a6c7b01", status: .duplicate),
+            OpResult(opID: "2f8e8d5e-5b6a-4c1e-9a51-2f1f3a6c7b01", status: .rejected, reason: RejectReason.forbidden),
+            OpResult(opID: "3f8e8d5e-5b6a-4c1e-9a51-2f1f3a6c7b01", status: .conflict, current: current),
+            OpResult(opID: "4f8e8d5e-5b6a-4c1e-9a51-2f1f3a6c7b01", status: .superseded, version: 9_000_000_000_000_000),
+        ]
+        #expect(try OpResult.encodeStored(results) == JSONCoding.encodeString(results))
+        #expect(try JSONCoding.decode([OpResult].self, from: OpResult.encodeStored(results)) == results)
+        #expect(try OpResult.encodeStored([]) == "[]")
+    }
 }
