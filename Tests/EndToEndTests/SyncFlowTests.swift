@@ -222,6 +222,41 @@ struct SyncFlowTests {
 
     /// A message on the jobs queue that is not a job is parked in the dead-letter queue
     /// (never acked as success, never a crash loop) while real jobs keep flowing.
+    /// A push's job keeps a valid W3C `traceparent`; without one, or with a malformed one,
+    /// the gateway starts a trace of its own.
+    @Test func jobsCarryAW3CTraceparent() async throws {
+        try await Stack.with(workers: 0) { stack in
+            let api = stack.client
+            let token = await E2E.token("trace-\(UUID().uuidString.prefix(6))")
+            let device = try await api.registerDevice(token)
+            let given = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+            var jobs: [String: String?] = [:]
+            for header in [given, nil, "00-not-a-trace", "00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-01"] {
+                let answer = try await api.push(token, device: device, ops: [
+                    ["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": "t", "data": [:] as [String: Any]],
+                ], headers: header.map { ["traceparent": $0] } ?? [:])
+                jobs[try #require(answer.json["job_id"] as? String, "\(answer.status) \(answer.text)")] = header
+            }
+            let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
+            let rows = try await pool.query(
+                "SELECT job_id::text AS job_id, trace_id FROM jobs WHERE job_id = ANY($1::uuid[])", [Array(jobs.keys)]).rows
+            await pool.shutdown()
+            #expect(rows.count == 4)
+            let shape = /00-[0-9a-f]{32}-[0-9a-f]{16}-01/
+            var generated = Set<String>()
+            for row in rows {
+                let trace = try #require(row["trace_id"])
+                #expect(trace.wholeMatch(of: shape) != nil, "\(trace)")
+                switch jobs[row["job_id"] ?? ""] ?? nil {
+                case given?: #expect(trace == given)
+                case let header? where header.hasPrefix("00-0AF7"): #expect(trace == given, "kept, lowercased")
+                default: generated.insert(trace)
+                }
+            }
+            #expect(generated.count == 2, "each push without a valid traceparent starts its own trace")
+        }
+    }
+
     @Test func invalidMessageIsParkedAndWorkKeepsFlowing() async throws {
         try await Stack.with { stack in
             let endpoint = try #require(AMQPEndpoint(url: E2E.amqpURL!))
