@@ -12,6 +12,7 @@ public struct TokenVerifier: Sendable {
     private let hmac: JWTKeyCollection?
     private let keySet: JWKSKeySet?
     public let policy: TokenPolicy
+    private let verified = VerifiedTokens(capacity: 4_096)
 
     public init(secret: String?, keySet: JWKSKeySet?, policy: TokenPolicy = TokenPolicy()) async throws(TokenError) {
         hmac = if let secret { try await TokenMinter.hmacKeys(secret: secret) } else { nil }
@@ -21,21 +22,28 @@ public struct TokenVerifier: Sendable {
     }
 
     public func verify(_ token: String, now: Date = Date()) async throws(TokenError) -> Claims {
+        let seconds = Int64(now.timeIntervalSince1970)
+        if let known = verified.entry(for: token) {
+            if let kid = known.providerKeyID {
+                guard let keySet, await keySet.key(kid: kid) != nil else { throw .unknownKey }
+            }
+            return try policy.claims(known.fields, now: seconds, checkIssuer: known.providerKeyID != nil)
+        }
         let header = try Self.header(of: token)
         let payload: RawPayload
-        let fromProvider: Bool
+        let providerKeyID: String?
         do {
             switch header.alg {
             case "HS256":
                 guard let hmac else { throw TokenError.unsupportedAlgorithm }
                 payload = try await hmac.verify(token, as: RawPayload.self)
-                fromProvider = false
+                providerKeyID = nil
             case "RS256", "ES256", "EdDSA":
                 guard let keySet, let kid = header.kid else { throw TokenError.unknownKey }
                 guard let key = await keySet.key(kid: kid) else { throw TokenError.unknownKey }
                 guard key.accepts(alg: header.alg) else { throw TokenError.unsupportedAlgorithm }
                 payload = try await key.keys.verify(token, as: RawPayload.self)
-                fromProvider = true
+                providerKeyID = kid
             default:
                 throw TokenError.unsupportedAlgorithm
             }
@@ -46,7 +54,8 @@ public struct TokenVerifier: Sendable {
         } catch {
             throw .malformed
         }
-        return try policy.claims(payload.fields, now: Int64(now.timeIntervalSince1970), checkIssuer: fromProvider)
+        verified.remember(token, VerifiedTokens.Entry(fields: payload.fields, providerKeyID: providerKeyID))
+        return try policy.claims(payload.fields, now: seconds, checkIssuer: providerKeyID != nil)
     }
 
     struct Header {

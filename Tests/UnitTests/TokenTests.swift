@@ -157,6 +157,35 @@ struct TokenTests {
         await #expect(throws: TokenError.badSignature) { try await verifier.verify(forged) }
     }
 
+    @Test func aTokenVerifiedBeforeIsStillCheckedForExpiry() async throws {
+        let verifier = try await verifier()
+        let token = hs256(#"{"sub":"a","exp":\#(now + 30)}"#)
+        #expect(try await verifier.verify(token).sub == "a")
+        #expect(try await verifier.verify(token).sub == "a", "the remembered signature")
+        await #expect(throws: TokenError.expired) { try await verifier.verify(token, now: Date().addingTimeInterval(120)) }
+        await #expect(throws: TokenError.badSignature) {
+            try await verifier.verify(hs256(#"{"sub":"a","exp":\#(now + 30)}"#, secret: "another-secret-another-secret-another-1"))
+        }
+    }
+
+    @Test func aProviderTokenIsRefusedOnceItsKeyLeavesTheSet() async throws {
+        let provider = Provider()
+        try provider.jwks().write(toFile: provider.path, atomically: true, encoding: .utf8)
+        let set = JWKSKeySet(source: .file(provider.path), logger: Logger(label: "test"))
+        await set.refresh()
+        let verifier = try await TokenVerifier(
+            secret: Self.secret, keySet: set, policy: TokenPolicy(issuer: "https://id.example", audience: "app"))
+        let token = try await provider.sign(["sub": "u", "exp": now + 600, "iss": "https://id.example", "aud": "app"], kid: "rsa-1")
+        #expect(try await verifier.verify(token).sub == "u")
+        #expect(try await verifier.verify(token).sub == "u")
+        // The provider rotates rsa-1 out of its set.
+        let p = provider.ec.publicKey.parameters!
+        try #"{"keys":[{"kty":"EC","kid":"ec-1","crv":"P-256","x":"\#(p.x)","y":"\#(p.y)"}]}"#
+            .write(toFile: provider.path, atomically: true, encoding: .utf8)
+        await set.refresh()
+        await #expect(throws: TokenError.unknownKey) { try await verifier.verify(token) }
+    }
+
     @Test func refreshScheduleLimitsFetches() {
         var schedule = JWKSRefreshSchedule()
         let start = Date()
