@@ -271,7 +271,7 @@ struct JobConsumer: Service {
         do {
             try await publisher.publish([SynclineTopology.retryMessage(
                 queue: queue, jobID: jobID, attempt: attempt, traceID: delivery.header(SynclineTopology.Header.trace),
-                ops: delivery.header(SynclineTopology.Header.ops).flatMap { Int($0) })])
+                ops: SynclineTopology.opCount(inMessage: delivery))])
             jobs.ack(delivery)
         } catch {
             // The broker is in trouble: the message goes back (its attempt stays counted).

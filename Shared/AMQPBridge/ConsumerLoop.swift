@@ -51,8 +51,8 @@ public struct ConsumerLoop: Sendable {
 
     /// The number of the live (or last) connection; deliveries carry it.
     public private(set) var generation = 0
-    public private(set) var isConnected = false
-    public private(set) var cancelled = false
+    private var isConnected = false
+    private var cancelled = false
     private var backoff = Backoff(base: 0.25, cap: 10, jitter: false)
     /// When the next connect may be tried (seconds on the caller's monotonic clock).
     private var retryAt = -Double.infinity

@@ -33,6 +33,4 @@ final class VerifiedTokens: @unchecked Sendable {
             entries[token] = entry
         }
     }
-
-    var count: Int { lock.withLock { entries.count } }
 }

@@ -169,7 +169,7 @@ public enum SynclineTopology {
     }
 
     /// A job message sent to wait in a retry queue before attempt `attempt + 1`.
-    public static func retryMessage(queue: String, jobID: String, attempt: Int, traceID: String?, ops: Int?) -> OutgoingMessage {
+    public static func retryMessage(queue: String, jobID: String, attempt: Int, traceID: String?, ops: Int) -> OutgoingMessage {
         var message = jobMessage(jobID: jobID, traceID: traceID, ops: ops)
         message.exchange = ""  // the default exchange routes by queue name
         message.routingKey = queue

@@ -125,8 +125,9 @@ extension OpResult {
         out.reserveCapacity(results.count * 72)
         var first = true
         for result in results {
-            out += first ? Array(#"{"#.utf8) : Array(#",{"#.utf8)
+            if !first { out.append(UInt8(ascii: ",")) }
             first = false
+            out.append(UInt8(ascii: "{"))
             if let current = result.current {
                 out += #""current":"#.utf8
                 out += try JSONCoding.encode(current)
