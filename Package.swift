@@ -93,6 +93,8 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
             ],
             path: "Shared/ServiceSupport", swiftSettings: strict),
         // Operators' tools over dead letters and queues, shared by the gateway's admin API and syncctl.

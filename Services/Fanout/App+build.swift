@@ -29,7 +29,8 @@ func buildFanout(configuration: Configuration, logger: Logger) async throws -> S
         configuration: .init(endpoint: endpoint, topology: topology, queue: queue, prefetch: 256), logger: logger)
     let hub = Hub(
         queue: queue, publisher: publisher, consumer: consumer, registry: FanoutQueueStore(pool: pool),
-        devices: DeviceStore(pool: pool), heartbeat: configuration.streamHeartbeat, logger: logger)
+        devices: DeviceStore(pool: pool), heartbeat: configuration.streamHeartbeat,
+        streamsPerUser: configuration.streamsPerUser, logger: logger)
     let webhooks = WebhookDispatcher(
         events: AMQPConsumer(
             configuration: .init(endpoint: endpoint, topology: topology, queue: SynclineTopology.notifyEventsQueue, prefetch: 32),
@@ -43,7 +44,7 @@ func buildFanout(configuration: Configuration, logger: Logger) async throws -> S
         auth: Authenticator(verifier: verifier, allowQueryToken: true), devices: DeviceStore(pool: pool),
         pulls: PullStore(pool: pool), spaces: SpaceStore(pool: pool), hub: hub, limiter: RateLimiter(configuration.streamRateLimit))
 
-    let router = Router(context: BasicRequestContext.self)
+    let router = Router(context: BasicRequestContext.self, options: .autoGenerateHeadEndpoints)
     let methods = RouteMethods()
     router.addMiddleware {
         CORSMiddleware(allowedOrigins: configuration.corsAllowedOrigins, methods: [.get])

@@ -72,6 +72,13 @@ final class Hub: Service, Sendable {
 
     static let leftMemory: Double = 10
 
+    /// Why a stream was not admitted.
+    private enum StreamRefusal: Error {
+        case closed
+        /// The user holds `streamsPerUser` streams here already.
+        case tooMany
+    }
+
     let queue: String
     private let state = NIOLockedValueBox(State())
     private let bindingLock = NIOLock()
@@ -83,10 +90,15 @@ final class Hub: Service, Sendable {
     private let connected = Meter(label: "syncline_stream_connections")
     private let delivered = Counter(label: "syncline_stream_messages_total")
 
+    private let refusedForCap = Counter(label: "syncline_rate_limited_total", dimensions: [("limit", "streams_per_user")])
+
     private let heartbeat: Double
+    /// The most streams one user may hold open on this replica.
+    let streamsPerUser: Int
 
     init(queue: String, publisher: AMQPPublisher, consumer: AMQPConsumer, registry: FanoutQueueStore, devices: DeviceStore,
-         heartbeat: Double, logger: Logger) {
+         heartbeat: Double, streamsPerUser: Int, logger: Logger) {
+        self.streamsPerUser = streamsPerUser
         self.registry = registry
         self.devices = devices
         self.heartbeat = heartbeat
@@ -106,19 +118,30 @@ final class Hub: Service, Sendable {
         let id = UUID()
         let (stream, continuation) = AsyncStream.makeStream(of: StreamMessage.self, bufferingPolicy: .bufferingNewest(64))
         let publisher = self.publisher, binding = binding(user)
-        let bind = state.withLockedValue { state -> Task<Void, any Error>? in
-            if state.closed { return nil }
+        let streamsPerUser = self.streamsPerUser
+        let admitted = state.withLockedValue { state -> Result<Task<Void, any Error>, StreamRefusal> in
+            if state.closed { return .failure(.closed) }
+            if state.users[user, default: [:]].count >= streamsPerUser { return .failure(.tooMany) }
             state.users[user, default: [:]][id] = Subscriber(deviceID: deviceID, space: space, continuation: continuation)
             // A stream of the space was authorized just now: the user is a member again.
             if let space { state.left[Membership(user: user, space: space)] = nil }
-            if let existing = state.binds[user] { return existing }
+            if let existing = state.binds[user] { return .success(existing) }
             let task = Task { try await publisher.setBindings([binding], bound: true) }
             state.binds[user] = task
-            return task
+            return .success(task)
         }
-        guard let bind else {
+        let bind: Task<Void, any Error>
+        switch admitted {
+        case .success(let task): bind = task
+        case .failure(.closed):
             continuation.finish()
             throw CancellationError()
+        case .failure(.tooMany):
+            continuation.finish()
+            refusedForCap.increment()
+            throw APIError(
+                status: .tooManyRequests, code: .rateLimited,
+                detail: "You have \(streamsPerUser) streams open here already; close one first.", retryAfterSeconds: 5)
         }
         connected.increment()
         do {

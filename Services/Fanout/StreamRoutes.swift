@@ -144,12 +144,14 @@ struct StreamRoutes: Sendable {
         guard request.headers[.accept]?.contains("text/event-stream") == true else {
             throw APIError.badRequest("Ask for text/event-stream, or upgrade to a WebSocket.")
         }
-        let (id, messages, hello) = try await open(listener)
-        let hub = self.hub, user = listener.user
         var headers = HTTPFields()
         headers[.contentType] = "text/event-stream"
         headers[.cacheControl] = "no-cache"
         headers[HTTPField.Name("X-Accel-Buffering")!] = "no"
+        // HEAD: what a stream would answer, without opening one.
+        if request.method == .head { return Response(status: .ok, headers: headers) }
+        let (id, messages, hello) = try await open(listener)
+        let hub = self.hub, user = listener.user
         return Response(status: .ok, headers: headers, body: ResponseBody { writer in
             defer { hub.unsubscribe(user: user, id: id) }
             try await writer.write(ByteBuffer(string: Self.event(hello)))

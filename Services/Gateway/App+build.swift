@@ -22,7 +22,8 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
     let marks = PublishedMarks()
     let views = ViewCounter(store: PublicStore(pool: pool), logger: logger)
 
-    let router = Router(context: GatewayRequestContext.self)
+    // A GET route answers HEAD too, with its header fields alone.
+    let router = Router(context: GatewayRequestContext.self, options: .autoGenerateHeadEndpoints)
     let routes = RouteMethods()
     router.addMiddleware {
         CORSMiddleware(allowedOrigins: configuration.corsAllowedOrigins, openPrefixes: ["/v1/public"])
@@ -35,7 +36,7 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
         intake: IntakeBatcher(
             jobs: jobs, publisher: publisher, marks: marks, slots: configuration.intakeConcurrency, logger: logger),
         maxClockSkewMilliseconds: Int64(configuration.maxClockSkew * 1000),
-        limiter: RateLimiter(configuration.pushRateLimit)
+        limiter: RateLimiter(configuration.pushRateLimit), publicIDLimiter: RateLimiter(configuration.publicIDRateLimit)
     ).register(on: router)
     PublicRoutes(records: PublicStore(pool: pool), views: views, limiter: RateLimiter(configuration.publicRateLimit))
         .register(on: router)
@@ -56,7 +57,9 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
 
     return Application(
         router: router,
-        server: .http1(configuration: .init(idleTimeout: .milliseconds(Int64(configuration.httpIdleTimeout * 1000)))),
+        server: .http1(configuration: .init(
+            additionalChannelHandlers: [ProtocolErrorProblemHandler()],
+            idleTimeout: .milliseconds(Int64(configuration.httpIdleTimeout * 1000)))),
         configuration: .init(address: .hostname("0.0.0.0", port: configuration.port), serverName: "syncline-gateway"),
         services: [
             ResourceCloser {

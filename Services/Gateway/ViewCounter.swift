@@ -1,3 +1,4 @@
+import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import Persistence
@@ -6,21 +7,49 @@ import ServiceLifecycle
 /// Public record views, counted in memory and added to PostgreSQL in one statement a
 /// second, so popular reads never turn into a row-lock queue. Views not yet flushed are
 /// included in answers from this gateway; a crash loses at most a second of counts.
+///
+/// A view is a reader's (client address's) first read of a record in an hour: readers
+/// seen are kept in two generations — this hour's and the last — so a re-read within one
+/// to two hours counts nothing, and memory stays bounded (a generation that reaches
+/// `maxReaders` is retired early).
 final class ViewCounter: Service, Sendable {
-    private let counts = NIOLockedValueBox<[String: Int]>([:])
-    private let store: PublicStore
-    private let logger: Logger
-
-    init(store: PublicStore, logger: Logger) {
-        self.store = store
-        self.logger = logger
+    private struct Readers {
+        var current = Set<String>()
+        var previous = Set<String>()
+        var rotatedAt: Double
     }
 
-    /// Counts one view; returns the views of this id not yet flushed, this one included.
-    func count(_ publicID: String) -> Int {
-        counts.withLockedValue { counts in
-            counts[publicID, default: 0] += 1
-            return counts[publicID]!
+    private let counts = NIOLockedValueBox<[String: Int]>([:])
+    private let readers: NIOLockedValueBox<Readers>
+    private let store: PublicStore
+    private let logger: Logger
+    private let clock: @Sendable () -> Double
+    static let window: Double = 3600
+    static let maxReaders = 500_000
+
+    init(store: PublicStore, logger: Logger, clock: @escaping @Sendable () -> Double = { ProcessInfo.processInfo.systemUptime }) {
+        self.store = store
+        self.logger = logger
+        self.clock = clock
+        self.readers = NIOLockedValueBox(Readers(rotatedAt: clock()))
+    }
+
+    /// Counts a view of `publicID` by `reader` unless they read it within the hour; returns
+    /// the views of this id not yet flushed.
+    func count(_ publicID: String, reader: String) -> Int {
+        let now = clock(), key = reader + " " + publicID
+        let isNew = readers.withLockedValue { readers in
+            if now - readers.rotatedAt >= Self.window || readers.current.count >= Self.maxReaders {
+                readers.previous = readers.current
+                readers.current = []
+                readers.rotatedAt = now
+            }
+            guard !readers.previous.contains(key) else { return false }
+            return readers.current.insert(key).inserted
+        }
+        return counts.withLockedValue { counts in
+            if isNew { counts[publicID, default: 0] += 1 }
+            return counts[publicID] ?? 0
         }
     }
 

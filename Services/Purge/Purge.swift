@@ -41,7 +41,8 @@ struct Purge: AsyncParsableCommand {
             eraser: AccountEraser(pool: pool, publisher: publisher, office: office, logger: logger),
             retention: .init(
                 tombstones: configuration.tombstoneRetention, jobs: configuration.jobRetention,
-                deadLetters: configuration.deadLetterRetention, devices: configuration.deviceRetention),
+                deadLetters: configuration.deadLetterRetention, devices: configuration.deviceRetention,
+                publicIDReservation: configuration.publicIDReservation),
             logger: logger)
         if once {
             do {
@@ -56,7 +57,7 @@ struct Purge: AsyncParsableCommand {
             await pool.shutdown()
             return
         }
-        let router = Router(context: BasicRequestContext.self)
+        let router = Router(context: BasicRequestContext.self, options: .autoGenerateHeadEndpoints)
         OperationsEndpoints.register(on: router) {
             async let database = (try? await pool.query("SELECT 1")) != nil
             async let broker = publisher.ping()

@@ -26,7 +26,7 @@ func buildWorker(configuration: Configuration, logger: Logger) throws -> some Ap
 
     let announcer = EventAnnouncer(publisher: publisher, logger: logger)
 
-    let router = Router(context: BasicRequestContext.self)
+    let router = Router(context: BasicRequestContext.self, options: .autoGenerateHeadEndpoints)
     OperationsEndpoints.register(on: router) {
         async let database = (try? await pool.query("SELECT 1")) != nil
         return ["database": await database, "broker": jobs.isConnected]

@@ -2,9 +2,9 @@ import PQBridge
 import SyncModels
 
 /// Erasing a user's account data (`DELETE /v1/me`, `syncctl users delete`): their personal
-/// space's records
-/// (published ones included), tombstones, jobs, op results, idempotency keys, devices,
-/// dead letters, counters and clocks — in bounded batches, each its own short
+/// space's records (published ones included), tombstones, jobs, op results, idempotency
+/// keys, devices, dead letters, counters, clocks, open invitations, and their name on what
+/// they published in shared spaces — in bounded batches, each its own short
 /// transaction, so other users never wait behind one large account.
 public struct AccountStore: Sendable {
     let pool: PGPool
@@ -57,11 +57,17 @@ public struct AccountStore: Sendable {
             DELETE FROM records WHERE (space_id, collection, record_id) IN (
               SELECT space_id, collection, record_id FROM records WHERE space_id = \(SpaceStore.personalSpaceSQL("$1")) LIMIT $2)
             """,
-            // Who forked what: the user's forks (the counts they raised stay) and forks of their records.
+            // Who forked their records. Their own forks stay, as digests no longer tied to an
+            // account, so that forking again after a new sign-up does not count twice.
             """
-            DELETE FROM forks WHERE (source_space_id, source_collection, source_record_id, user_id) IN (
-              SELECT source_space_id, source_collection, source_record_id, user_id FROM forks
-              WHERE user_id = $1 OR source_space_id = \(SpaceStore.personalSpaceSQL("$1")) LIMIT $2)
+            DELETE FROM forks WHERE (source_space_id, source_collection, source_record_id, forker_hash) IN (
+              SELECT source_space_id, source_collection, source_record_id, forker_hash FROM forks
+              WHERE source_space_id = \(SpaceStore.personalSpaceSQL("$1")) LIMIT $2)
+            """,
+            // What they published in shared spaces stays with the space, but names nobody.
+            """
+            UPDATE records SET author = NULL, author_user = NULL WHERE (space_id, collection, record_id) IN (
+              SELECT space_id, collection, record_id FROM records WHERE author_user = $1 LIMIT $2)
             """,
             """
             DELETE FROM op_ids WHERE (space_id, op_id) IN (
@@ -111,6 +117,7 @@ public struct AccountStore: Sendable {
             """, [user]).rows.compactMap { $0["space_id"] }
         try SpaceStore.erase(connection, spaces: empty)
         try connection.query("DELETE FROM space_members WHERE user_id = $1", [user])
+        try connection.query("DELETE FROM space_invitations WHERE created_by = $1 AND used_at IS NULL", [user])
     }
 
     public func deletion(userHash: String) async throws -> Deletion? {

@@ -81,15 +81,19 @@ extension ApplyStore {
         return sources
     }
 
-    /// Raises each forked record's `fork_count`, once per forking user.
+    /// Raises each forked record's `fork_count`, once per forking user — kept as the
+    /// SHA-256 of their id, which outlives their account — and never for a member of the
+    /// source's space (forking your own record is no endorsement).
     static func countForks(_ connection: PGConnection, space: String, user: String, forked: Set<ForkedRecord>) throws {
         guard !forked.isEmpty else { return }
         let sources = forked.map { (space: $0.space ?? space, key: $0.key) }
             .sorted { ($0.space, $0.key) < ($1.space, $1.key) }
         try connection.query("""
             WITH counted AS (
-              INSERT INTO forks (source_space_id, source_collection, source_record_id, user_id)
-              SELECT s, c, i, $1 FROM unnest($2::uuid[], $3::text[], $4::text[]) AS s(s, c, i)
+              INSERT INTO forks (source_space_id, source_collection, source_record_id, forker_hash)
+              SELECT s, c, i, encode(sha256(convert_to($1, 'UTF8')), 'hex')
+              FROM unnest($2::uuid[], $3::text[], $4::text[]) AS u(s, c, i)
+              WHERE NOT EXISTS (SELECT 1 FROM space_members m WHERE m.space_id = u.s AND m.user_id = $1)
               ON CONFLICT DO NOTHING
               RETURNING source_space_id, source_collection, source_record_id)
             UPDATE records r SET fork_count = r.fork_count + 1
@@ -118,10 +122,10 @@ extension ApplyStore {
         var members: [String: SpaceRole] = [:]
     }
 
-    /// What a set of jobs writes: the records (with the author of the job that last
-    /// changed each), the op_ids to remember, each space's counter, each job's results.
+    /// What a set of jobs writes: the records (with the author's name and user of the job
+    /// that last changed each), the op_ids to remember, each space's counter, each job's results.
     struct StateWrites {
-        var records: [SpaceKey: (record: StoredRecord, author: String?)] = [:]
+        var records: [SpaceKey: (record: StoredRecord, author: String?, user: String)] = [:]
         var opIDs: [(space: String, opID: String, jobID: String)] = []
         var counters: [String: Int64] = [:]
         var jobs: [(id: String, checkpoint: Int64, results: String)] = []
@@ -219,14 +223,15 @@ extension ApplyStore {
               INSERT INTO records (space_id, collection, record_id, version, deleted, data, field_clocks,
                                    floor_clock, write_clock, delete_clock, updated_by, updated_at,
                                    visibility, public_id, can_fork, visibility_clock, published_at, author,
-                                   listed, forked_from, fork_clock)
+                                   listed, forked_from, fork_clock, author_user)
               SELECT s, c, i, v, d, data::jsonb, clocks::jsonb, f, w, x, b, clock_timestamp(),
                      vis, p, k, vc, CASE WHEN vis = 'private' THEN NULL ELSE clock_timestamp() END,
-                     CASE WHEN p IS NULL THEN NULL ELSE a END, l, ff, fc
+                     CASE WHEN p IS NULL THEN NULL ELSE a END, l, ff, fc,
+                     CASE WHEN p IS NULL OR a IS NULL THEN NULL ELSE au END
               FROM unnest($4::uuid[], $5::text[], $6::text[], $7::bigint[], $8::boolean[], $9::text[], $10::text[],
                           $11::text[], $12::text[], $13::text[], $14::uuid[], $15::text[], $16::boolean[], $17::text[],
-                          $18::text[], $19::text[], $20::boolean[], $21::text[], $22::text[])
-                   AS u(s, c, i, v, d, data, clocks, f, w, x, b, p, k, vc, a, vis, l, ff, fc)
+                          $18::text[], $19::text[], $20::boolean[], $21::text[], $22::text[], $28::text[])
+                   AS u(s, c, i, v, d, data, clocks, f, w, x, b, p, k, vc, a, vis, l, ff, fc, au)
               ON CONFLICT (space_id, collection, record_id) DO UPDATE SET
                 updated_at = CASE WHEN records.version <> EXCLUDED.version THEN EXCLUDED.updated_at ELSE records.updated_at END,
                 updated_by = EXCLUDED.updated_by,
@@ -242,6 +247,9 @@ extension ApplyStore {
                 author = CASE WHEN records.public_id IS DISTINCT FROM EXCLUDED.public_id
                               THEN coalesce(EXCLUDED.author, records.author)
                               ELSE coalesce(records.author, EXCLUDED.author) END,
+                author_user = CASE WHEN (records.public_id IS DISTINCT FROM EXCLUDED.public_id AND EXCLUDED.author IS NOT NULL)
+                                        OR (records.public_id IS NOT DISTINCT FROM EXCLUDED.public_id AND records.author IS NULL)
+                                   THEN EXCLUDED.author_user ELSE records.author_user END,
                 public_id = EXCLUDED.public_id),
             counter AS (
               UPDATE space_counters c SET counter = u.n FROM unnest($23::uuid[], $24::bigint[]) AS u(s, n)
@@ -265,6 +273,7 @@ extension ApplyStore {
                 column { $0.state.fork?.publicID }, column { $0.state.fork?.clock.description },
                 counters.map(\.key), counters.map(\.value),
                 writes.jobs.map(\.id), writes.jobs.map(\.checkpoint), writes.jobs.map(\.results),
+                records.map(\.value.user),
             ]).rows
         var latencies: [String: Double] = [:]
         for row in rows { latencies[try row.string("job_id")] = row["latency"].flatMap(Double.init) ?? 0 }

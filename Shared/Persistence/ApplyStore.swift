@@ -223,7 +223,7 @@ public struct ApplyStore: Sendable {
                 deviceID: job.deviceID, publicIDOwners: owners, purgeClock: purgeClocks[job.space],
                 forkSources: sources[job.id] ?? [:])
             state.records = outcome.records
-            for (key, record) in outcome.changed { writes.records[SpaceKey(space: job.space, key: key)] = (record, job.author) }
+            for (key, record) in outcome.changed { writes.records[SpaceKey(space: job.space, key: key)] = (record, job.author, job.user) }
             state.known.formUnion(outcome.remembered)
             states[job.space] = state
             counters[job.space] = outcome.counter

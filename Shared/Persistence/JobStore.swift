@@ -233,22 +233,25 @@ public struct JobStore: Sendable {
     }
 
     /// The job if it belongs to `user`; a foreign job is as unknown as a missing one.
+    /// The user's job. Another user's job is filtered out by the statement itself, so it
+    /// is answered with the same work, and in the same time, as an unknown id (G6).
     public func view(user: String, jobID: String) async throws -> JobView? {
-        guard let found = try await view(jobID: jobID), found.user == user else { return nil }
-        return found.job
+        guard let id = Names.canonicalUUID(jobID) else { return nil }
+        return try await pool.query(Self.viewSQL + " AND user_id = $2", [id, user]).first.map(Self.view)
     }
 
     /// A job regardless of its owner (operators' tools).
     public func view(jobID: String) async throws -> (user: String, job: JobView)? {
         guard let id = Names.canonicalUUID(jobID) else { return nil }
-        let row = try await pool.query("""
-            SELECT job_id, user_id, space_id, status, attempts, attempt_log, syncline_rfc3339(created_at) AS created_at,
-                   syncline_rfc3339(finished_at) AS finished_at, last_error, checkpoint, results
-            FROM jobs WHERE job_id = $1
-            """, [id]).first
-        guard let row else { return nil }
+        guard let row = try await pool.query(Self.viewSQL, [id]).first else { return nil }
         return (try row.string("user_id"), try Self.view(row))
     }
+
+    static let viewSQL = """
+        SELECT job_id, user_id, space_id, status, attempts, attempt_log, syncline_rfc3339(created_at) AS created_at,
+               syncline_rfc3339(finished_at) AS finished_at, last_error, checkpoint, results
+        FROM jobs WHERE job_id = $1
+        """
 
     static func view(_ row: PGRow) throws -> JobView {
         let status = JobStatus(rawValue: try row.string("status")) ?? .queued

@@ -328,6 +328,32 @@ public enum Migrations {
         Migration(version: 11, name: "record data size", sql: """
             ALTER TABLE records ADD COLUMN data_bytes integer GENERATED ALWAYS AS (octet_length(data::text)) STORED;
             """),
+        Migration(version: 12, name: "invitations, authors and forkers", sql: """
+            -- Owners list and revoke open invitations by this id; the code stays secret.
+            ALTER TABLE space_invitations ADD COLUMN invitation_id uuid NOT NULL DEFAULT gen_random_uuid();
+            CREATE UNIQUE INDEX space_invitations_by_id ON space_invitations (invitation_id);
+            CREATE INDEX space_invitations_by_creator ON space_invitations (space_id, created_by);
+
+            -- Who the shown author is, so that deleting the account removes their name.
+            ALTER TABLE records ADD COLUMN author_user text;
+            UPDATE records r SET author_user = d.user_id FROM devices d WHERE r.author IS NOT NULL AND d.device_id = r.updated_by;
+            CREATE INDEX records_by_author ON records (author_user) WHERE author_user IS NOT NULL;
+
+            -- A forker is kept as the SHA-256 of their user id, which outlives their account:
+            -- forking, deleting the account and forking again counts once.
+            ALTER TABLE forks DROP CONSTRAINT forks_pkey;
+            UPDATE forks SET user_id = encode(sha256(convert_to(user_id, 'UTF8')), 'hex');
+            ALTER TABLE forks RENAME COLUMN user_id TO forker_hash;
+            DELETE FROM forks a USING forks b
+              WHERE a.ctid < b.ctid AND a.source_space_id = b.source_space_id AND a.source_collection = b.source_collection
+                AND a.source_record_id = b.source_record_id AND a.forker_hash = b.forker_hash;
+            ALTER TABLE forks ADD PRIMARY KEY (source_space_id, source_collection, source_record_id, forker_hash);
+            DROP INDEX forks_by_user;
+
+            -- Public ids held by records without data (never written, or deleted), which purge releases.
+            CREATE INDEX records_reserved_public_ids ON records (updated_at)
+              WHERE public_id IS NOT NULL AND visibility = 'private';
+            """),
     ]
 
     /// Applies every migration not yet applied. Safe to run from many processes at once.

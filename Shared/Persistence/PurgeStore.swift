@@ -16,12 +16,15 @@ public struct PurgeStore: Sendable {
         public var jobs: Double
         public var deadLetters: Double
         public var devices: Double
+        /// How long a record without data keeps its public id.
+        public var publicIDReservation: Double
 
-        public init(tombstones: Double, jobs: Double, deadLetters: Double, devices: Double) {
+        public init(tombstones: Double, jobs: Double, deadLetters: Double, devices: Double, publicIDReservation: Double) {
             self.tombstones = tombstones
             self.jobs = jobs
             self.deadLetters = deadLetters
             self.devices = devices
+            self.publicIDReservation = publicIDReservation
         }
     }
 
@@ -32,9 +35,13 @@ public struct PurgeStore: Sendable {
         public var opIDs = 0
         public var deadLetters = 0
         public var devices = 0
+        public var releasedPublicIDs = 0
+        /// Rows of spaces that no longer exist.
+        public var orphans = 0
 
         public var description: String {
-            "tombstones=\(tombstones) jobs=\(jobs) op_ids=\(opIDs) dead_letters=\(deadLetters) devices=\(devices)"
+            "tombstones=\(tombstones) jobs=\(jobs) op_ids=\(opIDs) dead_letters=\(deadLetters) devices=\(devices) "
+                + "released_public_ids=\(releasedPublicIDs) orphans=\(orphans)"
         }
     }
 
@@ -46,10 +53,12 @@ public struct PurgeStore: Sendable {
             }
             defer { _ = try? connection.query("SELECT pg_advisory_unlock($1)", [Self.lockKey]) }
             var report = Report()
-            func drain(_ sql: String, _ age: Double) throws -> Int {
+            /// Runs a batch statement until it deletes less than a batch; the batch size is
+            /// bound after `leading`.
+            func drain(_ sql: String, _ leading: [(any PGBindable)?]) throws -> Int {
                 var total = 0
                 while true {
-                    let n = Int(try connection.query(sql, [age, batch]).first?.optionalInt("n") ?? 0)
+                    let n = Int(try connection.query(sql, leading + [batch]).first?.optionalInt("n") ?? 0)
                     total += n
                     if n < batch { return total }
                 }
@@ -71,7 +80,7 @@ public struct PurgeStore: Sendable {
                     purge_clock = CASE WHEN u.purge_clock IS NULL OR h.clock > u.purge_clock THEN h.clock ELSE u.purge_clock END
                   FROM horizons h WHERE u.space_id = h.space_id)
                 SELECT count(*) AS n FROM gone
-                """, retention.tombstones)
+                """, [retention.tombstones])
             // Dead letters first, so that their jobs become purgeable below.
             report.deadLetters = try drain("""
                 WITH gone AS (
@@ -80,7 +89,7 @@ public struct PurgeStore: Sendable {
                     WHERE dead_at < clock_timestamp() - make_interval(secs => $1) LIMIT $2)
                   RETURNING 1)
                 SELECT count(*) AS n FROM gone
-                """, retention.deadLetters)
+                """, [retention.deadLetters])
             // Finished jobs (and with them their idempotency keys); a dead job only once
             // its dead letter is gone.
             report.jobs = try drain("""
@@ -93,7 +102,7 @@ public struct PurgeStore: Sendable {
                     LIMIT $2 FOR UPDATE SKIP LOCKED)
                   RETURNING 1)
                 SELECT count(*) AS n FROM gone
-                """, retention.jobs)
+                """, [retention.jobs])
             report.opIDs = try drain("""
                 WITH gone AS (
                   DELETE FROM op_ids WHERE (space_id, op_id) IN (
@@ -101,7 +110,7 @@ public struct PurgeStore: Sendable {
                     WHERE created_at < clock_timestamp() - make_interval(secs => $1) LIMIT $2 FOR UPDATE SKIP LOCKED)
                   RETURNING 1)
                 SELECT count(*) AS n FROM gone
-                """, retention.jobs)
+                """, [retention.jobs])
             report.devices = try drain("""
                 WITH gone AS (
                   DELETE FROM devices WHERE device_id IN (
@@ -111,7 +120,41 @@ public struct PurgeStore: Sendable {
                     LIMIT $2 FOR UPDATE SKIP LOCKED)
                   RETURNING 1)
                 SELECT count(*) AS n FROM gone
-                """, retention.devices)
+                """, [retention.devices])
+            // A public id held by a record without data (a publish that never got its
+            // record, or a deleted record) is released; its visibility clock stays.
+            report.releasedPublicIDs = try drain("""
+                WITH released AS (
+                  UPDATE records SET public_id = NULL WHERE (space_id, collection, record_id) IN (
+                    SELECT space_id, collection, record_id FROM records
+                    WHERE public_id IS NOT NULL AND visibility = 'private'
+                      AND updated_at < clock_timestamp() - make_interval(secs => $1)
+                    LIMIT $2 FOR UPDATE SKIP LOCKED)
+                  RETURNING 1)
+                SELECT count(*) AS n FROM released
+                """, [retention.publicIDReservation])
+            // A backstop: rows of a space that no longer exists (deleting a space erases
+            // them under its counter's lock, so none should be found). Each table's spaces
+            // are listed by skipping through its index, not by reading every row.
+            for (table, column) in [("records", "space_id"), ("op_ids", "space_id"), ("forks", "source_space_id"),
+                                    ("space_counters", "space_id")] {
+                let orphaned = try connection.query("""
+                    WITH RECURSIVE present AS (
+                      SELECT min(\(column)) AS id FROM \(table)
+                      UNION ALL
+                      SELECT (SELECT min(\(column)) FROM \(table) WHERE \(column) > present.id) FROM present WHERE present.id IS NOT NULL)
+                    SELECT id::text AS id FROM present
+                    WHERE id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM spaces s WHERE s.space_id = present.id)
+                    """).rows.compactMap { $0["id"] }
+                guard !orphaned.isEmpty else { continue }
+                report.orphans += try drain("""
+                    WITH gone AS (
+                      DELETE FROM \(table) WHERE ctid IN (
+                        SELECT ctid FROM \(table) WHERE \(column) = ANY($1::uuid[]) LIMIT $2 FOR UPDATE SKIP LOCKED)
+                      RETURNING 1)
+                    SELECT count(*) AS n FROM gone
+                    """, [orphaned])
+            }
             _ = try drain("""
                 WITH gone AS (
                   DELETE FROM forgotten_jobs WHERE job_id IN (
@@ -119,7 +162,7 @@ public struct PurgeStore: Sendable {
                     WHERE forgotten_at < clock_timestamp() - make_interval(secs => $1) LIMIT $2 FOR UPDATE SKIP LOCKED)
                   RETURNING 1)
                 SELECT count(*) AS n FROM gone
-                """, retention.jobs)
+                """, [retention.jobs])
             return report
         }
     }

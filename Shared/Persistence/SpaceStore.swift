@@ -34,11 +34,32 @@ public struct SpaceStore: Sendable {
     }
 
     /// Deletes spaces with everything in them (their members and invitations cascade).
+    /// Their counter rows are locked first, in space order, as a worker applying a job
+    /// locks them: a job being applied commits before the deletion reads, so its records
+    /// are erased here; a job applied after it finds no members and writes nothing.
     static func erase(_ connection: PGConnection, spaces: [String]) throws {
         guard !spaces.isEmpty else { return }
+        try connection.query("""
+            INSERT INTO space_counters (space_id) SELECT s FROM unnest($1::uuid[]) AS s ORDER BY s
+            ON CONFLICT (space_id) DO UPDATE SET space_id = EXCLUDED.space_id
+            """, [spaces.sorted()])
+        try connection.query("DELETE FROM forks WHERE source_space_id = ANY($1::uuid[])", [spaces])
         for table in ["records", "op_ids", "space_counters", "spaces"] {
             try connection.query("DELETE FROM \(table) WHERE space_id = ANY($1::uuid[])", [spaces])
         }
+    }
+
+    /// Locks the space's row and reads the caller's role there; nil when the space is gone
+    /// or the caller is no member. Every change to a space's members, invitations or
+    /// existence takes this lock first, so two of them wait for each other instead of
+    /// deadlocking, and each sees what the one before it committed.
+    static func lock(_ connection: PGConnection, space: String, user: String) throws -> (role: SpaceRole, personal: Bool)? {
+        guard let row = try connection.query("""
+            SELECT m.role, s.personal_of IS NOT NULL AS personal FROM space_members m JOIN spaces s USING (space_id)
+            WHERE m.space_id = $1 AND m.user_id = $2 FOR UPDATE OF s
+            """, [space, user]).first, let role = SpaceRole(rawValue: try row.string("role"))
+        else { return nil }
+        return (role, try row.bool("personal"))
     }
 
     /// SQL for the personal space of the user bound as `parameter` (nil until it exists).
@@ -102,11 +123,8 @@ extension SpaceStore {
     public func delete(user: String, space: String) async throws -> (change: Change, members: [String]) {
         guard let id = Names.canonicalUUID(space) else { return (.notFound, []) }
         return try await pool.transaction { connection in
-            guard let row = try connection.query("""
-                SELECT m.role, s.personal_of IS NOT NULL AS personal FROM space_members m JOIN spaces s USING (space_id)
-                WHERE m.space_id = $1 AND m.user_id = $2 FOR UPDATE OF s
-                """, [id, user]).first else { return (.notFound, []) }
-            guard row["role"] == SpaceRole.owner.rawValue, row["personal"] != "t" else { return (.forbidden, []) }
+            guard let mine = try Self.lock(connection, space: id, user: user) else { return (.notFound, []) }
+            guard mine.role == .owner, !mine.personal else { return (.forbidden, []) }
             let members = try connection.query("SELECT user_id FROM space_members WHERE space_id = $1", [id]).rows
                 .compactMap { $0["user_id"] }
             try Self.erase(connection, spaces: [id])
@@ -131,14 +149,9 @@ extension SpaceStore {
     public func change(user: String, space: String, member: String, to role: SpaceRole?) async throws -> Change {
         guard let id = Names.canonicalUUID(space) else { return .notFound }
         return try await pool.transaction { connection in
-            // The space row is locked first: changes to one space's members are serialized.
-            guard let mine = try connection.query("""
-                SELECT m.role, s.personal_of IS NOT NULL AS personal FROM space_members m JOIN spaces s USING (space_id)
-                WHERE m.space_id = $1 AND m.user_id = $2 FOR UPDATE OF s
-                """, [id, user]).first else { return .notFound }
-            guard mine["personal"] != "t" else { return .forbidden }
-            let isOwner = mine["role"] == SpaceRole.owner.rawValue
-            guard isOwner || (role == nil && member == user) else { return .forbidden }
+            guard let mine = try Self.lock(connection, space: id, user: user) else { return .notFound }
+            guard !mine.personal else { return .forbidden }
+            guard mine.role == .owner || (role == nil && member == user) else { return .forbidden }
             guard let target = try connection.query(
                 "SELECT role FROM space_members WHERE space_id = $1 AND user_id = $2", [id, member]).first
             else { return .notFound }
@@ -152,6 +165,11 @@ extension SpaceStore {
             } else {
                 try connection.query("DELETE FROM space_members WHERE space_id = $1 AND user_id = $2", [id, member])
             }
+            // Only an owner may invite: a member who is no longer one loses their open invitations.
+            if role != .owner {
+                try connection.query(
+                    "DELETE FROM space_invitations WHERE space_id = $1 AND created_by = $2 AND used_at IS NULL", [id, member])
+            }
             return .done
         }
     }
@@ -164,29 +182,44 @@ extension SpaceStore {
         user: String, space: String, role: SpaceRole, seconds: Int, code: String
     ) async throws -> (Change, InvitationView?) {
         guard let id = Names.canonicalUUID(space) else { return (.notFound, nil) }
-        guard let mine = try await self.role(user: user, space: space) else { return (.notFound, nil) }
-        guard mine == .owner else { return (.forbidden, nil) }
-        guard let row = try await pool.query("""
-            INSERT INTO space_invitations (code_hash, space_id, role, created_by, expires_at)
-            SELECT encode(sha256(convert_to($1, 'UTF8')), 'hex'), $2::uuid, $3, $4, clock_timestamp() + make_interval(secs => $5)
-            FROM spaces WHERE space_id = $2::uuid AND personal_of IS NULL
-            RETURNING syncline_rfc3339(expires_at) AS expires_at
-            """, [code, id, role.rawValue, user, seconds]).first
-        else { return (.forbidden, nil) }  // a personal space takes no members
-        return (.done, InvitationView(code: code, role: role, expiresAt: try row.string("expires_at")))
+        return try await pool.transaction { connection in
+            guard let mine = try Self.lock(connection, space: id, user: user) else { return (.notFound, nil) }
+            // A personal space takes no members.
+            guard mine.role == .owner, !mine.personal else { return (.forbidden, nil) }
+            guard let row = try connection.query("""
+                INSERT INTO space_invitations (code_hash, space_id, role, created_by, expires_at)
+                VALUES (encode(sha256(convert_to($1, 'UTF8')), 'hex'), $2, $3, $4, clock_timestamp() + make_interval(secs => $5))
+                RETURNING invitation_id, syncline_rfc3339(expires_at) AS expires_at
+                """, [code, id, role.rawValue, user, seconds]).first
+            else { throw PGError(code: .decoding, message: "invitation not stored") }
+            return (.done, InvitationView(
+                invitationID: try row.string("invitation_id"), code: code, role: role, expiresAt: try row.string("expires_at")))
+        }
     }
 
-    /// Joins the space of a valid, unused code; nil when it is unknown, used or expired.
-    /// A member already in the space keeps the higher of the two roles.
+    /// Joins the space of a valid, unused code; nil when it is unknown, used, expired,
+    /// revoked, or its creator is no longer an owner of the space (an invitation carries
+    /// its creator's authority only while they hold it). A member already in the space
+    /// keeps the higher of the two roles.
     public func accept(user: String, code: String) async throws -> (space: String, role: SpaceRole)? {
         try await pool.transaction { connection in
+            let hash = "encode(sha256(convert_to($1, 'UTF8')), 'hex')"
+            guard let found = try connection.query(
+                "SELECT space_id FROM space_invitations WHERE code_hash = \(hash)", [code]).first
+            else { return nil }
+            let space = try found.string("space_id")
+            // The space's lock, as every change to its members takes it: a deletion, removal
+            // or demotion in progress commits before the invitation is judged.
+            guard try connection.query("SELECT 1 FROM spaces WHERE space_id = $1 FOR UPDATE", [space]).first != nil else {
+                return nil
+            }
             guard let row = try connection.query("""
-                UPDATE space_invitations SET used_at = clock_timestamp()
-                WHERE code_hash = encode(sha256(convert_to($1, 'UTF8')), 'hex') AND used_at IS NULL
-                  AND expires_at > clock_timestamp()
-                RETURNING space_id, role
+                UPDATE space_invitations i SET used_at = clock_timestamp()
+                WHERE i.code_hash = \(hash) AND i.used_at IS NULL AND i.expires_at > clock_timestamp()
+                  AND EXISTS (SELECT 1 FROM space_members c
+                              WHERE c.space_id = i.space_id AND c.user_id = i.created_by AND c.role = 'owner')
+                RETURNING i.role
                 """, [code]).first else { return nil }
-            let space = try row.string("space_id")
             let offered = SpaceRole(rawValue: try row.string("role")) ?? .viewer
             let joined = try connection.query("""
                 INSERT INTO space_members (space_id, user_id, role) VALUES ($1, $2, $3)
@@ -197,6 +230,45 @@ extension SpaceStore {
                 RETURNING role
                 """, [space, user, offered.rawValue]).first
             return (space, joined.flatMap { $0["role"] }.flatMap(SpaceRole.init(rawValue:)) ?? offered)
+        }
+    }
+
+    /// The space's open invitations (not used, not expired), for its owners; never a code.
+    public func invitations(user: String, space: String) async throws -> (Change, [OpenInvitationView]) {
+        guard let id = Names.canonicalUUID(space) else { return (.notFound, []) }
+        return try await pool.withConnection { connection in
+            guard let role = try connection.query(
+                "SELECT role FROM space_members WHERE space_id = $1 AND user_id = $2", [id, user]).first
+            else { return (.notFound, []) }
+            guard role["role"] == SpaceRole.owner.rawValue else { return (.forbidden, []) }
+            let items = try connection.query("""
+                SELECT invitation_id, role, created_by, syncline_rfc3339(created_at) AS created_at,
+                       syncline_rfc3339(expires_at) AS expires_at
+                FROM space_invitations
+                WHERE space_id = $1 AND used_at IS NULL AND expires_at > clock_timestamp()
+                ORDER BY created_at, invitation_id
+                """, [id]).rows.map {
+                OpenInvitationView(
+                    invitationID: try $0.string("invitation_id"), role: SpaceRole(rawValue: try $0.string("role")) ?? .viewer,
+                    createdBy: try $0.string("created_by"), createdAt: try $0.string("created_at"),
+                    expiresAt: try $0.string("expires_at"))
+            }
+            return (.done, items)
+        }
+    }
+
+    /// An owner revokes an open invitation: its code no longer works.
+    public func revokeInvitation(user: String, space: String, invitation: String) async throws -> Change {
+        guard let id = Names.canonicalUUID(space) else { return .notFound }
+        return try await pool.transaction { connection in
+            guard let mine = try Self.lock(connection, space: id, user: user) else { return .notFound }
+            guard mine.role == .owner else { return .forbidden }
+            guard let invitationID = Names.canonicalUUID(invitation) else { return .notFound }
+            let revoked = try connection.query("""
+                DELETE FROM space_invitations
+                WHERE space_id = $1 AND invitation_id = $2 AND used_at IS NULL AND expires_at > clock_timestamp()
+                """, [id, invitationID])
+            return revoked.affectedRows == 1 ? .done : .notFound
         }
     }
 }

@@ -44,6 +44,13 @@ public struct Configuration: Sendable {
     public var pushRateLimit: RateLimit
     public var streamRateLimit: RateLimit
     public var publicRateLimit: RateLimit
+    /// Publish and fork ops, per user: each costs a token, so guessing public ids through
+    /// pushes is no faster than through public reads.
+    public var publicIDRateLimit: RateLimit
+    /// The most streams one user may hold open on one fanout replica.
+    public var streamsPerUser: Int
+    /// How long a public id stays held by a record without data (never written, or deleted).
+    public var publicIDReservation: Double
     /// A connection that sends nothing for this long (mid-headers, mid-body, or idle
     /// between requests) is closed.
     public var httpIdleTimeout: Double
@@ -121,6 +128,9 @@ public struct Configuration: Sendable {
             pushRateLimit: try rate("RATE_LIMIT_PUSH", "20/s,burst=40"),
             streamRateLimit: try rate("RATE_LIMIT_STREAMS", "1/s,burst=10"),
             publicRateLimit: try rate("RATE_LIMIT_PUBLIC", "50/s,burst=100"),
+            publicIDRateLimit: try rate("RATE_LIMIT_PUBLIC_IDS", "10/s,burst=500"),
+            streamsPerUser: try int("STREAMS_PER_USER", 20),
+            publicIDReservation: try duration("PUBLIC_ID_RESERVATION", "1d"),
             httpIdleTimeout: try duration("HTTP_IDLE_TIMEOUT", "30s"),
             accountDeletionInline: try duration("ACCOUNT_DELETION_INLINE", "2s"))
     }

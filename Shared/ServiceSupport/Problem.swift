@@ -4,6 +4,7 @@ import HTTPTypes
 import Hummingbird
 import Logging
 import NIOCore
+import NIOHTTP1
 import PQBridge
 import SyncModels
 
@@ -62,8 +63,9 @@ public struct APIError: HTTPResponseError, Sendable {
         let code: String
     }
 
+    /// The problem; a `HEAD` request gets its header fields alone.
     public func response(from request: Request, context: some RequestContext) throws -> Response {
-        Response(status: status, headers: headers, body: .init(byteBuffer: body))
+        Response(status: status, headers: headers, body: request.method == .head ? .init() : .init(byteBuffer: body))
     }
 
     /// The problem's header fields (for writers below the router, such as a refused upgrade).
@@ -128,6 +130,9 @@ extension APIError {
         case let error as AMQPError:
             logger.warning("broker unavailable", metadata: ["error": "\(error)"])
             return .unavailable("The message broker is unavailable; retry later.")
+        case let error as HTTPParserError:
+            // A malformed chunked body, met while the route reads it.
+            return .malformedHTTP(error)
         case is NIOTooManyBytesError:
             return APIError(status: .contentTooLarge, code: .payloadTooLarge, detail: "The body is larger than 1 MiB.")
         case let error as HTTPError:

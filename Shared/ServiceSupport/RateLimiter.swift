@@ -26,10 +26,11 @@ public final class RateLimiter: Sendable {
         self.clock = clock
     }
 
-    /// Takes a token for `key`: nil when allowed, else the whole seconds to wait.
-    public func acquire(_ key: String) -> Int? {
+    /// Takes `cost` tokens for `key` (at most a full bucket's worth, so any request can
+    /// pass once the bucket has refilled): nil when allowed, else the whole seconds to wait.
+    public func acquire(_ key: String, cost requested: Double = 1) -> Int? {
         guard !limit.isOff else { return nil }
-        let now = clock(), limit = self.limit
+        let now = clock(), limit = self.limit, cost = min(requested, limit.burst)
         return state.withLockedValue { state in
             if state.buckets.count > Self.maxKeys, now >= state.nextSweep {
                 state.nextSweep = now + 1
@@ -41,8 +42,8 @@ public final class RateLimiter: Sendable {
             bucket.tokens = min(limit.burst, bucket.tokens + max(0, now - bucket.at) * limit.rate)
             bucket.at = max(bucket.at, now)
             defer { state.buckets[key] = bucket }
-            guard bucket.tokens >= 1 else { return max(1, Int(((1 - bucket.tokens) / limit.rate).rounded(.up))) }
-            bucket.tokens -= 1
+            guard bucket.tokens >= cost else { return max(1, Int(((cost - bucket.tokens) / limit.rate).rounded(.up))) }
+            bucket.tokens -= cost
             return nil
         }
     }
@@ -51,8 +52,8 @@ public final class RateLimiter: Sendable {
 extension RateLimiter {
     /// Takes a token for `key` or throws 429 `rate_limited` with `Retry-After`, counted in
     /// `syncline_rate_limited_total{limit=…}`.
-    public func check(_ key: String, limit name: String) throws(APIError) {
-        if let wait = acquire(key) {
+    public func check(_ key: String, limit name: String, cost: Int = 1) throws(APIError) {
+        if let wait = acquire(key, cost: Double(cost)) {
             Counter(label: "syncline_rate_limited_total", dimensions: [("limit", name)]).increment()
             throw APIError.rateLimited(retryAfter: wait)
         }

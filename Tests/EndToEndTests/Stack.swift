@@ -26,6 +26,7 @@ enum E2E {
     static let serviceDefaults = [
         "RETRY_DELAYS": "300ms,600ms,1200ms", "MAX_ATTEMPTS": String(maxAttempts), "RELAY_AFTER": "1s",
         "RATE_LIMIT_PUSH": "off", "RATE_LIMIT_STREAMS": "off", "RATE_LIMIT_PUBLIC": "off",
+        "RATE_LIMIT_PUBLIC_IDS": "off",
     ]
     static let topology = SynclineTopology.topology(retryDelays: retryDelays)
     static let logger: Logger = {

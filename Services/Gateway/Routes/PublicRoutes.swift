@@ -34,22 +34,24 @@ struct PublicRoutes: Sendable {
         return try jsonResponse(PublicList(items: items), headers: headers)
     }
 
-    /// Counts a view (in memory, flushed in batches: reads never queue behind writes) and
-    /// answers with an ETag of the record's version; a matching If-None-Match gets 304.
+    /// Answers with an ETag of the record's version; a matching If-None-Match gets 304.
+    /// Otherwise counts a view — a reader's first in an hour — in memory, flushed in
+    /// batches: reads never queue behind writes.
     @Sendable func show(_ request: Request, context: GatewayRequestContext) async throws -> Response {
         try limiter.check(context.clientAddress, limit: "public")
         let publicID = try context.parameters.require("public_id")
         guard Names.isValidPublicID(publicID), var record = try await records.record(publicID: publicID) else {
             throw APIError.notFound("No such public record.")
         }
-        record.viewCount += Int64(views.count(publicID))
         let etag = "W/\"\(record.version)\""
         var headers = HTTPFields()
         headers[.eTag] = etag
         headers[.cacheControl] = "no-cache"
+        // A reader revalidating their copy has seen it already: a 304 counts no view.
         if let match = request.headers[.ifNoneMatch], match.split(separator: ",").contains(where: { $0.trimmingCharacters(in: .whitespaces) == etag || $0 == "*" }) {
             return Response(status: .notModified, headers: headers)
         }
+        record.viewCount += Int64(views.count(publicID, reader: context.clientAddress))
         return try jsonResponse(record, headers: headers)
     }
 }

@@ -25,6 +25,8 @@ struct SpaceRoutes: Sendable {
         router.patch("/v1/spaces/:space_id/members/:user_id", use: setRole)
         router.delete("/v1/spaces/:space_id/members/:user_id", use: remove)
         router.post("/v1/spaces/:space_id/invitations", use: invite)
+        router.get("/v1/spaces/:space_id/invitations", use: invitations)
+        router.delete("/v1/spaces/:space_id/invitations/:invitation_id", use: revokeInvitation)
         router.post("/v1/invitations/:code/accept", use: accept)
     }
 
@@ -38,7 +40,7 @@ struct SpaceRoutes: Sendable {
     static func answer(_ change: SpaceStore.Change) throws {
         switch change {
         case .done: return
-        case .notFound: throw APIError.notFound("No such space or member.")
+        case .notFound: throw APIError.notFound("No such space, member or invitation.")
         case .forbidden: throw APIError.forbidden("Your role in this space does not allow that.")
         case .lastOwner:
             throw APIError(
@@ -85,7 +87,7 @@ struct SpaceRoutes: Sendable {
         let space = try context.parameters.require("space_id"), member = try context.parameters.require("user_id")
         try Self.answer(try await spaces.change(user: claims.sub, space: space, member: member, to: role))
         guard let view = try await spaces.members(user: claims.sub, space: space)?.first(where: { $0.userID == member }) else {
-            throw APIError.notFound("No such space or member.")
+            throw APIError.notFound("No such space, member or invitation.")
         }
         return try jsonResponse(view)
     }
@@ -115,6 +117,21 @@ struct SpaceRoutes: Sendable {
         try Self.answer(change)
         guard let invitation else { throw APIError.notFound("No such space.") }
         return try jsonResponse(invitation, status: .created)
+    }
+
+    @Sendable func invitations(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        let claims = try await auth.user(request, context: context)
+        let (change, items) = try await spaces.invitations(user: claims.sub, space: try context.parameters.require("space_id"))
+        try Self.answer(change)
+        return try jsonResponse(InvitationList(items: items))
+    }
+
+    @Sendable func revokeInvitation(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        let claims = try await auth.user(request, context: context)
+        try Self.answer(try await spaces.revokeInvitation(
+            user: claims.sub, space: try context.parameters.require("space_id"),
+            invitation: try context.parameters.require("invitation_id")))
+        return Response(status: .noContent)
     }
 
     @Sendable func accept(_ request: Request, context: GatewayRequestContext) async throws -> Response {

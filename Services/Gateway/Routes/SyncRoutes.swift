@@ -20,13 +20,20 @@ struct SyncRoutes: Sendable {
     let intake: IntakeBatcher
     let maxClockSkewMilliseconds: Int64
     let limiter: RateLimiter
+    /// Publish and fork ops, a token each: a public id's existence costs a guesser as
+    /// much here as through `GET /v1/public/{public_id}`.
+    let publicIDLimiter: RateLimiter
 
     private let pushes = Counter(label: "syncline_pushes_total")
     private let pushedOps = Counter(label: "syncline_pushed_ops_total")
 
-    init(auth: Authenticator, devices: DeviceStore, jobs: JobStore, pulls: PullStore, spaces: SpaceStore, intake: IntakeBatcher, maxClockSkewMilliseconds: Int64, limiter: RateLimiter) {
+    init(
+        auth: Authenticator, devices: DeviceStore, jobs: JobStore, pulls: PullStore, spaces: SpaceStore, intake: IntakeBatcher,
+        maxClockSkewMilliseconds: Int64, limiter: RateLimiter, publicIDLimiter: RateLimiter
+    ) {
         self.spaces = spaces
         self.limiter = limiter
+        self.publicIDLimiter = publicIDLimiter
         self.intake = intake
         self.auth = auth
         self.devices = devices
@@ -63,6 +70,8 @@ struct SyncRoutes: Sendable {
             default: break
             }
         }
+        let publicIDOps = push.ops.reduce(0) { $0 + ($1.type == .publish || $1.type == .fork ? 1 : 0) }
+        if publicIDOps > 0 { try publicIDLimiter.check(claims.sub, limit: "public_ids", cost: publicIDOps) }
         let key = request.headers[.idempotencyKey]
         if let key, !(1...255).contains(key.utf8.count) || !key.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) {
             throw APIError.badRequest("Idempotency-Key must be 1 to 255 visible ASCII characters.")

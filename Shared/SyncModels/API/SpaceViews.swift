@@ -43,18 +43,47 @@ public struct MemberView: Codable, Sendable, Equatable {
     enum CodingKeys: String, CodingKey { case userID = "user_id", role, joinedAt = "joined_at" }
 }
 
+/// A new invitation, as its creator gets it: the only answer that carries the code.
 public struct InvitationView: Codable, Sendable, Equatable {
+    public var invitationID: String
     public var code: String
     public var role: SpaceRole
     public var expiresAt: String
 
-    public init(code: String, role: SpaceRole, expiresAt: String) {
+    public init(invitationID: String, code: String, role: SpaceRole, expiresAt: String) {
+        self.invitationID = invitationID
         self.code = code
         self.role = role
         self.expiresAt = expiresAt
     }
 
-    enum CodingKeys: String, CodingKey { case code, role, expiresAt = "expires_at" }
+    enum CodingKeys: String, CodingKey { case invitationID = "invitation_id", code, role, expiresAt = "expires_at" }
+}
+
+/// An invitation not yet used nor expired, as the space's owners list it: never its code.
+public struct OpenInvitationView: Codable, Sendable, Equatable {
+    public var invitationID: String
+    public var role: SpaceRole
+    public var createdBy: String
+    public var createdAt: String
+    public var expiresAt: String
+
+    public init(invitationID: String, role: SpaceRole, createdBy: String, createdAt: String, expiresAt: String) {
+        self.invitationID = invitationID
+        self.role = role
+        self.createdBy = createdBy
+        self.createdAt = createdAt
+        self.expiresAt = expiresAt
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case invitationID = "invitation_id", role, createdBy = "created_by", createdAt = "created_at", expiresAt = "expires_at"
+    }
+}
+
+public struct InvitationList: Codable, Sendable, Equatable {
+    public var items: [OpenInvitationView]
+    public init(items: [OpenInvitationView]) { self.items = items }
 }
 
 public struct SpaceList: Codable, Sendable, Equatable {
