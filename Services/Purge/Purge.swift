@@ -100,6 +100,7 @@ struct PurgeRunner: Sendable {
         for (kind, count) in [
             ("tombstones", report.tombstones), ("jobs", report.jobs), ("op_ids", report.opIDs),
             ("dead_letters", report.deadLetters), ("devices", report.devices),
+            ("released_public_ids", report.releasedPublicIDs), ("orphans", report.orphans),
         ] {
             Counter(label: "syncline_purged_total", dimensions: [("kind", kind)]).increment(by: count)
         }
@@ -107,6 +108,7 @@ struct PurgeRunner: Sendable {
         logger.info("purge completed", metadata: [
             "purged.tombstones": "\(report.tombstones)", "purged.jobs": "\(report.jobs)", "purged.op_ids": "\(report.opIDs)",
             "purged.dead_letters": "\(report.deadLetters)", "purged.devices": "\(report.devices)",
+            "purged.released_public_ids": "\(report.releasedPublicIDs)", "purged.orphans": "\(report.orphans)",
             "duration_ms": "\(Int(Date().timeIntervalSince(started) * 1000))",
         ])
         return report

@@ -140,9 +140,10 @@ public struct PurgeStore: Sendable {
                                     ("space_counters", "space_id")] {
                 let orphaned = try connection.query("""
                     WITH RECURSIVE present AS (
-                      SELECT min(\(column)) AS id FROM \(table)
+                      (SELECT \(column) AS id FROM \(table) ORDER BY \(column) LIMIT 1)
                       UNION ALL
-                      SELECT (SELECT min(\(column)) FROM \(table) WHERE \(column) > present.id) FROM present WHERE present.id IS NOT NULL)
+                      SELECT (SELECT \(column) FROM \(table) WHERE \(column) > present.id ORDER BY \(column) LIMIT 1)
+                      FROM present WHERE present.id IS NOT NULL)
                     SELECT id::text AS id FROM present
                     WHERE id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM spaces s WHERE s.space_id = present.id)
                     """).rows.compactMap { $0["id"] }

@@ -1,0 +1,145 @@
+import Foundation
+import Testing
+
+/// What a black-box probe sends besides well-formed API calls: broken HTTP framing, HEAD,
+/// oversized URLs, a flood of streams, and timing probes of job ids.
+@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+struct ProtocolEdgeTests {
+    /// Sends `bytes` on a new connection and reads until the server closes it (or 5 s pass).
+    static func exchange(port: Int, _ bytes: [UInt8]) throws -> (response: String, closed: Bool) {
+        guard let fd = E2E.connectLoopback(port: port) else { throw StackError(description: "cannot connect to :\(port)") }
+        defer { close(fd) }
+        var timeout = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var offset = 0
+        while offset < bytes.count {
+            let sent = bytes[offset...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if sent <= 0 { break }  // the server may refuse before reading everything
+            offset += sent
+        }
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = recv(fd, &buffer, buffer.count, 0)
+            if n == 0 { return (String(decoding: received, as: UTF8.self), true) }
+            if n < 0 { return (String(decoding: received, as: UTF8.self), errno == ECONNRESET) }
+            received += buffer[0..<n]
+        }
+    }
+
+    /// A request the HTTP parser refuses is answered 400 problem+json, and the connection closed.
+    @Test func malformedHTTPGets400ProblemAndTheConnectionCloses() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let port = stack.gateway.port
+            let token = await E2E.token("framing-\(UUID().uuidString.prefix(6))")
+            let device = try await stack.client.registerDevice(token)
+            let head = "POST /v1/sync/push HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\n"
+                + "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            let body = #"{"device_id":"\#(device)","ops":[]}"#
+            let hex = String(body.utf8.count, radix: 16)
+            let cases: [(String, String)] = [
+                ("chunk size zz", head + "zz\r\n" + body + "\r\n0\r\n\r\n"),
+                ("chunk size overflow", head + "FFFFFFFFFFFFFFFFF1\r\n" + body + "\r\n0\r\n\r\n"),
+                ("bare LF lines", head.replacingOccurrences(of: "\r\n\r\n", with: "\r\n\n") + hex + "\n" + body + "\n0\n\n"),
+                ("100 KB URL", "GET /v1/public/" + String(repeating: "a", count: 100_000) + " HTTP/1.1\r\nHost: x\r\n\r\n"),
+            ]
+            for (name, request) in cases {
+                let (response, closed) = try Self.exchange(port: port, Array(request.utf8))
+                let statusLine = response.split(separator: "\r\n").first.map(String.init) ?? ""
+                #expect(statusLine.hasPrefix("HTTP/1.1 400"), "\(name): \(statusLine)")
+                #expect(response.lowercased().contains("content-type: application/problem+json"), "\(name): \(response)")
+                #expect(response.contains(#""code":"invalid_request""#), "\(name): \(response)")
+                #expect(!response.contains("500"), "\(name): \(response)")
+                #expect(closed, "\(name): the connection stays open")
+            }
+            // The gateway is unharmed.
+            #expect(try await stack.client.request("GET", "/healthz").status == 200)
+        }
+    }
+
+    /// HEAD is answered wherever GET is, with the same status and header fields and no body.
+    @Test func headIsAnsweredLikeGetWithoutABody() async throws {
+        try await Stack.with(workers: 1, fanouts: 1) { stack in
+            let api = stack.client
+            let token = await E2E.token("head-\(UUID().uuidString.prefix(6))")
+            let device = try await api.registerDevice(token)
+            for path in ["/healthz", "/v1/public", "/openapi.yaml", "/v1/devices", "/v1/spaces"] {
+                let get = try await api.request("GET", path, token: token)
+                let head = try await api.request("HEAD", path, token: token)
+                #expect(head.status == get.status && head.status == 200, "HEAD \(path): \(head.status)")
+                #expect(head.header("Content-Type") == get.header("Content-Type"), "HEAD \(path)")
+                #expect(head.body.isEmpty, "HEAD \(path) has a body")
+            }
+            let missing = try await api.request("HEAD", "/v1/public/no-such-record")
+            #expect(missing.status == 404 && missing.body.isEmpty)
+            #expect(try await api.request("HEAD", "/v1/devices").status == 401)
+            let fanout = APIClient(base: "http://127.0.0.1:\(stack.fanouts[0].port)")
+            #expect(try await fanout.request("HEAD", "/healthz").status == 200)
+            let stream = try await fanout.request(
+                "HEAD", "/v1/stream?device_id=\(device)", token: token, headers: ["Accept": "text/event-stream"])
+            #expect(stream.status == 200 && stream.body.isEmpty && stream.header("Content-Type") == "text/event-stream")
+        }
+    }
+
+    /// A user holds at most STREAMS_PER_USER streams on a fanout; one more is 429 until
+    /// one of theirs closes (a closed stream is noticed at its next heartbeat).
+    @Test func openStreamsPerUserAreCapped() async throws {
+        try await Stack.with(workers: 1, fanouts: 1, environment: ["STREAMS_PER_USER": "3", "STREAM_HEARTBEAT": "1s"]) { stack in
+            let token = await E2E.token("streams-\(UUID().uuidString.prefix(6))")
+            let device = try await stack.client.registerDevice(token)
+            let port = stack.fanouts[0].port
+            let path = "/v1/stream?device_id=\(device)&access_token=\(token)"
+            let streams = try (0..<3).map { _ in try SSEClient(port: port, path: path) }
+            defer { streams.forEach { $0.close() } }
+            for stream in streams { _ = try await stream.inbox.next("hello", within: 15) }
+            let fanout = APIClient(base: "http://127.0.0.1:\(port)")
+            let refused = try await fanout.request("GET", "/v1/stream?device_id=\(device)", token: token, headers: ["Accept": "text/event-stream"])
+            #expect(refused.status == 429 && refused.json["code"] as? String == "rate_limited", "\(refused.status) \(refused.text)")
+            #expect(refused.header("Retry-After") != nil)
+            // Another user is not affected, and a closed stream frees its place.
+            let other = await E2E.token("streams-other-\(UUID().uuidString.prefix(6))")
+            let otherStream = try SSEClient(port: port, path: "/v1/stream?device_id=\(try await stack.client.registerDevice(other))&access_token=\(other)")
+            defer { otherStream.close() }
+            _ = try await otherStream.inbox.next("hello", within: 15)
+            streams[0].close()
+            let again = try await E2E.eventually(within: 10, "a place freed") { () -> SSEClient? in
+                let stream = try SSEClient(port: port, path: path)
+                if (try? await stream.inbox.next("hello", within: 2)) != nil { return stream }
+                stream.close()
+                return nil
+            }
+            again.close()
+        }
+    }
+
+    /// Another user's job and an unknown id answer in the same time: over interleaved
+    /// samples the medians differ by less than a tenth of a millisecond (a foreign job's
+    /// results used to be read and decoded before it was refused: several times that).
+    @Test func anotherUsersJobTakesAsLongAsAnUnknownOne() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let api = stack.client
+            let owner = await E2E.token("timing-owner-\(UUID().uuidString.prefix(6))")
+            let prober = await E2E.token("timing-prober-\(UUID().uuidString.prefix(6))")
+            let device = try await api.registerDevice(owner)
+            let ops = (0..<500).map { ["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": "n\($0)", "data": ["n": $0]] as [String: Any] }
+            let job = try #require(try await api.push(owner, device: device, ops: ops).json["job_id"] as? String)
+            _ = try await api.awaitJob(owner, job)
+            let unknown = UUID().uuidString.lowercased()
+            var foreign: [Double] = [], missing: [Double] = []
+            for round in 0..<330 {
+                for (id, isForeign) in (round % 2 == 0 ? [(job, true), (unknown, false)] : [(unknown, false), (job, true)]) {
+                    let start = DispatchTime.now().uptimeNanoseconds
+                    let answer = try await api.request("GET", "/v1/sync/jobs/\(id)", token: prober)
+                    let elapsed = Double(DispatchTime.now().uptimeNanoseconds - start) / 1e6
+                    #expect(answer.status == 404)
+                    // The first rounds warm connections and caches.
+                    if round >= 30 { if isForeign { foreign.append(elapsed) } else { missing.append(elapsed) } }
+                }
+            }
+            func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
+            let difference = median(foreign) - median(missing)
+            print(String(format: "job lookup medians: foreign %.3f ms, unknown %.3f ms", median(foreign), median(missing)))
+            #expect(abs(difference) < 0.1, "a foreign job answers \(difference) ms slower than an unknown one")
+        }
+    }
+}
