@@ -45,7 +45,20 @@ extension SyncClient {
             InvitationView.self, "POST", "/v1/spaces/\(Self.pathSegment(spaceID))/invitations", body: .object(body), expected: 201)
     }
 
-    /// Joins the space of an invitation code (404 when it is unknown, used or expired).
+    /// The space's open invitations, for its owners (never their codes).
+    public func invitations(in spaceID: String) async throws -> [OpenInvitationView] {
+        try await api.decode(
+            InvitationList.self, "GET", "/v1/spaces/\(Self.pathSegment(spaceID))/invitations", expected: 200).items
+    }
+
+    /// An owner revokes an open invitation: its code stops working.
+    public func revokeInvitation(_ invitationID: String, in spaceID: String) async throws {
+        try await api.perform(
+            "DELETE", "/v1/spaces/\(Self.pathSegment(spaceID))/invitations/\(Self.pathSegment(invitationID))")
+    }
+
+    /// Joins the space of an invitation code (404 when it is unknown, used, expired,
+    /// revoked, or its creator is no longer an owner).
     public func acceptInvitation(_ code: String) async throws -> JoinedSpace {
         try await api.decode(JoinedSpace.self, "POST", "/v1/invitations/\(Self.pathSegment(code))/accept", expected: 200)
     }

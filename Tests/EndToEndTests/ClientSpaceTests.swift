@@ -18,6 +18,12 @@ struct ClientSpaceTests {
             let joined = try await guest.client.acceptInvitation(invitation.code)
             #expect(joined == JoinedSpace(spaceID: created.spaceID, role: .editor))
         }
+        // An invitation made and revoked through the client: listed without its code, then gone.
+        let spare = try await personal[0].client.invite(to: created.spaceID, as: .viewer)
+        let open = try await personal[0].client.invitations(in: created.spaceID)
+        #expect(open.map(\.invitationID) == [spare.invitationID] && open.first?.role == .viewer)
+        try await personal[0].client.revokeInvitation(spare.invitationID, in: created.spaceID)
+        #expect(try await personal[0].client.invitations(in: created.spaceID).isEmpty)
         let members = try await personal[1].client.members(of: created.spaceID)
         #expect(Set(members.map(\.userID)) == Set(users))
         let listed = try await personal[2].client.spaces()
