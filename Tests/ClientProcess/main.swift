@@ -2,8 +2,9 @@ import Foundation
 import SynclineClient
 
 /// A device as a process of its own, for tests that kill it: `ClientProcess <gateway> <database> write <n>`
-/// writes n records and exits; `ClientProcess <gateway> <database> sync` syncs once and exits 0.
-/// The bearer token comes from `CLIENT_TOKEN`.
+/// writes n records and exits; `ClientProcess <gateway> <database> sync` syncs once and exits 0;
+/// `ClientProcess <gateway> <database> live <seconds>` runs the sync loop (with the stream of
+/// the fanout at `CLIENT_FANOUT`, when set) for that long. The bearer token comes from `CLIENT_TOKEN`.
 let arguments = CommandLine.arguments
 guard arguments.count >= 4, let gateway = URL(string: arguments[1]),
       let token = ProcessInfo.processInfo.environment["CLIENT_TOKEN"]
@@ -11,8 +12,10 @@ else {
     FileHandle.standardError.write(Data("usage: ClientProcess <gateway> <database> write <n> | sync\n".utf8))
     exit(2)
 }
+let fanout = ProcessInfo.processInfo.environment["CLIENT_FANOUT"].flatMap(URL.init(string:))
 let client = try SyncClient(ClientConfiguration(
-    gatewayURL: gateway, databasePath: arguments[2], tokenProvider: { _ in token }, deviceName: "process", pollInterval: nil))
+    gatewayURL: gateway, fanoutURL: fanout, databasePath: arguments[2], tokenProvider: { _ in token }, deviceName: "process",
+    pollInterval: fanout == nil ? nil : 5))
 switch arguments[3] {
 case "write":
     let count = Int(arguments.count > 4 ? arguments[4] : "1") ?? 1
@@ -21,6 +24,12 @@ case "write":
 case "sync":
     try await client.sync(timeout: 60)
     print("synced")
+case "live":
+    let seconds = Double(arguments.count > 4 ? arguments[4] : "10") ?? 10
+    await client.start()
+    try await Task.sleep(for: .seconds(seconds))
+    await client.stop()
+    print("stopped")
 default:
     exit(2)
 }

@@ -206,6 +206,50 @@ struct ClientProcessTests {
         E2E.shell("CLIENT_TOKEN=\(token) \(E2E.binaries)/ClientProcess \(arguments) >/dev/null 2>&1")
     }
 
+    /// The pattern in which a probe saw gateway-wide stalls of 0.9–17 s: device A of a user
+    /// writes 200 ops offline and then syncs from a new process, while device B of the same
+    /// user holds a stream and pulls, and another user registers devices in a loop. Every
+    /// registration must answer within 2 s (they take milliseconds) and every sync of A
+    /// within 10 s.
+    @Test func twoDevicesOfOneUserSyncingNeverStallOthers() async throws {
+        try await Stack.with(workers: 1, fanouts: 1) { stack in
+            let user = ClientTests.user()
+            let token = await E2E.token(user), other = await E2E.token(ClientTests.user())
+            let directory = E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()
+            let gateway = stack.client.base, fanout = "http://127.0.0.1:\(stack.fanouts[0].port)"
+            let api = stack.client
+            let registrations = Task { () -> [Double] in
+                var latencies: [Double] = []
+                while !Task.isCancelled {
+                    let start = Date()
+                    _ = try? await api.registerDevice(other)
+                    latencies.append(Date().timeIntervalSince(start))
+                }
+                return latencies
+            }
+            var syncs: [Double] = []
+            for run in 0..<6 {
+                let a = "\(directory)/stall-a-\(UUID().uuidString.prefix(8)).sqlite"
+                let b = "\(directory)/stall-b-\(UUID().uuidString.prefix(8)).sqlite"
+                #expect(Self.run("\(gateway) \(a) write 200", token: token) == 0)
+                E2E.shell("CLIENT_TOKEN=\(token) CLIENT_FANOUT=\(fanout) \(E2E.binaries)/ClientProcess \(gateway) \(b) live 3 >/dev/null 2>&1 &")
+                try await Task.sleep(for: .milliseconds(500))
+                let start = Date()
+                #expect(Self.run("\(gateway) \(a) sync", token: token) == 0, "run \(run): A did not sync")
+                syncs.append(Date().timeIntervalSince(start))
+                try await Task.sleep(for: .seconds(3))
+            }
+            registrations.cancel()
+            let latencies = await registrations.value
+            let slowest = latencies.max() ?? 0
+            print(String(format: "stall probe: %d registrations, slowest %.3f s; A's syncs %@ s", latencies.count, slowest,
+                         syncs.map { String(format: "%.2f", $0) }.joined(separator: ", ")))
+            #expect(latencies.count > 100)
+            #expect(slowest < 2, "a registration took \(slowest) s")
+            #expect(syncs.allSatisfy { $0 < 10 }, "\(syncs)")
+        }
+    }
+
     @Test func aClientKilledAfterSendingAPushSendsTheSameKeyAgainAndMakesOneJob() async throws {
         try await Stack.with(workers: 1) { stack in
             let user = ClientTests.user()
