@@ -112,6 +112,11 @@ final class Hub: Service, Sendable {
         .init(queue: queue, exchange: SynclineTopology.eventsExchange, routingKey: SynclineTopology.eventRoutingKey(user: user))
     }
 
+    /// Whether the user holds fewer streams here than they may.
+    func admits(user: String) -> Bool {
+        state.withLockedValue { ($0.users[user]?.count ?? 0) < streamsPerUser }
+    }
+
     /// Registers a stream; its messages come out of the returned sequence until
     /// `unsubscribe` (or shutdown) finishes it.
     func subscribe(user: String, deviceID: String, space: String?) async throws -> (UUID, AsyncStream<StreamMessage>) {
@@ -138,10 +143,7 @@ final class Hub: Service, Sendable {
             throw CancellationError()
         case .failure(.tooMany):
             continuation.finish()
-            refusedForCap.increment()
-            throw APIError(
-                status: .tooManyRequests, code: .rateLimited,
-                detail: "You have \(streamsPerUser) streams open here already; close one first.", retryAfterSeconds: 5)
+            throw tooManyStreams()
         }
         connected.increment()
         do {
@@ -154,6 +156,14 @@ final class Hub: Service, Sendable {
             throw error
         }
         return (id, stream)
+    }
+
+    /// The refusal of a stream over `streamsPerUser`, counted.
+    func tooManyStreams() -> APIError {
+        refusedForCap.increment()
+        return APIError(
+            status: .tooManyRequests, code: .rateLimited,
+            detail: "You have \(streamsPerUser) streams open here already; close one first.", retryAfterSeconds: 5)
     }
 
     func unsubscribe(user: String, id: UUID) {

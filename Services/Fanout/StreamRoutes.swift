@@ -14,7 +14,7 @@ import SyncModels
 /// text/event-stream`, a WebSocket for an upgrade request; the pokes of every space of the
 /// user, or of `space_id` alone. Refusals are problem+json: 400 (malformed ids), 401
 /// (token), 403 (revoked device), 404 (unknown or foreign device, a space the user is not
-/// in), 429 (too many new streams). A refused WebSocket upgrade goes on as HTTP to the
+/// in), 429 (too many new streams, or too many open ones). A refused WebSocket upgrade goes on as HTTP to the
 /// same route, which answers with the problem.
 ///
 /// The stream subscribes before it reads the cursors its `hello` carries, so a change
@@ -39,6 +39,9 @@ struct StreamRoutes: Sendable {
     func authorize(_ request: Request, context: some RequestContext) async throws -> Listener {
         let claims = try await auth.user(request, context: context)
         try limiter.check(claims.sub, limit: "streams")
+        // Checked here too, so a WebSocket over the cap is refused before its upgrade;
+        // `Hub.subscribe` enforces it.
+        guard hub.admits(user: claims.sub) else { throw hub.tooManyStreams() }
         guard let text = request.uri.queryParameters["device_id"].map(String.init), let deviceID = Names.canonicalUUID(text) else {
             throw APIError.badRequest("device_id must be the id of one of your devices.")
         }

@@ -25,7 +25,7 @@ final class ViewCounter: Service, Sendable {
     private let logger: Logger
     private let clock: @Sendable () -> Double
     static let window: Double = 3600
-    static let maxReaders = 500_000
+    static let maxReaders = 100_000
 
     init(store: PublicStore, logger: Logger, clock: @escaping @Sendable () -> Double = { ProcessInfo.processInfo.systemUptime }) {
         self.store = store

@@ -100,6 +100,11 @@ public struct AccountStore: Sendable {
     /// longest-standing editor (else its longest-standing member); one with no other member
     /// is deleted with its records. Records in shared spaces stay with the space.
     static func leaveSharedSpaces(_ connection: PGConnection, user: String) throws {
+        // The spaces' locks first, in order, as every change to a space's members takes them.
+        try connection.query("""
+            SELECT s.space_id FROM spaces s JOIN space_members m USING (space_id)
+            WHERE m.user_id = $1 ORDER BY s.space_id FOR NO KEY UPDATE OF s
+            """, [user])
         try connection.query("""
             WITH lonely AS (
               SELECT m.space_id FROM space_members m

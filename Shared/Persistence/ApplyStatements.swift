@@ -7,7 +7,9 @@ import SyncModels
 extension ApplyStore {
     /// Locks the job rows (in id order), then — for the jobs not finished — their spaces'
     /// counter rows (in space order), created on first use (G4); one statement. Every
-    /// lock is held until commit.
+    /// lock is held until commit. A space deleted since intake gets no counter (a deletion
+    /// committing meanwhile makes the insert fail on the foreign key: the batch is then
+    /// applied job by job, and each finds the space gone); its jobs find no members.
     static func lock(_ connection: PGConnection, jobIDs: [String]) throws
         -> (jobs: [LockedJob], counters: [String: Int64], purgeClocks: [String: Stamp])
     {
@@ -17,7 +19,8 @@ extension ApplyStore {
               WHERE job_id = ANY($1::uuid[]) ORDER BY job_id FOR UPDATE),
             counter AS (
               INSERT INTO space_counters (space_id)
-              SELECT DISTINCT space_id FROM job WHERE status IN ('queued', 'processing', 'retrying') ORDER BY space_id
+              SELECT DISTINCT space_id FROM job JOIN spaces USING (space_id)
+              WHERE status IN ('queued', 'processing', 'retrying') ORDER BY space_id
               ON CONFLICT (space_id) DO UPDATE SET space_id = EXCLUDED.space_id
               RETURNING space_id, counter, purge_clock)
             SELECT job.job_id, job.user_id, job.space_id, job.device_id, job.status, job.ops, job.author_name,

@@ -354,6 +354,12 @@ public enum Migrations {
             CREATE INDEX records_reserved_public_ids ON records (updated_at)
               WHERE public_id IS NOT NULL AND visibility = 'private';
             """),
+        Migration(version: 13, name: "space counters belong to spaces", sql: """
+            -- A worker that meets a job of a space deleted meanwhile makes no counter for it.
+            DELETE FROM space_counters c WHERE NOT EXISTS (SELECT 1 FROM spaces s WHERE s.space_id = c.space_id);
+            ALTER TABLE space_counters ADD CONSTRAINT space_counters_space_fkey
+              FOREIGN KEY (space_id) REFERENCES spaces ON DELETE CASCADE;
+            """),
     ]
 
     /// Applies every migration not yet applied. Safe to run from many processes at once.

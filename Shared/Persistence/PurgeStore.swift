@@ -136,8 +136,7 @@ public struct PurgeStore: Sendable {
             // A backstop: rows of a space that no longer exists (deleting a space erases
             // them under its counter's lock, so none should be found). Each table's spaces
             // are listed by skipping through its index, not by reading every row.
-            for (table, column) in [("records", "space_id"), ("op_ids", "space_id"), ("forks", "source_space_id"),
-                                    ("space_counters", "space_id")] {
+            for (table, column) in [("records", "space_id"), ("op_ids", "space_id"), ("forks", "source_space_id")] {
                 let orphaned = try connection.query("""
                     WITH RECURSIVE present AS (
                       (SELECT \(column) AS id FROM \(table) ORDER BY \(column) LIMIT 1)

@@ -52,11 +52,13 @@ public struct SpaceStore: Sendable {
     /// Locks the space's row and reads the caller's role there; nil when the space is gone
     /// or the caller is no member. Every change to a space's members, invitations or
     /// existence takes this lock first, so two of them wait for each other instead of
-    /// deadlocking, and each sees what the one before it committed.
+    /// deadlocking, and each sees what the one before it committed. (`NO KEY UPDATE`: a
+    /// worker creating the space's counter, whose foreign key takes a key-share lock on
+    /// this row, does not wait for it — the counter's own lock orders the two.)
     static func lock(_ connection: PGConnection, space: String, user: String) throws -> (role: SpaceRole, personal: Bool)? {
         guard let row = try connection.query("""
             SELECT m.role, s.personal_of IS NOT NULL AS personal FROM space_members m JOIN spaces s USING (space_id)
-            WHERE m.space_id = $1 AND m.user_id = $2 FOR UPDATE OF s
+            WHERE m.space_id = $1 AND m.user_id = $2 FOR NO KEY UPDATE OF s
             """, [space, user]).first, let role = SpaceRole(rawValue: try row.string("role"))
         else { return nil }
         return (role, try row.bool("personal"))
@@ -210,7 +212,7 @@ extension SpaceStore {
             let space = try found.string("space_id")
             // The space's lock, as every change to its members takes it: a deletion, removal
             // or demotion in progress commits before the invitation is judged.
-            guard try connection.query("SELECT 1 FROM spaces WHERE space_id = $1 FOR UPDATE", [space]).first != nil else {
+            guard try connection.query("SELECT 1 FROM spaces WHERE space_id = $1 FOR NO KEY UPDATE", [space]).first != nil else {
                 return nil
             }
             guard let row = try connection.query("""

@@ -160,6 +160,14 @@ struct ContractTests {
                 Example(operation: "GET /v1/spaces/{space_id}/members") { try await $0.request("GET", "/v1/spaces/\(UUID())/members", token: token) },
                 Example(operation: "POST /v1/spaces/{space_id}/invitations") { try await $0.json("POST", "/v1/spaces/\(space)/invitations", token: token, ["role": "viewer"]) },
                 Example(operation: "POST /v1/spaces/{space_id}/invitations") { try await $0.json("POST", "/v1/spaces/\(space)/invitations", token: token, ["role": "king"]) },
+                Example(operation: "GET /v1/spaces/{space_id}/invitations") { try await $0.request("GET", "/v1/spaces/\(space)/invitations", token: token) },
+                Example(operation: "GET /v1/spaces/{space_id}/invitations") { try await $0.request("GET", "/v1/spaces/\(UUID())/invitations", token: token) },
+                Example(operation: "DELETE /v1/spaces/{space_id}/invitations/{invitation_id}") { api in
+                    let spare = try await api.json("POST", "/v1/spaces/\(space)/invitations", token: token, ["role": "viewer"])
+                    let id = try #require(spare.json["invitation_id"] as? String)
+                    return try await api.request("DELETE", "/v1/spaces/\(space)/invitations/\(id)", token: token)
+                },
+                Example(operation: "DELETE /v1/spaces/{space_id}/invitations/{invitation_id}") { try await $0.request("DELETE", "/v1/spaces/\(space)/invitations/\(UUID())", token: token) },
                 Example(operation: "POST /v1/invitations/{code}/accept") { try await $0.request("POST", "/v1/invitations/\(invitation)/accept", token: guest) },
                 Example(operation: "POST /v1/invitations/{code}/accept") { try await $0.request("POST", "/v1/invitations/\(invitation)/accept", token: guest) },
                 Example(operation: "PATCH /v1/spaces/{space_id}/members/{user_id}") { try await $0.json("PATCH", "/v1/spaces/\(space)/members/\(guestUser)", token: token, ["role": "editor"]) },

@@ -103,6 +103,9 @@ struct ProtocolEdgeTests {
             defer { refused.close() }
             let status = try await E2E.eventually(within: 10, "an answer to the fourth stream") { refused.httpStatus == 0 ? nil : refused.httpStatus }
             #expect(status == 429, "a fourth stream was answered \(status)")
+            // A WebSocket over the cap is refused before its upgrade, with the same problem.
+            let upgrade = try FanoutTests.upgrade(port: port, path: "/v1/stream?device_id=\(device)", token: token)
+            #expect(upgrade.status == 429 && upgrade.body.contains("rate_limited"), "\(upgrade.status) \(upgrade.body)")
             // Another user is not affected, and a closed stream frees its place.
             let other = await E2E.token("streams-other-\(UUID().uuidString.prefix(6))")
             let otherStream = try SSEClient(port: port, path: "/v1/stream?device_id=\(try await stack.client.registerDevice(other))&access_token=\(other)")

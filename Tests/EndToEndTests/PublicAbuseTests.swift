@@ -18,6 +18,14 @@ struct PublicAbuseTests {
         return try await api.awaitJob(member.token, try #require(pushed.json["job_id"] as? String))
     }
 
+    /// A new user who publishes a list; returns them and its public id.
+    static func publishedList(_ api: APIClient, idPrefix: String) async throws -> (author: Member, publicID: String) {
+        let author = try await SpaceTests.member(api, "author")
+        let publicID = "\(idPrefix)-\(UUID().uuidString.prefix(8).lowercased())"
+        _ = try await publish(api, author, id: "list", publicID: publicID)
+        return (author, publicID)
+    }
+
     static func fork(_ api: APIClient, _ member: Member, publicID: String) async throws -> String? {
         let pushed = try await SpaceTests.push(api, member, space: nil, [
             ["op_id": newOpID(), "type": "fork", "collection": "lists", "id": "copy-\(UUID().uuidString.prefix(6))", "public_id": publicID],
@@ -36,9 +44,7 @@ struct PublicAbuseTests {
     @Test func forksCountOncePerPersonAndNeverForTheirOwnRecord() async throws {
         try await Stack.with(workers: 1) { stack in
             let api = stack.client
-            let author = try await SpaceTests.member(api, "author")
-            let publicID = "fork-count-\(UUID().uuidString.prefix(8).lowercased())"
-            _ = try await Self.publish(api, author, id: "list", publicID: publicID)
+            let (author, publicID) = try await Self.publishedList(api, idPrefix: "fork-count")
             #expect(try await Self.fork(api, author, publicID: publicID) == "applied")
             #expect(try await Self.forkCount(api, publicID) == 0, "forking your own record counted")
 
@@ -57,9 +63,7 @@ struct PublicAbuseTests {
     @Test func viewsCountOncePerReaderAndNotFor304s() async throws {
         try await Stack.with(workers: 1) { stack in
             let api = stack.client
-            let author = try await SpaceTests.member(api, "author")
-            let publicID = "views-\(UUID().uuidString.prefix(8).lowercased())"
-            _ = try await Self.publish(api, author, id: "list", publicID: publicID)
+            let (_, publicID) = try await Self.publishedList(api, idPrefix: "views")
             let first = try await api.request("GET", "/v1/public/\(publicID)")
             #expect(first.json["view_count"] as? Int == 1)
             let etag = try #require(first.header("ETag"))
