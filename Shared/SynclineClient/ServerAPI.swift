@@ -106,9 +106,22 @@ public enum ClientError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The local store at this path belongs to another space (`held`; "personal" for the
     /// personal space).
     case otherSpace(held: String)
+    /// The write was refused on the device, before anything was stored or sent: the
+    /// server would refuse it (a bad collection or id, oversized data, NaN or infinity…).
+    /// `detail` names the field.
+    case invalidOp(detail: String)
+    /// `retry` or `drop` named an op that is not set aside (unknown, or already resolved).
+    case notSetAside(opID: String)
+    /// `sync()` did not finish: the server could not be reached, refused for now (429,
+    /// 5xx), or its jobs were still running at the timeout. Nothing is lost; try later
+    /// (not before `retryAfter` seconds when the server said so).
+    case syncFailed(reason: String, retryAfter: Double?)
 
     public var description: String {
         switch self {
+        case .invalidOp(let detail): return "refused on the device: \(detail)"
+        case .notSetAside(let opID): return "no op \(opID) is set aside"
+        case .syncFailed(let reason, _): return "sync did not finish: \(reason)"
         case .server(let status, let detail): return "server answered \(status): \(detail)"
         case .stopped: return "the client is stopped"
         case .spaceGone: return "the space is gone: deleted, or you are no longer a member"

@@ -14,15 +14,20 @@ extension SyncClient {
     }
 
     /// Pushes everything, waits for the jobs to finish (up to `timeout` seconds) and pulls
-    /// to the end — now. Throws what stopped it; the background loop retries either way.
+    /// to the end — now. Throws what stopped it as a `ClientError` (`.syncFailed` when it is
+    /// worth trying again later); the background loop retries either way.
     public func sync(timeout: Double = 30) async throws {
         let deadline = Date().addingTimeInterval(timeout)
         pullWanted = true
-        while true {
-            let jobsInFlight = try await exclusivePass()
-            if !jobsInFlight && !pullWanted { return }
-            guard Date() < deadline else { throw Retry(reason: "jobs still running after \(timeout) s", after: nil) }
-            try await Task.sleep(for: .milliseconds(50))
+        do {
+            while true {
+                let jobsInFlight = try await exclusivePass()
+                if !jobsInFlight && !pullWanted { return }
+                guard Date() < deadline else { throw Retry(reason: "jobs still running after \(timeout) s", after: nil) }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+        } catch let retry as Retry {
+            throw ClientError.syncFailed(reason: retry.reason, retryAfter: retry.after)
         }
     }
 

@@ -129,9 +129,16 @@ public actor SyncClient {
     }
 
     /// Durable in the outbox and applied locally when this returns; returns the op_id.
-    /// A space that is gone takes no more writes.
+    /// A space that is gone takes no more writes. An op the server would refuse is refused
+    /// here (`ClientError.invalidOp`), before it is stored: it never reaches the outbox,
+    /// so it can never hold up the ops around it.
     func write(_ op: Op) throws -> String {
         if store.spaceGone { throw ClientError.spaceGone }
+        do {
+            try PushValidation.check(op)
+        } catch {
+            throw ClientError.invalidOp(detail: error.detail)
+        }
         let stored = try store.enqueue(op, device: try node(), now: configuration.now())
         notify([stored.collection])
         wake()
@@ -204,12 +211,14 @@ public actor SyncClient {
     /// Sends a set-aside op again (after the app fixed what the server refused, or when a
     /// dead job's cause is gone).
     public func retry(opID: String) throws {
-        if let key = try store.resolveSetAside(opID: opID, retry: true) { notify([key.collection]) }
+        guard let key = try store.resolveSetAside(opID: opID, retry: true) else { throw ClientError.notSetAside(opID: opID) }
+        notify([key.collection])
         wake()
     }
 
     /// Gives up on a set-aside op; the record shows the server's state again.
     public func drop(opID: String) throws {
-        if let key = try store.resolveSetAside(opID: opID, retry: false) { notify([key.collection]) }
+        guard let key = try store.resolveSetAside(opID: opID, retry: false) else { throw ClientError.notSetAside(opID: opID) }
+        notify([key.collection])
     }
 }

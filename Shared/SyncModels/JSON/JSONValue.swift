@@ -43,6 +43,25 @@ public enum JSONValue: Sendable, Hashable {
 
     /// Whether a string or key anywhere inside holds U+0000, which PostgreSQL's `jsonb`
     /// and `text` cannot store: such a value is refused at the edge, never cut or altered.
+    /// Where the first number that JSON cannot hold (NaN, an infinity) sits, as a path
+    /// below `root` (`data.rating`, `data.scores[2]`); nil when every number is finite.
+    public func nonFiniteNumberPath(_ root: String) -> String? {
+        switch self {
+        case .null, .bool, .int, .string: return nil
+        case .double(let number): return number.isFinite ? nil : root
+        case .array(let items):
+            for (index, item) in items.enumerated() {
+                if let path = item.nonFiniteNumberPath("\(root)[\(index)]") { return path }
+            }
+            return nil
+        case .object(let fields):
+            for key in fields.keys.sorted() {
+                if let path = fields[key]?.nonFiniteNumberPath("\(root).\(key)") { return path }
+            }
+            return nil
+        }
+    }
+
     public var containsNUL: Bool {
         switch self {
         case .null, .bool, .int, .double: return false

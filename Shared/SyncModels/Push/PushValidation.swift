@@ -48,6 +48,21 @@ public enum PushValidation {
         return PushRequest(deviceID: deviceID, ops: ops, spaceID: spaceID)
     }
 
+    /// Checks one op as the gateway would check it in a push — the same rules, so a device
+    /// refuses at the call what the server would refuse later — plus what JSON cannot
+    /// carry at all (NaN, infinities), which a push could not even encode. `detail` names
+    /// the problem without a position in a batch.
+    public static func check(_ op: Op) throws(ValidationFailure) {
+        if let data = op.data, let path = JSONValue.object(data).nonFiniteNumberPath("data") {
+            throw .invalid("\(path) is not a finite number; JSON has no NaN or infinity")
+        }
+        do {
+            _ = try parseOp(op.jsonValue)
+        } catch let problem {
+            throw .invalid(problem.text)
+        }
+    }
+
     struct OpProblem: Error { let text: String }
 
     static func parseOp(_ raw: JSONValue) throws(OpProblem) -> Op {
