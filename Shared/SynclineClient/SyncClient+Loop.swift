@@ -129,10 +129,14 @@ extension SyncClient {
     }
 
     func registeredDevice() async throws -> String {
-        if let device = try store.meta("device_id") { return device }
+        if let device = try store.meta("device_id") {
+            await registration.adopt(device)
+            return device
+        }
         let device: String
         do {
-            device = try await api.registerDevice(name: configuration.deviceName, platform: configuration.platform)
+            let api = self.api, name = configuration.deviceName, platform = configuration.platform
+            device = try await registration.id { try await api.registerDevice(name: name, platform: platform) }
         } catch let error as ClientError {
             throw Retry(reason: error.description, after: nil)
         } catch {

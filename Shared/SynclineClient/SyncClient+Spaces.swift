@@ -64,13 +64,15 @@ extension SyncClient {
     }
 
     /// The client of another space (nil: the personal one) on this device: the same server
-    /// and sign-in, the same device id, its own local store at `databasePath`.
+    /// and sign-in, the same device id — even when neither has reached the server yet (the
+    /// first to get there registers the device for both) — and its own local store at
+    /// `databasePath`.
     public func client(for spaceID: String?, databasePath: String) async throws -> SyncClient {
         var configuration = self.configuration
         configuration.spaceID = spaceID
         configuration.databasePath = databasePath
-        configuration.deviceID = try? await registeredDevice()
-        return try SyncClient(configuration)
+        configuration.deviceID = deviceID
+        return try SyncClient(configuration, registration: registration)
     }
 
     /// An id or code as one path segment, whatever the app passes in.

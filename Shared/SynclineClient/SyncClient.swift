@@ -24,6 +24,8 @@ public actor SyncClient {
     let configuration: ClientConfiguration
     let store: LocalStore
     let api: ServerAPI
+    /// This device's registration, shared with the clients of its other spaces.
+    let registration: DeviceRegistration
     /// What the app should know about its edits and jobs (one consumer).
     public nonisolated let events: AsyncStream<SyncEvent>
     let eventSink: AsyncStream<SyncEvent>.Continuation
@@ -53,9 +55,16 @@ public actor SyncClient {
     }
 
     public init(_ configuration: ClientConfiguration) throws {
+        try self.init(configuration, registration: nil)
+    }
+
+    /// A client; `registration` is the device's, when another client of it exists.
+    init(_ configuration: ClientConfiguration, registration: DeviceRegistration?) throws {
         self.configuration = configuration
         store = try LocalStore(path: configuration.databasePath, space: configuration.spaceID)
         if let device = configuration.deviceID, try store.meta("device_id") == nil { try store.setMeta("device_id", device) }
+        let stored = try store.meta("device_id")
+        self.registration = registration ?? DeviceRegistration(deviceID: stored)
         let sessionConfiguration = URLSessionConfiguration.default
         sessionConfiguration.httpMaximumConnectionsPerHost = 4
         api = ServerAPI(

@@ -157,4 +157,49 @@ struct ClientSpaceTests {
             #expect(try await ClientTests.server(stack, viewerUser, "guides", space: space).isEmpty)
         }
     }
+
+    /// A space's client made before the device ever reached the server shares the device's
+    /// registration: once online, both clients push as one device, and the user has one.
+    @Test func clientsOfOneDeviceShareItsRegistrationEvenWhenMadeOffline() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let user = ClientTests.user()
+            let token = await E2E.token(user)
+            let created = try await stack.client.json("POST", "/v1/spaces", token: token, ["name": "Crew"])
+            let space = try #require(created.json["space_id"] as? String)
+            let network = OfflineSwitch()
+            let directory = E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()
+            let parent = try SyncClient(ClientConfiguration(
+                gatewayURL: URL(string: stack.client.base)!, databasePath: "\(directory)/shared-reg-\(UUID().uuidString.prefix(8)).sqlite",
+                tokenProvider: { _ in try network.token(token) }, pollInterval: nil))
+            let child = try await parent.client(for: space, databasePath: "\(directory)/shared-reg-child-\(UUID().uuidString.prefix(8)).sqlite")
+            try await parent.upsert("todos", id: "mine", data: ["n": 1])
+            try await child.upsert("lists", id: "ours", data: ["n": 2])
+            network.goOnline()
+            async let parentSynced: Void = parent.sync()
+            async let childSynced: Void = child.sync()
+            _ = try await (parentSynced, childSynced)
+            let parentDevice = await parent.deviceID, childDevice = await child.deviceID
+            #expect(parentDevice != nil && parentDevice == childDevice, "\(parentDevice ?? "-") vs \(childDevice ?? "-")")
+            let devices = try await stack.client.request("GET", "/v1/devices", token: token).json["items"] as? [Any]
+            #expect(devices?.count == 1, "the user has \(devices?.count ?? 0) devices")
+        }
+    }
+}
+
+/// A token provider that fails until the test says the network is back.
+final class OfflineSwitch: @unchecked Sendable {
+    // @unchecked: `online` is only read and written under `lock`.
+    private let lock = NSLock()
+    private var online = false
+
+    struct Offline: Error {}
+
+    func goOnline() { lock.withLock { online = true } }
+
+    func token(_ token: String) throws -> String {
+        try lock.withLock {
+            guard online else { throw Offline() }
+            return token
+        }
+    }
 }

@@ -1,0 +1,30 @@
+/// A device's registration with the server, shared by the clients of its spaces
+/// (`client(for:databasePath:)`), so a phone is one device in every space — even when a
+/// space's client is made before the device has ever reached the server. The first client
+/// to need the id registers; the others wait for that one registration.
+actor DeviceRegistration {
+    private var deviceID: String?
+    private var registering: Task<String, any Error>?
+
+    init(deviceID: String?) {
+        self.deviceID = deviceID
+    }
+
+    /// The device id, registering with `register` when nobody has yet.
+    func id(register: @escaping @Sendable () async throws -> String) async throws -> String {
+        if let deviceID { return deviceID }
+        if let registering { return try await registering.value }
+        let task = Task { try await register() }
+        registering = task
+        defer { registering = nil }
+        let id = try await task.value
+        deviceID = id
+        return id
+    }
+
+    /// A client whose own store already holds the id (a registration from before it was
+    /// shared) makes it the device's.
+    func adopt(_ id: String) {
+        if deviceID == nil { deviceID = id }
+    }
+}
