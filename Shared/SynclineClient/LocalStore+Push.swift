@@ -110,6 +110,13 @@ extension LocalStore {
             let keys = try Self.keys(db, ops: gone)
             for opID in gone { try Self.run(db, sql: "DELETE FROM outbox WHERE op_id = ?", arguments: [opID]) }
             for key in keys { try Self.refresh(db, key) }
+            // Records whose edits the server confirmed show no pending edit any more.
+            try Self.run(db, sql: """
+                UPDATE records SET pending = 0
+                WHERE pending AND (collection, id) IN (SELECT collection, record_id FROM outbox WHERE job_id = ? AND state = 'confirmed')
+                  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.collection = records.collection AND o.record_id = records.id
+                                  AND o.state IN ('pending', 'batched', 'sent'))
+                """, arguments: [jobID])
             try Self.run(db, sql: "DELETE FROM batches WHERE job_id = ?", arguments: [jobID])
             return events
         }

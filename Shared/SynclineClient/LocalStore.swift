@@ -165,9 +165,13 @@ final class LocalStore: @unchecked Sendable {
         let server = try Self.row(
             db, sql: "SELECT * FROM server_records WHERE collection = ? AND id = ?", arguments: [key.collection, key.id]
         ).map(serverView)
-        let ops = try Self.strings(db, sql: """
-            SELECT op FROM outbox WHERE collection = ? AND record_id = ? AND state IN \(activeStates)
-            """, arguments: [key.collection, key.id]).compactMap { try? JSONParser.parse($0) }.compactMap(Op.init(stored:))
+        let rows = try Self.rows(db, sql: """
+            SELECT op, state FROM outbox WHERE collection = ? AND record_id = ? AND state IN \(activeStates)
+            """, arguments: [key.collection, key.id])
+        let ops = rows.compactMap { try? JSONParser.parse($0["op"] as String) }.compactMap(Op.init(stored:))
+        // Confirmed ops still shape what shows (until the pull brings their effect), but
+        // they are no longer pending: the same definition as `status().pendingOps`.
+        let unconfirmed = rows.contains { ($0["state"] as String) != OpState.confirmed.rawValue }
         if ops.isEmpty, let server {
             try store(db, server, pending: false)
             return
@@ -182,7 +186,7 @@ final class LocalStore: @unchecked Sendable {
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
             """, arguments: [
                 key.collection, key.id, state.visibleData.map { JSONWriter.string(.object($0)) }, server?.version ?? 0,
-                !ops.isEmpty, visibility.rawValue, state.shownPublicID, visibility != .private && state.visibility?.canFork == true,
+                unconfirmed, visibility.rawValue, state.shownPublicID, visibility != .private && state.visibility?.canFork == true,
                 state.fork?.publicID,
             ])
     }

@@ -221,9 +221,12 @@ extension SyncClient {
             switch job.status {
             case .succeeded:
                 let events = try store.jobSucceeded(jobID, checkpoint: Int64(job.checkpoint ?? "0") ?? 0, results: job.results)
+                // In the same turn as the outbox changed: no status shows the ops confirmed
+                // without the sync that confirmed them.
+                lastSyncAt = configuration.now()
                 events.forEach { eventSink.yield($0) }
                 pullWanted = true
-                if !events.isEmpty { notifyAll() }
+                notifyAll()
             case .dead, .discarded:
                 let opIDs = try store.jobDead(jobID, reason: "job \(job.status.rawValue): \(job.lastError ?? "no error recorded")")
                 eventSink.yield(.jobDead(jobID: jobID, opIDs: opIDs))

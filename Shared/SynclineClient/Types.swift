@@ -43,7 +43,9 @@ public struct SyncStatus: Sendable, Equatable {
     public let pendingOps: Int
     /// How long the oldest of them has waited, in seconds.
     public let oldestPendingAge: Double?
-    /// When a push or pull last succeeded.
+    /// When the server last confirmed a job of this device, or a push-and-pull pass last
+    /// succeeded; set together with the confirmation, so `pendingOps` never reaches 0
+    /// through a sync while this is still nil.
     public let lastSyncAt: Date?
     /// The last failure (network, auth, server), cleared by the next success.
     public let lastError: String?

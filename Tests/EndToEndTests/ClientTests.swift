@@ -110,6 +110,38 @@ struct ClientTests {
         }
     }
 
+    /// `pendingOps`, `hasPendingEdits` and `lastSyncAt` tell one story: sampled together all
+    /// through a sync, no pending op means no record with pending edits (and the other way
+    /// round), and no pending op after a sync means `lastSyncAt` is set.
+    @Test func pendingOpsAndPendingEditsAgreeAllThroughASync() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let a = try Self.device(stack, user: Self.user())
+            for n in 0..<60 { try await a.client.upsert("todos", id: "t\(n)", data: ["n": .int(Int64(n))]) }
+            let client = a.client
+            let syncing = Task { try await client.sync() }
+            var samples = 0, disagreements: [String] = []
+            while true {
+                let before = try await client.status()
+                let pendingRecords = try await client.records("todos").filter(\.hasPendingEdits).count
+                let after = try await client.status()
+                let done = syncing.isCancelled || (after.pendingOps == 0 && pendingRecords == 0)
+                if before.pendingOps == after.pendingOps {
+                    samples += 1
+                    if (before.pendingOps > 0) != (pendingRecords > 0) {
+                        disagreements.append("pendingOps \(before.pendingOps), records with pending edits \(pendingRecords)")
+                    }
+                    if before.pendingOps == 0 && before.lastSyncAt == nil { disagreements.append("no pending op, no lastSyncAt") }
+                }
+                if done { break }
+                try await Task.sleep(for: .milliseconds(2))
+            }
+            try await syncing.value
+            #expect(samples > 3)
+            #expect(disagreements.isEmpty, "\(disagreements.prefix(5)) of \(samples) samples")
+            #expect(try await client.status().lastSyncAt != nil)
+        }
+    }
+
     @Test func anIfVersionConflictReachesTheAppWithTheServersRecord() async throws {
         try await Stack.with(workers: 1) { stack in
             let user = Self.user()
