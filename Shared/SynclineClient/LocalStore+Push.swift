@@ -110,9 +110,13 @@ extension LocalStore {
             let keys = try Self.keys(db, ops: gone)
             for opID in gone { try Self.run(db, sql: "DELETE FROM outbox WHERE op_id = ?", arguments: [opID]) }
             for key in keys { try Self.refresh(db, key) }
-            // Records whose edits the server confirmed show no pending edit any more.
+            // Records whose edits the server confirmed show no pending edit any more (an edit
+            // of theirs set aside earlier still shows as such).
             try Self.run(db, sql: """
-                UPDATE records SET pending = 0
+                UPDATE records SET pending = 0, set_aside_reason = (
+                  SELECT coalesce(o.reason, 'refused') FROM outbox o
+                  WHERE o.collection = records.collection AND o.record_id = records.id AND o.state = 'set_aside'
+                  ORDER BY o.seq LIMIT 1)
                 WHERE pending AND (collection, id) IN (SELECT collection, record_id FROM outbox WHERE job_id = ? AND state = 'confirmed')
                   AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.collection = records.collection AND o.record_id = records.id
                                   AND o.state IN ('pending', 'batched', 'sent'))

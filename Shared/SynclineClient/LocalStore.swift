@@ -20,8 +20,9 @@ final class LocalStore: @unchecked Sendable {
         case pending, batched, sent, confirmed, setAside = "set_aside"
     }
 
-    /// States whose op still shapes what the device shows.
-    static let activeStates = "('pending', 'batched', 'sent', 'confirmed')"
+    /// States whose op still shapes what the device shows: a set-aside op keeps showing
+    /// until the app retries or drops it.
+    static let activeStates = "('pending', 'batched', 'sent', 'confirmed', 'set_aside')"
 
     /// Opens (or creates) the store of one space (`space` nil: the personal space). A store
     /// holds one space for its whole life: opening it for another is refused.
@@ -54,6 +55,9 @@ final class LocalStore: @unchecked Sendable {
                 CREATE TABLE batches (
                   batch_id TEXT PRIMARY KEY, idempotency_key TEXT NOT NULL, body BLOB NOT NULL, job_id TEXT);
                 """)
+        }
+        migrator.registerMigration("v2: set-aside edits show") { db in
+            try db.execute(sql: "ALTER TABLE records ADD COLUMN set_aside_reason TEXT")
         }
         try migrator.migrate(queue)
         let scope = space ?? "personal"
@@ -166,12 +170,15 @@ final class LocalStore: @unchecked Sendable {
             db, sql: "SELECT * FROM server_records WHERE collection = ? AND id = ?", arguments: [key.collection, key.id]
         ).map(serverView)
         let rows = try Self.rows(db, sql: """
-            SELECT op, state FROM outbox WHERE collection = ? AND record_id = ? AND state IN \(activeStates)
+            SELECT op, state, reason FROM outbox WHERE collection = ? AND record_id = ? AND state IN \(activeStates)
+            ORDER BY seq
             """, arguments: [key.collection, key.id])
         let ops = rows.compactMap { try? JSONParser.parse($0["op"] as String) }.compactMap(Op.init(stored:))
         // Confirmed ops still shape what shows (until the pull brings their effect), but
         // they are no longer pending: the same definition as `status().pendingOps`.
-        let unconfirmed = rows.contains { ($0["state"] as String) != OpState.confirmed.rawValue }
+        let states = rows.map { OpState(rawValue: $0["state"]) }
+        let unconfirmed = states.contains { $0 == .pending || $0 == .batched || $0 == .sent }
+        let setAsideReason = rows.first { ($0["state"] as String) == OpState.setAside.rawValue }.map { ($0["reason"] as String?) ?? "refused" }
         if ops.isEmpty, let server {
             try store(db, server, pending: false)
             return
@@ -182,12 +189,13 @@ final class LocalStore: @unchecked Sendable {
         }
         let visibility = state.publicVisibility
         try Self.run(db, sql: """
-            INSERT OR REPLACE INTO records (collection, id, data, version, pending, visibility, public_id, can_fork, forked_from)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            INSERT OR REPLACE INTO records (collection, id, data, version, pending, visibility, public_id, can_fork, forked_from,
+                                            set_aside_reason)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """, arguments: [
                 key.collection, key.id, state.visibleData.map { JSONWriter.string(.object($0)) }, server?.version ?? 0,
                 unconfirmed, visibility.rawValue, state.shownPublicID, visibility != .private && state.visibility?.canFork == true,
-                state.fork?.publicID,
+                state.fork?.publicID, unconfirmed ? nil : setAsideReason,
             ])
     }
 
@@ -218,7 +226,8 @@ final class LocalStore: @unchecked Sendable {
         return LocalRecord(
             collection: row["collection"], id: row["id"],
             data: (try? JSONParser.parse(data))?.objectValue ?? [:], version: row["version"],
-            hasPendingEdits: row["pending"], visibility: RecordState.PublicVisibility(rawValue: row["visibility"]) ?? .private,
+            syncState: row["pending"] ? .pending : (row["set_aside_reason"] as String?).map { .setAside(reason: $0) } ?? .synced,
+            visibility: RecordState.PublicVisibility(rawValue: row["visibility"]) ?? .private,
             publicID: row["public_id"], canFork: row["can_fork"], forkedFrom: row["forked_from"])
     }
 

@@ -10,12 +10,26 @@ public struct LocalRecord: Sendable, Equatable {
     public let data: [String: JSONValue]
     /// The server version this view is based on (0 before the server has it).
     public let version: Int64
-    /// Whether this device has edits to it the server has not confirmed yet.
-    public let hasPendingEdits: Bool
+    /// Where this device's edits to the record stand.
+    public let syncState: RecordSyncState
+    /// Whether this device has edits to it the server has not confirmed yet (and not set
+    /// aside): `syncState == .pending`.
+    public var hasPendingEdits: Bool { syncState == .pending }
     public let visibility: RecordState.PublicVisibility
     public let publicID: String?
     public let canFork: Bool
     public let forkedFrom: String?
+}
+
+/// Where a device's edits to a record stand.
+public enum RecordSyncState: Sendable, Equatable {
+    /// What shows is what the server confirmed (or brought in a pull).
+    case synced
+    /// Some edit waits for the server's confirmation.
+    case pending
+    /// Some edit was refused by the server (`reason`); it still shows, until the app
+    /// retries it (`retry(opID:)`) or drops it (`drop(opID:)`).
+    case setAside(reason: String)
 }
 
 /// Something the app should know about an edit or a job, delivered on `SyncClient.events`.

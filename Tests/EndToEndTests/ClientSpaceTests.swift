@@ -154,6 +154,16 @@ struct ClientSpaceTests {
             try await viewer.client.sync()
             #expect(try await viewer.client.setAside().map(\.id) == ["g1"])
             #expect(try await viewer.client.status().pendingOps == 0)
+            // The refused edit keeps showing, marked, until the app drops it.
+            let shown = try await viewer.client.record("guides", id: "g1")
+            guard case .setAside? = shown?.syncState else {
+                Issue.record("the set-aside edit does not show as such: \(String(describing: shown))")
+                return
+            }
+            #expect(shown?.data == ["title": "mine"])
+            let opID = try #require(try await viewer.client.setAside().first?.opID)
+            try await viewer.client.drop(opID: opID)
+            #expect(try await viewer.client.record("guides", id: "g1") == nil, "dropped: the server's state (none) shows")
             #expect(try await ClientTests.server(stack, viewerUser, "guides", space: space).isEmpty)
         }
     }

@@ -82,7 +82,10 @@ struct ClientLogicTests {
         let batch = try #require(try store.nextBatch(device: "dev", space: nil, maxOps: 500, maxBytes: 1_000_000))
         #expect(try store.batchRefused(batch, setAside: 1, reason: "ops[1]: too big") == [opID(1)])
         #expect(try store.setAside().map(\.opID) == [opID(1)])
-        #expect(try store.record("todos", "r1") == nil, "a set-aside op no longer shows")
+        let shown = try store.record("todos", "r1")
+        #expect(shown?.data == ["n": 1] && shown?.syncState == .setAside(reason: "ops[1]: too big"),
+                "a set-aside edit keeps showing, marked, until it is retried or dropped: \(String(describing: shown))")
+        #expect(try store.record("todos", "r0")?.syncState == .pending)
         let next = try #require(try store.nextBatch(device: "dev", space: nil, maxOps: 500, maxBytes: 1_000_000))
         #expect(next.opIDs == [opID(0), opID(2)])
         #expect(try store.status().pending == 2 && store.status().setAside == 1)
