@@ -30,10 +30,16 @@ final class EventStreamConnection: NSObject, URLSessionDataDelegate, @unchecked 
         task?.resume()
     }
 
+    /// Ends the stream for its reader at once. The connection itself is cancelled on a
+    /// queue of its own: on Linux `URLSessionTask.cancel` can deadlock (see
+    /// `AbandonOnCancel`), and whoever stops the client must never wait for it.
     func cancel() {
-        task?.cancel()
-        session?.invalidateAndCancel()
         continuation.finish()
+        let task = self.task, session = self.session
+        DispatchQueue.global(qos: .utility).async {
+            task?.cancel()
+            session?.invalidateAndCancel()
+        }
     }
 
     func urlSession(

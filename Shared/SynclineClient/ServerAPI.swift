@@ -39,7 +39,8 @@ struct ServerAPI: Sendable {
         request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
         if body != nil { request.setValue("application/json", forHTTPHeaderField: "Content-Type") }
         for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
-        let (data, response) = try await session.data(for: request)
+        let session = self.session, prepared = request
+        let (data, response) = try await AbandonOnCancel.run { try await session.data(for: prepared) }
         guard let http = response as? HTTPURLResponse else { throw URLError(.badServerResponse) }
         var fields: [String: String] = [:]
         for (key, value) in http.allHeaderFields { fields["\(key)"] = "\(value)" }

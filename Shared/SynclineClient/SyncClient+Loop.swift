@@ -164,7 +164,7 @@ extension SyncClient {
                 }
                 try store.batchAccepted(batch, jobID: jobID)
             case 400, 422:
-                try setAside(batch, index: Self.opIndex(in: answer.detail), reason: answer.detail)
+                try setAside(batch, index: Self.opIndex(in: answer.detail), reason: Self.withoutOpIndex(answer.detail))
             case 403 where configuration.spaceID != nil:
                 // A viewer's edits: the server will not take them while the role lasts.
                 try setAside(batch, index: nil, reason: answer.detail)
@@ -192,6 +192,13 @@ extension SyncClient {
             eventSink.yield(.setAside(opID: opID, reason: reason))
         }
         notifyAll()
+    }
+
+    /// A problem's detail without its `ops[i]: ` prefix: the position in a batch means
+    /// nothing to the app, which knows the op by its id.
+    static func withoutOpIndex(_ detail: String) -> String {
+        guard detail.hasPrefix("ops["), let end = detail.range(of: "]: ") else { return detail }
+        return String(detail[end.upperBound...])
     }
 
     /// `ops[i]` in a problem's detail.

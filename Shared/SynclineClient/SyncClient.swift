@@ -12,7 +12,7 @@ import SyncModels
 /// let client = try SyncClient(ClientConfiguration(
 ///     gatewayURL: URL(string: "https://sync.example.com")!, fanoutURL: URL(string: "https://live.example.com")!,
 ///     databasePath: documents + "/sync.sqlite", tokenProvider: { refresh in try await auth.token(refresh: refresh) }))
-/// try await client.start()
+/// await client.start()
 /// try await client.upsert("todos", id: "t1", data: ["title": .string("Buy milk")])
 /// for await todos in await client.observe("todos") { render(todos) }
 /// ```

@@ -110,6 +110,35 @@ struct ClientTests {
         }
     }
 
+    /// A server that accepts connections and never answers: `stop()` still returns within
+    /// 2 s, however often it is asked, while a push and the stream hang on it.
+    @Test func stopReturnsWithinTwoSecondsWhileTheNetworkStalls() async throws {
+        let (listener, port) = try #require(E2E.bindLoopback())
+        defer { close(listener) }
+        #expect(listen(listener, 128) == 0)
+        let stalled = URL(string: "http://127.0.0.1:\(port)")!
+        let directory = E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()
+        var slowest = 0.0
+        for round in 0..<40 {
+            let client = try SyncClient(ClientConfiguration(
+                gatewayURL: stalled, fanoutURL: stalled, databasePath: "\(directory)/stall-\(UUID().uuidString.prefix(8)).sqlite",
+                deviceID: UUID().uuidString.lowercased(), tokenProvider: { _ in "token" }, pollInterval: nil))
+            try await client.upsert("todos", id: "t\(round)", data: ["n": .int(Int64(round))])
+            await client.start()
+            try await Task.sleep(for: .milliseconds(Int.random(in: 50...250)))
+            let start = Date()
+            let stopped = Task { await client.stop() }
+            let finished = try await E2E.eventually(within: 10, "stop() to return") { () -> Bool? in
+                await Task { await stopped.value }.value
+                return true
+            }
+            let seconds = Date().timeIntervalSince(start)
+            slowest = max(slowest, seconds)
+            #expect(finished && seconds <= 2, "round \(round): stop() took \(seconds) s")
+        }
+        print(String(format: "stop() while the network stalls: slowest of 40 %.3f s", slowest))
+    }
+
     /// `pendingOps`, `hasPendingEdits` and `lastSyncAt` tell one story: sampled together all
     /// through a sync, no pending op means no record with pending edits (and the other way
     /// round), and no pending op after a sync means `lastSyncAt` is set.

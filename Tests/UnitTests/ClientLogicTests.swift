@@ -29,6 +29,9 @@ struct ClientLogicTests {
     @Test func aProblemNamesTheOpItRefused() {
         #expect(SyncClient.opIndex(in: "ops[12]: data is 300000 bytes, more than 262144") == 12)
         #expect(SyncClient.opIndex(in: "device_id must be a non-empty string.") == nil)
+        // What the app is told names no position in a batch.
+        #expect(SyncClient.withoutOpIndex("ops[12]: data is 300000 bytes, more than 262144") == "data is 300000 bytes, more than 262144")
+        #expect(SyncClient.withoutOpIndex("device_id must be a non-empty string.") == "device_id must be a non-empty string.")
     }
 
     static func server(_ data: [String: JSONValue]?, hlc: String, version: Int64 = 5) -> RecordView {
