@@ -26,9 +26,10 @@ public actor SyncClient {
     let api: ServerAPI
     /// This device's registration, shared with the clients of its other spaces.
     let registration: DeviceRegistration
-    /// What the app should know about its edits and jobs (one consumer).
-    public nonisolated let events: AsyncStream<SyncEvent>
-    let eventSink: AsyncStream<SyncEvent>.Continuation
+    /// What the app should know about its edits and jobs. Every access is a subscription of
+    /// its own, receiving the events from then on: any number of consumers may listen.
+    public nonisolated var events: AsyncStream<SyncEvent> { eventSink.subscribe() }
+    let eventSink = EventBroadcast()
 
     var loop: Task<Void, Never>?
     var stream: Task<Void, Never>?
@@ -70,7 +71,6 @@ public actor SyncClient {
         api = ServerAPI(
             base: configuration.gatewayURL, session: URLSession(configuration: sessionConfiguration),
             tokenProvider: configuration.tokenProvider)
-        (events, eventSink) = AsyncStream.makeStream(of: SyncEvent.self, bufferingPolicy: .bufferingNewest(1_000))
     }
 
     // MARK: - Lifecycle

@@ -139,6 +139,26 @@ struct ClientTests {
         print(String(format: "stop() while the network stalls: slowest of 40 %.3f s", slowest))
     }
 
+    /// Any number of consumers may listen to a client's events; each gets all of them.
+    @Test func everyConsumerOfEventsGetsEveryEvent() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let a = try Self.device(stack, user: Self.user())
+            let logs = [EventLog(), EventLog()]
+            let collectors = logs.map { log in
+                let events = a.client.events
+                return Task { for await event in events { await log.append(event) } }
+            }
+            defer { collectors.forEach { $0.cancel() } }
+            try await a.client.upsert("todos", id: "t1", data: ["n": 1])
+            try await a.client.sync()
+            for (index, log) in logs.enumerated() {
+                _ = try await E2E.eventually(within: 5, "consumer \(index) got the pull") {
+                    await log.events.contains { if case .pulled = $0 { true } else { false } } ? true : nil
+                }
+            }
+        }
+    }
+
     /// `pendingOps`, `hasPendingEdits` and `lastSyncAt` tell one story: sampled together all
     /// through a sync, no pending op means no record with pending edits (and the other way
     /// round), and no pending op after a sync means `lastSyncAt` is set.
