@@ -178,6 +178,9 @@ extension SpaceStore {
 }
 
 extension SpaceStore {
+    /// The stored form of the invitation code bound as `$1`: its SHA-256, in hex.
+    static let codeHash = "encode(sha256(convert_to($1, 'UTF8')), 'hex')"
+
     /// The owner makes `code` (the caller draws it at random) a single-use invitation for
     /// `role`, valid for `seconds`; only its SHA-256 is stored.
     public func invite(
@@ -190,7 +193,7 @@ extension SpaceStore {
             guard mine.role == .owner, !mine.personal else { return (.forbidden, nil) }
             guard let row = try connection.query("""
                 INSERT INTO space_invitations (code_hash, space_id, role, created_by, expires_at)
-                VALUES (encode(sha256(convert_to($1, 'UTF8')), 'hex'), $2, $3, $4, clock_timestamp() + make_interval(secs => $5))
+                VALUES (\(Self.codeHash), $2, $3, $4, clock_timestamp() + make_interval(secs => $5))
                 RETURNING invitation_id, syncline_rfc3339(expires_at) AS expires_at
                 """, [code, id, role.rawValue, user, seconds]).first
             else { throw PGError(code: .decoding, message: "invitation not stored") }
@@ -205,9 +208,8 @@ extension SpaceStore {
     /// keeps the higher of the two roles.
     public func accept(user: String, code: String) async throws -> (space: String, role: SpaceRole)? {
         try await pool.transaction { connection in
-            let hash = "encode(sha256(convert_to($1, 'UTF8')), 'hex')"
             guard let found = try connection.query(
-                "SELECT space_id FROM space_invitations WHERE code_hash = \(hash)", [code]).first
+                "SELECT space_id FROM space_invitations WHERE code_hash = \(Self.codeHash)", [code]).first
             else { return nil }
             let space = try found.string("space_id")
             // The space's lock, as every change to its members takes it: a deletion, removal
@@ -217,7 +219,7 @@ extension SpaceStore {
             }
             guard let row = try connection.query("""
                 UPDATE space_invitations i SET used_at = clock_timestamp()
-                WHERE i.code_hash = \(hash) AND i.used_at IS NULL AND i.expires_at > clock_timestamp()
+                WHERE i.code_hash = \(Self.codeHash) AND i.used_at IS NULL AND i.expires_at > clock_timestamp()
                   AND EXISTS (SELECT 1 FROM space_members c
                               WHERE c.space_id = i.space_id AND c.user_id = i.created_by AND c.role = 'owner')
                 RETURNING i.role
@@ -237,12 +239,9 @@ extension SpaceStore {
 
     /// The space's open invitations (not used, not expired), for its owners; never a code.
     public func invitations(user: String, space: String) async throws -> (Change, [OpenInvitationView]) {
-        guard let id = Names.canonicalUUID(space) else { return (.notFound, []) }
+        guard let id = Names.canonicalUUID(space), let role = try await role(user: user, space: id) else { return (.notFound, []) }
+        guard role == .owner else { return (.forbidden, []) }
         return try await pool.withConnection { connection in
-            guard let role = try connection.query(
-                "SELECT role FROM space_members WHERE space_id = $1 AND user_id = $2", [id, user]).first
-            else { return (.notFound, []) }
-            guard role["role"] == SpaceRole.owner.rawValue else { return (.forbidden, []) }
             let items = try connection.query("""
                 SELECT invitation_id, role, created_by, syncline_rfc3339(created_at) AS created_at,
                        syncline_rfc3339(expires_at) AS expires_at

@@ -22,10 +22,6 @@ public final class ProtocolErrorProblemHandler: ChannelDuplexHandler, RemovableC
 
     public init() {}
 
-    public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        context.fireChannelRead(data)
-    }
-
     public func errorCaught(context: ChannelHandlerContext, error: any Error) {
         if parseError == nil, let error = error as? HTTPParserError { parseError = error }
         context.fireErrorCaught(error)

@@ -29,16 +29,11 @@ enum AbandonOnCancel {
         private let lock = NSLock()
         private var continuation: CheckedContinuation<T, any Error>?
         private var result: Result<T, any Error>?
-        private var delivered = false
 
         func wait(_ continuation: CheckedContinuation<T, any Error>) {
             let ready: Result<T, any Error>? = lock.withLock {
-                if let result, !delivered {
-                    delivered = true
-                    return result
-                }
-                self.continuation = continuation
-                return nil
+                if result == nil { self.continuation = continuation }
+                return result
             }
             if let ready { continuation.resume(with: ready) }
         }
@@ -47,9 +42,7 @@ enum AbandonOnCancel {
             let waiting: CheckedContinuation<T, any Error>? = lock.withLock {
                 guard result == nil else { return nil }
                 result = outcome
-                guard let continuation, !delivered else { return nil }
-                delivered = true
-                self.continuation = nil
+                defer { continuation = nil }
                 return continuation
             }
             waiting?.resume(with: outcome)

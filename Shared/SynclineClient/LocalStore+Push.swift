@@ -119,7 +119,7 @@ extension LocalStore {
                   ORDER BY o.seq LIMIT 1)
                 WHERE pending AND (collection, id) IN (SELECT collection, record_id FROM outbox WHERE job_id = ? AND state = 'confirmed')
                   AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.collection = records.collection AND o.record_id = records.id
-                                  AND o.state IN ('pending', 'batched', 'sent'))
+                                  AND o.state IN \(Self.unconfirmedStates))
                 """, arguments: [jobID])
             try Self.run(db, sql: "DELETE FROM batches WHERE job_id = ?", arguments: [jobID])
             return events

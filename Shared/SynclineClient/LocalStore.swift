@@ -20,9 +20,18 @@ final class LocalStore: @unchecked Sendable {
         case pending, batched, sent, confirmed, setAside = "set_aside"
     }
 
+    /// States of an op the server has not confirmed (nor refused): what `pendingOps` counts
+    /// and what makes a record `.pending`.
+    static let unconfirmed: [OpState] = [.pending, .batched, .sent]
+    static let unconfirmedStates = sqlList(unconfirmed)
+
     /// States whose op still shapes what the device shows: a set-aside op keeps showing
     /// until the app retries or drops it.
-    static let activeStates = "('pending', 'batched', 'sent', 'confirmed', 'set_aside')"
+    static let activeStates = sqlList(unconfirmed + [.confirmed, .setAside])
+
+    static func sqlList(_ states: [OpState]) -> String {
+        "(" + states.map { "'\($0.rawValue)'" }.joined(separator: ", ") + ")"
+    }
 
     /// Opens (or creates) the store of one space (`space` nil: the personal space). A store
     /// holds one space for its whole life: opening it for another is refused.
@@ -176,8 +185,7 @@ final class LocalStore: @unchecked Sendable {
         let ops = rows.compactMap { try? JSONParser.parse($0["op"] as String) }.compactMap(Op.init(stored:))
         // Confirmed ops still shape what shows (until the pull brings their effect), but
         // they are no longer pending: the same definition as `status().pendingOps`.
-        let states = rows.map { OpState(rawValue: $0["state"]) }
-        let unconfirmed = states.contains { $0 == .pending || $0 == .batched || $0 == .sent }
+        let unconfirmed = rows.contains { OpState(rawValue: $0["state"]).map(Self.unconfirmed.contains) == true }
         let setAsideReason = rows.first { ($0["state"] as String) == OpState.setAside.rawValue }.map { ($0["reason"] as String?) ?? "refused" }
         if ops.isEmpty, let server {
             try store(db, server, pending: false)
@@ -251,8 +259,8 @@ final class LocalStore: @unchecked Sendable {
     func status() throws -> (pending: Int, oldest: Double?, setAside: Int) {
         try queue.read { db in
             let row = try Self.row(db, sql: """
-                SELECT count(*) FILTER (WHERE state <> 'set_aside' AND state <> 'confirmed') AS pending,
-                       min(created_at) FILTER (WHERE state <> 'set_aside' AND state <> 'confirmed') AS oldest,
+                SELECT count(*) FILTER (WHERE state IN \(Self.unconfirmedStates)) AS pending,
+                       min(created_at) FILTER (WHERE state IN \(Self.unconfirmedStates)) AS oldest,
                        count(*) FILTER (WHERE state = 'set_aside') AS aside
                 FROM outbox
                 """)
