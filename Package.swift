@@ -36,10 +36,13 @@ let package = Package(
     targets: [
         // Wire models, validation, HLC and the merge rules: pure, no I/O.
         .target(name: "SyncModels", path: "Shared/SyncModels", swiftSettings: strict),
+        // URLSession calls whose caller may be cancelled without cancelling the request
+        // (which can deadlock on Linux).
+        .target(name: "URLSessionCancellation", path: "Shared/URLSessionCancellation", swiftSettings: strict),
         // The Swift package an offline-first app drops in: local store, outbox, sync.
         .target(
             name: "SynclineClient",
-            dependencies: ["SyncModels", .product(name: "GRDB", package: "GRDB.swift")],
+            dependencies: ["SyncModels", "URLSessionCancellation", .product(name: "GRDB", package: "GRDB.swift")],
             path: "Shared/SynclineClient", swiftSettings: strict),
         // HS256 JWTs, minted by syncctl and verified by the services.
         .target(
@@ -131,7 +134,7 @@ let package = Package(
         .executableTarget(
             name: "Fanout",
             dependencies: [
-                "SyncModels", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport",
+                "SyncModels", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "URLSessionCancellation",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),

@@ -11,6 +11,7 @@ import Persistence
 import ServiceLifecycle
 import ServiceSupport
 import SyncModels
+import URLSessionCancellation
 
 /// Signed webhooks (SPEC §6). Two steps over shared durable queues, so any fanout replica
 /// can do either:
@@ -134,7 +135,9 @@ struct WebhookDispatcher: Service {
         request.setValue(
             WebhookSignature.header(secret: hook.secret, timestamp: Int64(Date().timeIntervalSince1970), body: body),
             forHTTPHeaderField: "Syncline-Signature")
-        let (_, response) = try await session.data(for: request)
+        // A shutdown that cancels this delivery abandons the request rather than cancel it.
+        let session = self.session, prepared = request
+        let (_, response) = try await AbandonOnCancel.run { try await session.data(for: prepared) }
         return (response as? HTTPURLResponse)?.statusCode ?? 0
     }
 

@@ -17,8 +17,10 @@ public final class PGConnection: @unchecked Sendable {
         self.conninfo = conninfo
     }
 
+    /// A connection dropped while open (its pool was never shut down) is closed here
+    /// rather than leaked.
     deinit {
-        assert(handle == nil, "PGConnection dropped without close()")
+        if let handle { PQfinish(handle) }
     }
 
     var isConnected: Bool {

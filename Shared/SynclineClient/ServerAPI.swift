@@ -3,6 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import SyncModels
+import URLSessionCancellation
 
 /// The gateway's HTTP API as the client uses it. A 401 asks the token provider once for a
 /// fresh token and repeats the request.

@@ -4,7 +4,7 @@ import Testing
 
 /// `DELETE /v1/me` and `syncctl users delete`: every table forgets the user, their public
 /// content and streams go, their queued pushes are never applied, other users stay.
-@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+@Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct AccountDeletionTests {
     static let tables = ["jobs", "devices", "dead_letters", "user_clocks", "space_members"]
     static let spaceTables = ["records", "op_ids", "space_counters"]

@@ -4,7 +4,7 @@ import Testing
 /// The `/admin` page in a real browser: headless Chromium loads it, the operator pastes an
 /// admin token, sees a dead letter with its reason, clicks Replay, and sees it leave the
 /// list while the job succeeds. Screenshots land in test-output/.
-@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+@Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct AdminPageTests {
     @Test func operatorReplaysADeadLetterFromThePage() async throws {
         let failing = try await FailureTests.FailingCollection("page_poison")

@@ -4,7 +4,7 @@ import Testing
 
 /// Group commit in the worker and at intake keeps every guarantee: jobs queued while no
 /// worker runs are taken in batches once one starts.
-@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+@Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct BatchingTests {
     /// The value of a metric line `name …` in a Prometheus exposition (summed over labels).
     static func metric(_ name: String, in text: String) -> Double {

@@ -3,7 +3,7 @@ import Testing
 
 /// A web client on another origin, in headless Chromium: CORS lets the allowed origin
 /// register a device, push, follow the job, pull and stream; another origin is refused.
-@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+@Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct BrowserClientTests {
     static let page = """
         <!doctype html><meta charset="utf-8"><title>web client</title><pre id="log"></pre>

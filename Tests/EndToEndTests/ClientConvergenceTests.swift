@@ -6,7 +6,7 @@ import Testing
 /// Property: three devices of one user with drifting clocks write random ops, sync at
 /// random moments, are restarted (a new client on the same SQLite file) and lose the
 /// gateway for a while; once all of them have synced, every local store equals the server.
-@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+@Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct ClientConvergenceTests {
     struct SplitMix64: RandomNumberGenerator {
         var state: UInt64

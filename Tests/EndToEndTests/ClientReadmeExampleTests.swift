@@ -3,7 +3,7 @@ import SynclineClient
 import Testing
 
 /// The README's "Use it from an app" example, compiled and run against the real stack.
-@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+@Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct ClientReadmeExampleTests {
     /// Stands in for the app's own sign-in.
     struct SignIn: Sendable {

@@ -4,7 +4,7 @@ import SynclineClient
 import Testing
 
 /// SynclineClient with shared spaces against the real stack: a family's shopping list.
-@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+@Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct ClientSpaceTests {
     /// The owner's personal client makes the space and invites the others, who accept with
     /// theirs; returns the space and the three personal clients.

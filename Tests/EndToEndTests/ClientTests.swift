@@ -4,7 +4,7 @@ import SynclineClient
 import Testing
 
 /// SynclineClient against the real stack (gateway, workers and fanout processes).
-@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+@Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct ClientTests {
     /// Collects a client's events for a test to inspect.
     actor EventLog {
@@ -127,11 +127,7 @@ struct ClientTests {
             await client.start()
             try await Task.sleep(for: .milliseconds(Int.random(in: 50...250)))
             let start = Date()
-            let stopped = Task { await client.stop() }
-            let finished = try await E2E.eventually(within: 10, "stop() to return") { () -> Bool? in
-                await Task { await stopped.value }.value
-                return true
-            }
+            let finished = await E2E.finishes(within: 10) { await client.stop() }
             let seconds = Date().timeIntervalSince(start)
             slowest = max(slowest, seconds)
             #expect(finished && seconds <= 2, "round \(round): stop() took \(seconds) s")
@@ -169,11 +165,12 @@ struct ClientTests {
             let client = a.client
             let syncing = Task { try await client.sync() }
             var samples = 0, disagreements: [String] = []
-            while true {
+            let deadline = Date().addingTimeInterval(60)
+            while Date() < deadline {
                 let before = try await client.status()
                 let pendingRecords = try await client.records("todos").filter(\.hasPendingEdits).count
                 let after = try await client.status()
-                let done = syncing.isCancelled || (after.pendingOps == 0 && pendingRecords == 0)
+                let done = after.pendingOps == 0 && pendingRecords == 0
                 if before.pendingOps == after.pendingOps {
                     samples += 1
                     if (before.pendingOps > 0) != (pendingRecords > 0) {
@@ -282,7 +279,7 @@ struct ClientTests {
 }
 
 /// A device process killed right after sending a push.
-@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+@Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct ClientProcessTests {
     static func run(_ arguments: String, token: String) -> Int32 {
         E2E.shell("CLIENT_TOKEN=\(token) \(E2E.binaries)/ClientProcess \(arguments) >/dev/null 2>&1")
@@ -300,9 +297,12 @@ struct ClientProcessTests {
             let directory = E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()
             let gateway = stack.client.base, fanout = "http://127.0.0.1:\(stack.fanouts[0].port)"
             let api = stack.client
+            // Stopped by a flag, not by cancelling: cancelling a task inside URLSession's
+            // `data(for:)` can deadlock on Linux (swift-corelibs-foundation).
+            let stopRegistering = Flag()
             let registrations = Task { () -> [Double] in
                 var latencies: [Double] = []
-                while !Task.isCancelled {
+                while !stopRegistering.isSet {
                     let start = Date()
                     _ = try? await api.registerDevice(other)
                     latencies.append(Date().timeIntervalSince(start))
@@ -321,7 +321,7 @@ struct ClientProcessTests {
                 syncs.append(Date().timeIntervalSince(start))
                 try await Task.sleep(for: .seconds(3))
             }
-            registrations.cancel()
+            stopRegistering.set()
             let latencies = await registrations.value
             let slowest = latencies.max() ?? 0
             print(String(format: "stall probe: %d registrations, slowest %.3f s; A's syncs %@ s", latencies.count, slowest,

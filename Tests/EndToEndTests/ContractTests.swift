@@ -9,7 +9,7 @@ import Yams
 /// The OpenAPI document is the single source of truth for the HTTP shapes: every
 /// documented operation is exercised against the running gateway, every answer's status
 /// must be documented for it, and every JSON answer must carry its schema's required keys.
-@Suite("HTTP contract and bad input", .enabled(if: E2E.enabled), .serialized)
+@Suite("HTTP contract and bad input", .enabled(if: E2E.enabled), .serialized, .timeLimit(.minutes(3)))
 struct ContractTests {
     static let documentPath = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()

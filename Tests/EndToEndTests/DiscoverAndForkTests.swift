@@ -3,7 +3,7 @@ import Testing
 
 /// The sailing app's sharing flow (SPEC §4, §5): publish with metadata, discover by tag and
 /// by search, read, fork (queued offline like any op), unlisted links, and no phantoms.
-@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+@Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct DiscoverAndForkTests {
     struct Sailor {
         let token: String

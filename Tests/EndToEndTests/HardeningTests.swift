@@ -3,7 +3,7 @@ import PQBridge
 import Testing
 
 /// Limits, timeouts and the defects a black-box probe found, each against the real services.
-@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+@Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct HardeningTests {
     func op(_ id: String, _ data: [String: Any] = ["t": 1]) -> [String: Any] {
         ["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": id, "data": data]

@@ -8,7 +8,7 @@ import _CryptoExtras
 
 /// The app's own sign-in: a test identity provider (its own RSA and EC keys, its JWKS on a
 /// real HTTP server) whose tokens the gateway and fanout accept, rotate and cache.
-@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+@Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct IdentityProviderTests {
     static let issuer = "https://id.test.example"
     static let audience = "com.example.sailing"

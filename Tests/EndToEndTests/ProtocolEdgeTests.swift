@@ -3,7 +3,7 @@ import Testing
 
 /// What a black-box probe sends besides well-formed API calls: broken HTTP framing, HEAD,
 /// oversized URLs, a flood of streams, and timing probes of job ids.
-@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+@Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct ProtocolEdgeTests {
     /// Sends `bytes` on a new connection and reads until the server closes it (or 5 s pass).
     static func exchange(port: Int, _ bytes: [UInt8]) throws -> (response: String, closed: Bool) {

@@ -4,7 +4,7 @@ import Testing
 /// Public content against one person trying to game it: counts that cannot be inflated,
 /// public ids that cannot be probed in bulk or hoarded, and no name left behind by a
 /// deleted account.
-@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+@Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct PublicAbuseTests {
     typealias Member = SpaceTests.Member
 

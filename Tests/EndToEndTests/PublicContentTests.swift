@@ -3,7 +3,7 @@ import Foundation
 import Testing
 
 /// Publish / unpublish and the public endpoints (SPEC §4, §5).
-@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+@Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct PublicContentTests {
     static func token(_ user: String, name: String?) async -> String {
         await E2E.token(user, name: name)

@@ -4,7 +4,7 @@ import Testing
 
 /// Spaces under attack: invitations that outlive their creator's authority, and deletion,
 /// invitation and acceptance racing each other and the workers.
-@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+@Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct SpaceAttackTests {
     typealias Member = SpaceTests.Member
 

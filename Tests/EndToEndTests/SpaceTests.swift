@@ -4,7 +4,7 @@ import Testing
 
 /// Shared spaces (SPEC §2, G6): members and roles, invitations, and the space as the unit
 /// of data, counter and cursor.
-@Suite(.serialized, .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+@Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct SpaceTests {
     struct Member {
         let user: String

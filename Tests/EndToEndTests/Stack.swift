@@ -96,6 +96,19 @@ enum E2E {
         return (status >> 8) & 0xff
     }
 
+    /// Whether `body` finishes within `seconds`. A body that never finishes is left behind
+    /// (its task leaks) so that a hang fails the test instead of stalling the whole run.
+    static func finishes(within seconds: Double, _ body: @escaping @Sendable () async -> Void) async -> Bool {
+        let answered = Flag()
+        return await withCheckedContinuation { continuation in
+            Task { await body(); if answered.set() { continuation.resume(returning: true) } }
+            Task {
+                try? await Task.sleep(for: .seconds(seconds))
+                if answered.set() { continuation.resume(returning: false) }
+            }
+        }
+    }
+
     static func eventually<T>(within seconds: Double, _ what: String, _ body: () async throws -> T?) async throws -> T {
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline {
@@ -105,6 +118,16 @@ enum E2E {
         if let value = try await body() { return value }
         throw StackError(description: "timed out after \(seconds) s waiting for \(what)")
     }
+}
+
+/// A flag one task sets and others read.
+final class Flag: @unchecked Sendable {
+    // @unchecked: `value` is read and written under `lock` only.
+    private let lock = NSLock()
+    private var value = false
+    var isSet: Bool { lock.withLock { value } }
+    /// Sets the flag; true when this call is the one that set it.
+    @discardableResult func set() -> Bool { lock.withLock { defer { value = true }; return !value } }
 }
 
 struct StackError: Error, CustomStringConvertible {

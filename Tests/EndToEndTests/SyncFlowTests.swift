@@ -4,7 +4,7 @@ import PQBridge
 import ServiceSupport
 import Testing
 
-@Suite("End to end: push → job → worker → pull", .enabled(if: E2E.enabled), .serialized)
+@Suite("End to end: push → job → worker → pull", .enabled(if: E2E.enabled), .serialized, .timeLimit(.minutes(3)))
 struct SyncFlowTests {
     /// 2 users × 2 devices push concurrently through a gateway and 2 workers; pulls converge.
     @Test func concurrentDevicesConvergeAndStayIsolated() async throws {

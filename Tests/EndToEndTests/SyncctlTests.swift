@@ -4,7 +4,7 @@ import ServiceSupport
 import Testing
 
 /// The operator CLI against the same running stack.
-@Suite("syncctl", .enabled(if: E2E.enabled), .serialized)
+@Suite("syncctl", .enabled(if: E2E.enabled), .serialized, .timeLimit(.minutes(3)))
 struct SyncctlTests {
     /// Runs syncctl with the test environment and returns its exit code and standard output.
     func syncctl(_ arguments: String, env: String = "") throws -> (Int32, String) {

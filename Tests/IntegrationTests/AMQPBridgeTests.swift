@@ -2,7 +2,7 @@ import AMQPBridge
 import Foundation
 import Testing
 
-@Suite("rabbitmq-c bridge", .enabled(if: TestEnvironment.hasServers), .serialized)
+@Suite("rabbitmq-c bridge", .enabled(if: TestEnvironment.hasServers), .serialized, .timeLimit(.minutes(3)))
 struct AMQPBridgeTests {
     let endpoint = AMQPEndpoint(url: TestEnvironment.amqpURL ?? "amqp://localhost")!
 

@@ -2,7 +2,7 @@ import Foundation
 import PQBridge
 import Testing
 
-@Suite("libpq bridge", .enabled(if: TestEnvironment.hasServers), .serialized)
+@Suite("libpq bridge", .enabled(if: TestEnvironment.hasServers), .serialized, .timeLimit(.minutes(3)))
 struct PQBridgeTests {
     func withPool<T>(size: Int = 2, _ body: (PGPool) async throws -> T) async throws -> T {
         let pool = PGPool(url: TestEnvironment.databaseURL!, size: size, logger: TestEnvironment.logger)

@@ -4,7 +4,7 @@ import Persistence
 import SyncModels
 import Testing
 
-@Suite("Persistence", .enabled(if: TestEnvironment.hasServers), .serialized)
+@Suite("Persistence", .enabled(if: TestEnvironment.hasServers), .serialized, .timeLimit(.minutes(3)))
 struct PersistenceTests {
     func withStores<T>(_ body: (PGPool, DeviceStore, JobStore, ApplyStore, PullStore) async throws -> T) async throws -> T {
         let pool = PGPool(url: TestEnvironment.databaseURL!, size: 4, logger: TestEnvironment.logger)

@@ -6,9 +6,9 @@ import Foundation
 /// its status lock), and `URLSession`'s async methods cancel their task when the calling
 /// task is cancelled. Here the work runs in a task of its own, which is never cancelled; a
 /// cancelled caller gets `CancellationError` at once and the abandoned request ends by its
-/// own timeout. Cancellation is cooperative, and `stop()` never waits on the network.
-enum AbandonOnCancel {
-    static func run<T: Sendable>(_ work: @escaping @Sendable () async throws -> T) async throws -> T {
+/// own timeout. Wherever a task that may be cancelled awaits a request, it goes through here.
+public enum AbandonOnCancel {
+    public static func run<T: Sendable>(_ work: @escaping @Sendable () async throws -> T) async throws -> T {
         let outcome = Outcome<T>()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
