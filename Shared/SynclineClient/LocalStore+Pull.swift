@@ -10,7 +10,7 @@ extension LocalStore {
 
     /// Starts a resync from the beginning; survives a restart midway.
     func beginResync() throws {
-        try queue.write { db in
+        try database.write { db in
             let generation = (try Self.string(db, sql: "SELECT value FROM meta WHERE key = 'generation'").flatMap { Int($0) } ?? 0) + 1
             try Self.setMeta(db, "generation", String(generation))
             try Self.setMeta(db, "resync", "1")
@@ -18,9 +18,9 @@ extension LocalStore {
         }
     }
 
-    /// Stores one page; returns the collections whose records changed on screen.
-    func applyPage(_ changes: [RecordView], cursor: String, hasMore: Bool) throws -> Set<String> {
-        try queue.write { db in
+    /// Stores one page; returns the records that changed on screen.
+    func applyPage(_ changes: [RecordView], cursor: String, hasMore: Bool) throws -> Set<RecordKey> {
+        try database.write { db in
             let generation = try Self.string(db, sql: "SELECT value FROM meta WHERE key = 'generation'").flatMap { Int($0) } ?? 0
             var clock = try Self.clock(db)
             var touched = Set<RecordKey>()
@@ -61,7 +61,7 @@ extension LocalStore {
                     try Self.refresh(db, key)
                 }
             }
-            return Set(touched.map(\.collection))
+            return touched
         }
     }
 }

@@ -18,7 +18,7 @@ extension LocalStore {
     /// oldest pending ops (at most `maxOps` ops and `maxBytes` of body). nil: nothing to send.
     /// `space`: the shared space the store syncs (nil: the personal space).
     func nextBatch(device: String, space: String?, maxOps: Int, maxBytes: Int) throws -> Batch? {
-        try queue.write { db in
+        try database.write { db in
             if let row = try Self.row(db, sql: "SELECT * FROM batches WHERE job_id IS NULL ORDER BY rowid LIMIT 1") {
                 let id: String = row["batch_id"]
                 let opIDs = try Self.strings(db, sql: "SELECT op_id FROM outbox WHERE batch_id = ? ORDER BY seq", arguments: [id])
@@ -53,16 +53,16 @@ extension LocalStore {
 
     /// The server took the batch as `jobID`.
     func batchAccepted(_ batch: Batch, jobID: String) throws {
-        try queue.write { db in
+        try database.write { db in
             try Self.run(db, sql: "UPDATE batches SET job_id = ? WHERE batch_id = ?", arguments: [jobID, batch.id])
             try Self.run(db, sql: "UPDATE outbox SET state = 'sent', job_id = ? WHERE batch_id = ?", arguments: [jobID, batch.id])
         }
     }
 
     /// The server refused the batch (no job was made): op `index` is set aside with
-    /// `reason` (every op when `index` is nil), the others go back to the queue.
+    /// `reason` (every op when `index` is nil), the others go back to the database.
     func batchRefused(_ batch: Batch, setAside index: Int?, reason: String) throws -> [String] {
-        try queue.write { db in
+        try database.write { db in
             let aside = index.map { batch.opIDs.indices.contains($0) ? [batch.opIDs[$0]] : batch.opIDs } ?? batch.opIDs
             for opID in aside {
                 try Self.run(db, sql: "UPDATE outbox SET state = 'set_aside', reason = ?, batch_id = NULL WHERE op_id = ?", arguments: [reason, opID])
@@ -76,7 +76,7 @@ extension LocalStore {
 
     /// Takes a batch apart without setting anything aside (to form smaller ones).
     func batchDissolved(_ batch: Batch) throws {
-        try queue.write { db in
+        try database.write { db in
             try Self.run(db, sql: "UPDATE outbox SET state = 'pending', batch_id = NULL WHERE batch_id = ?", arguments: [batch.id])
             try Self.run(db, sql: "DELETE FROM batches WHERE batch_id = ?", arguments: [batch.id])
         }
@@ -84,13 +84,13 @@ extension LocalStore {
 
     /// Jobs sent and not yet finished.
     func sentJobs() throws -> [String] {
-        try queue.read { try Self.strings($0, sql: "SELECT DISTINCT job_id FROM outbox WHERE state = 'sent' AND job_id IS NOT NULL") }
+        try database.read { try Self.strings($0, sql: "SELECT DISTINCT job_id FROM outbox WHERE state = 'sent' AND job_id IS NOT NULL") }
     }
 
     /// A job succeeded: applied, superseded and duplicate ops wait for a pull to reach the
     /// checkpoint; conflicting and rejected ones leave (the server did not apply them).
     func jobSucceeded(_ jobID: String, checkpoint: Int64, results: [OpResult]) throws -> [SyncEvent] {
-        try queue.write { db in
+        try database.write { db in
             var events: [SyncEvent] = []
             var gone: [String] = []
             for result in results {
@@ -128,7 +128,7 @@ extension LocalStore {
 
     /// A job was dead-lettered (or discarded): its ops are set aside.
     func jobDead(_ jobID: String, reason: String) throws -> [String] {
-        try queue.write { db in
+        try database.write { db in
             let opIDs = try Self.strings(db, sql: "SELECT op_id FROM outbox WHERE job_id = ? AND state = 'sent'", arguments: [jobID])
             try Self.run(db, sql: "UPDATE outbox SET state = 'set_aside', reason = ? WHERE job_id = ? AND state = 'sent'", arguments: [reason, jobID])
             try Self.run(db, sql: "DELETE FROM batches WHERE job_id = ?", arguments: [jobID])
@@ -140,7 +140,7 @@ extension LocalStore {
     /// The server no longer knows the job (purged after its retention): its ops go back to
     /// the queue; ops it had applied answer `duplicate` the second time.
     func jobForgotten(_ jobID: String) throws {
-        try queue.write { db in
+        try database.write { db in
             try Self.run(db, sql: "UPDATE outbox SET state = 'pending', job_id = NULL, batch_id = NULL WHERE job_id = ? AND state = 'sent'", arguments: [jobID])
             try Self.run(db, sql: "DELETE FROM batches WHERE job_id = ?", arguments: [jobID])
         }

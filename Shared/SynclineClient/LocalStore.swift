@@ -8,9 +8,13 @@ import SyncModels
 /// instant (WAL; a power loss may lose the last moments of writes, as `synchronous=NORMAL`
 /// allows). The WAL is checkpointed by the sync loop, not by whichever write happens to
 /// fill it, so a write never pays for a checkpoint's two fsyncs.
+///
+/// Writes are serialized on one connection; reads (queries, observers refreshing their
+/// results) run on others at the same time, on the last committed state, so a write never
+/// waits for a query.
 final class LocalStore: @unchecked Sendable {
-    // @unchecked: DatabaseQueue serializes every access itself.
-    let queue: DatabaseQueue
+    // @unchecked: DatabasePool serializes writes and isolates reads itself.
+    let database: DatabasePool
     let path: String
 
     /// Outbox states. `pending` ops wait for a batch; `batched` ones are in a batch not yet
@@ -34,13 +38,14 @@ final class LocalStore: @unchecked Sendable {
     }
 
     /// Opens (or creates) the store of one space (`space` nil: the personal space). A store
-    /// holds one space for its whole life: opening it for another is refused.
-    init(path: String, space: String? = nil) throws {
+    /// holds one space for its whole life: opening it for another is refused. `indexes` are
+    /// the app's declared indexes: created when missing, and those no longer declared dropped.
+    init(path: String, space: String? = nil, indexes: [LocalIndex] = []) throws {
         var configuration = Configuration()
         configuration.journalMode = .wal
         configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0") }
         self.path = path
-        queue = try DatabaseQueue(path: path, configuration: configuration)
+        database = try DatabasePool(path: path, configuration: configuration)
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1") { db in
             try db.execute(sql: """
@@ -68,21 +73,22 @@ final class LocalStore: @unchecked Sendable {
         migrator.registerMigration("v2: set-aside edits show") { db in
             try db.execute(sql: "ALTER TABLE records ADD COLUMN set_aside_reason TEXT")
         }
-        try migrator.migrate(queue)
+        try migrator.migrate(database)
         let scope = space ?? "personal"
-        try queue.write { db in
+        try database.write { db in
             if let held = try Self.string(db, sql: "SELECT value FROM meta WHERE key = 'space'") {
                 guard held == scope else { throw ClientError.otherSpace(held: held) }
             } else {
                 try Self.setMeta(db, "space", scope)
             }
+            try Self.declare(db, indexes)
         }
     }
 
     /// The space went away (deleted, or this user is no longer a member): its records,
     /// outbox and cursor go with it. The device identity stays.
     func forgetSpace() throws -> Set<String> {
-        try queue.write { db in
+        try database.write { db in
             let collections = Set(try Self.strings(db, sql: "SELECT DISTINCT collection FROM records"))
             for table in ["server_records", "records", "outbox", "batches"] { try db.execute(sql: "DELETE FROM \(table)") }
             for key in ["cursor", "resync", "generation"] { try Self.setMeta(db, key, nil) }
@@ -120,13 +126,13 @@ final class LocalStore: @unchecked Sendable {
     func checkpointIfLarge(limit: Int = 4 << 20) throws {
         let size = (try? FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int) ?? 0
         guard size > limit else { return }
-        try queue.writeWithoutTransaction { try $0.execute(sql: "PRAGMA wal_checkpoint(PASSIVE)") }
+        try database.writeWithoutTransaction { try $0.execute(sql: "PRAGMA wal_checkpoint(PASSIVE)") }
     }
 
     // MARK: - Meta
 
     func meta(_ key: String) throws -> String? {
-        try queue.read { try Self.string($0, sql: "SELECT value FROM meta WHERE key = ?", arguments: [key]) }
+        try database.read { try Self.string($0, sql: "SELECT value FROM meta WHERE key = ?", arguments: [key]) }
     }
 
     static func setMeta(_ db: Database, _ key: String, _ value: String?) throws {
@@ -138,7 +144,7 @@ final class LocalStore: @unchecked Sendable {
     }
 
     func setMeta(_ key: String, _ value: String?) throws {
-        try queue.write { try Self.setMeta($0, key, value) }
+        try database.write { try Self.setMeta($0, key, value) }
     }
 
     /// The device's clock state, one row: `<ms> <counter>`.
@@ -157,7 +163,7 @@ final class LocalStore: @unchecked Sendable {
     /// Stamps the op with the device's clock, stores it in the outbox and applies it to the
     /// local record, in one transaction.
     func enqueue(_ op: Op, device: String, now: Date) throws -> Op {
-        try queue.write { db in
+        try database.write { db in
             var clock = try Self.clock(db)
             let hlc = clock.next(now: Int64(now.timeIntervalSince1970 * 1000), node: device)
             try Self.setClock(db, clock)
@@ -241,15 +247,11 @@ final class LocalStore: @unchecked Sendable {
 
     /// The collection's records as the device shows them, by id (deleted ones are not).
     func records(in collection: String) throws -> [LocalRecord] {
-        try queue.read { db in
-            try Self.rows(
-                db, sql: "SELECT * FROM records WHERE collection = ? AND data IS NOT NULL ORDER BY id", arguments: [collection])
-                .map(Self.record)
-        }
+        try records(RecordQuery(collection))
     }
 
     func record(_ collection: String, _ id: String) throws -> LocalRecord? {
-        try queue.read { db in
+        try database.read { db in
             try Self.row(
                 db, sql: "SELECT * FROM records WHERE collection = ? AND id = ? AND data IS NOT NULL", arguments: [collection, id])
                 .map(Self.record)
@@ -257,7 +259,7 @@ final class LocalStore: @unchecked Sendable {
     }
 
     func status() throws -> (pending: Int, oldest: Double?, setAside: Int) {
-        try queue.read { db in
+        try database.read { db in
             let row = try Self.row(db, sql: """
                 SELECT count(*) FILTER (WHERE state IN \(Self.unconfirmedStates)) AS pending,
                        min(created_at) FILTER (WHERE state IN \(Self.unconfirmedStates)) AS oldest,
@@ -269,7 +271,7 @@ final class LocalStore: @unchecked Sendable {
     }
 
     func setAside() throws -> [SetAsideOp] {
-        try queue.read { db in
+        try database.read { db in
             try Self.rows(db, sql: "SELECT op, reason FROM outbox WHERE state = 'set_aside' ORDER BY seq").compactMap { row in
                 guard let op = (try? JSONParser.parse(row["op"] as String)).flatMap(Op.init(stored:)) else { return nil }
                 return SetAsideOp(opID: op.opID, collection: op.collection, id: op.id, type: op.type, reason: row["reason"] ?? "")
@@ -279,7 +281,7 @@ final class LocalStore: @unchecked Sendable {
 
     /// Puts a set-aside op back in the queue (true), or drops it (false); returns its record.
     func resolveSetAside(opID: String, retry: Bool) throws -> RecordKey? {
-        try queue.write { db in
+        try database.write { db in
             guard let row = try Self.row(
                 db, sql: "SELECT collection, record_id FROM outbox WHERE op_id = ? AND state = 'set_aside'", arguments: [opID])
             else { return nil }

@@ -118,11 +118,17 @@ public enum ClientError: Error, Sendable, Equatable, CustomStringConvertible {
     /// 5xx), or its jobs were still running at the timeout. Nothing is lost; try later
     /// (not before `retryAfter` seconds when the server said so).
     case syncFailed(reason: String, retryAfter: Double?)
+    /// A query names a field no JSON path can reach, or compares with null (use `isNull`).
+    case invalidQuery(detail: String)
+    /// A typed record could not be made from a record's data (`detail` names the field).
+    case undecodable(collection: String, id: String, detail: String)
 
     public var description: String {
         switch self {
         case .invalidOp(let detail): return "refused on the device: \(detail)"
         case .notSetAside(let opID): return "no op \(opID) is set aside"
+        case .invalidQuery(let detail): return "invalid query: \(detail)"
+        case .undecodable(let collection, let id, let detail): return "\(collection)/\(id) does not decode: \(detail)"
         case .syncFailed(let reason, _): return "sync did not finish: \(reason)"
         case .server(let status, let detail): return "server answered \(status): \(detail)"
         case .stopped: return "the client is stopped"

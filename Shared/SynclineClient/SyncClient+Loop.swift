@@ -249,7 +249,7 @@ extension SyncClient {
     /// next page is fetched while the current one is stored.
     func pullAll() async throws {
         pullWanted = false
-        var changed = Set<String>()
+        var changed = Set<RecordKey>()
         defer { notify(changed) }
         var next: Task<ServerAPI.Answer, any Error>?
         defer { next?.cancel() }
@@ -292,13 +292,11 @@ extension SyncClient {
         }
     }
 
-    func notifyAll() { notify(Set(observers.values.map(\.collection))) }
-
     /// The space answered 404: its local data goes, the app hears it, syncing ends.
     func spaceGone(_ space: String) throws -> Never {
         let collections = try store.forgetSpace()
         eventSink.yield(.spaceGone(spaceID: space))
-        notify(collections)
+        notify(collections: collections)
         throw ClientError.spaceGone
     }
 }

@@ -33,7 +33,7 @@ public actor SyncClient {
 
     var loop: Task<Void, Never>?
     var stream: Task<Void, Never>?
-    var observers: [UUID: Observer] = [:]
+    var observers: [UUID: QueryObserver] = [:]
     var lastSyncAt: Date?
     var lastError: String?
     var live = false
@@ -49,12 +49,6 @@ public actor SyncClient {
     /// The space the stream's `hello` named: pokes of other spaces are not this client's.
     var streamSpace: String?
 
-    struct Observer {
-        let collection: String
-        let id: String?
-        let sink: AsyncStream<[LocalRecord]>.Continuation
-    }
-
     public init(_ configuration: ClientConfiguration) throws {
         try self.init(configuration, registration: nil)
     }
@@ -62,7 +56,7 @@ public actor SyncClient {
     /// A client; `registration` is the device's, when another client of it exists.
     init(_ configuration: ClientConfiguration, registration: DeviceRegistration?) throws {
         self.configuration = configuration
-        store = try LocalStore(path: configuration.databasePath, space: configuration.spaceID)
+        store = try LocalStore(path: configuration.databasePath, space: configuration.spaceID, indexes: configuration.indexes)
         if let device = configuration.deviceID, try store.meta("device_id") == nil { try store.setMeta("device_id", device) }
         let stored = try store.meta("device_id")
         self.registration = registration ?? DeviceRegistration(deviceID: stored)
@@ -149,7 +143,7 @@ public actor SyncClient {
             throw ClientError.invalidOp(detail: error.detail)
         }
         let stored = try store.enqueue(op, device: try node(), now: configuration.now())
-        notify([stored.collection])
+        notify([RecordKey(collection: stored.collection, id: stored.id)])
         wake()
         return stored.opID
     }
@@ -176,6 +170,17 @@ public actor SyncClient {
         try store.records(in: collection)
     }
 
+    /// The records the query selects, in its order. Declared indexes (`ClientConfiguration.indexes`)
+    /// on the fields it filters and orders by keep it fast on large collections.
+    public func records(_ query: RecordQuery) throws -> [LocalRecord] {
+        try store.records(query)
+    }
+
+    /// How many records the query's filter keeps.
+    public func count(_ query: RecordQuery) throws -> Int {
+        try store.count(query)
+    }
+
     /// Yields the collection's records now and after every local write or pulled change to it.
     public func observe(_ collection: String) -> AsyncStream<[LocalRecord]> {
         observe(collection, id: nil)
@@ -184,26 +189,50 @@ public actor SyncClient {
     /// Yields the record (an empty array while it does not exist or is deleted) now and
     /// after every change to it.
     public func observe(_ collection: String, id: String?) -> AsyncStream<[LocalRecord]> {
-        let (stream, sink) = AsyncStream.makeStream(of: [LocalRecord].self, bufferingPolicy: .bufferingNewest(1))
+        // A query on the id or on nothing cannot be invalid.
+        (try? observe(RecordQuery(collection, where: id.map { Field.id == .string($0) }))) ?? AsyncStream { $0.finish() }
+    }
+
+    /// Yields the query's results now and whenever they change. A change that cannot affect
+    /// them does not wake the query; the results are read off the write path (a write never
+    /// waits for an observer) and a consumer slower than the changes gets the latest only.
+    public func observe(_ query: RecordQuery) throws -> AsyncStream<[LocalRecord]> {
+        try observe(query) { $0 }
+    }
+
+    func observe<Element: Sendable>(
+        _ query: RecordQuery, _ transform: @escaping @Sendable ([LocalRecord]) -> Element
+    ) throws -> AsyncStream<Element> {
+        _ = try QuerySQL.select(query)  // refuses an invalid query here, not in the background
+        let (stream, sink) = AsyncStream.makeStream(of: Element.self, bufferingPolicy: .bufferingNewest(1))
         let key = UUID()
-        observers[key] = Observer(collection: collection, id: id, sink: sink)
-        sink.onTermination = { _ in Task { await self.removeObserver(key) } }
-        sink.yield(current(collection, id: id))
+        let observer = QueryObserver(query: query, store: store) { sink.yield(transform($0)) }
+        observers[key] = observer
+        sink.onTermination = { _ in
+            observer.cancel()
+            Task { await self.removeObserver(key) }
+        }
         return stream
     }
 
     func removeObserver(_ key: UUID) { observers[key] = nil }
 
-    func current(_ collection: String, id: String?) -> [LocalRecord] {
-        if let id { return ((try? store.record(collection, id)) ?? nil).map { [$0] } ?? [] }
-        return (try? store.records(in: collection)) ?? []
-    }
-
-    func notify(_ collections: Set<String>) {
-        for observer in observers.values where collections.contains(observer.collection) {
-            observer.sink.yield(current(observer.collection, id: observer.id))
+    /// Wakes the observers the changed records may concern.
+    func notify(_ keys: some Sequence<RecordKey>) {
+        var changed: [String: Set<String>] = [:]
+        for key in keys { changed[key.collection, default: []].insert(key.id) }
+        for observer in observers.values {
+            if let ids = changed[observer.query.collection] { observer.changed(.records(ids)) }
         }
     }
+
+    /// Wakes the observers of these collections, whatever changed in them.
+    func notify(collections: Set<String>) {
+        for observer in observers.values where collections.contains(observer.query.collection) { observer.changed(.all) }
+    }
+
+    /// Wakes every observer.
+    func notifyAll() { observers.values.forEach { $0.changed(.all) } }
 
     /// Why an edit has not synced yet.
     public func status() throws -> SyncStatus {
@@ -221,13 +250,13 @@ public actor SyncClient {
     /// dead job's cause is gone).
     public func retry(opID: String) throws {
         guard let key = try store.resolveSetAside(opID: opID, retry: true) else { throw ClientError.notSetAside(opID: opID) }
-        notify([key.collection])
+        notify([key])
         wake()
     }
 
     /// Gives up on a set-aside op; the record shows the server's state again.
     public func drop(opID: String) throws {
         guard let key = try store.resolveSetAside(opID: opID, retry: false) else { throw ClientError.notSetAside(opID: opID) }
-        notify([key.collection])
+        notify([key])
     }
 }

@@ -101,12 +101,14 @@ public struct ClientConfiguration: Sendable {
     public var heartbeatInterval: Double
     /// The wall clock (tests give a drifting one).
     public var now: @Sendable () -> Date
+    /// Indexes on record fields, for the queries the app runs often (see `LocalIndex`).
+    public var indexes: [LocalIndex]
 
     public init(
         gatewayURL: URL, fanoutURL: URL? = nil, databasePath: String, spaceID: String? = nil, deviceID: String? = nil,
         tokenProvider: @escaping @Sendable (_ refresh: Bool) async throws -> String,
         deviceName: String = "device", platform: String = "swift", pollInterval: Double? = 30,
-        heartbeatInterval: Double = 30, now: @escaping @Sendable () -> Date = { Date() }
+        heartbeatInterval: Double = 30, now: @escaping @Sendable () -> Date = { Date() }, indexes: [LocalIndex] = []
     ) {
         self.gatewayURL = gatewayURL
         self.fanoutURL = fanoutURL
@@ -119,5 +121,6 @@ public struct ClientConfiguration: Sendable {
         self.pollInterval = pollInterval
         self.heartbeatInterval = heartbeatInterval
         self.now = now
+        self.indexes = indexes
     }
 }

@@ -1,0 +1,131 @@
+import GRDB
+import SyncModels
+
+/// A `RecordQuery` as SQL over the `records` table. A field is `json_extract(data, '$."a"."b"')`
+/// — the same text in a query and in a declared index, which is how SQLite matches the two.
+/// Paths are checked and written into the SQL; every value is bound.
+enum QuerySQL {
+    static let base = "FROM records WHERE collection = ? AND data IS NOT NULL"
+
+    /// `SELECT <columns>` of the query's records, in its order, limit and offset.
+    static func select(_ query: RecordQuery, columns: String = "*") throws -> (sql: String, arguments: StatementArguments) {
+        var sql = "SELECT \(columns) \(base)"
+        var arguments: StatementArguments = [query.collection]
+        if let filter = query.filter {
+            sql += " AND " + (try condition(filter, &arguments))
+        }
+        let keys = try query.order.map { "\(try expression($0.field)) \($0.descending ? "DESC" : "ASC")" } + ["id ASC"]
+        sql += " ORDER BY " + keys.joined(separator: ", ")
+        if query.limit != nil || query.offset > 0 {
+            sql += " LIMIT ? OFFSET ?"
+            _ = arguments.append(contentsOf: [query.limit ?? -1, query.offset])
+        }
+        return (sql, arguments)
+    }
+
+    /// `SELECT count(*)` of the records the filter keeps (order, limit and offset aside).
+    static func count(_ query: RecordQuery) throws -> (sql: String, arguments: StatementArguments) {
+        var sql = "SELECT count(*) \(base)"
+        var arguments: StatementArguments = [query.collection]
+        if let filter = query.filter { sql += " AND " + (try condition(filter, &arguments)) }
+        return (sql, arguments)
+    }
+
+    /// Whether any of the records `ids` passes the query's filter.
+    static func anyMatches(_ query: RecordQuery, ids: [String]) throws -> (sql: String, arguments: StatementArguments) {
+        var arguments: StatementArguments = [query.collection]
+        var sql = "SELECT EXISTS (SELECT 1 \(base) AND id IN (\(placeholders(ids.count)))"
+        _ = arguments.append(contentsOf: StatementArguments(ids))
+        if let filter = query.filter { sql += " AND " + (try condition(filter, &arguments)) }
+        return (sql + ")", arguments)
+    }
+
+    /// The statement creating a declared index, and its name.
+    static func createIndex(_ index: LocalIndex) throws -> (name: String, sql: String) {
+        let expressions = try index.fields.map(expression)
+        let name = "syncline_ix_" + String(fnv1a("\(index.collection)\u{0}\(expressions.joined(separator: "\u{0}"))"), radix: 16)
+        let sql = "CREATE INDEX IF NOT EXISTS \(name) ON records (collection, \(expressions.joined(separator: ", ")))"
+        return (name, sql)
+    }
+
+    static func expression(_ field: Field) throws -> String {
+        if field.isRecordID { return "id" }
+        return "json_extract(data, '\(try path(field))')"
+    }
+
+    /// `$."a"."b"` for `a.b`: each segment quoted, so any name the server accepts works.
+    static func path(_ field: Field) throws -> String {
+        let segments = field.name.split(separator: ".", omittingEmptySubsequences: false)
+        for segment in segments where segment.isEmpty || segment.contains(where: { $0 == "\"" || $0 == "\\" || $0 == "'" || $0.isNewline || $0.asciiValue.map { $0 < 0x20 } == true }) {
+            throw ClientError.invalidQuery(detail: "field '\(field.name)': a name segment is empty or holds a quote, backslash or control character")
+        }
+        return "$" + segments.map { ".\"\($0)\"" }.joined()
+    }
+
+    static func condition(_ filter: Filter, _ arguments: inout StatementArguments) throws -> String {
+        switch filter {
+        case .compare(let field, let comparison, let value):
+            if value == .null { throw ClientError.invalidQuery(detail: "field '\(field)': compare with null using isNull") }
+            _ = arguments.append(contentsOf: [bound(value)])
+            return "\(try expression(field)) \(comparison.rawValue) ?"
+        case .isIn(let field, let values):
+            let expression = try expression(field)
+            let present = values.filter { $0 != .null }
+            var terms: [String] = []
+            if !present.isEmpty {
+                _ = arguments.append(contentsOf: StatementArguments(present.map(bound)))
+                terms.append("\(expression) IN (\(placeholders(present.count)))")
+            }
+            if present.count < values.count { terms.append("\(expression) IS NULL") }
+            return terms.isEmpty ? "0" : "(" + terms.joined(separator: " OR ") + ")"
+        case .contains(let field, let value):
+            if field.isRecordID {
+                guard case .string(let text) = value else { return "0" }
+                _ = arguments.append(contentsOf: [text])
+                return "instr(id, ?) > 0"
+            }
+            let path = try path(field)
+            var branches = ""
+            if case .string(let text) = value {
+                _ = arguments.append(contentsOf: [text])
+                branches += " WHEN 'text' THEN instr(json_extract(data, '\(path)'), ?) > 0"
+            }
+            _ = arguments.append(contentsOf: [bound(value)])
+            branches += " WHEN 'array' THEN EXISTS (SELECT 1 FROM json_each(data, '\(path)') WHERE value = ?)"
+            return "(CASE json_type(data, '\(path)')\(branches) ELSE 0 END)"
+        case .isNull(let field):
+            return "\(try expression(field)) IS NULL"
+        case .and(let filters):
+            guard !filters.isEmpty else { return "1" }
+            return "(" + (try filters.map { try condition($0, &arguments) }).joined(separator: " AND ") + ")"
+        case .or(let filters):
+            guard !filters.isEmpty else { return "0" }
+            return "(" + (try filters.map { try condition($0, &arguments) }).joined(separator: " OR ") + ")"
+        case .not(let inner):
+            // A comparison with a missing field is unknown in SQL; here it is false, so its
+            // negation is true.
+            return "NOT coalesce(\(try condition(inner, &arguments)), 0)"
+        }
+    }
+
+    /// A JSON value as SQLite holds what `json_extract` returns for it.
+    static func bound(_ value: JSONValue) -> DatabaseValue {
+        switch value {
+        case .null: return .null
+        case .bool(let flag): return (flag ? 1 : 0).databaseValue
+        case .int(let number): return number.databaseValue
+        case .double(let number): return number.databaseValue
+        case .string(let text): return text.databaseValue
+        case .array, .object: return JSONWriter.string(value).databaseValue
+        }
+    }
+
+    static func placeholders(_ count: Int) -> String {
+        Array(repeating: "?", count: count).joined(separator: ", ")
+    }
+
+    /// A stable 64-bit FNV-1a hash: index names that do not change between launches.
+    static func fnv1a(_ text: String) -> UInt64 {
+        text.utf8.reduce(14_695_981_039_346_656_037) { ($0 ^ UInt64($1)) &* 1_099_511_628_211 }
+    }
+}

@@ -1,0 +1,137 @@
+import Foundation
+import SyncModels
+
+/// A record type of the app: a `Codable` struct whose `id` is the record's id and whose
+/// other properties are its data.
+///
+/// ```swift
+/// struct Recipe: SyncRecord {
+///     static let collection = "recipes"
+///     var id: String
+///     var title: String
+///     var minutes: Int
+///     var tags: [String] = []
+/// }
+/// try await client.save(Recipe(id: "r1", title: "Pancakes", minutes: 20))
+/// let quick = try await client.fetch(Recipe.self, where: Field("minutes") <= 30, orderBy: [Field("title").ascending])
+/// ```
+///
+/// Dates are ISO 8601 strings in the data; `Double.nan` and infinities are refused at the
+/// call (JSON cannot carry them), as is anything else the server would refuse.
+public protocol SyncRecord: Codable, Identifiable, Sendable where ID == String {
+    /// The collection its records live in.
+    static var collection: String { get }
+}
+
+/// Between a typed record and a record's data: `id` is the record's id, never a data field.
+enum RecordCoding {
+    static func data<Record: SyncRecord>(_ record: Record) throws -> [String: JSONValue] {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        let encoded: Data
+        do {
+            encoded = try encoder.encode(record)
+        } catch let EncodingError.invalidValue(value, context) {
+            throw ClientError.invalidOp(detail: "data.\(dotted(context.codingPath)): \(value) cannot be sent (\(context.debugDescription))")
+        }
+        guard var data = try JSONParser.parse(encoded).objectValue else {
+            throw ClientError.invalidOp(detail: "\(Record.self) does not encode as a JSON object")
+        }
+        data["id"] = nil
+        return data
+    }
+
+    static func record<Record: SyncRecord>(_ type: Record.Type, from local: LocalRecord) throws -> Record {
+        var data = local.data
+        data["id"] = .string(local.id)
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        do {
+            return try decoder.decode(Record.self, from: Data(JSONWriter.string(.object(data)).utf8))
+        } catch let error as DecodingError {
+            throw ClientError.undecodable(collection: local.collection, id: local.id, detail: describe(error))
+        }
+    }
+
+    /// The fields to patch so that `old` becomes `new`: changed and added ones with their
+    /// value, removed ones as null.
+    static func patch(from old: [String: JSONValue], to new: [String: JSONValue]) -> [String: JSONValue] {
+        var fields = new.filter { old[$0.key] != $0.value }
+        for key in old.keys where new[key] == nil { fields[key] = .null }
+        return fields
+    }
+
+    static func dotted(_ path: [any CodingKey]) -> String {
+        path.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".")
+    }
+
+    static func describe(_ error: DecodingError) -> String {
+        switch error {
+        case .keyNotFound(let key, let context): return "\(dotted(context.codingPath + [key])) is missing"
+        case .typeMismatch(_, let context), .valueNotFound(_, let context), .dataCorrupted(let context):
+            return "\(dotted(context.codingPath)): \(context.debugDescription)"
+        @unknown default: return "\(error)"
+        }
+    }
+}
+
+/// The typed API: the same writes, reads and observation, in the app's own types.
+extension SyncClient {
+    /// Stores the record whole (an upsert: fields it no longer has disappear).
+    @discardableResult
+    public func save<Record: SyncRecord>(_ record: Record, ifVersion: Int64? = nil) throws -> String {
+        try upsert(Record.collection, id: record.id, data: try RecordCoding.data(record), ifVersion: ifVersion)
+    }
+
+    /// Changes the record in place and sends only the fields that changed (a patch), so a
+    /// concurrent edit of another field on another device is kept. Returns the op id, or
+    /// nil when the record does not exist or nothing changed.
+    @discardableResult
+    public func update<Record: SyncRecord>(
+        _ type: Record.Type, id: String, ifVersion: Int64? = nil, _ change: @Sendable (inout Record) throws -> Void
+    ) throws -> String? {
+        guard let local = try store.record(Record.collection, id) else { return nil }
+        var record = try RecordCoding.record(Record.self, from: local)
+        try change(&record)
+        guard record.id == id else { throw ClientError.invalidOp(detail: "update cannot change a record's id") }
+        let fields = RecordCoding.patch(from: try RecordCoding.data(RecordCoding.record(Record.self, from: local)), to: try RecordCoding.data(record))
+        guard !fields.isEmpty else { return nil }
+        return try patch(Record.collection, id: id, fields: fields, ifVersion: ifVersion)
+    }
+
+    @discardableResult
+    public func delete<Record: SyncRecord>(_ record: Record, ifVersion: Int64? = nil) throws -> String {
+        try delete(Record.collection, id: record.id, ifVersion: ifVersion)
+    }
+
+    @discardableResult
+    public func delete<Record: SyncRecord>(_ type: Record.Type, id: String, ifVersion: Int64? = nil) throws -> String {
+        try delete(Record.collection, id: id, ifVersion: ifVersion)
+    }
+
+    public func fetch<Record: SyncRecord>(_ type: Record.Type, id: String) throws -> Record? {
+        try store.record(Record.collection, id).map { try RecordCoding.record(Record.self, from: $0) }
+    }
+
+    /// The records the filter keeps, in the given order (then by id).
+    public func fetch<Record: SyncRecord>(
+        _ type: Record.Type, where filter: Filter? = nil, orderBy order: [Ordering] = [], limit: Int? = nil, offset: Int = 0
+    ) throws -> [Record] {
+        try records(RecordQuery(Record.collection, where: filter, orderBy: order, limit: limit, offset: offset))
+            .map { try RecordCoding.record(Record.self, from: $0) }
+    }
+
+    public func count<Record: SyncRecord>(_ type: Record.Type, where filter: Filter? = nil) throws -> Int {
+        try count(RecordQuery(Record.collection, where: filter))
+    }
+
+    /// Yields the query's records now and whenever they change (see `observe(_:)` for a
+    /// `RecordQuery`). Records whose data does not decode as `Record` are left out.
+    public func observe<Record: SyncRecord>(
+        _ type: Record.Type, where filter: Filter? = nil, orderBy order: [Ordering] = [], limit: Int? = nil, offset: Int = 0
+    ) throws -> AsyncStream<[Record]> {
+        try observe(RecordQuery(Record.collection, where: filter, orderBy: order, limit: limit, offset: offset)) { records in
+            records.compactMap { try? RecordCoding.record(Record.self, from: $0) }
+        }
+    }
+}

@@ -1,0 +1,296 @@
+import Foundation
+import GRDB
+import SyncModels
+@testable import SynclineClient
+import Testing
+
+/// Local queries: every operator against SQLite, declared indexes, and a property test
+/// holding the SQL to a plain in-memory reading of the same rules.
+@Suite("Local queries")
+struct QueryTests {
+    static func store(_ records: [String: [String: JSONValue]], indexes: [LocalIndex] = [], path: String? = nil) throws -> LocalStore {
+        let path = path ?? NSTemporaryDirectory() + "query-\(UUID().uuidString).sqlite"
+        let store = try LocalStore(path: path, indexes: indexes)
+        for (id, data) in records.sorted(by: { $0.key < $1.key }) {
+            _ = try store.enqueue(
+                Op(opID: UUID().uuidString.lowercased(), type: .upsert, collection: "recipes", id: id, data: data),
+                device: "node", now: Date())
+        }
+        return store
+    }
+
+    static let recipes: [String: [String: JSONValue]] = [
+        "r1": ["title": "Pancakes", "minutes": 20, "tags": ["sweet", "quick"], "vegan": false, "rating": 4.5],
+        "r2": ["title": "Salad", "minutes": 10, "tags": ["vegan", "quick"], "vegan": true],
+        "r3": ["title": "Stew", "minutes": 120, "tags": [], "vegan": true, "rating": .null, "source": ["book": "Joy", "page": 12]],
+        "r4": ["title": "pasta", "minutes": 25.5, "tags": ["quick"], "vegan": false, "rating": 3],
+        "r5": ["title": "Quick bread", "minutes": "about an hour"],
+    ]
+
+    static func ids(_ store: LocalStore, _ filter: Filter?, order: [Ordering] = [], limit: Int? = nil, offset: Int = 0) throws -> [String] {
+        try store.records(RecordQuery("recipes", where: filter, orderBy: order, limit: limit, offset: offset)).map(\.id)
+    }
+
+    @Test func everyOperatorSelectsWhatItSays() throws {
+        let store = try Self.store(Self.recipes)
+        let minutes = Field("minutes"), title = Field("title"), tags = Field("tags"), vegan = Field("vegan"), rating = Field("rating")
+        #expect(try Self.ids(store, minutes == 20) == ["r1"])
+        #expect(try Self.ids(store, minutes != 20) == ["r2", "r3", "r4", "r5"], "a string is not 20")
+        #expect(try Self.ids(store, minutes < 25) == ["r1", "r2"])
+        #expect(try Self.ids(store, minutes <= 25.5) == ["r1", "r2", "r4"], "integers and doubles compare as numbers")
+        #expect(try Self.ids(store, minutes > 25) == ["r3", "r4", "r5"], "strings sort after numbers")
+        #expect(try Self.ids(store, minutes >= 120) == ["r3", "r5"])
+        #expect(try Self.ids(store, title.isIn(["Salad", "Stew", "Nothing"])) == ["r2", "r3"])
+        #expect(try Self.ids(store, rating.isIn([3, .null])) == ["r2", "r3", "r4", "r5"], "null in a list matches missing and null")
+        #expect(try Self.ids(store, title.isIn([])) == [])
+        #expect(try Self.ids(store, title.contains("a")) == ["r1", "r2", "r4", "r5"], "substring, case-sensitive")
+        #expect(try Self.ids(store, title.contains("P")) == ["r1"])
+        #expect(try Self.ids(store, tags.contains("quick")) == ["r1", "r2", "r4"], "array element")
+        #expect(try Self.ids(store, tags.contains("qui")) == [], "an array holds elements, not substrings")
+        #expect(try Self.ids(store, vegan == true) == ["r2", "r3"])
+        #expect(try Self.ids(store, vegan == false) == ["r1", "r4"])
+        #expect(try Self.ids(store, rating.isNull) == ["r2", "r3", "r5"], "missing or null")
+        #expect(try Self.ids(store, rating == .null) == ["r2", "r3", "r5"])
+        #expect(try Self.ids(store, rating != .null) == ["r1", "r4"])
+        #expect(try Self.ids(store, Field("source.book") == "Joy") == ["r3"], "nested field")
+        #expect(try Self.ids(store, Field("source.page") > 10) == ["r3"])
+        #expect(try Self.ids(store, vegan == true && minutes < 60) == ["r2"])
+        #expect(try Self.ids(store, vegan == true || rating > 4) == ["r1", "r2", "r3"])
+        #expect(try Self.ids(store, !(rating > 4)) == ["r2", "r3", "r4", "r5"], "not of a comparison with a missing field is true")
+        #expect(try Self.ids(store, !(vegan == true) && !tags.contains("sweet")) == ["r4", "r5"])
+        #expect(try Self.ids(store, Field.id.isIn(["r1", "r5"])) == ["r1", "r5"])
+        #expect(try Self.ids(store, Field.id > "r3") == ["r4", "r5"])
+        #expect(try Self.ids(store, .and([])) == ["r1", "r2", "r3", "r4", "r5"])
+        #expect(try Self.ids(store, .or([])) == [])
+    }
+
+    @Test func orderLimitOffsetAndCount() throws {
+        let store = try Self.store(Self.recipes)
+        #expect(try Self.ids(store, nil, order: [Field("minutes").ascending]) == ["r2", "r1", "r4", "r3", "r5"])
+        #expect(try Self.ids(store, nil, order: [Field("minutes").descending]) == ["r5", "r3", "r4", "r1", "r2"])
+        #expect(try Self.ids(store, nil, order: [Field("rating").ascending]) == ["r2", "r3", "r5", "r4", "r1"], "missing and null first, then by id")
+        #expect(try Self.ids(store, nil, order: [Field("vegan").descending, Field("title").ascending]) == ["r2", "r3", "r1", "r4", "r5"])
+        #expect(try Self.ids(store, nil, order: [Field("title").ascending]) == ["r1", "r5", "r2", "r3", "r4"], "by UTF-8 bytes: lowercase last")
+        #expect(try Self.ids(store, nil, order: [Field("minutes").ascending], limit: 2, offset: 1) == ["r1", "r4"])
+        #expect(try Self.ids(store, nil, offset: 3) == ["r4", "r5"])
+        #expect(try store.count(RecordQuery("recipes", where: Field("tags").contains("quick"))) == 3)
+        #expect(try store.count(RecordQuery("recipes")) == 5)
+        #expect(try store.count(RecordQuery("other")) == 0)
+    }
+
+    @Test func deletedRecordsAndOtherCollectionsAreNeverSelected() throws {
+        let store = try Self.store(Self.recipes)
+        _ = try store.enqueue(Op(opID: UUID().uuidString.lowercased(), type: .delete, collection: "recipes", id: "r1"), device: "node", now: Date())
+        _ = try store.enqueue(
+            Op(opID: UUID().uuidString.lowercased(), type: .upsert, collection: "notes", id: "n1", data: ["minutes": 20]),
+            device: "node", now: Date())
+        #expect(try Self.ids(store, Field("minutes") == 20) == [])
+        #expect(try Self.ids(store, nil) == ["r2", "r3", "r4", "r5"])
+    }
+
+    @Test func aFieldNoPathCanReachIsRefused() throws {
+        let store = try Self.store([:])
+        for name in ["", "a..b", "it's", "say \"hi\"", "back\\slash", "line\nbreak"] {
+            #expect(throws: ClientError.self) { try store.records(RecordQuery("recipes", where: Field(name) == 1)) }
+        }
+        #expect(throws: ClientError.self) { try store.records(RecordQuery("recipes", orderBy: [Field("a.").ascending])) }
+        // Names the server accepts but SQL would not as bare words work.
+        #expect(try store.records(RecordQuery("recipes", where: Field("select from") == 1 || Field("ünï") == 2)).isEmpty)
+    }
+
+    @Test func declaredIndexesAreUsedAndUndeclaredOnesDropped() throws {
+        let path = NSTemporaryDirectory() + "query-\(UUID().uuidString).sqlite"
+        let indexes = [LocalIndex("recipes", on: "minutes"), LocalIndex("recipes", on: "vegan", "title")]
+        let store = try Self.store(Self.recipes, indexes: indexes, path: path)
+        func plan(_ query: RecordQuery) throws -> String {
+            let (sql, arguments) = try QuerySQL.select(query)
+            return try store.database.read { db in
+                try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + sql, arguments: arguments).map { $0["detail"] as String }.joined(separator: "; ")
+            }
+        }
+        #expect(try plan(RecordQuery("recipes", where: Field("minutes") < 30)).contains("syncline_ix_"))
+        #expect(try plan(RecordQuery("recipes", where: Field("vegan") == true, orderBy: [Field("title").ascending])).contains("syncline_ix_"))
+        #expect(try Self.ids(store, Field("minutes") < 30) == ["r1", "r2", "r4"], "the index gives the same answer")
+        func names(_ store: LocalStore) throws -> Set<String> {
+            Set(try store.database.read { try String.fetchAll($0, sql: "SELECT name FROM sqlite_master WHERE name GLOB 'syncline_ix_*'") })
+        }
+        #expect(try names(store).count == 2)
+        let reopened = try LocalStore(path: path, indexes: [indexes[0]])
+        #expect(try names(reopened).count == 1)
+        #expect(try plan(RecordQuery("recipes", where: Field("vegan") == true)).contains("syncline_ix_") == false)
+    }
+
+    // MARK: - Property: the SQL agrees with a plain reading of the rules
+
+    @Test(arguments: [1, 2, 3])
+    func randomQueriesAgreeWithAPlainInMemoryFilter(seed: UInt64) throws {
+        var random = SplitMix(seed: seed)
+        var records: [String: [String: JSONValue]] = [:]
+        for n in 0..<120 { records[String(format: "r%03d", n)] = Self.randomData(&random) }
+        let store = try Self.store(records, indexes: seed == 2 ? [LocalIndex("recipes", on: "a"), LocalIndex("recipes", on: "b", "a")] : [])
+        for round in 0..<300 {
+            let query = RecordQuery(
+                "recipes", where: random.next() % 8 == 0 ? nil : Self.randomFilter(&random, depth: 3),
+                orderBy: (0..<Int(random.next() % 3)).map { _ in
+                    let field = Field(["a", "b", "c", "d", "n.x"][Int(random.next() % 5)])
+                    return random.next() % 2 == 0 ? field.ascending : field.descending
+                },
+                limit: random.next() % 3 == 0 ? Int(random.next() % 30) : nil, offset: random.next() % 4 == 0 ? Int(random.next() % 20) : 0)
+            let expected = PlainQuery.run(query, over: records)
+            let actual = try store.records(query).map(\.id)
+            #expect(actual == expected, "seed \(seed) round \(round): \(query)")
+            if actual != expected { return }
+            #expect(try store.count(query) == PlainQuery.run(RecordQuery("recipes", where: query.filter), over: records).count)
+        }
+    }
+
+    static func randomValue(_ random: inout SplitMix) -> JSONValue? {
+        switch random.next() % 9 {
+        case 0: return nil
+        case 1: return .null
+        case 2, 3: return .int(Int64(random.next() % 6))
+        case 4: return .double(Double(random.next() % 12) / 2)
+        case 5: return .bool(random.next() % 2 == 0)
+        default: return .string(["", "a", "ab", "b", "B", "ba", "abc", "c"][Int(random.next() % 8)])
+        }
+    }
+
+    static func randomData(_ random: inout SplitMix) -> [String: JSONValue] {
+        var data: [String: JSONValue] = [:]
+        for field in ["a", "b", "d"] { data[field] = randomValue(&random) }
+        if random.next() % 4 != 0 {
+            data["c"] = .array((0..<Int(random.next() % 4)).compactMap { _ in randomValue(&random) })
+        } else {
+            data["c"] = randomValue(&random)
+        }
+        if random.next() % 2 == 0 { data["n"] = ["x": randomValue(&random) ?? .null] }
+        return data
+    }
+
+    static func randomFilter(_ random: inout SplitMix, depth: Int) -> Filter {
+        let field = Field(["a", "b", "c", "d", "n.x", "missing"][Int(random.next() % 6)])
+        let value = randomValue(&random) ?? 1
+        let leaf = random.next() % 10
+        if depth > 0 && leaf >= 7 {
+            let parts = (0..<Int(random.next() % 3) + 1).map { _ in randomFilter(&random, depth: depth - 1) }
+            switch leaf {
+            case 7: return .and(parts)
+            case 8: return .or(parts)
+            default: return .not(parts[0])
+            }
+        }
+        switch leaf % 7 {
+        case 0: return value == .null ? field.isNull : .compare(field, [.equal, .notEqual][Int(random.next() % 2)], value)
+        case 1: return value == .null ? field.isNull : .compare(field, [.less, .lessOrEqual, .greater, .greaterOrEqual][Int(random.next() % 4)], value)
+        case 2: return field.isIn((0..<Int(random.next() % 4)).map { _ in randomValue(&random) ?? .null })
+        case 3, 4: return field.contains(value == .null ? "a" : value)
+        case 5: return field.isNull
+        default: return Field.id.isIn([.string(String(format: "r%03d", random.next() % 120))])
+        }
+    }
+}
+
+/// The query rules read plainly, over in-memory records: what SQLite is asked to do.
+enum PlainQuery {
+    /// A value as SQLite holds what `json_extract` gives: no value, a number, or text
+    /// (arrays and objects as their JSON text).
+    enum Value {
+        case number(Double)
+        case text([UInt8])
+
+        init?(_ json: JSONValue?) {
+            switch json {
+            case nil, .null?: return nil
+            case .bool(let flag)?: self = .number(flag ? 1 : 0)
+            case .int(let number)?: self = .number(Double(number))
+            case .double(let number)?: self = .number(number)
+            case .string(let text)?: self = .text(Array(text.utf8))
+            case let other?: self = .text(Array(JSONWriter.string(other).utf8))
+            }
+        }
+
+        static func order(_ lhs: Value?, _ rhs: Value?) -> Int {
+            switch (lhs, rhs) {
+            case (nil, nil): return 0
+            case (nil, _): return -1
+            case (_, nil): return 1
+            case (.number(let a)?, .number(let b)?): return a < b ? -1 : a > b ? 1 : 0
+            case (.number?, .text?): return -1
+            case (.text?, .number?): return 1
+            case (.text(let a)?, .text(let b)?): return a.lexicographicallyPrecedes(b) ? -1 : a == b ? 0 : 1
+            }
+        }
+    }
+
+    static func raw(_ field: Field, id: String, _ data: [String: JSONValue]) -> JSONValue? {
+        if field.isRecordID { return .string(id) }
+        var current: JSONValue? = .object(data)
+        for segment in field.name.split(separator: ".") { current = current?.objectValue?[String(segment)] }
+        return current
+    }
+
+    static func matches(_ filter: Filter, id: String, _ data: [String: JSONValue]) -> Bool {
+        switch filter {
+        case .compare(let field, let comparison, let value):
+            guard let left = Value(raw(field, id: id, data)), let right = Value(value) else { return false }
+            let order = Value.order(left, right)
+            switch comparison {
+            case .equal: return order == 0
+            case .notEqual: return order != 0
+            case .less: return order < 0
+            case .lessOrEqual: return order <= 0
+            case .greater: return order > 0
+            case .greaterOrEqual: return order >= 0
+            }
+        case .isIn(let field, let values):
+            let value = Value(raw(field, id: id, data))
+            return values.contains { candidate in
+                guard let right = Value(candidate) else { return value == nil }
+                return value != nil && Value.order(value, right) == 0
+            }
+        case .contains(let field, let needle):
+            switch raw(field, id: id, data) {
+            case .string(let text)?:
+                guard case .string(let part) = needle else { return false }
+                return part.isEmpty || text.utf8.count >= part.utf8.count && (0...(text.utf8.count - part.utf8.count)).contains {
+                    Array(text.utf8)[$0..<($0 + part.utf8.count)].elementsEqual(part.utf8)
+                }
+            case .array(let items)?:
+                guard let right = Value(needle) else { return false }
+                return items.contains { Value($0).map { Value.order($0, right) == 0 } ?? false }
+            default:
+                return false
+            }
+        case .isNull(let field):
+            return Value(raw(field, id: id, data)) == nil
+        case .and(let filters): return filters.allSatisfy { matches($0, id: id, data) }
+        case .or(let filters): return filters.contains { matches($0, id: id, data) }
+        case .not(let inner): return !matches(inner, id: id, data)
+        }
+    }
+
+    static func run(_ query: RecordQuery, over records: [String: [String: JSONValue]]) -> [String] {
+        let kept = records.filter { record in query.filter.map { matches($0, id: record.key, record.value) } ?? true }
+        let sorted = kept.sorted { lhs, rhs in
+            for key in query.order {
+                let order = Value.order(Value(raw(key.field, id: lhs.key, lhs.value)), Value(raw(key.field, id: rhs.key, rhs.value)))
+                if order != 0 { return key.descending ? order > 0 : order < 0 }
+            }
+            return lhs.key < rhs.key
+        }.map(\.key)
+        return Array(sorted.dropFirst(query.offset).prefix(query.limit ?? Int.max))
+    }
+}
+
+/// A small seeded generator: the same seed, the same records and queries.
+struct SplitMix {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
