@@ -86,14 +86,16 @@ final class LocalStore: @unchecked Sendable {
     }
 
     /// The space went away (deleted, or this user is no longer a member): its records,
-    /// outbox and cursor go with it. The device identity stays.
-    func forgetSpace() throws -> Set<String> {
+    /// outbox and cursor go with it. The device identity stays. Returns the collections
+    /// that had records, and the ops the server never confirmed (edits that are lost).
+    func forgetSpace() throws -> (collections: Set<String>, lost: [String]) {
         try database.write { db in
             let collections = Set(try Self.strings(db, sql: "SELECT DISTINCT collection FROM records"))
+            let lost = try Self.strings(db, sql: "SELECT op_id FROM outbox WHERE state IN \(Self.unconfirmedStates) ORDER BY seq")
             for table in ["server_records", "records", "outbox", "batches"] { try db.execute(sql: "DELETE FROM \(table)") }
             for key in ["cursor", "resync", "generation"] { try Self.setMeta(db, key, nil) }
             try Self.setMeta(db, "gone", "1")
-            return collections
+            return (collections, lost)
         }
     }
 

@@ -34,6 +34,7 @@ extension SyncClient {
                     if !live {
                         live = true
                         backoff.reset()
+                        statusChanged()
                     }
                     lastStreamMessageAt = Date()
                     handle(message)
@@ -48,6 +49,7 @@ extension SyncClient {
             connection.cancel()
             if live {
                 live = false
+                statusChanged()
                 pullWanted = true  // pokes may have been missed while it was down
                 wake()
             }

@@ -104,6 +104,7 @@ extension SyncClient {
             passRunning = false
             if !passWaiters.isEmpty { passWaiters.removeFirst().resume() }
         }
+        defer { statusChanged() }
         do {
             return try await pass()
         } catch let retry as Retry {
@@ -294,7 +295,8 @@ extension SyncClient {
 
     /// The space answered 404: its local data goes, the app hears it, syncing ends.
     func spaceGone(_ space: String) throws -> Never {
-        let collections = try store.forgetSpace()
+        let (collections, lost) = try store.forgetSpace()
+        if !lost.isEmpty { eventSink.yield(.editsLost(spaceID: space, opIDs: lost)) }
         eventSink.yield(.spaceGone(spaceID: space))
         notify(collections: collections)
         throw ClientError.spaceGone

@@ -29,7 +29,14 @@ public actor SyncClient {
     /// What the app should know about its edits and jobs. Every access is a subscription of
     /// its own, receiving the events from then on: any number of consumers may listen.
     public nonisolated var events: AsyncStream<SyncEvent> { eventSink.subscribe() }
-    let eventSink = EventBroadcast()
+    let eventSink = Broadcast<SyncEvent>(buffer: 1_000)
+    /// The sync status now and whenever it changes (a write, a confirmation, a pull, an
+    /// error, the stream connecting): what a status badge binds to instead of polling
+    /// `status()`. Every access is a subscription of its own; a slow consumer gets the latest.
+    public nonisolated var statusUpdates: AsyncStream<SyncStatus> { statusSink.subscribe() }
+    let statusSink = Broadcast<SyncStatus>(buffer: 1, replaysLatest: true)
+    /// Recomputes the status off the caller's path, once per burst of changes.
+    let statusWork: CoalescedWork<StatusSnapshot>
 
     var loop: Task<Void, Never>?
     var stream: Task<Void, Never>?
@@ -65,6 +72,13 @@ public actor SyncClient {
         api = ServerAPI(
             base: configuration.gatewayURL, session: URLSession(configuration: sessionConfiguration),
             tokenProvider: configuration.tokenProvider)
+        let (store, sink, now) = (store, statusSink, configuration.now)
+        let last = LastStatus()
+        statusWork = CoalescedWork(merge: { $1 }) { snapshot in
+            guard let status = try? Self.status(store, snapshot, now: now()), last.changed(to: status) else { return }
+            sink.yield(status)
+        }
+        statusWork.request(StatusSnapshot(lastSyncAt: nil, lastError: nil, live: false))
     }
 
     // MARK: - Lifecycle
@@ -86,6 +100,7 @@ public actor SyncClient {
         wake()
         for task in tasks { await task.value }
         live = false
+        statusChanged()
     }
 
     /// The id the server gave this device (nil until it was first reached).
@@ -224,23 +239,58 @@ public actor SyncClient {
         for observer in observers.values {
             if let ids = changed[observer.query.collection] { observer.changed(.records(ids)) }
         }
+        statusChanged()
     }
 
     /// Wakes the observers of these collections, whatever changed in them.
     func notify(collections: Set<String>) {
         for observer in observers.values where collections.contains(observer.query.collection) { observer.changed(.all) }
+        statusChanged()
     }
 
     /// Wakes every observer.
-    func notifyAll() { observers.values.forEach { $0.changed(.all) } }
+    func notifyAll() {
+        observers.values.forEach { $0.changed(.all) }
+        statusChanged()
+    }
 
     /// Why an edit has not synced yet.
     public func status() throws -> SyncStatus {
+        try Self.status(store, StatusSnapshot(lastSyncAt: lastSyncAt, lastError: lastError, live: live), now: configuration.now())
+    }
+
+    /// What the sync loop knows of the status; the store knows the rest.
+    struct StatusSnapshot: Sendable {
+        let lastSyncAt: Date?
+        let lastError: String?
+        let live: Bool
+    }
+
+    static func status(_ store: LocalStore, _ snapshot: StatusSnapshot, now: Date) throws -> SyncStatus {
         let counts = try store.status()
         return SyncStatus(
-            pendingOps: counts.pending,
-            oldestPendingAge: counts.oldest.map { configuration.now().timeIntervalSince1970 - $0 },
-            lastSyncAt: lastSyncAt, lastError: lastError, setAsideOps: counts.setAside, live: live)
+            pendingOps: counts.pending, oldestPendingAge: counts.oldest.map { now.timeIntervalSince1970 - $0 },
+            lastSyncAt: snapshot.lastSyncAt, lastError: snapshot.lastError, setAsideOps: counts.setAside, live: snapshot.live)
+    }
+
+    /// The status may have changed: `statusUpdates` gets it if it did.
+    func statusChanged() {
+        statusWork.request(StatusSnapshot(lastSyncAt: lastSyncAt, lastError: lastError, live: live))
+    }
+
+    /// The last status delivered, so an unchanged one is not delivered again.
+    final class LastStatus: @unchecked Sendable {
+        // @unchecked: touched only by the status work, which never runs twice at once.
+        private var last: SyncStatus?
+        func changed(to status: SyncStatus) -> Bool {
+            // The age of the oldest pending op grows by itself: it alone is no change.
+            let comparable = { (status: SyncStatus?) in
+                status.map { SyncStatus(pendingOps: $0.pendingOps, oldestPendingAge: $0.oldestPendingAge == nil ? nil : 0,
+                                        lastSyncAt: $0.lastSyncAt, lastError: $0.lastError, setAsideOps: $0.setAsideOps, live: $0.live) }
+            }
+            defer { last = status }
+            return comparable(last) != comparable(status)
+        }
     }
 
     /// Ops the server refused, waiting for the app.

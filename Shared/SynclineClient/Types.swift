@@ -49,6 +49,10 @@ public enum SyncEvent: Sendable, Equatable {
     /// The space answered 404 — deleted, or this user is no longer a member: its local
     /// records and unsent edits are gone and the client stopped syncing.
     case spaceGone(spaceID: String)
+    /// Edits this device made in a space that went away before the server applied them
+    /// (it was deleted, or this user was removed): they are lost with the space. Comes
+    /// just before `.spaceGone`.
+    case editsLost(spaceID: String, opIDs: [String])
 }
 
 /// Why an edit has not synced yet: what the app can show its user.

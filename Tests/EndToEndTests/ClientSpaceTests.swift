@@ -102,6 +102,25 @@ struct ClientSpaceTests {
         }
     }
 
+    /// Edits a removed member made and never got applied are lost with the space, and the
+    /// app hears which ones.
+    @Test func aRemovedMembersUnsyncedEditsAreReportedLost() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let (space, users, personal) = try await Self.family(stack, fanout: stack.fanouts.first)
+            let guest = try ClientTests.device(stack, user: users[1], space: space)
+            try await guest.client.sync()
+            let opID = try await guest.client.upsert("items", id: "eggs", data: ["name": "eggs"])  // offline: never sent
+            try await personal[0].client.removeMember(users[1], from: space)
+            await #expect(throws: ClientError.spaceGone) { try await guest.client.sync() }
+            let events = try await E2E.eventually(within: 5, "the guest's events") {
+                await guest.log.events.contains(.spaceGone(spaceID: space)) ? await guest.log.events : nil
+            }
+            let lost = events.firstIndex(of: .editsLost(spaceID: space, opIDs: [opID]))
+            let gone = events.firstIndex(of: .spaceGone(spaceID: space))
+            #expect(lost != nil && gone != nil && lost! < gone!, "\(events)")
+        }
+    }
+
     /// A member removed from a space: their running client hears it (the stream narrowed to
     /// the space ends, the pull answers 404), drops the space's local data and stops;
     /// writes are refused from then on. A store belongs to one space.

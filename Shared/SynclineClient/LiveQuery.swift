@@ -1,0 +1,88 @@
+import Foundation
+#if canImport(Observation)
+import Observation
+#endif
+#if canImport(Combine)
+import Combine
+#endif
+
+/// The tasks a live query runs, cancelled when the query object goes away.
+final class Subscriptions: @unchecked Sendable {
+    // @unchecked: `tasks` is only read and written under `lock`.
+    private let lock = NSLock()
+    private var tasks: [Task<Void, Never>] = []
+
+    func add(_ task: Task<Void, Never>) { lock.withLock { tasks.append(task) } }
+
+    deinit { lock.withLock { tasks }.forEach { $0.cancel() } }
+}
+
+#if canImport(Observation)
+/// A query's records and the sync status, kept current on the main actor for SwiftUI
+/// (iOS 17, macOS 14 and later; `LiveQueryObject` is the iOS 16 form):
+///
+/// ```swift
+/// struct RecipeList: View {
+///     @State var quick: LiveQuery<Recipe>
+///     init(client: SyncClient) {
+///         _quick = State(initialValue: LiveQuery(client, where: Field("minutes") <= 30, orderBy: [Field("title").ascending]))
+///     }
+///     var body: some View {
+///         List(quick.records) { Text($0.title) }
+///             .overlay(alignment: .bottom) { if let status = quick.status, status.pendingOps > 0 { Text("\(status.pendingOps) to sync") } }
+///     }
+/// }
+/// ```
+@available(macOS 14, iOS 17, tvOS 17, watchOS 10, *)
+@MainActor @Observable
+public final class LiveQuery<Record: SyncRecord> {
+    /// The query's records, as the device shows them.
+    public private(set) var records: [Record] = []
+    /// The client's sync status (nil until first known).
+    public private(set) var status: SyncStatus?
+    /// Why the query could not run (an invalid query), if it could not.
+    public private(set) var error: ClientError?
+    @ObservationIgnored private let subscriptions = Subscriptions()
+
+    public init(_ client: SyncClient, where filter: Filter? = nil, orderBy order: [Ordering] = [], limit: Int? = nil) {
+        subscriptions.add(Task { [weak self] in
+            do {
+                for await records in try await client.observe(Record.self, where: filter, orderBy: order, limit: limit) {
+                    self?.records = records
+                }
+            } catch {
+                self?.error = error as? ClientError
+            }
+        })
+        subscriptions.add(Task { [weak self] in
+            for await status in client.statusUpdates { self?.status = status }
+        })
+    }
+}
+#endif
+
+#if canImport(Combine)
+/// `LiveQuery` as an `ObservableObject`, for SwiftUI on iOS 16 and macOS 13.
+@MainActor
+public final class LiveQueryObject<Record: SyncRecord>: ObservableObject {
+    @Published public private(set) var records: [Record] = []
+    @Published public private(set) var status: SyncStatus?
+    @Published public private(set) var error: ClientError?
+    private let subscriptions = Subscriptions()
+
+    public init(_ client: SyncClient, where filter: Filter? = nil, orderBy order: [Ordering] = [], limit: Int? = nil) {
+        subscriptions.add(Task { [weak self] in
+            do {
+                for await records in try await client.observe(Record.self, where: filter, orderBy: order, limit: limit) {
+                    self?.records = records
+                }
+            } catch {
+                self?.error = error as? ClientError
+            }
+        })
+        subscriptions.add(Task { [weak self] in
+            for await status in client.statusUpdates { self?.status = status }
+        })
+    }
+}
+#endif
