@@ -14,7 +14,7 @@ struct Syncctl: AsyncParsableCommand {
         abstract: "Operate a Syncline deployment.",
         subcommands: [
             Migrate.self, Token.self, Jobs.self, DeadLetters.self, Queues.self, Users.self, Topology.self, Bench.self,
-            StreamBench.self, PublicBench.self, ClientBench.self, PullBench.self,
+            StreamBench.self, PublicBench.self, ClientBench.self, ClientLocalBench.self, PullBench.self,
         ])
 }
 
