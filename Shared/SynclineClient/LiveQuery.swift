@@ -14,6 +14,27 @@ final class Subscriptions: @unchecked Sendable {
 
     func add(_ task: Task<Void, Never>) { lock.withLock { tasks.append(task) } }
 
+    /// Follows a typed query and the client's status on the main actor, for as long as
+    /// these subscriptions live.
+    @MainActor
+    func follow<Record: SyncRecord>(
+        _ client: SyncClient, _ query: RecordQuery, records: @escaping @MainActor ([Record]) -> Void,
+        status: @escaping @MainActor (SyncStatus) -> Void, failed: @escaping @MainActor (ClientError?) -> Void
+    ) {
+        add(Task { @MainActor in
+            do {
+                for await results in try await client.observe(Record.self, where: query.filter, orderBy: query.order, limit: query.limit) {
+                    records(results)
+                }
+            } catch {
+                failed(error as? ClientError)
+            }
+        })
+        add(Task { @MainActor in
+            for await current in client.statusUpdates { status(current) }
+        })
+    }
+
     deinit { lock.withLock { tasks }.forEach { $0.cancel() } }
 }
 
@@ -45,18 +66,10 @@ public final class LiveQuery<Record: SyncRecord> {
     @ObservationIgnored private let subscriptions = Subscriptions()
 
     public init(_ client: SyncClient, where filter: Filter? = nil, orderBy order: [Ordering] = [], limit: Int? = nil) {
-        subscriptions.add(Task { [weak self] in
-            do {
-                for await records in try await client.observe(Record.self, where: filter, orderBy: order, limit: limit) {
-                    self?.records = records
-                }
-            } catch {
-                self?.error = error as? ClientError
-            }
-        })
-        subscriptions.add(Task { [weak self] in
-            for await status in client.statusUpdates { self?.status = status }
-        })
+        subscriptions.follow(
+            client, RecordQuery(Record.collection, where: filter, orderBy: order, limit: limit),
+            records: { [weak self] in self?.records = $0 }, status: { [weak self] in self?.status = $0 },
+            failed: { [weak self] in self?.error = $0 })
     }
 }
 #endif
@@ -71,18 +84,10 @@ public final class LiveQueryObject<Record: SyncRecord>: ObservableObject {
     private let subscriptions = Subscriptions()
 
     public init(_ client: SyncClient, where filter: Filter? = nil, orderBy order: [Ordering] = [], limit: Int? = nil) {
-        subscriptions.add(Task { [weak self] in
-            do {
-                for await records in try await client.observe(Record.self, where: filter, orderBy: order, limit: limit) {
-                    self?.records = records
-                }
-            } catch {
-                self?.error = error as? ClientError
-            }
-        })
-        subscriptions.add(Task { [weak self] in
-            for await status in client.statusUpdates { self?.status = status }
-        })
+        subscriptions.follow(
+            client, RecordQuery(Record.collection, where: filter, orderBy: order, limit: limit),
+            records: { [weak self] in self?.records = $0 }, status: { [weak self] in self?.status = $0 },
+            failed: { [weak self] in self?.error = $0 })
     }
 }
 #endif

@@ -5,17 +5,6 @@ import Testing
 /// ops are grouped into jobs, or on duplicates.
 @Suite("Convergence property")
 struct ConvergencePropertyTests {
-    struct SplitMix64: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     static func randomOps(count: Int, using rng: inout SplitMix64) -> [Op] {
         let ids = ["r1", "r2", "r3"]
         let fields = ["a", "b", "c", "d"]

@@ -125,7 +125,7 @@ struct QueryTests {
 
     @Test(arguments: [1, 2, 3])
     func randomQueriesAgreeWithAPlainInMemoryFilter(seed: UInt64) throws {
-        var random = SplitMix(seed: seed)
+        var random = SplitMix64(state: seed)
         var records: [String: [String: JSONValue]] = [:]
         for n in 0..<120 { records[String(format: "r%03d", n)] = Self.randomData(&random) }
         let store = try Self.store(records, indexes: seed == 2 ? [LocalIndex("recipes", on: "a"), LocalIndex("recipes", on: "b", "a")] : [])
@@ -145,7 +145,7 @@ struct QueryTests {
         }
     }
 
-    static func randomValue(_ random: inout SplitMix) -> JSONValue? {
+    static func randomValue(_ random: inout SplitMix64) -> JSONValue? {
         switch random.next() % 9 {
         case 0: return nil
         case 1: return .null
@@ -156,7 +156,7 @@ struct QueryTests {
         }
     }
 
-    static func randomData(_ random: inout SplitMix) -> [String: JSONValue] {
+    static func randomData(_ random: inout SplitMix64) -> [String: JSONValue] {
         var data: [String: JSONValue] = [:]
         for field in ["a", "b", "d"] { data[field] = randomValue(&random) }
         if random.next() % 4 != 0 {
@@ -168,7 +168,7 @@ struct QueryTests {
         return data
     }
 
-    static func randomFilter(_ random: inout SplitMix, depth: Int) -> Filter {
+    static func randomFilter(_ random: inout SplitMix64, depth: Int) -> Filter {
         let field = Field(["a", "b", "c", "d", "n.x", "missing"][Int(random.next() % 6)])
         let value = randomValue(&random) ?? 1
         let leaf = random.next() % 10
@@ -280,18 +280,5 @@ enum PlainQuery {
             return lhs.key < rhs.key
         }.map(\.key)
         return Array(sorted.dropFirst(query.offset).prefix(query.limit ?? Int.max))
-    }
-}
-
-/// A small seeded generator: the same seed, the same records and queries.
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
