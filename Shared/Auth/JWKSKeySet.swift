@@ -8,7 +8,9 @@ import SyncModels
 
 /// The identity provider's public keys (`JWT_JWKS_URL`: https, http on loopback, or a
 /// file), cached. A `kid` not in the set refreshes it at most once per 30 s, the set is
-/// refreshed hourly, and while the endpoint is down the cached keys keep working.
+/// refreshed hourly, and while the endpoint is down the cached keys keep working. Only a
+/// token whose `kid` the set lacks waits for a fetch: the hourly refresh runs behind the
+/// cached keys, so a slow identity provider never holds up requests it need not answer.
 public actor JWKSKeySet {
     public enum Source: Sendable, Equatable {
         case url(URL)
@@ -44,30 +46,43 @@ public actor JWKSKeySet {
     private var keys: [String: Key] = [:]
     private var schedule = JWKSRefreshSchedule()
     private var refreshing: Task<Void, Never>?
+    private let now: @Sendable () -> Date
 
-    public init(source: Source, logger: Logger) {
+    public init(source: Source, logger: Logger, now: @escaping @Sendable () -> Date = { Date() }) {
         self.source = source
         self.logger = logger
+        self.now = now
     }
 
     /// The key `kid` names, refreshing the set first when the schedule says so.
     func key(kid: String) async -> Key? {
-        if schedule.shouldRefresh(now: Date(), kidKnown: keys[kid] != nil) { await refresh() }
+        let known = keys[kid] != nil
+        if schedule.shouldRefresh(now: now(), kidKnown: known) {
+            let fetching = startRefresh()
+            if !known { await fetching.value }
+        }
         return keys[kid]
     }
 
     /// Fetches the set now (concurrent callers share one fetch); on failure the cached
     /// keys stay.
     public func refresh() async {
-        if let refreshing { return await refreshing.value }
-        let task = Task { await self.fetch() }
+        await startRefresh().value
+    }
+
+    /// The fetch under way, or a new one.
+    private func startRefresh() -> Task<Void, Never> {
+        if let refreshing { return refreshing }
+        let task = Task {
+            await self.fetch()
+            self.refreshing = nil
+        }
         refreshing = task
-        await task.value
-        refreshing = nil
+        return task
     }
 
     private func fetch() async {
-        schedule.attempted(at: Date())
+        schedule.attempted(at: now())
         do {
             let data: Data
             switch source {
@@ -83,7 +98,7 @@ public actor JWKSKeySet {
             }
             let parsed = try await Self.parse(data, logger: logger)
             keys = parsed
-            schedule.succeeded(at: Date())
+            schedule.succeeded(at: now())
             logger.info("identity provider keys loaded", metadata: ["jwks.kids": "\(parsed.keys.sorted())"])
         } catch {
             logger.warning("cannot load the identity provider's keys; cached keys stay in use", metadata: [

@@ -186,6 +186,24 @@ struct TokenTests {
         await #expect(throws: TokenError.unknownKey) { try await verifier.verify(token) }
     }
 
+    /// The hourly refresh of the provider's keys never holds up a token whose key is
+    /// cached, however slow the provider: a server that answers once and then never again.
+    @Test func aDueRefreshNeverHoldsUpATokenWithACachedKey() async throws {
+        let provider = Provider()
+        let server = try AnswerOnceServer(body: try provider.jwks())
+        defer { server.close() }
+        let clock = ManualClock()
+        let set = JWKSKeySet(source: .url(URL(string: "http://127.0.0.1:\(server.port)/jwks")!), logger: Logger(label: "test"), now: clock.now)
+        await set.refresh()
+        let verifier = try await TokenVerifier(secret: Self.secret, keySet: set, policy: TokenPolicy(issuer: "https://id.example", audience: "app"))
+        let claims: [String: Any] = ["sub": "u", "exp": now + 600, "iss": "https://id.example", "aud": "app"]
+        #expect(try await verifier.verify(try await provider.sign(claims, kid: "rsa-1")).sub == "u")
+        clock.advance(by: JWKSRefreshSchedule.refreshEvery + 1)  // the hourly refresh is due; the server stalls
+        let started = Date()
+        #expect(try await verifier.verify(try await provider.sign(claims.merging(["n": 1]) { $1 }, kid: "rsa-1")).sub == "u")
+        #expect(Date().timeIntervalSince(started) < 1, "a request waited for the refresh")
+    }
+
     @Test func refreshScheduleLimitsFetches() {
         var schedule = JWKSRefreshSchedule()
         let start = Date()
@@ -202,4 +220,69 @@ struct TokenTests {
         #expect(!due(100, kidKnown: true))
         #expect(due(3601, kidKnown: true))  // hourly
     }
+}
+
+/// A clock a test moves by hand.
+final class ManualClock: @unchecked Sendable {
+    // @unchecked: `offset` is read and written under `lock`.
+    private let lock = NSLock()
+    private var offset: TimeInterval = 0
+    func advance(by seconds: TimeInterval) { lock.withLock { offset += seconds } }
+    var now: @Sendable () -> Date { { [self] in Date().addingTimeInterval(lock.withLock { offset }) } }
+}
+
+/// An HTTP server on loopback that answers its first request with `body` and then accepts
+/// connections without ever answering them (a provider that went slow).
+final class AnswerOnceServer: @unchecked Sendable {
+    // @unchecked: `held` is touched only by the accepting thread until `close`.
+    let port: Int
+    private let listener: Int32
+    private var held: [Int32] = []
+
+    init(body: String) throws {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        self.listener = listener
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(listener, $0, length) == 0 && getsockname(listener, $0, &length) == 0
+            }
+        }
+        guard bound, listen(listener, 16) == 0 else { throw POSIXError(.EADDRINUSE) }
+        port = Int(UInt16(bigEndian: address.sin_port))
+        let response = Array("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)".utf8)
+        Thread.detachNewThread { [self] in
+            var answered = false
+            while true {
+                let connection = accept(listener, nil, nil)
+                guard connection >= 0 else { return }
+                guard !answered else {
+                    held.append(connection)
+                    continue
+                }
+                var request: [UInt8] = []
+                var buffer = [UInt8](repeating: 0, count: 4096)
+                while !request.ends(with: Array("\r\n\r\n".utf8)) {
+                    let count = read(connection, &buffer, buffer.count)
+                    guard count > 0 else { break }
+                    request += buffer[0..<count]
+                }
+                _ = response.withUnsafeBytes { write(connection, $0.baseAddress, $0.count) }
+                Glibc.close(connection)
+                answered = true
+            }
+        }
+    }
+
+    func close() {
+        shutdown(listener, Int32(SHUT_RDWR))
+        Glibc.close(listener)
+    }
+}
+
+extension Array where Element == UInt8 {
+    func ends(with suffix: [UInt8]) -> Bool { count >= suffix.count && Array(self[(count - suffix.count)...]) == suffix }
 }
