@@ -1,0 +1,250 @@
+import Foundation
+import SyncModels
+@testable import SynclineClient
+import Testing
+
+/// The merge rules and the clock, as cases every implementation must agree on: the server
+/// and the Swift client (this code) and the web client (`Shared/SynclineWeb`, whose unit
+/// tests read the same file). The file is generated from this code: a stale file fails
+/// here, and `UPDATE_VECTORS=1 swift test --filter ConformanceVectorTests` rewrites it.
+@Suite("Conformance vectors")
+struct ConformanceVectorTests {
+    static let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("Conformance/vectors.json").path
+
+    @Test func theVectorsFileIsWhatThisCodeComputes() throws {
+        let text = try ConformanceVectors.text()
+        if ProcessInfo.processInfo.environment["UPDATE_VECTORS"] == "1" {
+            try text.write(toFile: Self.path, atomically: true, encoding: .utf8)
+        }
+        let stored = try? String(contentsOfFile: Self.path, encoding: .utf8)
+        #expect(stored == text, "Tests/Conformance/vectors.json is stale: run UPDATE_VECTORS=1 swift test --filter ConformanceVectorTests")
+    }
+
+    /// Every order of a case's ops gives its expected record (G3), so an implementation may
+    /// apply them as they come.
+    @Test func everyOrderOfEveryMergeCaseGivesTheSameRecord() {
+        for merge in ConformanceVectors.mergeCases {
+            let expected = ConformanceVectors.outcome(merge.ops, source: merge.source)
+            for order in permutations(Array(merge.ops.indices)) {
+                #expect(ConformanceVectors.outcome(order.map { merge.ops[$0] }, source: merge.source) == expected, "\(merge.name)")
+            }
+        }
+    }
+
+    func permutations(_ items: [Int]) -> [[Int]] {
+        guard items.count > 1 else { return [items] }
+        return items.indices.flatMap { index in
+            var rest = items
+            let first = rest.remove(at: index)
+            return permutations(rest).map { [first] + $0 }
+        }
+    }
+}
+
+/// The cases and what the Swift code computes for them.
+enum ConformanceVectors {
+    struct MergeCase {
+        let name: String
+        let ops: [Op]
+        /// What a fork's public id holds when the fork is applied.
+        var source: [String: JSONValue]? = nil
+    }
+
+    static func hlc(_ ms: Int64, _ counter: Int = 0, node: String = "dev-a") -> String {
+        HLC(milliseconds: 1_763_800_000_000 + ms, counter: counter, node: node)!.description
+    }
+
+    static func opID(_ n: Int) -> String { String(format: "00000000-0000-4000-8000-%012d", n) }
+
+    static func op(
+        _ n: Int, _ type: OpType, at ms: Int64, counter: Int = 0, node: String = "dev-a", data: [String: JSONValue]? = nil,
+        publicID: String? = nil, canFork: Bool? = nil, listed: Bool? = nil, ifVersion: Int64? = nil
+    ) -> Op {
+        Op(opID: opID(n), type: type, collection: "todos", id: "t1", data: data, hlc: hlc(ms, counter, node: node),
+           ifVersion: ifVersion, publicID: publicID, canFork: canFork, listed: listed)
+    }
+
+    static let mergeCases: [MergeCase] = [
+        MergeCase(name: "a newer upsert replaces the record: fields it lacks disappear", ops: [
+            op(1, .upsert, at: 1, data: ["title": "a", "done": false]), op(2, .upsert, at: 2, data: ["title": "b"]),
+        ]),
+        MergeCase(name: "an older upsert loses every field to a newer one", ops: [
+            op(1, .upsert, at: 5, data: ["title": "new"]), op(2, .upsert, at: 3, data: ["title": "old", "extra": 1]),
+        ]),
+        MergeCase(name: "a patch sets fields, and null in a patch removes one", ops: [
+            op(1, .upsert, at: 1, data: ["title": "a", "note": "n"]), op(2, .patch, at: 2, data: ["done": true, "note": .null]),
+        ]),
+        MergeCase(name: "null in an upsert is a stored value", ops: [op(1, .upsert, at: 1, data: ["title": "a", "due": .null])]),
+        MergeCase(name: "fields a patch set survive an older upsert", ops: [
+            op(1, .patch, at: 3, data: ["done": true, "title": "patched"]), op(2, .upsert, at: 2, data: ["title": "a", "n": 1]),
+        ]),
+        MergeCase(name: "a newer upsert drops the fields an older patch set", ops: [
+            op(1, .patch, at: 3, data: ["done": true, "title": "patched"]), op(2, .upsert, at: 4, data: ["title": "b"]),
+        ]),
+        MergeCase(name: "per-field last writer wins across patches", ops: [
+            op(1, .patch, at: 1, data: ["a": 1, "b": 1]), op(2, .patch, at: 2, data: ["b": 2]), op(3, .patch, at: 3, data: ["a": 3]),
+        ]),
+        MergeCase(name: "a record only patched exists", ops: [op(1, .patch, at: 1, data: ["a": "x"])]),
+        MergeCase(name: "a patch that only removes fields still counts as a write", ops: [
+            op(1, .delete, at: 1), op(2, .patch, at: 2, data: ["gone": .null]),
+        ]),
+        MergeCase(name: "a delete newer than every write leaves a tombstone", ops: [
+            op(1, .upsert, at: 1, data: ["title": "a"]), op(2, .patch, at: 2, data: ["done": true]), op(3, .delete, at: 3),
+        ]),
+        MergeCase(name: "a delete of an unknown record is a tombstone", ops: [op(1, .delete, at: 1)]),
+        MergeCase(name: "a write after a delete resurrects the record with only its own fields", ops: [
+            op(1, .upsert, at: 1, data: ["title": "a", "n": 1]), op(2, .delete, at: 2), op(3, .patch, at: 3, data: ["n": 2]),
+        ]),
+        MergeCase(name: "an older delete removes only the fields older than it", ops: [
+            op(1, .upsert, at: 1, data: ["title": "a"]), op(2, .patch, at: 3, data: ["n": 3]), op(3, .delete, at: 2),
+        ]),
+        MergeCase(name: "equal clocks: the larger op_id wins", ops: [
+            op(1, .upsert, at: 1, data: ["title": "by op 1"]), op(2, .upsert, at: 1, data: ["title": "by op 2"]),
+        ]),
+        MergeCase(name: "equal milliseconds: the counter, then the node decides", ops: [
+            op(1, .patch, at: 1, counter: 2, data: ["a": "counter 2"]), op(2, .patch, at: 1, counter: 10, data: ["a": "counter 10"]),
+            op(3, .patch, at: 1, counter: 0, node: "dev-z", data: ["b": "z"]), op(4, .patch, at: 1, counter: 0, node: "dev-b", data: ["b": "b"]),
+        ]),
+        MergeCase(name: "publish and unpublish: the newest wins", ops: [
+            op(1, .upsert, at: 1, data: ["title": "a"]), op(2, .publish, at: 2, publicID: "guide-1"), op(3, .unpublish, at: 3),
+            op(4, .publish, at: 4, publicID: "guide-2", canFork: false),
+        ]),
+        MergeCase(name: "a publish with listed false is unlisted", ops: [
+            op(1, .upsert, at: 1, data: ["title": "a"]), op(2, .publish, at: 2, publicID: "guide-1", listed: false),
+        ]),
+        MergeCase(name: "a publish before the record's data shows once the data arrives", ops: [
+            op(1, .publish, at: 1, publicID: "guide-1"), op(2, .upsert, at: 2, data: ["title": "a"]),
+        ]),
+        MergeCase(name: "a publish alone creates nothing shown", ops: [op(1, .publish, at: 1, publicID: "guide-1")]),
+        MergeCase(name: "a deleted record is never public", ops: [
+            op(1, .upsert, at: 1, data: ["title": "a"]), op(2, .publish, at: 2, publicID: "guide-1"), op(3, .delete, at: 3),
+        ]),
+        MergeCase(name: "a fork copies the source as an upsert and names it", ops: [
+            op(1, .patch, at: 1, data: ["mine": true]), op(2, .fork, at: 2, publicID: "guide-1"),
+        ], source: ["title": "the guide", "steps": 3]),
+        MergeCase(name: "a write newer than a fork wins over the copied field", ops: [
+            op(1, .fork, at: 1, publicID: "guide-1"), op(2, .patch, at: 2, data: ["title": "my copy"]),
+        ], source: ["title": "the guide"]),
+    ]
+
+    /// A record after `ops`, as every implementation must show it.
+    static func outcome(_ ops: [Op], source: [String: JSONValue]?) -> JSONValue {
+        var state = RecordState()
+        for op in ops {
+            if op.type == .fork, let publicID = op.publicID {
+                state.fork(source ?? [:], from: publicID, at: op.stamp)
+            } else {
+                state.apply(op)
+            }
+        }
+        return view(state)
+    }
+
+    static func view(_ state: RecordState?) -> JSONValue {
+        guard let state, state.isShown else { return ["shown": false] }
+        let visibility = state.publicVisibility
+        return [
+            "shown": true, "deleted": .bool(state.deleted), "data": state.visibleData.map(JSONValue.object) ?? .null,
+            "visibility": .string(visibility.rawValue), "public_id": state.shownPublicID.map(JSONValue.string) ?? .null,
+            "can_fork": .bool(visibility != .private && state.visibility?.canFork == true),
+            "forked_from": state.fork.map { .string($0.publicID) } ?? .null,
+        ]
+    }
+
+    /// A device's view: the server's record with the device's unconfirmed ops on top.
+    struct LocalCase {
+        let name: String
+        let server: RecordView?
+        let ops: [Op]
+    }
+
+    static func server(
+        version: Int64 = 3, data: [String: JSONValue]?, at ms: Int64, visibility: RecordState.PublicVisibility = .private,
+        publicID: String? = nil, canFork: Bool = false, forkedFrom: String? = nil
+    ) -> RecordView {
+        RecordView(
+            collection: "todos", id: "t1", version: version, deleted: data == nil, data: data, hlc: hlc(ms, node: "server"),
+            visibility: visibility, publicID: publicID, canFork: canFork, forkedFrom: forkedFrom)
+    }
+
+    static let localCases: [LocalCase] = [
+        LocalCase(name: "no edits: the server's record", server: server(data: ["title": "a"], at: 1), ops: []),
+        LocalCase(name: "a local patch over the server's record", server: server(data: ["title": "a", "n": 1], at: 1), ops: [
+            op(1, .patch, at: 2, data: ["n": 2, "title": .null]),
+        ]),
+        LocalCase(name: "a local upsert over a tombstone", server: server(data: nil, at: 1), ops: [
+            op(1, .upsert, at: 2, data: ["title": "again"]),
+        ]),
+        LocalCase(name: "a local delete, then a local patch", server: server(data: ["title": "a", "n": 1], at: 1), ops: [
+            op(1, .delete, at: 2), op(2, .patch, at: 3, data: ["n": 5]),
+        ]),
+        LocalCase(name: "a local unpublish of a published record", server: server(
+            data: ["title": "a"], at: 1, visibility: .public, publicID: "guide-1", canFork: true), ops: [op(1, .unpublish, at: 2)]),
+        LocalCase(name: "a local publish, unlisted", server: server(data: ["title": "a"], at: 1), ops: [
+            op(1, .publish, at: 2, publicID: "guide-9", canFork: false, listed: false),
+        ]),
+        LocalCase(name: "a forked record keeps its origin under a local edit", server: server(
+            data: ["title": "copy"], at: 1, forkedFrom: "guide-1"), ops: [op(1, .patch, at: 2, data: ["title": "mine"])]),
+        LocalCase(name: "a local fork alone shows nothing until the server copies", server: nil, ops: [
+            op(1, .fork, at: 1, publicID: "guide-1"),
+        ]),
+        LocalCase(name: "local edits of a record the server does not have", server: nil, ops: [
+            op(1, .upsert, at: 1, data: ["title": "new"]), op(2, .patch, at: 2, data: ["done": true]),
+        ]),
+    ]
+
+    /// The device's clock: the send rule (`next`) and the receive rule (`observe`).
+    static func clockSteps() -> JSONValue {
+        var clock = HLCState(milliseconds: 0, counter: 0)
+        var steps: [JSONValue] = []
+        func next(_ now: Int64) {
+            let stamp = clock.next(now: 1_763_800_000_000 + now, node: "dev-a")
+            steps.append(["next": .int(1_763_800_000_000 + now), "expect": .string(stamp.description)])
+        }
+        func observe(_ text: String) {
+            clock.observe(HLC(text)!)
+            steps.append(["observe": .string(text)])
+        }
+        next(10)  // the wall clock leads
+        next(10)  // same millisecond: the counter
+        next(9)   // the wall clock went back: the clock does not
+        observe(hlc(50, 7, node: "server"))  // a pulled clock ahead
+        next(20)  // behind it: its millisecond, its counter + 1
+        next(60)  // the wall clock leads again
+        observe(hlc(30, 0, node: "server"))  // an older one changes nothing
+        next(60)
+        observe(hlc(100, HLC.maxCounter, node: "server"))
+        next(100)  // the counter is full: the next millisecond
+        return .array(steps)
+    }
+
+    /// A record as a pull carries it.
+    static func wire(_ view: RecordView) throws -> JSONValue {
+        try JSONParser.parse(try JSONEncoder().encode(view))
+    }
+
+    static func text() throws -> String {
+        let root: JSONValue = [
+            "about": "Generated by Tests/UnitTests/ConformanceVectorTests.swift from SyncModels; do not edit. merge: ops on one record (any order gives expect; a fork copies source); local: the server's record with a device's unconfirmed ops on top; clock: a device clock from 0 stepping by next (wall ms) and observe.",
+            "merge": .array(mergeCases.map { merge in
+                [
+                    "name": .string(merge.name), "ops": .array(merge.ops.map(\.jsonValue)),
+                    "source": merge.source.map(JSONValue.object) ?? .null,
+                    "expect": outcome(merge.ops, source: merge.source),
+                ]
+            }),
+            "local": .array(try localCases.map { local in
+                [
+                    "name": .string(local.name), "server": try local.server.map(wire) ?? .null,
+                    "ops": .array(local.ops.map(\.jsonValue)), "expect": view(LocalMerge.apply(local.ops, to: local.server)),
+                ]
+            }),
+            "clock": clockSteps(),
+        ]
+        let compact = Data(JSONWriter.string(root).utf8)
+        let pretty = try JSONSerialization.data(
+            withJSONObject: JSONSerialization.jsonObject(with: compact), options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
+        return String(decoding: pretty, as: UTF8.self) + "\n"
+    }
+}
