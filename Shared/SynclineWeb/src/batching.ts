@@ -1,0 +1,36 @@
+import type { Op } from "./op.js";
+
+/** The most ops a push may carry. */
+export const maxOpsPerPush = 500;
+/** The most bytes a push body may have. */
+export const maxPushBytes = 1_048_576;
+
+const encoder = new TextEncoder();
+
+/** The push body for `ops`, as it is stored with its batch before it is sent. */
+export function pushBody(deviceID: string, ops: Op[], spaceID?: string): string {
+  return JSON.stringify(spaceID ? { device_id: deviceID, ops, space_id: spaceID } : { device_id: deviceID, ops });
+}
+
+/**
+ * How many of `ops` (in queue order) the next push takes: as many as fit in `maxOps` and a
+ * body of `maxBytes` — at least one, so an op that alone exceeds the limit is sent and
+ * refused by the server (413, then set aside) instead of blocking the queue.
+ */
+export function batchSize(deviceID: string, ops: Op[], maxBytes = maxPushBytes, maxOps = maxOpsPerPush, spaceID?: string): number {
+  const overhead = encoder.encode(pushBody(deviceID, [], spaceID)).length;
+  let bytes = overhead;
+  let count = 0;
+  for (const op of ops.slice(0, maxOps)) {
+    const size = encoder.encode(JSON.stringify(op)).length + (count > 0 ? 1 : 0);
+    if (count > 0 && bytes + size > maxBytes) break;
+    bytes += size;
+    count += 1;
+  }
+  return count;
+}
+
+/** The byte limit after a 413: half, but never under 1 KiB. */
+export function halved(maxBytes: number): number {
+  return Math.max(1_024, Math.floor(maxBytes / 2));
+}

@@ -1,0 +1,12 @@
+// SynclineWeb: the browser side of Syncline. This release holds the shared core — the
+// clock, the merge rules, push batching, backoff and SSE framing — that the client builds on.
+export { canonicalJSON, sameJSON } from "./json.js";
+export type { JSONObject, JSONValue } from "./json.js";
+export { ClockState, formatHLC, parseHLC, maxCounter } from "./hlc.js";
+export type { HLC } from "./hlc.js";
+export type { Op, OpType, RecordView } from "./op.js";
+export { RecordState, localMerge, compareStamps, stampOf } from "./merge.js";
+export type { PublicVisibility, Stamp } from "./merge.js";
+export { ServerSentEvents } from "./sse.js";
+export { Backoff, retryAfterSeconds } from "./backoff.js";
+export { batchSize, halved, maxOpsPerPush, maxPushBytes, pushBody } from "./batching.js";

@@ -1,0 +1,18 @@
+/** A JSON value, as records' data holds it. */
+export type JSONValue = null | boolean | number | string | JSONValue[] | { [field: string]: JSONValue };
+
+/** A record's fields. */
+export type JSONObject = { [field: string]: JSONValue };
+
+/** JSON text with object keys sorted: equal values give equal text. */
+export function canonicalJSON(value: JSONValue): string {
+  if (value === null || typeof value !== "object") return JSON.stringify(value);
+  if (Array.isArray(value)) return "[" + value.map(canonicalJSON).join(",") + "]";
+  const keys = Object.keys(value).sort();
+  return "{" + keys.map((key) => JSON.stringify(key) + ":" + canonicalJSON(value[key])).join(",") + "}";
+}
+
+/** Whether two JSON values are equal (object keys in any order). */
+export function sameJSON(a: JSONValue, b: JSONValue): boolean {
+  return canonicalJSON(a) === canonicalJSON(b);
+}

@@ -1,0 +1,61 @@
+// The conformance vectors the Swift code generates: the web client's merge rules and clock
+// must give exactly what the server's and the Swift client's give.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { ClockState, RecordState, localMerge, stampOf, canonicalJSON } from "../dist/index.js";
+
+const vectors = JSON.parse(readFileSync(fileURLToPath(new URL("../../../Tests/Conformance/vectors.json", import.meta.url)), "utf8"));
+
+function view(state) {
+  if (!state || !state.isShown) return { shown: false };
+  const visibility = state.publicVisibility;
+  return {
+    shown: true, deleted: state.deleted, data: state.visibleData, visibility, public_id: state.shownPublicID,
+    can_fork: visibility !== "private" && state.visibility?.canFork === true, forked_from: state.fork?.publicID ?? null,
+  };
+}
+
+function merged(ops, source) {
+  const state = new RecordState();
+  for (const op of ops) {
+    if (op.type === "fork") state.forkFrom(source ?? {}, op.public_id, stampOf(op));
+    else state.apply(op);
+  }
+  return view(state);
+}
+
+function permutations(items) {
+  if (items.length <= 1) return [items];
+  return items.flatMap((item, index) => permutations([...items.slice(0, index), ...items.slice(index + 1)]).map((rest) => [item, ...rest]));
+}
+
+test("the vectors file has cases of every kind", () => {
+  assert.ok(vectors.merge.length >= 20 && vectors.local.length >= 5 && vectors.clock.length >= 5);
+  const types = new Set(vectors.merge.flatMap((c) => c.ops.map((op) => op.type)));
+  assert.deepEqual([...types].sort(), ["delete", "fork", "patch", "publish", "unpublish", "upsert"]);
+});
+
+for (const c of vectors.merge) {
+  test(`merge, every order: ${c.name}`, () => {
+    for (const order of permutations(c.ops)) {
+      assert.equal(canonicalJSON(merged(order, c.source)), canonicalJSON(c.expect), order.map((op) => op.op_id.slice(-2)).join(","));
+    }
+  });
+}
+
+for (const c of vectors.local) {
+  test(`a device's view: ${c.name}`, () => {
+    assert.equal(canonicalJSON(view(localMerge(c.ops, c.server))), canonicalJSON(c.expect));
+    assert.equal(canonicalJSON(view(localMerge([...c.ops].reverse(), c.server))), canonicalJSON(c.expect), "reversed");
+  });
+}
+
+test("the clock's send and receive rules, step by step", () => {
+  const clock = new ClockState();
+  for (const step of vectors.clock) {
+    if ("observe" in step) clock.observe(step.observe);
+    else assert.equal(clock.next(step.next, "dev-a"), step.expect);
+  }
+});
