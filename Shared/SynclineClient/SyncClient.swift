@@ -283,13 +283,12 @@ public actor SyncClient {
         // @unchecked: touched only by the status work, which never runs twice at once.
         private var last: SyncStatus?
         func changed(to status: SyncStatus) -> Bool {
-            // The age of the oldest pending op grows by itself: it alone is no change.
-            let comparable = { (status: SyncStatus?) in
-                status.map { SyncStatus(pendingOps: $0.pendingOps, oldestPendingAge: $0.oldestPendingAge == nil ? nil : 0,
-                                        lastSyncAt: $0.lastSyncAt, lastError: $0.lastError, setAsideOps: $0.setAsideOps, live: $0.live) }
-            }
             defer { last = status }
-            return comparable(last) != comparable(status)
+            guard let last else { return true }
+            // The age of the oldest pending op grows by itself: only whether there is one counts.
+            return status.pendingOps != last.pendingOps || (status.oldestPendingAge == nil) != (last.oldestPendingAge == nil)
+                || status.lastSyncAt != last.lastSyncAt || status.lastError != last.lastError
+                || status.setAsideOps != last.setAsideOps || status.live != last.live
         }
     }
 

@@ -91,10 +91,12 @@ extension SyncClient {
         _ type: Record.Type, id: String, ifVersion: Int64? = nil, _ change: @Sendable (inout Record) throws -> Void
     ) throws -> String? {
         guard let local = try store.record(Record.collection, id) else { return nil }
-        var record = try RecordCoding.record(Record.self, from: local)
+        let original = try RecordCoding.record(Record.self, from: local)
+        var record = original
         try change(&record)
         guard record.id == id else { throw ClientError.invalidOp(detail: "update cannot change a record's id") }
-        let fields = RecordCoding.patch(from: try RecordCoding.data(RecordCoding.record(Record.self, from: local)), to: try RecordCoding.data(record))
+        // From the decoded original, not the stored data: fields the type does not know stay out of the patch.
+        let fields = RecordCoding.patch(from: try RecordCoding.data(original), to: try RecordCoding.data(record))
         guard !fields.isEmpty else { return nil }
         return try patch(Record.collection, id: id, fields: fields, ifVersion: ifVersion)
     }
