@@ -116,6 +116,13 @@ final class Browser: @unchecked Sendable {
         try waitFor("document.readyState === 'complete'")
     }
 
+    /// Reloads the page, as a user would: everything the page ran is gone.
+    func reload() throws {
+        try send("Page.reload", ["ignoreCache": true])
+        usleep(300_000)
+        try waitFor("document.readyState === 'complete'")
+    }
+
     /// Evaluates JavaScript in the page and returns its (JSON-able) value.
     func evaluate(_ expression: String) throws -> Any? {
         let result = try send("Runtime.evaluate", ["expression": expression, "returnByValue": true, "awaitPromise": true])

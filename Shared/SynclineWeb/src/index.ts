@@ -1,5 +1,5 @@
-// SynclineWeb: the browser side of Syncline. This release holds the shared core — the
-// clock, the merge rules, push batching, backoff and SSE framing — that the client builds on.
+// SynclineWeb: the browser side of Syncline — createClient, and the core it is built on (the
+// clock, the merge rules, push batching, backoff, SSE framing).
 export { canonicalJSON, sameJSON } from "./json.js";
 export type { JSONObject, JSONValue } from "./json.js";
 export { ClockState, formatHLC, parseHLC, maxCounter } from "./hlc.js";
@@ -10,3 +10,5 @@ export type { PublicVisibility, Stamp } from "./merge.js";
 export { ServerSentEvents } from "./sse.js";
 export { Backoff, retryAfterSeconds } from "./backoff.js";
 export { batchSize, halved, maxOpsPerPush, maxPushBytes, pushBody } from "./batching.js";
+export { createClient, SyncClient } from "./client.js";
+export type { ClientOptions, LocalRecord, SetAsideOp, SyncStatus } from "./client.js";

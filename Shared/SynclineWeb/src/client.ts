@@ -1,0 +1,431 @@
+import { Backoff, retryAfterSeconds } from "./backoff.js";
+import { halved, maxOpsPerPush, maxPushBytes } from "./batching.js";
+import type { JSONObject } from "./json.js";
+import type { Op, OpType, RecordView } from "./op.js";
+import { LocalStore, type Key, type OutboxEntry, type ShownRecord } from "./store.js";
+
+export interface ClientOptions {
+  gatewayURL: string;
+  /** Supplies a bearer token; `refresh` is true after the server answered 401. */
+  tokenProvider: (refresh: boolean) => Promise<string>;
+  /** The IndexedDB database of this client (one per space). */
+  databaseName: string;
+  /** The shared space this client syncs (absent: the user's personal space). */
+  spaceID?: string;
+  /** Pull this often, in seconds, while the loop runs (absent: 30; null: never poll). */
+  pollInterval?: number | null;
+  deviceName?: string;
+}
+
+/** A record as the app sees it. */
+export interface LocalRecord<T extends JSONObject = JSONObject> {
+  collection: string;
+  id: string;
+  data: T;
+  version: number;
+  hasPendingEdits: boolean;
+  /** Why the server refused an edit of it, while that edit waits in `setAside()`. */
+  setAsideReason: string | null;
+  visibility: "private" | "unlisted" | "public";
+  publicID: string | null;
+  canFork: boolean;
+  forkedFrom: string | null;
+}
+
+export interface SyncStatus {
+  pendingOps: number;
+  oldestPendingAge: number | null;
+  lastSyncAt: number | null;
+  lastError: string | null;
+  setAsideOps: number;
+  live: boolean;
+  leader: boolean;
+}
+
+export interface SetAsideOp {
+  opID: string;
+  collection: string;
+  id: string;
+  type: OpType;
+  reason: string;
+}
+
+/** A failure worth retrying after a pause (network, 429, 5xx, auth). */
+class Retry extends Error {
+  constructor(message: string, readonly after?: number) {
+    super(message);
+  }
+}
+
+interface Answer {
+  status: number;
+  json: any;
+  detail: string;
+  retryAfter?: number;
+}
+
+function shown<T extends JSONObject>(row: ShownRecord): LocalRecord<T> {
+  return {
+    collection: row.collection, id: row.id, data: row.data as T, version: row.version, hasPendingEdits: row.pending,
+    setAsideReason: row.set_aside_reason, visibility: row.visibility, publicID: row.public_id, canFork: row.can_fork, forkedFrom: row.forked_from,
+  };
+}
+
+/** `ops[i]` in a problem's detail. */
+export function opIndex(detail: string): number | null {
+  const match = /ops\[(\d+)\]/.exec(detail);
+  return match ? Number(match[1]) : null;
+}
+
+/** A problem's detail without its `ops[i]: ` prefix: the position in a batch means nothing to the app. */
+export function withoutOpIndex(detail: string): string {
+  return detail.replace(/^ops\[\d+\]: /, "");
+}
+
+/**
+ * The browser side of Syncline: a durable IndexedDB store and outbox, optimistic local
+ * writes by the server's merge rules, and a sync loop that pushes, follows jobs and pulls.
+ */
+export class SyncClient {
+  /** `conflict`, `rejected`, `setAside`, `jobDead`, `pulled`, `resync` (each a CustomEvent with `detail`). */
+  readonly events = new EventTarget();
+  private lastSyncAt: number | null = null;
+  private lastError: string | null = null;
+  private pullWanted = true;
+  private maxBytes = maxPushBytes;
+  private running = false;
+  private wake: (() => void) | null = null;
+  private loop: Promise<void> | null = null;
+  private passing: Promise<boolean> | null = null;
+  private observers = new Set<{ collection: string; id?: string; callback: (records: LocalRecord[]) => void }>();
+
+  private constructor(readonly options: ClientOptions, private readonly store: LocalStore) {}
+
+  static async create(options: ClientOptions): Promise<SyncClient> {
+    return new SyncClient(options, await LocalStore.open(options.databaseName));
+  }
+
+  // MARK: - Writes
+
+  upsert(collection: string, id: string, data: JSONObject, options: { ifVersion?: number } = {}): Promise<string> {
+    return this.write({ type: "upsert", collection, id, data, if_version: options.ifVersion });
+  }
+
+  patch(collection: string, id: string, fields: JSONObject, options: { ifVersion?: number } = {}): Promise<string> {
+    return this.write({ type: "patch", collection, id, data: fields, if_version: options.ifVersion });
+  }
+
+  delete(collection: string, id: string, options: { ifVersion?: number } = {}): Promise<string> {
+    return this.write({ type: "delete", collection, id, if_version: options.ifVersion });
+  }
+
+  publish(collection: string, id: string, publicID: string, options: { canFork?: boolean; listed?: boolean } = {}): Promise<string> {
+    return this.write({ type: "publish", collection, id, public_id: publicID, can_fork: options.canFork ?? true, listed: options.listed ?? true });
+  }
+
+  unpublish(collection: string, id: string): Promise<string> {
+    return this.write({ type: "unpublish", collection, id });
+  }
+
+  fork(collection: string, id: string, publicID: string): Promise<string> {
+    return this.write({ type: "fork", collection, id, public_id: publicID });
+  }
+
+  /** Durable in the outbox and shown when this resolves; resolves with the op id. */
+  private async write(fields: Omit<Op, "op_id">): Promise<string> {
+    const op: Op = { op_id: crypto.randomUUID(), ...fields };
+    if (op.if_version === undefined) delete op.if_version;
+    const stored = await this.store.enqueue(op, await this.node(), Date.now());
+    this.changed([stored]);
+    this.wake?.();
+    return stored.op_id;
+  }
+
+  /** The HLC node of this device's ops: chosen locally on first use, so writes work before the server was ever reached. */
+  private async node(): Promise<string> {
+    let node = await this.store.meta<string>("node");
+    if (!node) {
+      node = crypto.randomUUID();
+      await this.store.setMeta("node", node);
+    }
+    return node;
+  }
+
+  // MARK: - Reads
+
+  async record<T extends JSONObject = JSONObject>(collection: string, id: string): Promise<LocalRecord<T> | null> {
+    const row = await this.store.record(collection, id);
+    return row ? shown<T>(row) : null;
+  }
+
+  /** The collection's records as this device shows them, by id (deleted ones are not). */
+  async records<T extends JSONObject = JSONObject>(collection: string): Promise<LocalRecord<T>[]> {
+    return (await this.store.records(collection)).map((row) => shown<T>(row));
+  }
+
+  /** Calls back at once and after every change to the collection (or the record); returns an unsubscribe function. */
+  observe(collection: string, idOrCallback: string | ((records: LocalRecord[]) => void), maybeCallback?: (records: LocalRecord[]) => void): () => void {
+    const id = typeof idOrCallback === "string" ? idOrCallback : undefined;
+    const callback = typeof idOrCallback === "string" ? maybeCallback! : idOrCallback;
+    const observer = { collection, id, callback };
+    this.observers.add(observer);
+    void this.deliver(observer);
+    return () => this.observers.delete(observer);
+  }
+
+  private async deliver(observer: { collection: string; id?: string; callback: (records: LocalRecord[]) => void }): Promise<void> {
+    const records = observer.id !== undefined
+      ? [await this.record(observer.collection, observer.id)].filter((record): record is LocalRecord => record !== null)
+      : await this.records(observer.collection);
+    if (this.observers.has(observer)) observer.callback(records);
+  }
+
+  private changed(keys: Key[]): void {
+    for (const observer of this.observers) {
+      if (keys.some((key) => key.collection === observer.collection && (observer.id === undefined || observer.id === key.id))) void this.deliver(observer);
+    }
+  }
+
+  /** The sync state of records changed, wherever they are: every observer reads again. */
+  private changedAll(): void {
+    for (const observer of this.observers) void this.deliver(observer);
+  }
+
+  async status(): Promise<SyncStatus> {
+    const counts = await this.store.status();
+    return {
+      pendingOps: counts.pending, oldestPendingAge: counts.oldest === null ? null : (Date.now() - counts.oldest) / 1000,
+      lastSyncAt: this.lastSyncAt, lastError: this.lastError, setAsideOps: counts.setAside, live: false, leader: this.running,
+    };
+  }
+
+  async setAside(): Promise<SetAsideOp[]> {
+    return (await this.store.setAside()).map((entry: OutboxEntry) => ({
+      opID: entry.op_id, collection: entry.collection, id: entry.id, type: entry.op.type, reason: entry.reason ?? "",
+    }));
+  }
+
+  /** Sends a set-aside op again. */
+  async retry(opID: string): Promise<void> {
+    const key = await this.store.resolveSetAside(opID, true);
+    if (!key) throw new Error(`no op ${opID} is set aside`);
+    this.changed([key]);
+    this.wake?.();
+  }
+
+  /** Gives up on a set-aside op; the record shows the server's state again. */
+  async drop(opID: string): Promise<void> {
+    const key = await this.store.resolveSetAside(opID, false);
+    if (!key) throw new Error(`no op ${opID} is set aside`);
+    this.changed([key]);
+  }
+
+  // MARK: - Lifecycle
+
+  /** Runs the sync loop in the background until `stop()`. */
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    this.loop = this.runLoop();
+  }
+
+  async stop(): Promise<void> {
+    this.running = false;
+    this.wake?.();
+    await this.loop;
+    this.loop = null;
+  }
+
+  /** Closes the database (after `stop()`): another client, or a deletion, may then open it. */
+  close(): void {
+    this.store.close();
+  }
+
+  /** Pushes everything, waits for the jobs (up to `timeout` seconds) and pulls to the end, now. */
+  async sync(timeout = 30): Promise<void> {
+    const deadline = Date.now() + timeout * 1000;
+    this.pullWanted = true;
+    for (;;) {
+      const jobsInFlight = await this.exclusivePass();
+      if (!jobsInFlight && !this.pullWanted) return;
+      if (Date.now() > deadline) throw new Error(`jobs still running after ${timeout} s`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  }
+
+  private async runLoop(): Promise<void> {
+    const backoff = new Backoff();
+    const jobPolls = new Backoff(0.05, 1);
+    while (this.running) {
+      let wait: number | null = null;
+      try {
+        const jobsInFlight = await this.exclusivePass();
+        backoff.reset();
+        if (jobsInFlight) wait = jobPolls.next(undefined, 1);
+        else {
+          jobPolls.reset();
+          const poll = this.options.pollInterval === undefined ? 30 : this.options.pollInterval;
+          if (poll !== null) wait = poll;
+        }
+      } catch (error) {
+        wait = backoff.next(error instanceof Retry ? error.after : undefined);
+      }
+      if (!this.running) return;
+      const timedOut = await new Promise<boolean>((resolve) => {
+        const timer = wait === null ? null : setTimeout(() => resolve(true), wait * 1000);
+        this.wake = () => {
+          if (timer !== null) clearTimeout(timer);
+          resolve(false);
+        };
+      });
+      this.wake = null;
+      if (timedOut) this.pullWanted = true;
+    }
+  }
+
+  /** One pass at a time, whoever asks (the loop or `sync()`). */
+  private async exclusivePass(): Promise<boolean> {
+    while (this.passing) await this.passing.catch(() => false);
+    this.passing = this.pass();
+    try {
+      const result = await this.passing;
+      this.lastSyncAt = Date.now();
+      this.lastError = null;
+      return result;
+    } catch (error) {
+      this.lastError = error instanceof Error ? error.message : String(error);
+      throw error;
+    } finally {
+      this.passing = null;
+    }
+  }
+
+  private async pass(): Promise<boolean> {
+    const device = await this.registeredDevice();
+    await this.pushAll(device);
+    const jobsInFlight = await this.followJobs();
+    if (this.pullWanted) await this.pullAll();
+    return jobsInFlight;
+  }
+
+  // MARK: - HTTP
+
+  private async send(method: string, path: string, body?: string, headers: Record<string, string> = {}): Promise<Answer> {
+    let refresh = false;
+    for (;;) {
+      const token = await this.options.tokenProvider(refresh);
+      let response: Response;
+      try {
+        response = await fetch(this.options.gatewayURL + path, {
+          method, body, headers: { ...headers, Authorization: `Bearer ${token}`, ...(body ? { "Content-Type": "application/json" } : {}) },
+        });
+      } catch (error) {
+        throw new Retry(`cannot reach the server: ${error instanceof Error ? error.message : String(error)}`);
+      }
+      if (response.status === 401 && !refresh) {
+        refresh = true;
+        continue;
+      }
+      const text = await response.text();
+      let json: any = null;
+      try { json = text ? JSON.parse(text) : null; } catch { /* not JSON */ }
+      return { status: response.status, json, detail: json?.detail ?? text.slice(0, 500), retryAfter: retryAfterSeconds(response.headers.get("Retry-After")) };
+    }
+  }
+
+  private async registeredDevice(): Promise<string> {
+    const known = await this.store.meta<string>("device_id");
+    if (known) return known;
+    const answer = await this.send("POST", "/v1/devices", JSON.stringify({ name: this.options.deviceName ?? "browser", platform: "web" }));
+    if (answer.status !== 201 || typeof answer.json?.device_id !== "string") throw new Retry(`device registration answered ${answer.status}: ${answer.detail}`, answer.retryAfter);
+    await this.store.setMeta("device_id", answer.json.device_id);
+    return answer.json.device_id;
+  }
+
+  /** Sends batches until the outbox holds none, setting aside what the server refuses. */
+  private async pushAll(device: string): Promise<void> {
+    for (;;) {
+      const batch = await this.store.nextBatch(device, maxOpsPerPush, this.maxBytes, this.options.spaceID);
+      if (!batch) return;
+      const answer = await this.send("POST", "/v1/sync/push", batch.body, { "Idempotency-Key": batch.key });
+      if (answer.status === 202 && typeof answer.json?.job_id === "string") {
+        await this.store.batchAccepted(batch, answer.json.job_id);
+      } else if (answer.status === 400 || answer.status === 422 || (answer.status === 403 && this.options.spaceID)) {
+        await this.refused(batch, answer.status === 403 ? null : opIndex(answer.detail), withoutOpIndex(answer.detail));
+      } else if (answer.status === 413 && batch.op_ids.length > 1) {
+        this.maxBytes = halved(this.maxBytes);
+        await this.store.batchDissolved(batch);
+      } else if (answer.status === 413) {
+        await this.refused(batch, 0, answer.detail);
+      } else {
+        throw new Retry(`push answered ${answer.status}: ${answer.detail}`, answer.retryAfter);
+      }
+    }
+  }
+
+  private async refused(batch: Parameters<LocalStore["batchRefused"]>[0], index: number | null, reason: string): Promise<void> {
+    const aside = await this.store.batchRefused(batch, index, reason);
+    for (const opID of aside) this.events.dispatchEvent(new CustomEvent("setAside", { detail: { opID, reason } }));
+    this.changedAll();
+  }
+
+  /** Polls every job still running; returns whether any is. */
+  private async followJobs(): Promise<boolean> {
+    let running = false;
+    for (const jobID of await this.store.sentJobs()) {
+      const answer = await this.send("GET", `/v1/sync/jobs/${jobID}`);
+      if (answer.status === 404) {
+        await this.store.jobForgotten(jobID);
+        continue;
+      }
+      if (answer.status !== 200) throw new Retry(`job status answered ${answer.status}`, answer.retryAfter);
+      const job = answer.json;
+      if (job.status === "succeeded") {
+        const gone = await this.store.jobSucceeded(jobID, Number(job.checkpoint ?? 0), job.results ?? []);
+        for (const result of gone) {
+          const name = result.status === "conflict" ? "conflict" : "rejected";
+          this.events.dispatchEvent(new CustomEvent(name, { detail: { opID: result.op_id, reason: result.reason, current: result.current } }));
+        }
+        this.pullWanted = true;
+        this.changedAll();
+      } else if (job.status === "dead" || job.status === "discarded") {
+        const opIDs = await this.store.jobDead(jobID, `job ${job.status}: ${job.last_error ?? "no error recorded"}`);
+        this.events.dispatchEvent(new CustomEvent("jobDead", { detail: { jobID, opIDs } }));
+        this.changedAll();
+      } else {
+        running = true;
+      }
+    }
+    return running;
+  }
+
+  /** Pulls until `has_more` is false; a 410 starts a resync that keeps unpushed ops. */
+  private async pullAll(): Promise<void> {
+    this.pullWanted = false;
+    for (;;) {
+      const cursor = await this.store.meta<string>("cursor");
+      const space = this.options.spaceID ? `&space_id=${encodeURIComponent(this.options.spaceID)}` : "";
+      const answer = await this.send("GET", `/v1/sync/pull?limit=1000${space}${cursor ? `&since=${cursor}` : ""}`);
+      if (answer.status === 410) {
+        await this.store.beginResync();
+        this.events.dispatchEvent(new CustomEvent("resync"));
+        continue;
+      }
+      if (answer.status !== 200) {
+        this.pullWanted = true;
+        throw new Retry(`pull answered ${answer.status}: ${answer.detail}`, answer.retryAfter);
+      }
+      const page = answer.json as { changes: RecordView[]; cursor: string; has_more: boolean };
+      this.changed(await this.store.applyPage(page.changes, page.cursor, page.has_more));
+      if (!page.has_more) {
+        this.events.dispatchEvent(new CustomEvent("pulled", { detail: { cursor: page.cursor } }));
+        return;
+      }
+    }
+  }
+}
+
+/** A client of one space, its data in the IndexedDB database `databaseName`. */
+export function createClient(options: ClientOptions): Promise<SyncClient> {
+  return SyncClient.create(options);
+}

@@ -1,0 +1,388 @@
+import { ClockState } from "./hlc.js";
+import { request, transaction } from "./idb.js";
+import type { JSONObject } from "./json.js";
+import { localMerge } from "./merge.js";
+import type { Op, RecordView } from "./op.js";
+
+/**
+ * The device's IndexedDB database: the server's records as pulled, the records as the app
+ * sees them, the outbox, push batches (each stored with its key and exact body before it
+ * is sent), the cursor, the device identity and the clock. Every step is one transaction,
+ * so a tab closed or a browser killed at any instant loses and doubles nothing.
+ *
+ * The outbox states are those of the Swift client: `pending` ops wait for a batch,
+ * `batched` ones are in a batch not yet answered with 202, `sent` ones are in a job,
+ * `confirmed` ones are applied and leave once a pull reaches their checkpoint, `set_aside`
+ * ones were refused and wait for the app.
+ */
+export type OpState = "pending" | "batched" | "sent" | "confirmed" | "set_aside";
+const unconfirmed: OpState[] = ["pending", "batched", "sent"];
+
+export interface OutboxEntry {
+  seq?: number;
+  op_id: string;
+  collection: string;
+  id: string;
+  op: Op;
+  size: number;
+  state: OpState;
+  batch_id?: string | null;
+  job_id?: string | null;
+  checkpoint?: number | null;
+  reason?: string | null;
+  created_at: number;
+}
+
+/** A record as the app sees it. */
+export interface ShownRecord {
+  collection: string;
+  id: string;
+  data: JSONObject;
+  version: number;
+  pending: boolean;
+  set_aside_reason: string | null;
+  visibility: "private" | "unlisted" | "public";
+  public_id: string | null;
+  can_fork: boolean;
+  forked_from: string | null;
+}
+
+export interface Batch {
+  batch_id: string;
+  key: string;
+  body: string;
+  op_ids: string[];
+  job_id: string | null;
+}
+
+export interface Key {
+  collection: string;
+  id: string;
+}
+
+const version = 1;
+const all = ["meta", "server", "records", "outbox", "batches"];
+
+export class LocalStore {
+  private constructor(readonly db: IDBDatabase) {}
+
+  static async open(name: string, onBlocked: () => void = () => {}): Promise<LocalStore> {
+    const open = indexedDB.open(name, version);
+    open.onupgradeneeded = () => {
+      const db = open.result;
+      db.createObjectStore("meta");
+      db.createObjectStore("server", { keyPath: ["collection", "id"] }).createIndex("generation", "generation");
+      db.createObjectStore("records", { keyPath: ["collection", "id"] }).createIndex("collection", "collection");
+      const outbox = db.createObjectStore("outbox", { keyPath: "seq", autoIncrement: true });
+      outbox.createIndex("op_id", "op_id", { unique: true });
+      outbox.createIndex("record", ["collection", "id"]);
+      outbox.createIndex("state", "state");
+      outbox.createIndex("job_id", "job_id");
+      outbox.createIndex("batch_id", "batch_id");
+      db.createObjectStore("batches", { keyPath: "batch_id" });
+    };
+    open.onblocked = onBlocked;
+    const db = await request(open);
+    return new LocalStore(db);
+  }
+
+  close(): void {
+    this.db.close();
+  }
+
+  // MARK: - Meta
+
+  async meta<T>(key: string): Promise<T | undefined> {
+    return transaction(this.db, ["meta"], "readonly", (tx) => request(tx.objectStore("meta").get(key)));
+  }
+
+  async setMeta(key: string, value: unknown): Promise<void> {
+    await transaction(this.db, ["meta"], "readwrite", (tx) => request(tx.objectStore("meta").put(value, key)));
+  }
+
+  private static async clock(tx: IDBTransaction): Promise<ClockState> {
+    const saved = (await request(tx.objectStore("meta").get("clock"))) as { ms: number; counter: number } | undefined;
+    return new ClockState(saved?.ms ?? 0, saved?.counter ?? 0);
+  }
+
+  private static async saveClock(tx: IDBTransaction, clock: ClockState): Promise<void> {
+    await request(tx.objectStore("meta").put({ ms: clock.milliseconds, counter: clock.counter }, "clock"));
+  }
+
+  // MARK: - Local writes
+
+  /** Stamps the op with the device's clock, stores it in the outbox and shows it, in one transaction. */
+  async enqueue(op: Op, node: string, now: number): Promise<Op> {
+    return transaction(this.db, all, "readwrite", async (tx) => {
+      const clock = await LocalStore.clock(tx);
+      const stamped: Op = { ...op, hlc: clock.next(now, node) };
+      await LocalStore.saveClock(tx, clock);
+      const text = JSON.stringify(stamped);
+      const entry: OutboxEntry = {
+        op_id: stamped.op_id, collection: stamped.collection, id: stamped.id, op: stamped, size: new TextEncoder().encode(text).length,
+        state: "pending", batch_id: null, job_id: null, checkpoint: null, reason: null, created_at: now,
+      };
+      await request(tx.objectStore("outbox").add(entry));
+      await LocalStore.refresh(tx, stamped);
+      return stamped;
+    });
+  }
+
+  /** Recomputes what the device shows for a record. */
+  static async refresh(tx: IDBTransaction, key: Key): Promise<void> {
+    const saved = (await request(tx.objectStore("server").get([key.collection, key.id]))) as { view: RecordView } | undefined;
+    const entries = ((await request(tx.objectStore("outbox").index("record").getAll([key.collection, key.id]))) as OutboxEntry[])
+      .sort((a, b) => (a.seq ?? 0) - (b.seq ?? 0));
+    const records = tx.objectStore("records");
+    const server = saved?.view ?? null;
+    const state = localMerge(entries.map((entry) => entry.op), server);
+    if (!state || !state.hasData) {
+      await request(records.delete([key.collection, key.id]));
+      return;
+    }
+    const pending = entries.some((entry) => unconfirmed.includes(entry.state));
+    const aside = entries.find((entry) => entry.state === "set_aside");
+    const visibility = state.publicVisibility;
+    const shown: ShownRecord = {
+      collection: key.collection, id: key.id, data: state.visibleData ?? {}, version: server?.version ?? 0, pending,
+      set_aside_reason: pending || !aside ? null : aside.reason ?? "refused", visibility, public_id: state.shownPublicID,
+      can_fork: visibility !== "private" && state.visibility?.canFork === true, forked_from: state.fork?.publicID ?? null,
+    };
+    await request(records.put(shown));
+  }
+
+  private static async refreshOps(tx: IDBTransaction, entries: OutboxEntry[]): Promise<void> {
+    const seen = new Set<string>();
+    for (const entry of entries) {
+      const name = JSON.stringify([entry.collection, entry.id]);
+      if (seen.has(name)) continue;
+      seen.add(name);
+      await LocalStore.refresh(tx, entry);
+    }
+  }
+
+  // MARK: - Reads
+
+  async record(collection: string, id: string): Promise<ShownRecord | undefined> {
+    return transaction(this.db, ["records"], "readonly", (tx) => request(tx.objectStore("records").get([collection, id])));
+  }
+
+  /** The collection's records, by id. */
+  async records(collection: string): Promise<ShownRecord[]> {
+    return transaction(this.db, ["records"], "readonly", async (tx) => {
+      const rows = (await request(tx.objectStore("records").index("collection").getAll(collection))) as ShownRecord[];
+      return rows.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    });
+  }
+
+  async status(): Promise<{ pending: number; oldest: number | null; setAside: number }> {
+    return transaction(this.db, ["outbox"], "readonly", async (tx) => {
+      const index = tx.objectStore("outbox").index("state");
+      let pending = 0;
+      let oldest: number | null = null;
+      for (const state of unconfirmed) {
+        const entries = (await request(index.getAll(state))) as OutboxEntry[];
+        pending += entries.length;
+        for (const entry of entries) oldest = oldest === null ? entry.created_at : Math.min(oldest, entry.created_at);
+      }
+      const setAside = await request(index.count("set_aside"));
+      return { pending, oldest, setAside };
+    });
+  }
+
+  async setAside(): Promise<OutboxEntry[]> {
+    return transaction(this.db, ["outbox"], "readonly", async (tx) =>
+      ((await request(tx.objectStore("outbox").index("state").getAll("set_aside"))) as OutboxEntry[]).sort((a, b) => (a.seq ?? 0) - (b.seq ?? 0)));
+  }
+
+  /** Puts a set-aside op back in the queue (`retry`), or drops it; returns its record, or null when no such op is set aside. */
+  async resolveSetAside(opID: string, retry: boolean): Promise<Key | null> {
+    return transaction(this.db, all, "readwrite", async (tx) => {
+      const outbox = tx.objectStore("outbox");
+      const entry = (await request(outbox.index("op_id").get(opID))) as OutboxEntry | undefined;
+      if (!entry || entry.state !== "set_aside") return null;
+      if (retry) await request(outbox.put({ ...entry, state: "pending", reason: null, batch_id: null, job_id: null }));
+      else await request(outbox.delete(entry.seq!));
+      await LocalStore.refresh(tx, entry);
+      return { collection: entry.collection, id: entry.id };
+    });
+  }
+
+  // MARK: - Push
+
+  /** The batch to send: one formed earlier and not yet answered, else a new one of the oldest pending ops. */
+  async nextBatch(deviceID: string, maxOps: number, maxBytes: number, spaceID?: string): Promise<Batch | null> {
+    return transaction(this.db, ["outbox", "batches"], "readwrite", async (tx) => {
+      const batches = (await request(tx.objectStore("batches").getAll())) as Batch[];
+      const open = batches.find((batch) => batch.job_id === null);
+      if (open) return open;
+      const outbox = tx.objectStore("outbox");
+      const waiting = ((await request(outbox.index("state").getAll("pending"))) as OutboxEntry[]).sort((a, b) => (a.seq ?? 0) - (b.seq ?? 0));
+      const scope = spaceID ? `,"space_id":${JSON.stringify(spaceID)}` : "";
+      let bytes = 64 + deviceID.length + scope.length;
+      const chosen: OutboxEntry[] = [];
+      for (const entry of waiting.slice(0, maxOps)) {
+        if (chosen.length > 0 && bytes + entry.size + 1 > maxBytes) break;
+        chosen.push(entry);
+        bytes += entry.size + 1;
+      }
+      if (chosen.length === 0) return null;
+      const batch: Batch = {
+        batch_id: crypto.randomUUID(), key: crypto.randomUUID(),
+        body: `{"device_id":${JSON.stringify(deviceID)}${scope},"ops":[${chosen.map((entry) => JSON.stringify(entry.op)).join(",")}]}`,
+        op_ids: chosen.map((entry) => entry.op_id), job_id: null,
+      };
+      await request(tx.objectStore("batches").put(batch));
+      for (const entry of chosen) await request(outbox.put({ ...entry, state: "batched", batch_id: batch.batch_id }));
+      return batch;
+    });
+  }
+
+  /** The server took the batch as `jobID`. */
+  async batchAccepted(batch: Batch, jobID: string): Promise<void> {
+    await transaction(this.db, ["outbox", "batches"], "readwrite", async (tx) => {
+      await request(tx.objectStore("batches").put({ ...batch, job_id: jobID }));
+      const outbox = tx.objectStore("outbox");
+      for (const entry of (await request(outbox.index("batch_id").getAll(batch.batch_id))) as OutboxEntry[]) {
+        await request(outbox.put({ ...entry, state: "sent", job_id: jobID }));
+      }
+    });
+  }
+
+  /** The server refused the batch: op `index` (every op when null) is set aside with `reason`; the others go back to the queue. */
+  async batchRefused(batch: Batch, index: number | null, reason: string): Promise<string[]> {
+    return transaction(this.db, all, "readwrite", async (tx) => {
+      const aside = index !== null && index < batch.op_ids.length ? [batch.op_ids[index]] : batch.op_ids;
+      const outbox = tx.objectStore("outbox");
+      const entries = (await request(outbox.index("batch_id").getAll(batch.batch_id))) as OutboxEntry[];
+      for (const entry of entries) {
+        const refused = aside.includes(entry.op_id);
+        await request(outbox.put({ ...entry, state: refused ? "set_aside" : "pending", reason: refused ? reason : null, batch_id: null }));
+      }
+      await request(tx.objectStore("batches").delete(batch.batch_id));
+      await LocalStore.refreshOps(tx, entries.filter((entry) => aside.includes(entry.op_id)));
+      return aside;
+    });
+  }
+
+  /** Takes a batch apart without setting anything aside (to form smaller ones). */
+  async batchDissolved(batch: Batch): Promise<void> {
+    await transaction(this.db, ["outbox", "batches"], "readwrite", async (tx) => {
+      const outbox = tx.objectStore("outbox");
+      for (const entry of (await request(outbox.index("batch_id").getAll(batch.batch_id))) as OutboxEntry[]) {
+        await request(outbox.put({ ...entry, state: "pending", batch_id: null }));
+      }
+      await request(tx.objectStore("batches").delete(batch.batch_id));
+    });
+  }
+
+  /** Jobs sent and not yet finished. */
+  async sentJobs(): Promise<string[]> {
+    return transaction(this.db, ["outbox"], "readonly", async (tx) => {
+      const entries = (await request(tx.objectStore("outbox").index("state").getAll("sent"))) as OutboxEntry[];
+      return [...new Set(entries.map((entry) => entry.job_id).filter((job): job is string => !!job))];
+    });
+  }
+
+  /**
+   * A job succeeded: applied, superseded and duplicate ops wait for a pull to reach the
+   * checkpoint; conflicting and rejected ones leave (the server did not apply them).
+   * Returns the ops that left, with their results.
+   */
+  async jobSucceeded(jobID: string, checkpoint: number, results: { op_id: string; status: string; reason?: string; current?: unknown }[]): Promise<typeof results> {
+    return transaction(this.db, all, "readwrite", async (tx) => {
+      const outbox = tx.objectStore("outbox");
+      const entries = (await request(outbox.index("job_id").getAll(jobID))) as OutboxEntry[];
+      const byOp = new Map(entries.map((entry) => [entry.op_id, entry]));
+      const gone: typeof results = [];
+      for (const result of results) {
+        const entry = byOp.get(result.op_id);
+        if (!entry) continue;
+        if (result.status === "conflict" || result.status === "rejected") {
+          gone.push(result);
+          await request(outbox.delete(entry.seq!));
+        } else {
+          await request(outbox.put({ ...entry, state: "confirmed", checkpoint }));
+        }
+      }
+      const batches = (await request(tx.objectStore("batches").getAll())) as Batch[];
+      for (const batch of batches.filter((batch) => batch.job_id === jobID)) await request(tx.objectStore("batches").delete(batch.batch_id));
+      await LocalStore.refreshOps(tx, entries);
+      return gone;
+    });
+  }
+
+  /** A job was dead-lettered (or discarded): its ops are set aside. */
+  async jobDead(jobID: string, reason: string): Promise<string[]> {
+    return transaction(this.db, all, "readwrite", async (tx) => {
+      const outbox = tx.objectStore("outbox");
+      const entries = ((await request(outbox.index("job_id").getAll(jobID))) as OutboxEntry[]).filter((entry) => entry.state === "sent");
+      for (const entry of entries) await request(outbox.put({ ...entry, state: "set_aside", reason }));
+      const batches = (await request(tx.objectStore("batches").getAll())) as Batch[];
+      for (const batch of batches.filter((batch) => batch.job_id === jobID)) await request(tx.objectStore("batches").delete(batch.batch_id));
+      await LocalStore.refreshOps(tx, entries);
+      return entries.map((entry) => entry.op_id);
+    });
+  }
+
+  /** The server no longer knows the job: its ops go back to the queue (applied ones answer `duplicate` next time). */
+  async jobForgotten(jobID: string): Promise<void> {
+    await transaction(this.db, ["outbox", "batches"], "readwrite", async (tx) => {
+      const outbox = tx.objectStore("outbox");
+      for (const entry of (await request(outbox.index("job_id").getAll(jobID))) as OutboxEntry[]) {
+        if (entry.state === "sent") await request(outbox.put({ ...entry, state: "pending", job_id: null, batch_id: null }));
+      }
+      const batches = (await request(tx.objectStore("batches").getAll())) as Batch[];
+      for (const batch of batches.filter((batch) => batch.job_id === jobID)) await request(tx.objectStore("batches").delete(batch.batch_id));
+    });
+  }
+
+  // MARK: - Pull
+
+  /** Starts a resync from the beginning, in a new generation; survives a reload midway. */
+  async beginResync(): Promise<void> {
+    await transaction(this.db, ["meta"], "readwrite", async (tx) => {
+      const meta = tx.objectStore("meta");
+      const generation = ((await request(meta.get("generation"))) as number | undefined) ?? 0;
+      await request(meta.put(generation + 1, "generation"));
+      await request(meta.put(true, "resync"));
+      await request(meta.delete("cursor"));
+    });
+  }
+
+  /** Stores one page with its cursor; returns the records that changed on screen. */
+  async applyPage(changes: RecordView[], cursor: string, hasMore: boolean): Promise<Key[]> {
+    return transaction(this.db, all, "readwrite", async (tx) => {
+      const meta = tx.objectStore("meta");
+      const generation = ((await request(meta.get("generation"))) as number | undefined) ?? 0;
+      const clock = await LocalStore.clock(tx);
+      const touched = new Map<string, Key>();
+      const touch = (key: Key) => touched.set(JSON.stringify([key.collection, key.id]), { collection: key.collection, id: key.id });
+      const server = tx.objectStore("server");
+      for (const change of changes) {
+        await request(server.put({ collection: change.collection, id: change.id, view: change, generation }));
+        if (change.hlc) clock.observe(change.hlc);
+        touch(change);
+      }
+      await LocalStore.saveClock(tx, clock);
+      await request(meta.put(cursor, "cursor"));
+      const outbox = tx.objectStore("outbox");
+      for (const entry of (await request(outbox.index("state").getAll("confirmed"))) as OutboxEntry[]) {
+        if ((entry.checkpoint ?? 0) <= Number(cursor)) {
+          await request(outbox.delete(entry.seq!));
+          touch(entry);
+        }
+      }
+      if (!hasMore && (await request(meta.get("resync")))) {
+        const stale = (await request(server.index("generation").getAll(IDBKeyRange.upperBound(generation, true)))) as Key[];
+        for (const row of stale) {
+          await request(server.delete([row.collection, row.id]));
+          touch(row);
+        }
+        await request(meta.delete("resync"));
+      }
+      for (const key of touched.values()) await LocalStore.refresh(tx, key);
+      return [...touched.values()];
+    });
+  }
+}

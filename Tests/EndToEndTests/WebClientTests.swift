@@ -1,0 +1,103 @@
+import Foundation
+import PQBridge
+import Testing
+
+/// SynclineWeb in headless Chromium (real IndexedDB, fetch and CORS; the page on another
+/// origin) against the real stack.
+@Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+struct WebClientTests {
+    static let page = """
+        <!doctype html><meta charset="utf-8"><title>web client</title>
+        <script type="module">
+        import * as syncline from './index.js';
+        window.syncline = syncline;
+        </script>
+        """
+
+    /// The package built and served with a page that loads it.
+    static func serve() async throws -> StaticFileServer {
+        let package = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Shared/SynclineWeb").path
+        #expect(E2E.shell("tsc -p \(package)") == 0, "the web client does not compile")
+        let server = try await StaticFileServer()
+        for file in try FileManager.default.contentsOfDirectory(atPath: "\(package)/dist") where file.hasSuffix(".js") {
+            try server.write(file, try String(contentsOfFile: "\(package)/dist/\(file)", encoding: .utf8))
+        }
+        try server.write("index.html", page)
+        return server
+    }
+
+    /// With the gateway down, a page writes, is reloaded, and still shows its edits; once
+    /// the gateway is back they are applied once and the server holds what the page shows.
+    @Test func offlineEditsSurviveAReloadAndAreAppliedOnce() async throws {
+        let site = try await Self.serve()
+        defer { site.stop() }
+        try await Stack.with(workers: 1, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
+            let user = "web-\(UUID().uuidString.prefix(6))"
+            let token = await E2E.token(user)
+            let database = "syncline-\(UUID().uuidString.prefix(8))"
+            let options = """
+                {gatewayURL: \(Browser.quoted(stack.client.base)), databaseName: \(Browser.quoted(database)),
+                 tokenProvider: async () => \(Browser.quoted(token)), pollInterval: null}
+                """
+            stack.gateway.stop(within: 1)
+
+            let browser = try Browser()
+            defer { browser.quit() }
+            try browser.open("\(site.base)/index.html")
+            try browser.waitFor("window.syncline")
+            let written = try browser.evaluate("""
+                (async () => {
+                  const client = await syncline.createClient(\(options));
+                  client.start();
+                  await client.upsert('items', 'a1', {title: 'milk'});
+                  await client.upsert('items', 'a2', {title: 'eggs'});
+                  await client.patch('items', 'a1', {done: true});
+                  await client.delete('items', 'a2');
+                  await client.upsert('items', 'a3', {title: 'bread', qty: 2});
+                  return syncline.canonicalJSON((await client.records('items')).map(r => [r.id, r.data, r.hasPendingEdits]));
+                })()
+                """) as? String
+            let expected = #"[["a1",{"done":true,"title":"milk"},true],["a3",{"qty":2,"title":"bread"},true]]"#
+            #expect(written == expected)
+
+            try browser.reload()
+            try browser.waitFor("window.syncline")
+            let reloaded = try browser.evaluate("""
+                (async () => {
+                  window.client = await syncline.createClient(\(options));
+                  const status = await client.status();
+                  return syncline.canonicalJSON({records: (await client.records('items')).map(r => [r.id, r.data, r.hasPendingEdits]),
+                                                 pending: status.pendingOps});
+                })()
+                """) as? String
+            #expect(reloaded == #"{"pending":5,"records":\#(expected)}"#)
+
+            try await stack.replaceGateway()
+            let synced = try browser.evaluate("""
+                (async () => {
+                  let lastError = null;
+                  for (let attempt = 0; attempt < 20; attempt++) {
+                    try { await client.sync(30); lastError = null; break; }
+                    catch (error) { lastError = String(error); await new Promise(r => setTimeout(r, 250)); }
+                  }
+                  const status = await client.status();
+                  return syncline.canonicalJSON({lastError, pending: status.pendingOps, aside: status.setAsideOps,
+                    records: (await client.records('items')).map(r => [r.id, r.data, r.hasPendingEdits])});
+                })()
+                """) as? String
+            let settled = #"[["a1",{"done":true,"title":"milk"},false],["a3",{"qty":2,"title":"bread"},false]]"#
+            #expect(synced == #"{"aside":0,"lastError":null,"pending":0,"records":\#(settled)}"#)
+
+            let server = try await ClientTests.server(stack, user, "items")
+            #expect(server == ["a1": ["title": "milk", "done": true], "a3": ["title": "bread", "qty": 2]])
+            let pulled = try await stack.client.pullAll(token, limit: 1000).changes
+            #expect(pulled.first { $0["id"] as? String == "a2" }?["deleted"] as? Bool == true)
+            // Applied once: the batch made one job.
+            let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
+            let jobs = try await pool.query("SELECT count(*) AS n FROM jobs WHERE user_id = $1", [user]).first?["n"]
+            await pool.shutdown()
+            #expect(jobs == "1")
+        }
+    }
+}
