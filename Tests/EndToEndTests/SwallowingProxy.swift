@@ -84,7 +84,7 @@ final class SwallowingProxy: @unchecked Sendable {
             for (name, value) in headers where !["host", "content-length", "connection"].contains(name) {
                 request.setValue(value, forHTTPHeaderField: name)
             }
-            let (status, answer) = Self.forward(request)
+            let (status, answer, answerHeaders) = Self.forward(request)
             if method == "POST" && path == "/v1/sync/push" {
                 let jobID = (try? JSONSerialization.jsonObject(with: answer)) .flatMap { $0 as? [String: Any] }?["job_id"] as? String
                 let swallow = lock.withLock {
@@ -96,17 +96,22 @@ final class SwallowingProxy: @unchecked Sendable {
                     return
                 }
             }
-            var response = Array("HTTP/1.1 \(status) X\r\nContent-Type: application/json\r\nContent-Length: \(answer.count)\r\n\r\n".utf8)
+            // The gateway's headers go through (CORS ones included, for a page behind the proxy).
+            let passed = answerHeaders.filter { !["content-length", "transfer-encoding", "connection", "content-encoding"].contains($0.key.lowercased()) }
+                .map { "\($0.key): \($0.value)\r\n" }.joined()
+            var response = Array("HTTP/1.1 \(status) X\r\n\(passed)Content-Length: \(answer.count)\r\n\r\n".utf8)
             response.append(contentsOf: answer)
             _ = response.withUnsafeBytes { send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
         }
     }
 
-    private static func forward(_ request: URLRequest) -> (Int, Data) {
+    private static func forward(_ request: URLRequest) -> (Int, Data, [String: String]) {
         let done = DispatchSemaphore(value: 0)
-        nonisolated(unsafe) var result: (Int, Data) = (502, Data())
+        nonisolated(unsafe) var result: (Int, Data, [String: String]) = (502, Data(), [:])
         URLSession.shared.dataTask(with: request) { data, response, _ in
-            result = ((response as? HTTPURLResponse)?.statusCode ?? 502, data ?? Data())
+            let http = response as? HTTPURLResponse
+            let headers = (http?.allHeaderFields ?? [:]).reduce(into: [String: String]()) { $0["\($1.key)"] = "\($1.value)" }
+            result = (http?.statusCode ?? 502, data ?? Data(), headers)
             done.signal()
         }.resume()
         done.wait()

@@ -100,4 +100,93 @@ struct WebClientTests {
             #expect(jobs == "1")
         }
     }
+
+    /// The page is closed after a push left and before its answer came. Reopened, it sends
+    /// the same batch under the same key, and the ops are applied once.
+    @Test func aPushWhoseAnswerWasLostIsSentAgainUnderItsKey() async throws {
+        let site = try await Self.serve()
+        defer { site.stop() }
+        try await Stack.with(workers: 1, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
+            let user = "web-\(UUID().uuidString.prefix(6))"
+            let token = await E2E.token(user)
+            let proxy = try SwallowingProxy(target: stack.client.base)
+            defer { proxy.close() }
+            let options = """
+                {gatewayURL: 'http://127.0.0.1:\(proxy.port)', databaseName: 'syncline-\(UUID().uuidString.prefix(8))',
+                 tokenProvider: async () => \(Browser.quoted(token)), pollInterval: null}
+                """
+            let browser = try Browser()
+            defer { browser.quit() }
+            try browser.open("\(site.base)/index.html")
+            try browser.waitFor("window.syncline")
+            _ = try browser.evaluate("""
+                (async () => {
+                  const client = await syncline.createClient(\(options));
+                  for (const id of ['a1', 'a2', 'a3']) await client.upsert('items', id, {title: id});
+                  client.sync(60).catch(() => {});  // its answer never comes
+                  return true;
+                })()
+                """)
+            _ = try await E2E.eventually(within: 10, "the push to reach the gateway") { proxy.pushes.count == 1 ? true : nil }
+            try browser.reload()  // the page goes away mid-push
+            try browser.waitFor("window.syncline")
+            proxy.passThrough()
+            let synced = try browser.evaluate("""
+                (async () => {
+                  const client = await syncline.createClient(\(options));
+                  await client.sync(30);
+                  return (await client.status()).pendingOps;
+                })()
+                """) as? Int
+            #expect(synced == 0)
+            let pushes = proxy.pushes
+            #expect(pushes.count == 2 && pushes[0].idempotencyKey != nil && pushes[0].idempotencyKey == pushes[1].idempotencyKey, "\(pushes)")
+            #expect(pushes.count == 2 && pushes[0].jobID != nil && pushes[0].jobID == pushes[1].jobID, "\(pushes)")
+            let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
+            let jobs = try await pool.query("SELECT count(*) AS n FROM jobs WHERE user_id = $1", [user]).first?["n"]
+            await pool.shutdown()
+            #expect(jobs == "1")
+            #expect(try await ClientTests.server(stack, user, "items").count == 3)
+        }
+    }
+
+    /// An op the server refuses is set aside with its reason while the others sync; `retry`
+    /// sends it again (refused again), `drop` lets it go.
+    @Test func aRefusedOpIsSetAsideWhileTheOthersSync() async throws {
+        let site = try await Self.serve()
+        defer { site.stop() }
+        try await Stack.with(workers: 1, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
+            let user = "web-\(UUID().uuidString.prefix(6))"
+            let token = await E2E.token(user)
+            let browser = try Browser()
+            defer { browser.quit() }
+            try browser.open("\(site.base)/index.html")
+            try browser.waitFor("window.syncline")
+            let result = try browser.evaluate("""
+                (async () => {
+                  const client = await syncline.createClient({gatewayURL: \(Browser.quoted(stack.client.base)),
+                    databaseName: 'syncline-\(UUID().uuidString.prefix(8))', tokenProvider: async () => \(Browser.quoted(token)), pollInterval: null});
+                  const events = [];
+                  client.events.addEventListener('setAside', (event) => events.push(event.detail.opID));
+                  await client.upsert('items', 'a1', {title: 'fine'});
+                  const bad = await client.upsert('Bad Name', 'b1', {title: 'refused'});
+                  await client.upsert('items', 'a2', {title: 'also fine'});
+                  await client.sync(30);
+                  const aside = await client.setAside();
+                  const shown = await client.record('Bad Name', 'b1');
+                  await client.retry(bad);
+                  await client.sync(30);
+                  const again = (await client.setAside()).map(op => op.opID);
+                  await client.drop(bad);
+                  const status = await client.status();
+                  return syncline.canonicalJSON({aside: aside.map(op => [op.opID === bad, op.reason.includes('collection')]),
+                    events: events.map(id => id === bad), shown: shown && shown.setAsideReason !== null, again: again.length === 1 && again[0] === bad,
+                    after: (await client.setAside()).length, setAsideOps: status.setAsideOps, pending: status.pendingOps,
+                    gone: (await client.record('Bad Name', 'b1')) === null});
+                })()
+                """) as? String
+            #expect(result == #"{"after":0,"again":true,"aside":[[true,true]],"events":[true,true],"gone":true,"pending":0,"setAsideOps":0,"shown":true}"#)
+            #expect(Set(try await ClientTests.server(stack, user, "items").keys) == ["a1", "a2"])
+        }
+    }
 }
