@@ -106,14 +106,32 @@ final class Browser: @unchecked Sendable {
         }
     }
 
+    /// A tab of this browser (all of them share its profile: one origin, one IndexedDB).
+    struct Tab {
+        let targetID: String
+        let sessionID: String
+    }
+
     /// Opens a tab and drives it from now on.
-    func open(_ url: String) throws {
+    @discardableResult
+    func open(_ url: String) throws -> Tab {
         let target = try send("Target.createTarget", ["url": "about:blank"], session: false)
-        let attached = try send("Target.attachToTarget", ["targetId": target["targetId"] as Any, "flatten": true], session: false)
+        let targetID = target["targetId"] as? String ?? ""
+        let attached = try send("Target.attachToTarget", ["targetId": targetID, "flatten": true], session: false)
         sessionID = attached["sessionId"] as? String
         try send("Page.enable")
         try send("Page.navigate", ["url": url])
         try waitFor("document.readyState === 'complete'")
+        return Tab(targetID: targetID, sessionID: sessionID ?? "")
+    }
+
+    /// Drives `tab` from now on.
+    func use(_ tab: Tab) { sessionID = tab.sessionID }
+
+    /// Closes `tab`, as a user closes it.
+    func closeTab(_ tab: Tab) throws {
+        try send("Target.closeTarget", ["targetId": tab.targetID], session: false)
+        if sessionID == tab.sessionID { sessionID = nil }
     }
 
     /// Reloads the page, as a user would: everything the page ran is gone.

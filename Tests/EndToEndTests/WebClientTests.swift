@@ -189,4 +189,58 @@ struct WebClientTests {
             #expect(Set(try await ClientTests.server(stack, user, "items").keys) == ["a1", "a2"])
         }
     }
+
+    /// Two tabs of one origin share the store: only one syncs, a write in either shows in
+    /// the other, and when the syncing tab closes the other takes over and syncs.
+    @Test func twoTabsShareOneStoreAndOneSync() async throws {
+        let site = try await Self.serve()
+        defer { site.stop() }
+        try await Stack.with(workers: 1, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
+            let user = "web-\(UUID().uuidString.prefix(6))"
+            let token = await E2E.token(user)
+            let start = """
+                (async () => {
+                  window.client = await syncline.createClient({gatewayURL: \(Browser.quoted(stack.client.base)),
+                    databaseName: 'shared', tokenProvider: async () => \(Browser.quoted(token)), pollInterval: 1});
+                  window.seen = [];
+                  client.observe('items', (records) => { window.seen = records.map(r => r.id); });
+                  client.start();
+                  return true;
+                })()
+                """
+            let browser = try Browser()
+            defer { browser.quit() }
+            let first = try browser.open("\(site.base)/index.html")
+            try browser.waitFor("window.syncline")
+            _ = try browser.evaluate(start)
+            try browser.waitFor("client.status().then(s => window.leads = s.leader) && window.leads", within: 5)
+            let second = try browser.open("\(site.base)/index.html")
+            try browser.waitFor("window.syncline")
+            _ = try browser.evaluate(start)
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(try browser.evaluate("client.status().then(s => s.leader)") as? Bool == false, "two tabs sync")
+
+            // A write in the follower shows in the leader, which pushes it.
+            _ = try browser.evaluate("client.upsert('items', 'from-second', {title: 'b'})")
+            browser.use(first)
+            try browser.waitFor("window.seen.includes('from-second')", within: 2)
+            _ = try await E2E.eventually(within: 10, "the leader to push the follower's write") {
+                try await ClientTests.server(stack, user, "items")["from-second"] != nil ? true : nil
+            }
+            // A write in the leader shows in the follower.
+            _ = try browser.evaluate("client.upsert('items', 'from-first', {title: 'a'})")
+            browser.use(second)
+            try browser.waitFor("window.seen.includes('from-first')", within: 2)
+
+            // The leader's tab closes: the other takes over within a second and syncs.
+            try browser.closeTab(first)
+            browser.use(second)
+            try browser.waitFor("client.status().then(s => window.leads = s.leader) && window.leads", within: 3)
+            _ = try browser.evaluate("client.upsert('items', 'after', {title: 'c'})")
+            _ = try await E2E.eventually(within: 10, "the new leader to push") {
+                try await ClientTests.server(stack, user, "items")["after"] != nil ? true : nil
+            }
+            #expect(Set(try await ClientTests.server(stack, user, "items").keys) == ["from-first", "from-second", "after"])
+        }
+    }
 }

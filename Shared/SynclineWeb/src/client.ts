@@ -98,8 +98,57 @@ export class SyncClient {
   private loop: Promise<void> | null = null;
   private passing: Promise<boolean> | null = null;
   private observers = new Set<{ collection: string; id?: string; callback: (records: LocalRecord[]) => void }>();
+  /** Whether this tab holds the database's lock and so runs the sync loop for every tab. */
+  private leader = false;
+  private abandonLock: AbortController | null = null;
+  /** The other tabs of this database: changes, events and sync requests travel here. */
+  private readonly channel: BroadcastChannel;
+  private readonly lockName: string;
+  private syncRequests = new Map<string, { resolve: () => void; reject: (error: Error) => void }>();
 
-  private constructor(readonly options: ClientOptions, private readonly store: LocalStore) {}
+  private constructor(readonly options: ClientOptions, private readonly store: LocalStore) {
+    this.lockName = `syncline:${options.databaseName}`;
+    this.channel = new BroadcastChannel(this.lockName);
+    this.channel.onmessage = (message: MessageEvent) => void this.heard(message.data);
+  }
+
+  /** A message of another tab of this database. */
+  private async heard(message: any): Promise<void> {
+    switch (message?.type) {
+      case "changed":
+        this.deliverChanged(message.keys as Key[]);
+        this.wake?.();
+        return;
+      case "changedAll":
+        for (const observer of this.observers) void this.deliver(observer);
+        return;
+      case "event":
+        this.events.dispatchEvent(new CustomEvent(message.name, { detail: message.detail }));
+        return;
+      case "sync":
+        if (!this.leader) return;
+        try {
+          await this.sync(message.timeout);
+          this.channel.postMessage({ type: "synced", id: message.id });
+        } catch (error) {
+          this.channel.postMessage({ type: "synced", id: message.id, error: error instanceof Error ? error.message : String(error) });
+        }
+        return;
+      case "synced": {
+        const waiting = this.syncRequests.get(message.id);
+        this.syncRequests.delete(message.id);
+        if (message.error) waiting?.reject(new Error(message.error));
+        else waiting?.resolve();
+        return;
+      }
+    }
+  }
+
+  /** Tells this tab's listeners and every other tab's. */
+  private emit(name: string, detail?: unknown): void {
+    this.events.dispatchEvent(new CustomEvent(name, { detail }));
+    this.channel.postMessage({ type: "event", name, detail });
+  }
 
   static async create(options: ClientOptions): Promise<SyncClient> {
     return new SyncClient(options, await LocalStore.open(options.databaseName));
@@ -180,7 +229,13 @@ export class SyncClient {
     if (this.observers.has(observer)) observer.callback(records);
   }
 
+  /** Records changed: this tab's observers of them read again, and so do other tabs' (whose leader also wakes). */
   private changed(keys: Key[]): void {
+    this.deliverChanged(keys);
+    this.channel.postMessage({ type: "changed", keys: keys.map((key) => ({ collection: key.collection, id: key.id })) });
+  }
+
+  private deliverChanged(keys: Key[]): void {
     for (const observer of this.observers) {
       if (keys.some((key) => key.collection === observer.collection && (observer.id === undefined || observer.id === key.id))) void this.deliver(observer);
     }
@@ -189,13 +244,14 @@ export class SyncClient {
   /** The sync state of records changed, wherever they are: every observer reads again. */
   private changedAll(): void {
     for (const observer of this.observers) void this.deliver(observer);
+    this.channel.postMessage({ type: "changedAll" });
   }
 
   async status(): Promise<SyncStatus> {
     const counts = await this.store.status();
     return {
       pendingOps: counts.pending, oldestPendingAge: counts.oldest === null ? null : (Date.now() - counts.oldest) / 1000,
-      lastSyncAt: this.lastSyncAt, lastError: this.lastError, setAsideOps: counts.setAside, live: false, leader: this.running,
+      lastSyncAt: this.lastSyncAt, lastError: this.lastError, setAsideOps: counts.setAside, live: false, leader: this.leader,
     };
   }
 
@@ -222,27 +278,69 @@ export class SyncClient {
 
   // MARK: - Lifecycle
 
-  /** Runs the sync loop in the background until `stop()`. */
+  /**
+   * Syncs in the background until `stop()`. Of all the tabs of this database, the one that
+   * holds its Web Lock runs the loop; the others wait for the lock, so when the leader's tab
+   * closes, another takes over at once.
+   */
   start(): void {
     if (this.running) return;
     this.running = true;
-    this.loop = this.runLoop();
+    const abandon = new AbortController();
+    this.abandonLock = abandon;
+    this.loop = navigator.locks
+      .request(this.lockName, { signal: abandon.signal }, () => this.lead())
+      .catch(() => { /* stopped before this tab led */ });
+  }
+
+  private async lead(): Promise<void> {
+    this.leader = true;
+    try {
+      await this.runLoop();
+    } finally {
+      this.leader = false;
+    }
   }
 
   async stop(): Promise<void> {
     this.running = false;
+    this.abandonLock?.abort();
+    this.abandonLock = null;
     this.wake?.();
     await this.loop;
     this.loop = null;
   }
 
-  /** Closes the database (after `stop()`): another client, or a deletion, may then open it. */
+  /** Closes the database and the channel (after `stop()`). */
   close(): void {
+    this.channel.close();
     this.store.close();
   }
 
-  /** Pushes everything, waits for the jobs (up to `timeout` seconds) and pulls to the end, now. */
+  /**
+   * Pushes everything, waits for the jobs (up to `timeout` seconds) and pulls to the end,
+   * now — in this tab when it leads or no tab does, else by asking the leader.
+   */
   async sync(timeout = 30): Promise<void> {
+    if (this.leader) return this.syncHere(timeout);
+    const ran = await navigator.locks.request(this.lockName, { ifAvailable: true }, async (lock) => {
+      if (!lock) return false;
+      await this.syncHere(timeout);
+      return true;
+    });
+    if (ran) return;
+    const id = crypto.randomUUID();
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.syncRequests.delete(id);
+        reject(new Error(`the syncing tab did not answer within ${timeout} s`));
+      }, timeout * 1000 + 1000);
+      this.syncRequests.set(id, { resolve: () => { clearTimeout(timer); resolve(); }, reject: (error) => { clearTimeout(timer); reject(error); } });
+      this.channel.postMessage({ type: "sync", id, timeout });
+    });
+  }
+
+  private async syncHere(timeout: number): Promise<void> {
     const deadline = Date.now() + timeout * 1000;
     this.pullWanted = true;
     for (;;) {
@@ -365,7 +463,7 @@ export class SyncClient {
 
   private async refused(batch: Parameters<LocalStore["batchRefused"]>[0], index: number | null, reason: string): Promise<void> {
     const aside = await this.store.batchRefused(batch, index, reason);
-    for (const opID of aside) this.events.dispatchEvent(new CustomEvent("setAside", { detail: { opID, reason } }));
+    for (const opID of aside) this.emit("setAside", { opID, reason });
     this.changedAll();
   }
 
@@ -384,13 +482,13 @@ export class SyncClient {
         const gone = await this.store.jobSucceeded(jobID, Number(job.checkpoint ?? 0), job.results ?? []);
         for (const result of gone) {
           const name = result.status === "conflict" ? "conflict" : "rejected";
-          this.events.dispatchEvent(new CustomEvent(name, { detail: { opID: result.op_id, reason: result.reason, current: result.current } }));
+          this.emit(name, { opID: result.op_id, reason: result.reason, current: result.current });
         }
         this.pullWanted = true;
         this.changedAll();
       } else if (job.status === "dead" || job.status === "discarded") {
         const opIDs = await this.store.jobDead(jobID, `job ${job.status}: ${job.last_error ?? "no error recorded"}`);
-        this.events.dispatchEvent(new CustomEvent("jobDead", { detail: { jobID, opIDs } }));
+        this.emit("jobDead", { jobID, opIDs });
         this.changedAll();
       } else {
         running = true;
@@ -408,7 +506,7 @@ export class SyncClient {
       const answer = await this.send("GET", `/v1/sync/pull?limit=1000${space}${cursor ? `&since=${cursor}` : ""}`);
       if (answer.status === 410) {
         await this.store.beginResync();
-        this.events.dispatchEvent(new CustomEvent("resync"));
+        this.emit("resync");
         continue;
       }
       if (answer.status !== 200) {
@@ -418,7 +516,7 @@ export class SyncClient {
       const page = answer.json as { changes: RecordView[]; cursor: string; has_more: boolean };
       this.changed(await this.store.applyPage(page.changes, page.cursor, page.has_more));
       if (!page.has_more) {
-        this.events.dispatchEvent(new CustomEvent("pulled", { detail: { cursor: page.cursor } }));
+        this.emit("pulled", { cursor: page.cursor });
         return;
       }
     }
