@@ -243,4 +243,37 @@ struct WebClientTests {
             #expect(Set(try await ClientTests.server(stack, user, "items").keys) == ["from-first", "from-second", "after"])
         }
     }
+
+    /// With the live stream, another device's change reaches the page's observer without
+    /// polling.
+    @Test func anotherDevicesChangeArrivesThroughTheStream() async throws {
+        let site = try await Self.serve()
+        defer { site.stop() }
+        try await Stack.with(workers: 1, fanouts: 1, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
+            let user = "web-\(UUID().uuidString.prefix(6))"
+            let token = await E2E.token(user)
+            let browser = try Browser()
+            defer { browser.quit() }
+            try browser.open("\(site.base)/index.html")
+            try browser.waitFor("window.syncline")
+            _ = try browser.evaluate("""
+                (async () => {
+                  window.client = await syncline.createClient({gatewayURL: \(Browser.quoted(stack.client.base)),
+                    fanoutURL: 'http://127.0.0.1:\(stack.fanouts[0].port)', databaseName: 'live',
+                    tokenProvider: async () => \(Browser.quoted(token)), pollInterval: null});
+                  window.seen = {};
+                  client.observe('items', (records) => { for (const r of records) window.seen[r.id] = r.data.title; });
+                  client.start();
+                  return true;
+                })()
+                """)
+            try browser.waitFor("client.status().then(s => window.live = s.live) && window.live", within: 10)
+            let phone = try await stack.client.registerDevice(token, name: "phone")
+            let push = try await stack.client.push(token, device: phone, ops: [
+                ["op_id": newOpID(), "type": "upsert", "collection": "items", "id": "p1", "data": ["title": "from the phone"]],
+            ])
+            #expect(push.status == 202)
+            try browser.waitFor("window.seen.p1 === 'from the phone'", within: 5)
+        }
+    }
 }

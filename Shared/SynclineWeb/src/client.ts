@@ -12,7 +12,9 @@ export interface ClientOptions {
   databaseName: string;
   /** The shared space this client syncs (absent: the user's personal space). */
   spaceID?: string;
-  /** Pull this often, in seconds, while the loop runs (absent: 30; null: never poll). */
+  /** The fanout, for the live stream (absent: no stream; pull by polling only). */
+  fanoutURL?: string;
+  /** Pull this often, in seconds, while no stream is live (absent: 30; null: never poll). */
   pollInterval?: number | null;
   deviceName?: string;
 }
@@ -105,6 +107,12 @@ export class SyncClient {
   private readonly channel: BroadcastChannel;
   private readonly lockName: string;
   private syncRequests = new Map<string, { resolve: () => void; reject: (error: Error) => void }>();
+  /** The live stream (the leader's only), whether it is up, and the space its hello named. */
+  private stream: EventSource | null = null;
+  private live = false;
+  private streamSpace: string | null = null;
+  private streamBackoff = new Backoff();
+  private streamRetry: ReturnType<typeof setTimeout> | null = null;
 
   private constructor(readonly options: ClientOptions, private readonly store: LocalStore) {
     this.lockName = `syncline:${options.databaseName}`;
@@ -251,7 +259,7 @@ export class SyncClient {
     const counts = await this.store.status();
     return {
       pendingOps: counts.pending, oldestPendingAge: counts.oldest === null ? null : (Date.now() - counts.oldest) / 1000,
-      lastSyncAt: this.lastSyncAt, lastError: this.lastError, setAsideOps: counts.setAside, live: false, leader: this.leader,
+      lastSyncAt: this.lastSyncAt, lastError: this.lastError, setAsideOps: counts.setAside, live: this.live, leader: this.leader,
     };
   }
 
@@ -299,6 +307,62 @@ export class SyncClient {
       await this.runLoop();
     } finally {
       this.leader = false;
+      this.closeStream();
+    }
+  }
+
+  // MARK: - Live stream
+
+  /**
+   * Opens the fanout's Server-Sent Events stream (the leader only): a `hello` or `poke` of
+   * this client's space whose cursor is past the device's asks for a pull, a `job` message
+   * for a job poll. A failed stream is closed and opened again with backoff and a fresh
+   * token; while it is down, the loop pulls every `pollInterval`.
+   */
+  private async openStream(device: string): Promise<void> {
+    if (!this.options.fanoutURL || this.stream || this.streamRetry || !this.leader || !this.running) return;
+    const token = await this.options.tokenProvider(false);
+    const space = this.options.spaceID ? `&space_id=${encodeURIComponent(this.options.spaceID)}` : "";
+    const source = new EventSource(`${this.options.fanoutURL}/v1/stream?device_id=${encodeURIComponent(device)}&access_token=${encodeURIComponent(token)}${space}`);
+    this.stream = source;
+    source.onmessage = (event: MessageEvent) => {
+      if (!this.live) {
+        this.live = true;
+        this.streamBackoff.reset();
+      }
+      try { void this.streamMessage(JSON.parse(event.data)); } catch { /* not JSON: ignored */ }
+    };
+    source.onerror = () => {
+      this.closeStream();
+      this.pullWanted = true;  // pokes may have been missed while it was down
+      this.wake?.();
+      if (!this.running || !this.leader) return;
+      this.streamRetry = setTimeout(() => {
+        this.streamRetry = null;
+        void this.openStream(device);
+      }, this.streamBackoff.next() * 1000);
+    };
+  }
+
+  private closeStream(): void {
+    this.stream?.close();
+    this.stream = null;
+    this.live = false;
+    if (this.streamRetry) clearTimeout(this.streamRetry);
+    this.streamRetry = null;
+  }
+
+  private async streamMessage(message: { type?: string; cursor?: string; space_id?: string }): Promise<void> {
+    if (message.type === "hello") this.streamSpace = message.space_id ?? null;
+    if (message.type === "hello" || message.type === "poke") {
+      if (message.space_id && this.streamSpace && message.space_id !== this.streamSpace) return;  // another space's
+      const cursor = await this.store.meta<string>("cursor");
+      if (message.cursor !== undefined && (cursor === undefined || Number(message.cursor) > Number(cursor))) {
+        this.pullWanted = true;
+        this.wake?.();
+      }
+    } else if (message.type === "job") {
+      this.wake?.();
     }
   }
 
@@ -363,7 +427,7 @@ export class SyncClient {
         else {
           jobPolls.reset();
           const poll = this.options.pollInterval === undefined ? 30 : this.options.pollInterval;
-          if (poll !== null) wait = poll;
+          if (poll !== null && !this.live) wait = poll;
         }
       } catch (error) {
         wait = backoff.next(error instanceof Retry ? error.after : undefined);
@@ -377,7 +441,7 @@ export class SyncClient {
         };
       });
       this.wake = null;
-      if (timedOut) this.pullWanted = true;
+      if (timedOut && !this.live) this.pullWanted = true;
     }
   }
 
@@ -400,6 +464,7 @@ export class SyncClient {
 
   private async pass(): Promise<boolean> {
     const device = await this.registeredDevice();
+    if (this.leader) void this.openStream(device);
     await this.pushAll(device);
     const jobsInFlight = await this.followJobs();
     if (this.pullWanted) await this.pullAll();
