@@ -2,6 +2,8 @@ import { Backoff, retryAfterSeconds } from "./backoff.js";
 import { halved, maxOpsPerPush, maxPushBytes } from "./batching.js";
 import type { JSONObject } from "./json.js";
 import type { Op, OpType, RecordView } from "./op.js";
+import { canonicalJSON } from "./json.js";
+import type { QueryOptions, Where } from "./query.js";
 import { LocalStore, type Key, type OutboxEntry, type ShownRecord } from "./store.js";
 
 export interface ClientOptions {
@@ -17,6 +19,13 @@ export interface ClientOptions {
   /** Pull this often, in seconds, while no stream is live (absent: 30; null: never poll). */
   pollInterval?: number | null;
   deviceName?: string;
+  /** Record fields to index (in every collection), for the queries the app runs often. */
+  indexes?: string[];
+}
+
+/** A query: `observe(query, callback)`. */
+export interface Query extends QueryOptions {
+  collection: string;
 }
 
 /** A record as the app sees it. */
@@ -50,6 +59,13 @@ export interface SetAsideOp {
   id: string;
   type: OpType;
   reason: string;
+}
+
+/** An observed query, and the result it was last called back with. */
+interface Observer {
+  query: Query;
+  callback: (records: LocalRecord[]) => void;
+  last: string | null;
 }
 
 /** A failure worth retrying after a pause (network, 429, 5xx, auth). */
@@ -99,7 +115,7 @@ export class SyncClient {
   private wake: (() => void) | null = null;
   private loop: Promise<void> | null = null;
   private passing: Promise<boolean> | null = null;
-  private observers = new Set<{ collection: string; id?: string; callback: (records: LocalRecord[]) => void }>();
+  private observers = new Set<Observer>();
   /** Whether this tab holds the database's lock and so runs the sync loop for every tab. */
   private leader = false;
   private abandonLock: AbortController | null = null;
@@ -159,7 +175,7 @@ export class SyncClient {
   }
 
   static async create(options: ClientOptions): Promise<SyncClient> {
-    return new SyncClient(options, await LocalStore.open(options.databaseName));
+    return new SyncClient(options, await LocalStore.open(options.databaseName, options.indexes ?? []));
   }
 
   // MARK: - Writes
@@ -220,21 +236,38 @@ export class SyncClient {
     return (await this.store.records(collection)).map((row) => shown<T>(row));
   }
 
-  /** Calls back at once and after every change to the collection (or the record); returns an unsubscribe function. */
-  observe(collection: string, idOrCallback: string | ((records: LocalRecord[]) => void), maybeCallback?: (records: LocalRecord[]) => void): () => void {
-    const id = typeof idOrCallback === "string" ? idOrCallback : undefined;
+  /** The records of `collection` the query selects: `where` conditions (all must hold), `orderBy`, `limit`, `offset`. */
+  async query<T extends JSONObject = JSONObject>(collection: string, options: QueryOptions = {}): Promise<LocalRecord<T>[]> {
+    return (await this.store.query(collection, options)).map((row) => shown<T>(row));
+  }
+
+  /** How many records of `collection` meet `where`. */
+  async count(collection: string, options: { where?: Where } = {}): Promise<number> {
+    return (await this.store.query(collection, { where: options.where })).length;
+  }
+
+  /**
+   * Calls back at once and whenever the result changes: `observe(collection, callback)`,
+   * `observe(collection, id, callback)` or `observe(query, callback)`. A change that leaves
+   * the result as it was calls nothing. Returns an unsubscribe function.
+   */
+  observe(target: string | Query, idOrCallback: string | ((records: LocalRecord[]) => void), maybeCallback?: (records: LocalRecord[]) => void): () => void {
+    const query: Query = typeof target === "string"
+      ? { collection: target, ...(typeof idOrCallback === "string" ? { where: { id: { eq: idOrCallback } } } : {}) }
+      : target;
     const callback = typeof idOrCallback === "string" ? maybeCallback! : idOrCallback;
-    const observer = { collection, id, callback };
+    const observer: Observer = { query, callback, last: null };
     this.observers.add(observer);
     void this.deliver(observer);
     return () => this.observers.delete(observer);
   }
 
-  private async deliver(observer: { collection: string; id?: string; callback: (records: LocalRecord[]) => void }): Promise<void> {
-    const records = observer.id !== undefined
-      ? [await this.record(observer.collection, observer.id)].filter((record): record is LocalRecord => record !== null)
-      : await this.records(observer.collection);
-    if (this.observers.has(observer)) observer.callback(records);
+  private async deliver(observer: Observer): Promise<void> {
+    const records = await this.query(observer.query.collection, observer.query);
+    const text = canonicalJSON(records as unknown as JSONObject[]);
+    if (!this.observers.has(observer) || text === observer.last) return;
+    observer.last = text;
+    observer.callback(records);
   }
 
   /** Records changed: this tab's observers of them read again, and so do other tabs' (whose leader also wakes). */
@@ -245,7 +278,7 @@ export class SyncClient {
 
   private deliverChanged(keys: Key[]): void {
     for (const observer of this.observers) {
-      if (keys.some((key) => key.collection === observer.collection && (observer.id === undefined || observer.id === key.id))) void this.deliver(observer);
+      if (keys.some((key) => key.collection === observer.query.collection)) void this.deliver(observer);
     }
   }
 

@@ -11,4 +11,6 @@ export { ServerSentEvents } from "./sse.js";
 export { Backoff, retryAfterSeconds } from "./backoff.js";
 export { batchSize, halved, maxOpsPerPush, maxPushBytes, pushBody } from "./batching.js";
 export { createClient, SyncClient } from "./client.js";
-export type { ClientOptions, LocalRecord, SetAsideOp, SyncStatus } from "./client.js";
+export type { ClientOptions, LocalRecord, Query, SetAsideOp, SyncStatus } from "./client.js";
+export { matches, ordered, sortKey, compareKeys } from "./query.js";
+export type { Condition, QueryOptions, Where } from "./query.js";

@@ -3,6 +3,7 @@ import { request, transaction } from "./idb.js";
 import type { JSONObject } from "./json.js";
 import { localMerge } from "./merge.js";
 import type { Op, RecordView } from "./op.js";
+import { fieldValue, matches, ordered, sortKey, type QueryOptions, type SortKey } from "./query.js";
 
 /**
  * The device's IndexedDB database: the server's records as pulled, the records as the app
@@ -45,7 +46,18 @@ export interface ShownRecord {
   public_id: string | null;
   can_fork: boolean;
   forked_from: string | null;
+  /** The sort keys of the declared indexed fields (see `indexProperty`). */
+  ix?: Record<string, SortKey>;
 }
+
+/** Where a record row keeps an indexed field's sort key: a property name IndexedDB accepts for any field name. */
+export function indexProperty(field: string): string {
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < field.length; i++) hash = Math.imul(hash ^ field.charCodeAt(i), 0x01000193) >>> 0;
+  return "f" + hash.toString(16);
+}
+
+const indexPrefix = "ix:";
 
 export interface Batch {
   batch_id: string;
@@ -60,44 +72,107 @@ export interface Key {
   id: string;
 }
 
-const version = 1;
 const all = ["meta", "server", "records", "outbox", "batches"];
 
 export class LocalStore {
-  private constructor(readonly db: IDBDatabase) {}
+  private db: IDBDatabase | null;
 
-  static async open(name: string, onBlocked: () => void = () => {}): Promise<LocalStore> {
+  private constructor(db: IDBDatabase, readonly name: string, readonly indexed: string[]) {
+    this.db = db;
+    this.watch(db);
+  }
+
+  /**
+   * Opens (or creates) the database with an index for each of `indexed` (record fields): an
+   * index no longer declared is dropped, a new one is filled from the records already
+   * there. Changing the indexes is a version upgrade; other tabs close their connection
+   * when one starts (and open it again on their next step), so it never waits on them.
+   */
+  static async open(name: string, indexed: string[] = [], onBlocked: () => void = () => {}): Promise<LocalStore> {
+    let db = await LocalStore.connect(name, undefined, indexed, onBlocked);
+    const wanted = new Set(indexed.map((field) => indexPrefix + field));
+    const present = new Set(Array.from(db.transaction("records").objectStore("records").indexNames).filter((index) => index.startsWith(indexPrefix)));
+    if (wanted.size !== present.size || [...wanted].some((index) => !present.has(index))) {
+      const next = db.version + 1;
+      db.close();
+      db = await LocalStore.connect(name, next, indexed, onBlocked);
+    }
+    return new LocalStore(db, name, indexed);
+  }
+
+  private static connect(name: string, version: number | undefined, indexed: string[], onBlocked: () => void): Promise<IDBDatabase> {
     const open = indexedDB.open(name, version);
-    open.onupgradeneeded = () => {
+    open.onupgradeneeded = (event) => {
       const db = open.result;
-      db.createObjectStore("meta");
-      db.createObjectStore("server", { keyPath: ["collection", "id"] }).createIndex("generation", "generation");
-      db.createObjectStore("records", { keyPath: ["collection", "id"] }).createIndex("collection", "collection");
-      const outbox = db.createObjectStore("outbox", { keyPath: "seq", autoIncrement: true });
-      outbox.createIndex("op_id", "op_id", { unique: true });
-      outbox.createIndex("record", ["collection", "id"]);
-      outbox.createIndex("state", "state");
-      outbox.createIndex("job_id", "job_id");
-      outbox.createIndex("batch_id", "batch_id");
-      db.createObjectStore("batches", { keyPath: "batch_id" });
+      const tx = open.transaction!;
+      if (event.oldVersion < 1) {
+        db.createObjectStore("meta");
+        db.createObjectStore("server", { keyPath: ["collection", "id"] }).createIndex("generation", "generation");
+        db.createObjectStore("records", { keyPath: ["collection", "id"] }).createIndex("collection", "collection");
+        const outbox = db.createObjectStore("outbox", { keyPath: "seq", autoIncrement: true });
+        outbox.createIndex("op_id", "op_id", { unique: true });
+        outbox.createIndex("record", ["collection", "id"]);
+        outbox.createIndex("state", "state");
+        outbox.createIndex("job_id", "job_id");
+        outbox.createIndex("batch_id", "batch_id");
+        db.createObjectStore("batches", { keyPath: "batch_id" });
+      }
+      if (version === undefined) return;
+      const records = tx.objectStore("records");
+      for (const index of Array.from(records.indexNames)) {
+        if (index.startsWith(indexPrefix) && !indexed.includes(index.slice(indexPrefix.length))) records.deleteIndex(index);
+      }
+      for (const field of indexed) {
+        if (!records.indexNames.contains(indexPrefix + field)) records.createIndex(indexPrefix + field, ["collection", `ix.${indexProperty(field)}`]);
+      }
+      // Rows written before an index was declared get its keys now.
+      records.openCursor().onsuccess = function () {
+        const cursor = this.result;
+        if (!cursor) return;
+        cursor.update(LocalStore.withKeys(cursor.value as ShownRecord, indexed));
+        cursor.continue();
+      };
     };
     open.onblocked = onBlocked;
-    const db = await request(open);
-    return new LocalStore(db);
+    return request(open);
+  }
+
+  /** Another tab upgrades the database: this connection closes, to be opened again on the next step. */
+  private watch(db: IDBDatabase): void {
+    db.onversionchange = () => {
+      db.close();
+      if (this.db === db) this.db = null;
+    };
+  }
+
+  private async connection(): Promise<IDBDatabase> {
+    if (!this.db) {
+      const db = await LocalStore.connect(this.name, undefined, this.indexed, () => {});
+      this.watch(db);
+      this.db = db;
+    }
+    return this.db;
+  }
+
+  static withKeys(row: ShownRecord, indexed: string[]): ShownRecord {
+    const ix: Record<string, SortKey> = {};
+    for (const field of indexed) ix[indexProperty(field)] = sortKey(field === "id" ? row.id : fieldValue(row.data, field));
+    return { ...row, ix };
   }
 
   close(): void {
-    this.db.close();
+    this.db?.close();
+    this.db = null;
   }
 
   // MARK: - Meta
 
   async meta<T>(key: string): Promise<T | undefined> {
-    return transaction(this.db, ["meta"], "readonly", (tx) => request(tx.objectStore("meta").get(key)));
+    return transaction(await this.connection(), ["meta"], "readonly", (tx) => request(tx.objectStore("meta").get(key)));
   }
 
   async setMeta(key: string, value: unknown): Promise<void> {
-    await transaction(this.db, ["meta"], "readwrite", (tx) => request(tx.objectStore("meta").put(value, key)));
+    await transaction(await this.connection(), ["meta"], "readwrite", (tx) => request(tx.objectStore("meta").put(value, key)));
   }
 
   private static async clock(tx: IDBTransaction): Promise<ClockState> {
@@ -113,7 +188,7 @@ export class LocalStore {
 
   /** Stamps the op with the device's clock, stores it in the outbox and shows it, in one transaction. */
   async enqueue(op: Op, node: string, now: number): Promise<Op> {
-    return transaction(this.db, all, "readwrite", async (tx) => {
+    return transaction(await this.connection(), all, "readwrite", async (tx) => {
       const clock = await LocalStore.clock(tx);
       const stamped: Op = { ...op, hlc: clock.next(now, node) };
       await LocalStore.saveClock(tx, clock);
@@ -123,13 +198,13 @@ export class LocalStore {
         state: "pending", batch_id: null, job_id: null, checkpoint: null, reason: null, created_at: now,
       };
       await request(tx.objectStore("outbox").add(entry));
-      await LocalStore.refresh(tx, stamped);
+      await this.refresh(tx, stamped);
       return stamped;
     });
   }
 
   /** Recomputes what the device shows for a record. */
-  static async refresh(tx: IDBTransaction, key: Key): Promise<void> {
+  async refresh(tx: IDBTransaction, key: Key): Promise<void> {
     const saved = (await request(tx.objectStore("server").get([key.collection, key.id]))) as { view: RecordView } | undefined;
     const entries = ((await request(tx.objectStore("outbox").index("record").getAll([key.collection, key.id]))) as OutboxEntry[])
       .sort((a, b) => (a.seq ?? 0) - (b.seq ?? 0));
@@ -148,35 +223,74 @@ export class LocalStore {
       set_aside_reason: pending || !aside ? null : aside.reason ?? "refused", visibility, public_id: state.shownPublicID,
       can_fork: visibility !== "private" && state.visibility?.canFork === true, forked_from: state.fork?.publicID ?? null,
     };
-    await request(records.put(shown));
+    await request(records.put(LocalStore.withKeys(shown, this.indexed)));
   }
 
-  private static async refreshOps(tx: IDBTransaction, entries: OutboxEntry[]): Promise<void> {
+  private async refreshOps(tx: IDBTransaction, entries: OutboxEntry[]): Promise<void> {
     const seen = new Set<string>();
     for (const entry of entries) {
       const name = JSON.stringify([entry.collection, entry.id]);
       if (seen.has(name)) continue;
       seen.add(name);
-      await LocalStore.refresh(tx, entry);
+      await this.refresh(tx, entry);
     }
   }
 
   // MARK: - Reads
 
   async record(collection: string, id: string): Promise<ShownRecord | undefined> {
-    return transaction(this.db, ["records"], "readonly", (tx) => request(tx.objectStore("records").get([collection, id])));
+    return transaction(await this.connection(), ["records"], "readonly", (tx) => request(tx.objectStore("records").get([collection, id])));
   }
 
   /** The collection's records, by id. */
   async records(collection: string): Promise<ShownRecord[]> {
-    return transaction(this.db, ["records"], "readonly", async (tx) => {
+    return transaction(await this.connection(), ["records"], "readonly", async (tx) => {
       const rows = (await request(tx.objectStore("records").index("collection").getAll(collection))) as ShownRecord[];
       return rows.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
     });
   }
 
+  /**
+   * The records of `collection` the query selects, in its order. A condition on a declared
+   * index (`eq`, `in`, or a range, on its field) narrows the rows read to that index's
+   * range; the rest is filtered and ordered in memory by the same rules.
+   */
+  async query(collection: string, options: QueryOptions): Promise<ShownRecord[]> {
+    const rows = await transaction(await this.connection(), ["records"], "readonly", async (tx) => {
+      const records = tx.objectStore("records");
+      const id = options.where?.id?.eq;
+      if (typeof id === "string") {
+        const row = (await request(records.get([collection, id]))) as ShownRecord | undefined;
+        return row ? [row] : [];
+      }
+      for (const [field, condition] of Object.entries(options.where ?? {})) {
+        if (!this.indexed.includes(field)) continue;
+        const index = records.index(indexPrefix + field);
+        if (condition.eq !== undefined || condition.in !== undefined) {
+          const values = condition.eq !== undefined ? [condition.eq] : condition.in!;
+          // Values with one sort key (1 and true, or a value listed twice) are read once.
+          const found = new Map<string, ShownRecord>();
+          for (const key of new Set(values.map((value) => JSON.stringify(sortKey(value))))) {
+            for (const row of (await request(index.getAll([collection, JSON.parse(key)]))) as ShownRecord[]) found.set(row.id, row);
+          }
+          return [...found.values()];
+        }
+        const low = condition.gt ?? condition.gte, high = condition.lt ?? condition.lte;
+        if ((low !== undefined && low !== null) || (high !== undefined && high !== null)) {
+          const range = IDBKeyRange.bound(
+            [collection, low !== undefined && low !== null ? sortKey(low) : [1, -Infinity]],
+            [collection, high !== undefined && high !== null ? sortKey(high) : [3]],
+            condition.gt !== undefined, condition.lt !== undefined || high === undefined || high === null);
+          return (await request(index.getAll(range))) as ShownRecord[];
+        }
+      }
+      return (await request(records.index("collection").getAll(collection))) as ShownRecord[];
+    });
+    return ordered(rows.filter((row) => matches(row.id, row.data, options.where)), options);
+  }
+
   async status(): Promise<{ pending: number; oldest: number | null; setAside: number }> {
-    return transaction(this.db, ["outbox"], "readonly", async (tx) => {
+    return transaction(await this.connection(), ["outbox"], "readonly", async (tx) => {
       const index = tx.objectStore("outbox").index("state");
       let pending = 0;
       let oldest: number | null = null;
@@ -191,19 +305,19 @@ export class LocalStore {
   }
 
   async setAside(): Promise<OutboxEntry[]> {
-    return transaction(this.db, ["outbox"], "readonly", async (tx) =>
+    return transaction(await this.connection(), ["outbox"], "readonly", async (tx) =>
       ((await request(tx.objectStore("outbox").index("state").getAll("set_aside"))) as OutboxEntry[]).sort((a, b) => (a.seq ?? 0) - (b.seq ?? 0)));
   }
 
   /** Puts a set-aside op back in the queue (`retry`), or drops it; returns its record, or null when no such op is set aside. */
   async resolveSetAside(opID: string, retry: boolean): Promise<Key | null> {
-    return transaction(this.db, all, "readwrite", async (tx) => {
+    return transaction(await this.connection(), all, "readwrite", async (tx) => {
       const outbox = tx.objectStore("outbox");
       const entry = (await request(outbox.index("op_id").get(opID))) as OutboxEntry | undefined;
       if (!entry || entry.state !== "set_aside") return null;
       if (retry) await request(outbox.put({ ...entry, state: "pending", reason: null, batch_id: null, job_id: null }));
       else await request(outbox.delete(entry.seq!));
-      await LocalStore.refresh(tx, entry);
+      await this.refresh(tx, entry);
       return { collection: entry.collection, id: entry.id };
     });
   }
@@ -212,7 +326,7 @@ export class LocalStore {
 
   /** The batch to send: one formed earlier and not yet answered, else a new one of the oldest pending ops. */
   async nextBatch(deviceID: string, maxOps: number, maxBytes: number, spaceID?: string): Promise<Batch | null> {
-    return transaction(this.db, ["outbox", "batches"], "readwrite", async (tx) => {
+    return transaction(await this.connection(), ["outbox", "batches"], "readwrite", async (tx) => {
       const batches = (await request(tx.objectStore("batches").getAll())) as Batch[];
       const open = batches.find((batch) => batch.job_id === null);
       if (open) return open;
@@ -240,7 +354,7 @@ export class LocalStore {
 
   /** The server took the batch as `jobID`. */
   async batchAccepted(batch: Batch, jobID: string): Promise<void> {
-    await transaction(this.db, ["outbox", "batches"], "readwrite", async (tx) => {
+    await transaction(await this.connection(), ["outbox", "batches"], "readwrite", async (tx) => {
       await request(tx.objectStore("batches").put({ ...batch, job_id: jobID }));
       const outbox = tx.objectStore("outbox");
       for (const entry of (await request(outbox.index("batch_id").getAll(batch.batch_id))) as OutboxEntry[]) {
@@ -251,7 +365,7 @@ export class LocalStore {
 
   /** The server refused the batch: op `index` (every op when null) is set aside with `reason`; the others go back to the queue. */
   async batchRefused(batch: Batch, index: number | null, reason: string): Promise<string[]> {
-    return transaction(this.db, all, "readwrite", async (tx) => {
+    return transaction(await this.connection(), all, "readwrite", async (tx) => {
       const aside = index !== null && index < batch.op_ids.length ? [batch.op_ids[index]] : batch.op_ids;
       const outbox = tx.objectStore("outbox");
       const entries = (await request(outbox.index("batch_id").getAll(batch.batch_id))) as OutboxEntry[];
@@ -260,14 +374,14 @@ export class LocalStore {
         await request(outbox.put({ ...entry, state: refused ? "set_aside" : "pending", reason: refused ? reason : null, batch_id: null }));
       }
       await request(tx.objectStore("batches").delete(batch.batch_id));
-      await LocalStore.refreshOps(tx, entries.filter((entry) => aside.includes(entry.op_id)));
+      await this.refreshOps(tx, entries.filter((entry) => aside.includes(entry.op_id)));
       return aside;
     });
   }
 
   /** Takes a batch apart without setting anything aside (to form smaller ones). */
   async batchDissolved(batch: Batch): Promise<void> {
-    await transaction(this.db, ["outbox", "batches"], "readwrite", async (tx) => {
+    await transaction(await this.connection(), ["outbox", "batches"], "readwrite", async (tx) => {
       const outbox = tx.objectStore("outbox");
       for (const entry of (await request(outbox.index("batch_id").getAll(batch.batch_id))) as OutboxEntry[]) {
         await request(outbox.put({ ...entry, state: "pending", batch_id: null }));
@@ -278,7 +392,7 @@ export class LocalStore {
 
   /** Jobs sent and not yet finished. */
   async sentJobs(): Promise<string[]> {
-    return transaction(this.db, ["outbox"], "readonly", async (tx) => {
+    return transaction(await this.connection(), ["outbox"], "readonly", async (tx) => {
       const entries = (await request(tx.objectStore("outbox").index("state").getAll("sent"))) as OutboxEntry[];
       return [...new Set(entries.map((entry) => entry.job_id).filter((job): job is string => !!job))];
     });
@@ -290,7 +404,7 @@ export class LocalStore {
    * Returns the ops that left, with their results.
    */
   async jobSucceeded(jobID: string, checkpoint: number, results: { op_id: string; status: string; reason?: string; current?: unknown }[]): Promise<typeof results> {
-    return transaction(this.db, all, "readwrite", async (tx) => {
+    return transaction(await this.connection(), all, "readwrite", async (tx) => {
       const outbox = tx.objectStore("outbox");
       const entries = (await request(outbox.index("job_id").getAll(jobID))) as OutboxEntry[];
       const byOp = new Map(entries.map((entry) => [entry.op_id, entry]));
@@ -307,27 +421,27 @@ export class LocalStore {
       }
       const batches = (await request(tx.objectStore("batches").getAll())) as Batch[];
       for (const batch of batches.filter((batch) => batch.job_id === jobID)) await request(tx.objectStore("batches").delete(batch.batch_id));
-      await LocalStore.refreshOps(tx, entries);
+      await this.refreshOps(tx, entries);
       return gone;
     });
   }
 
   /** A job was dead-lettered (or discarded): its ops are set aside. */
   async jobDead(jobID: string, reason: string): Promise<string[]> {
-    return transaction(this.db, all, "readwrite", async (tx) => {
+    return transaction(await this.connection(), all, "readwrite", async (tx) => {
       const outbox = tx.objectStore("outbox");
       const entries = ((await request(outbox.index("job_id").getAll(jobID))) as OutboxEntry[]).filter((entry) => entry.state === "sent");
       for (const entry of entries) await request(outbox.put({ ...entry, state: "set_aside", reason }));
       const batches = (await request(tx.objectStore("batches").getAll())) as Batch[];
       for (const batch of batches.filter((batch) => batch.job_id === jobID)) await request(tx.objectStore("batches").delete(batch.batch_id));
-      await LocalStore.refreshOps(tx, entries);
+      await this.refreshOps(tx, entries);
       return entries.map((entry) => entry.op_id);
     });
   }
 
   /** The server no longer knows the job: its ops go back to the queue (applied ones answer `duplicate` next time). */
   async jobForgotten(jobID: string): Promise<void> {
-    await transaction(this.db, ["outbox", "batches"], "readwrite", async (tx) => {
+    await transaction(await this.connection(), ["outbox", "batches"], "readwrite", async (tx) => {
       const outbox = tx.objectStore("outbox");
       for (const entry of (await request(outbox.index("job_id").getAll(jobID))) as OutboxEntry[]) {
         if (entry.state === "sent") await request(outbox.put({ ...entry, state: "pending", job_id: null, batch_id: null }));
@@ -341,7 +455,7 @@ export class LocalStore {
 
   /** Starts a resync from the beginning, in a new generation; survives a reload midway. */
   async beginResync(): Promise<void> {
-    await transaction(this.db, ["meta"], "readwrite", async (tx) => {
+    await transaction(await this.connection(), ["meta"], "readwrite", async (tx) => {
       const meta = tx.objectStore("meta");
       const generation = ((await request(meta.get("generation"))) as number | undefined) ?? 0;
       await request(meta.put(generation + 1, "generation"));
@@ -352,7 +466,7 @@ export class LocalStore {
 
   /** Stores one page with its cursor; returns the records that changed on screen. */
   async applyPage(changes: RecordView[], cursor: string, hasMore: boolean): Promise<Key[]> {
-    return transaction(this.db, all, "readwrite", async (tx) => {
+    return transaction(await this.connection(), all, "readwrite", async (tx) => {
       const meta = tx.objectStore("meta");
       const generation = ((await request(meta.get("generation"))) as number | undefined) ?? 0;
       const clock = await LocalStore.clock(tx);
@@ -381,7 +495,7 @@ export class LocalStore {
         }
         await request(meta.delete("resync"));
       }
-      for (const key of touched.values()) await LocalStore.refresh(tx, key);
+      for (const key of touched.values()) await this.refresh(tx, key);
       return [...touched.values()];
     });
   }

@@ -1,0 +1,49 @@
+// Local query rules: the same records and the same expectations as the Swift client's
+// operator test (Tests/UnitTests/QueryTests.swift), so both clients select alike.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { matches, ordered } from "../dist/index.js";
+
+const recipes = {
+  r1: { title: "Pancakes", minutes: 20, tags: ["sweet", "quick"], vegan: false, rating: 4.5 },
+  r2: { title: "Salad", minutes: 10, tags: ["vegan", "quick"], vegan: true },
+  r3: { title: "Stew", minutes: 120, tags: [], vegan: true, rating: null, source: { book: "Joy", page: 12 } },
+  r4: { title: "pasta", minutes: 25.5, tags: ["quick"], vegan: false, rating: 3 },
+  r5: { title: "Quick bread", minutes: "about an hour" },
+};
+const rows = Object.entries(recipes).map(([id, data]) => ({ id, data }));
+const ids = (where, options = {}) => ordered(rows.filter((row) => matches(row.id, row.data, where)), options).map((row) => row.id);
+
+test("every condition selects what the Swift client selects", () => {
+  assert.deepEqual(ids({ minutes: { eq: 20 } }), ["r1"]);
+  assert.deepEqual(ids({ minutes: { lt: 25 } }), ["r1", "r2"]);
+  assert.deepEqual(ids({ minutes: { lte: 25.5 } }), ["r1", "r2", "r4"]);
+  assert.deepEqual(ids({ minutes: { gt: 25 } }), ["r3", "r4", "r5"], "strings sort after numbers");
+  assert.deepEqual(ids({ minutes: { gte: 120 } }), ["r3", "r5"]);
+  assert.deepEqual(ids({ title: { in: ["Salad", "Stew", "Nothing"] } }), ["r2", "r3"]);
+  assert.deepEqual(ids({ rating: { in: [3, null] } }), ["r2", "r3", "r4", "r5"], "null in a list matches missing and null");
+  assert.deepEqual(ids({ title: { in: [] } }), []);
+  assert.deepEqual(ids({ title: { contains: "a" } }), ["r1", "r2", "r4", "r5"]);
+  assert.deepEqual(ids({ tags: { contains: "quick" } }), ["r1", "r2", "r4"]);
+  assert.deepEqual(ids({ tags: { contains: "qui" } }), [], "an array holds elements, not substrings");
+  assert.deepEqual(ids({ vegan: { eq: true } }), ["r2", "r3"]);
+  assert.deepEqual(ids({ vegan: { eq: false } }), ["r1", "r4"]);
+  assert.deepEqual(ids({ rating: { isNull: true } }), ["r2", "r3", "r5"]);
+  assert.deepEqual(ids({ rating: { eq: null } }), ["r2", "r3", "r5"]);
+  assert.deepEqual(ids({ rating: { isNull: false } }), ["r1", "r4"]);
+  assert.deepEqual(ids({ "source.book": { eq: "Joy" } }), ["r3"]);
+  assert.deepEqual(ids({ "source.page": { gt: 10 } }), ["r3"]);
+  assert.deepEqual(ids({ vegan: { eq: true }, minutes: { lt: 60 } }), ["r2"]);
+  assert.deepEqual(ids({ id: { in: ["r1", "r5"] } }), ["r1", "r5"]);
+  assert.deepEqual(ids({ id: { gt: "r3" } }), ["r4", "r5"]);
+});
+
+test("order, limit and offset", () => {
+  assert.deepEqual(ids(undefined, { orderBy: ["minutes"] }), ["r2", "r1", "r4", "r3", "r5"]);
+  assert.deepEqual(ids(undefined, { orderBy: ["-minutes"] }), ["r5", "r3", "r4", "r1", "r2"]);
+  assert.deepEqual(ids(undefined, { orderBy: ["rating"] }), ["r2", "r3", "r5", "r4", "r1"], "missing and null first, then by id");
+  assert.deepEqual(ids(undefined, { orderBy: ["-vegan", "title"] }), ["r2", "r3", "r1", "r4", "r5"]);
+  assert.deepEqual(ids(undefined, { orderBy: ["title"] }), ["r1", "r5", "r2", "r3", "r4"]);
+  assert.deepEqual(ids(undefined, { orderBy: ["minutes"], limit: 2, offset: 1 }), ["r1", "r4"]);
+  assert.deepEqual(ids(undefined, { offset: 3 }), ["r4", "r5"]);
+});
