@@ -329,4 +329,49 @@ struct WebClientTests {
             """) as? String
         #expect(result == "[]")
     }
+
+    /// The database is deleted from outside (DevTools) while the page is open: the client
+    /// says so on `events`, keeps the device's identity, pulls everything back, and goes on
+    /// taking and syncing writes.
+    @Test func aDatabaseDeletedFromOutsideIsRecoveredAndReported() async throws {
+        let site = try await Self.serve()
+        defer { site.stop() }
+        try await Stack.with(workers: 1, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
+            let user = "web-\(UUID().uuidString.prefix(6))"
+            let token = await E2E.token(user)
+            let browser = try Browser()
+            defer { browser.quit() }
+            try browser.open("\(site.base)/index.html")
+            try browser.waitFor("window.syncline")
+            let device = try browser.evaluate("""
+                (async () => {
+                  window.client = await syncline.createClient({gatewayURL: \(Browser.quoted(stack.client.base)),
+                    databaseName: 'evicted', tokenProvider: async () => \(Browser.quoted(token)), pollInterval: null});
+                  window.resets = 0;
+                  client.events.addEventListener('storageReset', () => { window.resets += 1; });
+                  await client.upsert('items', 'a1', {title: 'before'});
+                  await client.sync(30);
+                  return (await client.status()).pendingOps;
+                })()
+                """) as? Int
+            #expect(device == 0)
+            try browser.send("IndexedDB.deleteDatabase", ["securityOrigin": site.base, "databaseName": "evicted"])
+            let after = try browser.evaluate("""
+                (async () => {
+                  await client.upsert('items', 'a2', {title: 'after'});
+                  await client.sync(30);
+                  const status = await client.status();
+                  return syncline.canonicalJSON({resets: window.resets, pending: status.pendingOps,
+                    records: (await client.records('items')).map(r => [r.id, r.data.title])});
+                })()
+                """) as? String
+            #expect(after == #"{"pending":0,"records":[["a1","before"],["a2","after"]],"resets":1}"#)
+            #expect(Set(try await ClientTests.server(stack, user, "items").keys) == ["a1", "a2"])
+            // One device throughout: the page kept its identity.
+            let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
+            let devices = try await pool.query("SELECT count(*) AS n FROM devices WHERE user_id = $1", [user]).first?["n"]
+            await pool.shutdown()
+            #expect(devices == "1")
+        }
+    }
 }

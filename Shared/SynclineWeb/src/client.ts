@@ -130,7 +130,11 @@ export class SyncClient {
   private streamBackoff = new Backoff();
   private streamRetry: ReturnType<typeof setTimeout> | null = null;
 
+  /** The device's identity, kept in memory too, so a database deleted from outside gets it back. */
+  private identity: { device?: string; node?: string } = {};
+
   private constructor(readonly options: ClientOptions, private readonly store: LocalStore) {
+    store.onReset = () => void this.storageReset();
     this.lockName = `syncline:${options.databaseName}`;
     this.channel = new BroadcastChannel(this.lockName);
     this.channel.onmessage = (message: MessageEvent) => void this.heard(message.data);
@@ -168,6 +172,20 @@ export class SyncClient {
     }
   }
 
+  /**
+   * The database was deleted or evicted while in use: it starts over with this device's
+   * identity and a full pull. Edits not yet sent went with it; the app hears `storageReset`.
+   */
+  private async storageReset(): Promise<void> {
+    if (this.identity.node) await this.store.setMeta("node", this.identity.node);
+    if (this.identity.device) await this.store.setMeta("device_id", this.identity.device);
+    this.pullWanted = true;
+    this.lastError = "the browser deleted this device's database; starting over with a full pull";
+    this.emit("storageReset", { databaseName: this.options.databaseName });
+    this.changedAll();
+    this.wake?.();
+  }
+
   /** Tells this tab's listeners and every other tab's. */
   private emit(name: string, detail?: unknown): void {
     this.events.dispatchEvent(new CustomEvent(name, { detail }));
@@ -175,6 +193,8 @@ export class SyncClient {
   }
 
   static async create(options: ClientOptions): Promise<SyncClient> {
+    // Asks the browser not to evict this site's data under storage pressure (it may say no).
+    void globalThis.navigator?.storage?.persist?.().catch(() => false);
     return new SyncClient(options, await LocalStore.open(options.databaseName, options.indexes ?? []));
   }
 
@@ -204,11 +224,24 @@ export class SyncClient {
     return this.write({ type: "fork", collection, id, public_id: publicID });
   }
 
-  /** Durable in the outbox and shown when this resolves; resolves with the op id. */
+  /**
+   * Durable in the outbox and shown when this resolves; resolves with the op id. When the
+   * browser refuses the space (quota), the write rejects, and `status().lastError` and a
+   * `storageFull` event say so: never a silent loss.
+   */
   private async write(fields: Omit<Op, "op_id">): Promise<string> {
     const op: Op = { op_id: crypto.randomUUID(), ...fields };
     if (op.if_version === undefined) delete op.if_version;
-    const stored = await this.store.enqueue(op, await this.node(), Date.now());
+    let stored: Op;
+    try {
+      stored = await this.store.enqueue(op, await this.node(), Date.now());
+    } catch (error) {
+      if ((error as DOMException)?.name === "QuotaExceededError") {
+        this.lastError = "the browser's storage for this site is full: the edit was not saved";
+        this.emit("storageFull", { opID: op.op_id });
+      }
+      throw error;
+    }
     this.changed([stored]);
     this.wake?.();
     return stored.op_id;
@@ -218,9 +251,10 @@ export class SyncClient {
   private async node(): Promise<string> {
     let node = await this.store.meta<string>("node");
     if (!node) {
-      node = crypto.randomUUID();
+      node = this.identity.node ?? crypto.randomUUID();
       await this.store.setMeta("node", node);
     }
+    this.identity.node = node;
     return node;
   }
 
@@ -531,10 +565,14 @@ export class SyncClient {
 
   private async registeredDevice(): Promise<string> {
     const known = await this.store.meta<string>("device_id");
-    if (known) return known;
+    if (known) {
+      this.identity.device = known;
+      return known;
+    }
     const answer = await this.send("POST", "/v1/devices", JSON.stringify({ name: this.options.deviceName ?? "browser", platform: "web" }));
     if (answer.status !== 201 || typeof answer.json?.device_id !== "string") throw new Retry(`device registration answered ${answer.status}: ${answer.detail}`, answer.retryAfter);
     await this.store.setMeta("device_id", answer.json.device_id);
+    this.identity.device = answer.json.device_id;
     return answer.json.device_id;
   }
 

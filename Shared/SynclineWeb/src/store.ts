@@ -76,6 +76,8 @@ const all = ["meta", "server", "records", "outbox", "batches"];
 
 export class LocalStore {
   private db: IDBDatabase | null;
+  /** Called when the database had to be created anew while in use: deleted or evicted from outside. */
+  onReset: () => void = () => {};
 
   private constructor(db: IDBDatabase, readonly name: string, readonly indexed: string[]) {
     this.db = db;
@@ -89,23 +91,30 @@ export class LocalStore {
    * when one starts (and open it again on their next step), so it never waits on them.
    */
   static async open(name: string, indexed: string[] = [], onBlocked: () => void = () => {}): Promise<LocalStore> {
-    let db = await LocalStore.connect(name, undefined, indexed, onBlocked);
+    return new LocalStore((await LocalStore.ready(name, indexed, onBlocked)).db, name, indexed);
+  }
+
+  /** The database with the declared indexes, and whether it had to be created. */
+  private static async ready(name: string, indexed: string[], onBlocked: () => void): Promise<{ db: IDBDatabase; created: boolean }> {
+    let created = false;
+    let db = await LocalStore.connect(name, undefined, indexed, onBlocked, () => { created = true; });
     const wanted = new Set(indexed.map((field) => indexPrefix + field));
     const present = new Set(Array.from(db.transaction("records").objectStore("records").indexNames).filter((index) => index.startsWith(indexPrefix)));
     if (wanted.size !== present.size || [...wanted].some((index) => !present.has(index))) {
       const next = db.version + 1;
       db.close();
-      db = await LocalStore.connect(name, next, indexed, onBlocked);
+      db = await LocalStore.connect(name, next, indexed, onBlocked, () => { created = true; });
     }
-    return new LocalStore(db, name, indexed);
+    return { db, created };
   }
 
-  private static connect(name: string, version: number | undefined, indexed: string[], onBlocked: () => void): Promise<IDBDatabase> {
+  private static connect(name: string, version: number | undefined, indexed: string[], onBlocked: () => void, onCreate: () => void): Promise<IDBDatabase> {
     const open = indexedDB.open(name, version);
     open.onupgradeneeded = (event) => {
       const db = open.result;
       const tx = open.transaction!;
       if (event.oldVersion < 1) {
+        onCreate();
         db.createObjectStore("meta");
         db.createObjectStore("server", { keyPath: ["collection", "id"] }).createIndex("generation", "generation");
         db.createObjectStore("records", { keyPath: ["collection", "id"] }).createIndex("collection", "collection");
@@ -143,15 +152,46 @@ export class LocalStore {
       db.close();
       if (this.db === db) this.db = null;
     };
+    // The browser closed it (the database was deleted or evicted): open it again next time.
+    db.onclose = () => {
+      if (this.db === db) this.db = null;
+    };
   }
 
+  /**
+   * The open connection, opened again after another tab's upgrade closed it. Found missing
+   * then — deleted or evicted from outside — the database is created anew and `onReset`
+   * says so.
+   */
   private async connection(): Promise<IDBDatabase> {
     if (!this.db) {
-      const db = await LocalStore.connect(this.name, undefined, this.indexed, () => {});
-      this.watch(db);
-      this.db = db;
+      this.reopening ??= LocalStore.ready(this.name, this.indexed, () => {}).then(({ db, created }) => {
+        this.watch(db);
+        this.db = db;
+        this.reopening = null;
+        if (created) this.onReset();
+        return db;
+      }, (error) => {
+        this.reopening = null;
+        throw error;
+      });
+      return this.reopening;
     }
     return this.db;
+  }
+
+  private reopening: Promise<IDBDatabase> | null = null;
+
+  /** One transaction; a connection the browser closed under it is opened again, once. */
+  private async run<T>(stores: string[], mode: IDBTransactionMode, body: (tx: IDBTransaction) => Promise<T>): Promise<T> {
+    const db = await this.connection();
+    try {
+      return await transaction(db, stores, mode, body);
+    } catch (error) {
+      if ((error as DOMException)?.name !== "InvalidStateError") throw error;
+      if (this.db === db) this.db = null;
+      return transaction(await this.connection(), stores, mode, body);
+    }
   }
 
   static withKeys(row: ShownRecord, indexed: string[]): ShownRecord {
@@ -168,11 +208,11 @@ export class LocalStore {
   // MARK: - Meta
 
   async meta<T>(key: string): Promise<T | undefined> {
-    return transaction(await this.connection(), ["meta"], "readonly", (tx) => request(tx.objectStore("meta").get(key)));
+    return this.run( ["meta"], "readonly", (tx) => request(tx.objectStore("meta").get(key)));
   }
 
   async setMeta(key: string, value: unknown): Promise<void> {
-    await transaction(await this.connection(), ["meta"], "readwrite", (tx) => request(tx.objectStore("meta").put(value, key)));
+    await this.run( ["meta"], "readwrite", (tx) => request(tx.objectStore("meta").put(value, key)));
   }
 
   private static async clock(tx: IDBTransaction): Promise<ClockState> {
@@ -188,7 +228,7 @@ export class LocalStore {
 
   /** Stamps the op with the device's clock, stores it in the outbox and shows it, in one transaction. */
   async enqueue(op: Op, node: string, now: number): Promise<Op> {
-    return transaction(await this.connection(), all, "readwrite", async (tx) => {
+    return this.run( all, "readwrite", async (tx) => {
       const clock = await LocalStore.clock(tx);
       const stamped: Op = { ...op, hlc: clock.next(now, node) };
       await LocalStore.saveClock(tx, clock);
@@ -239,12 +279,12 @@ export class LocalStore {
   // MARK: - Reads
 
   async record(collection: string, id: string): Promise<ShownRecord | undefined> {
-    return transaction(await this.connection(), ["records"], "readonly", (tx) => request(tx.objectStore("records").get([collection, id])));
+    return this.run( ["records"], "readonly", (tx) => request(tx.objectStore("records").get([collection, id])));
   }
 
   /** The collection's records, by id. */
   async records(collection: string): Promise<ShownRecord[]> {
-    return transaction(await this.connection(), ["records"], "readonly", async (tx) => {
+    return this.run( ["records"], "readonly", async (tx) => {
       const rows = (await request(tx.objectStore("records").index("collection").getAll(collection))) as ShownRecord[];
       return rows.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
     });
@@ -256,7 +296,7 @@ export class LocalStore {
    * range; the rest is filtered and ordered in memory by the same rules.
    */
   async query(collection: string, options: QueryOptions): Promise<ShownRecord[]> {
-    const rows = await transaction(await this.connection(), ["records"], "readonly", async (tx) => {
+    const rows = await this.run( ["records"], "readonly", async (tx) => {
       const records = tx.objectStore("records");
       const id = options.where?.id?.eq;
       if (typeof id === "string") {
@@ -290,7 +330,7 @@ export class LocalStore {
   }
 
   async status(): Promise<{ pending: number; oldest: number | null; setAside: number }> {
-    return transaction(await this.connection(), ["outbox"], "readonly", async (tx) => {
+    return this.run( ["outbox"], "readonly", async (tx) => {
       const index = tx.objectStore("outbox").index("state");
       let pending = 0;
       let oldest: number | null = null;
@@ -305,13 +345,13 @@ export class LocalStore {
   }
 
   async setAside(): Promise<OutboxEntry[]> {
-    return transaction(await this.connection(), ["outbox"], "readonly", async (tx) =>
+    return this.run( ["outbox"], "readonly", async (tx) =>
       ((await request(tx.objectStore("outbox").index("state").getAll("set_aside"))) as OutboxEntry[]).sort((a, b) => (a.seq ?? 0) - (b.seq ?? 0)));
   }
 
   /** Puts a set-aside op back in the queue (`retry`), or drops it; returns its record, or null when no such op is set aside. */
   async resolveSetAside(opID: string, retry: boolean): Promise<Key | null> {
-    return transaction(await this.connection(), all, "readwrite", async (tx) => {
+    return this.run( all, "readwrite", async (tx) => {
       const outbox = tx.objectStore("outbox");
       const entry = (await request(outbox.index("op_id").get(opID))) as OutboxEntry | undefined;
       if (!entry || entry.state !== "set_aside") return null;
@@ -326,7 +366,7 @@ export class LocalStore {
 
   /** The batch to send: one formed earlier and not yet answered, else a new one of the oldest pending ops. */
   async nextBatch(deviceID: string, maxOps: number, maxBytes: number, spaceID?: string): Promise<Batch | null> {
-    return transaction(await this.connection(), ["outbox", "batches"], "readwrite", async (tx) => {
+    return this.run( ["outbox", "batches"], "readwrite", async (tx) => {
       const batches = (await request(tx.objectStore("batches").getAll())) as Batch[];
       const open = batches.find((batch) => batch.job_id === null);
       if (open) return open;
@@ -354,7 +394,7 @@ export class LocalStore {
 
   /** The server took the batch as `jobID`. */
   async batchAccepted(batch: Batch, jobID: string): Promise<void> {
-    await transaction(await this.connection(), ["outbox", "batches"], "readwrite", async (tx) => {
+    await this.run( ["outbox", "batches"], "readwrite", async (tx) => {
       await request(tx.objectStore("batches").put({ ...batch, job_id: jobID }));
       const outbox = tx.objectStore("outbox");
       for (const entry of (await request(outbox.index("batch_id").getAll(batch.batch_id))) as OutboxEntry[]) {
@@ -365,7 +405,7 @@ export class LocalStore {
 
   /** The server refused the batch: op `index` (every op when null) is set aside with `reason`; the others go back to the queue. */
   async batchRefused(batch: Batch, index: number | null, reason: string): Promise<string[]> {
-    return transaction(await this.connection(), all, "readwrite", async (tx) => {
+    return this.run( all, "readwrite", async (tx) => {
       const aside = index !== null && index < batch.op_ids.length ? [batch.op_ids[index]] : batch.op_ids;
       const outbox = tx.objectStore("outbox");
       const entries = (await request(outbox.index("batch_id").getAll(batch.batch_id))) as OutboxEntry[];
@@ -381,7 +421,7 @@ export class LocalStore {
 
   /** Takes a batch apart without setting anything aside (to form smaller ones). */
   async batchDissolved(batch: Batch): Promise<void> {
-    await transaction(await this.connection(), ["outbox", "batches"], "readwrite", async (tx) => {
+    await this.run( ["outbox", "batches"], "readwrite", async (tx) => {
       const outbox = tx.objectStore("outbox");
       for (const entry of (await request(outbox.index("batch_id").getAll(batch.batch_id))) as OutboxEntry[]) {
         await request(outbox.put({ ...entry, state: "pending", batch_id: null }));
@@ -392,7 +432,7 @@ export class LocalStore {
 
   /** Jobs sent and not yet finished. */
   async sentJobs(): Promise<string[]> {
-    return transaction(await this.connection(), ["outbox"], "readonly", async (tx) => {
+    return this.run( ["outbox"], "readonly", async (tx) => {
       const entries = (await request(tx.objectStore("outbox").index("state").getAll("sent"))) as OutboxEntry[];
       return [...new Set(entries.map((entry) => entry.job_id).filter((job): job is string => !!job))];
     });
@@ -404,7 +444,7 @@ export class LocalStore {
    * Returns the ops that left, with their results.
    */
   async jobSucceeded(jobID: string, checkpoint: number, results: { op_id: string; status: string; reason?: string; current?: unknown }[]): Promise<typeof results> {
-    return transaction(await this.connection(), all, "readwrite", async (tx) => {
+    return this.run( all, "readwrite", async (tx) => {
       const outbox = tx.objectStore("outbox");
       const entries = (await request(outbox.index("job_id").getAll(jobID))) as OutboxEntry[];
       const byOp = new Map(entries.map((entry) => [entry.op_id, entry]));
@@ -428,7 +468,7 @@ export class LocalStore {
 
   /** A job was dead-lettered (or discarded): its ops are set aside. */
   async jobDead(jobID: string, reason: string): Promise<string[]> {
-    return transaction(await this.connection(), all, "readwrite", async (tx) => {
+    return this.run( all, "readwrite", async (tx) => {
       const outbox = tx.objectStore("outbox");
       const entries = ((await request(outbox.index("job_id").getAll(jobID))) as OutboxEntry[]).filter((entry) => entry.state === "sent");
       for (const entry of entries) await request(outbox.put({ ...entry, state: "set_aside", reason }));
@@ -441,7 +481,7 @@ export class LocalStore {
 
   /** The server no longer knows the job: its ops go back to the queue (applied ones answer `duplicate` next time). */
   async jobForgotten(jobID: string): Promise<void> {
-    await transaction(await this.connection(), ["outbox", "batches"], "readwrite", async (tx) => {
+    await this.run( ["outbox", "batches"], "readwrite", async (tx) => {
       const outbox = tx.objectStore("outbox");
       for (const entry of (await request(outbox.index("job_id").getAll(jobID))) as OutboxEntry[]) {
         if (entry.state === "sent") await request(outbox.put({ ...entry, state: "pending", job_id: null, batch_id: null }));
@@ -455,7 +495,7 @@ export class LocalStore {
 
   /** Starts a resync from the beginning, in a new generation; survives a reload midway. */
   async beginResync(): Promise<void> {
-    await transaction(await this.connection(), ["meta"], "readwrite", async (tx) => {
+    await this.run( ["meta"], "readwrite", async (tx) => {
       const meta = tx.objectStore("meta");
       const generation = ((await request(meta.get("generation"))) as number | undefined) ?? 0;
       await request(meta.put(generation + 1, "generation"));
@@ -466,7 +506,7 @@ export class LocalStore {
 
   /** Stores one page with its cursor; returns the records that changed on screen. */
   async applyPage(changes: RecordView[], cursor: string, hasMore: boolean): Promise<Key[]> {
-    return transaction(await this.connection(), all, "readwrite", async (tx) => {
+    return this.run( all, "readwrite", async (tx) => {
       const meta = tx.objectStore("meta");
       const generation = ((await request(meta.get("generation"))) as number | undefined) ?? 0;
       const clock = await LocalStore.clock(tx);
