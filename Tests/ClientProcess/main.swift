@@ -6,7 +6,8 @@ import SynclineClient
 /// `ClientProcess <gateway> <database> live <seconds>` runs the sync loop (with the stream of
 /// the fanout at `CLIENT_FANOUT`, when set) for that long. Typed: `save <id> <title> <minutes>`
 /// stores a `Recipe`, `update <id> title=<t>|minutes=<m>` changes one field of it, `recipes`
-/// prints them all (id, title, minutes per line, by title). The bearer token comes from `CLIENT_TOKEN`.
+/// prints them all (id, title, minutes per line, by title). The bearer token comes from `CLIENT_TOKEN`;
+/// `CLIENT_SPACE` names a shared space to sync instead of the personal one.
 let arguments = CommandLine.arguments
 guard arguments.count >= 4, let gateway = URL(string: arguments[1]),
       let token = ProcessInfo.processInfo.environment["CLIENT_TOKEN"]
@@ -15,8 +16,9 @@ else {
     exit(2)
 }
 let fanout = ProcessInfo.processInfo.environment["CLIENT_FANOUT"].flatMap(URL.init(string:))
+let space = ProcessInfo.processInfo.environment["CLIENT_SPACE"]
 let client = try SyncClient(ClientConfiguration(
-    gatewayURL: gateway, fanoutURL: fanout, databasePath: arguments[2], tokenProvider: { _ in token }, deviceName: "process",
+    gatewayURL: gateway, fanoutURL: fanout, databasePath: arguments[2], spaceID: space, tokenProvider: { _ in token }, deviceName: "process",
     pollInterval: fanout == nil ? nil : 5))
 switch arguments[3] {
 case "write":

@@ -1,5 +1,6 @@
 import Foundation
 import PQBridge
+import SyncModels
 import Testing
 
 /// SynclineWeb in headless Chromium (real IndexedDB, fetch and CORS; the page on another
@@ -372,6 +373,100 @@ struct WebClientTests {
             let devices = try await pool.query("SELECT count(*) AS n FROM devices WHERE user_id = $1", [user]).first?["n"]
             await pool.shutdown()
             #expect(devices == "1")
+        }
+    }
+
+    /// A web page, a Swift client in a process of its own and raw HTTP edit fields of one
+    /// record in a shared space, and all three end with the same record, field by field.
+    /// The space and the invitation come from the web client's spaces API.
+    @Test func webSwiftAndRawHTTPConvergeInASharedSpace() async throws {
+        let site = try await Self.serve()
+        defer { site.stop() }
+        try await Stack.with(workers: 1, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
+            let owner = "web-\(UUID().uuidString.prefix(6))", member = "swift-\(UUID().uuidString.prefix(6))"
+            let ownerToken = await E2E.token(owner), memberToken = await E2E.token(member)
+            let browser = try Browser()
+            defer { browser.quit() }
+            try browser.open("\(site.base)/index.html")
+            try browser.waitFor("window.syncline")
+            let invited = try browser.evaluate("""
+                (async () => {
+                  const personal = await syncline.createClient({gatewayURL: \(Browser.quoted(stack.client.base)), databaseName: 'personal',
+                    tokenProvider: async () => \(Browser.quoted(ownerToken)), pollInterval: null});
+                  const space = await personal.createSpace('Kitchen');
+                  const invitation = await personal.invite(space.spaceID, 'editor');
+                  window.client = await personal.clientFor(space.spaceID, 'kitchen');
+                  await client.upsert('recipes', 'r1', {title: 'Soup', minutes: 30});
+                  await client.sync(30);
+                  return JSON.stringify({space: space.spaceID, code: invitation.code});
+                })()
+                """) as? String
+            let details = try #require(try JSONSerialization.jsonObject(with: Data((invited ?? "").utf8)) as? [String: String])
+            let space = try #require(details["space"]), code = try #require(details["code"])
+            #expect(try await stack.client.request("POST", "/v1/invitations/\(code)/accept", token: memberToken).status == 200)
+
+            let directory = E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()
+            let database = "\(directory)/web-swift-\(UUID().uuidString.prefix(8)).sqlite"
+            func swift(_ command: String) -> Int32 {
+                E2E.shell("CLIENT_TOKEN=\(memberToken) CLIENT_SPACE=\(space) \(E2E.binaries)/ClientProcess \(stack.client.base) \(database) \(command) >/dev/null 2>&1")
+            }
+            #expect(swift("sync") == 0)
+            #expect(swift("update r1 minutes=45") == 0)  // the Swift client: minutes
+            let device = try await stack.client.registerDevice(ownerToken, name: "curl")
+            let raw = try await stack.client.json("POST", "/v1/sync/push", token: ownerToken, [  // raw HTTP: servings
+                "device_id": device, "space_id": space,
+                "ops": [["op_id": newOpID(), "type": "patch", "collection": "recipes", "id": "r1", "data": ["servings": 4]]],
+            ])
+            #expect(raw.status == 202)
+            _ = try browser.evaluate("client.patch('recipes', 'r1', {title: 'Stew'})")  // the web client: title
+            #expect(swift("sync") == 0)
+            let web = try browser.evaluate("""
+                (async () => {
+                  await client.sync(30);
+                  return syncline.canonicalJSON((await client.record('recipes', 'r1')).data);
+                })()
+                """) as? String
+            #expect(swift("sync") == 0)
+            let expected: [String: JSONValue] = ["title": "Stew", "minutes": 45, "servings": 4]
+            #expect(web == #"{"minutes":45,"servings":4,"title":"Stew"}"#)
+            #expect(try await ClientTests.server(stack, owner, "recipes", space: space)["r1"] == expected)
+            #expect(E2E.shell("CLIENT_TOKEN=\(memberToken) CLIENT_SPACE=\(space) \(E2E.binaries)/ClientProcess \(stack.client.base) \(database) recipes > \(database).out") == 0)
+            #expect(try String(contentsOfFile: "\(database).out", encoding: .utf8) == "r1 Stew 45\n")
+        }
+    }
+
+    /// A space deleted while a page holds an unsent edit in it: the page's client drops the
+    /// space's data, reports the lost edit and then the space gone, and takes no more writes.
+    @Test func aDeletedSpaceIsDroppedAndItsLostEditsReported() async throws {
+        let site = try await Self.serve()
+        defer { site.stop() }
+        try await Stack.with(workers: 1, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
+            let token = await E2E.token("web-\(UUID().uuidString.prefix(6))")
+            let browser = try Browser()
+            defer { browser.quit() }
+            try browser.open("\(site.base)/index.html")
+            try browser.waitFor("window.syncline")
+            let result = try browser.evaluate("""
+                (async () => {
+                  const personal = await syncline.createClient({gatewayURL: \(Browser.quoted(stack.client.base)), databaseName: 'personal',
+                    tokenProvider: async () => \(Browser.quoted(token)), pollInterval: null});
+                  const space = await personal.createSpace('Trip');
+                  const client = await personal.clientFor(space.spaceID, 'trip');
+                  const events = [];
+                  for (const name of ['editsLost', 'spaceGone']) client.events.addEventListener(name, (event) => events.push([name, event.detail.opIDs ?? []]));
+                  await client.upsert('items', 'kept', {title: 'synced'});
+                  await client.sync(30);
+                  const lost = await client.upsert('items', 'lost', {title: 'never sent'});
+                  await personal.deleteSpace(space.spaceID);
+                  let error = null;
+                  try { await client.sync(30); } catch (e) { error = e.name; }
+                  let refused = null;
+                  try { await client.upsert('items', 'x', {}); } catch (e) { refused = e.name; }
+                  return syncline.canonicalJSON({error, refused, records: (await client.records('items')).length,
+                    events: events.map(([name, ids]) => [name, ids.length === 1 && ids[0] === lost])});
+                })()
+                """) as? String
+            #expect(result == #"{"error":"SpaceGoneError","events":[["editsLost",true],["spaceGone",false]],"records":0,"refused":"SpaceGoneError"}"#)
         }
     }
 }

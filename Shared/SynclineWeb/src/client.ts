@@ -68,6 +68,22 @@ interface Observer {
   last: string | null;
 }
 
+/** The space is gone (deleted, or this user was removed): its local data went with it. */
+export class SpaceGoneError extends Error {
+  constructor() {
+    super("the space is gone: deleted, or you are no longer a member");
+    this.name = "SpaceGoneError";
+  }
+}
+
+/** A space the user belongs to. */
+export interface Space {
+  spaceID: string;
+  name: string;
+  role: "owner" | "editor" | "viewer";
+  personal: boolean;
+}
+
 /** A failure worth retrying after a pause (network, 429, 5xx, auth). */
 class Retry extends Error {
   constructor(message: string, readonly after?: number) {
@@ -186,6 +202,81 @@ export class SyncClient {
     this.wake?.();
   }
 
+  /** The space answered 404: its local data goes, the app hears which edits were lost, syncing ends. */
+  private async spaceGone(): Promise<never> {
+    const lost = await this.store.forgetSpace();
+    if (lost.length > 0) this.emit("editsLost", { spaceID: this.options.spaceID, opIDs: lost });
+    this.emit("spaceGone", { spaceID: this.options.spaceID });
+    this.changedAll();
+    throw new SpaceGoneError();
+  }
+
+  // MARK: - Spaces (online)
+
+  /** A JSON answer of status `expected`; any other status throws with the server's detail. */
+  private async call(method: string, path: string, expected: number, body?: unknown): Promise<any> {
+    const answer = await this.send(method, path, body === undefined ? undefined : JSON.stringify(body));
+    if (answer.status !== expected) throw new Error(`server answered ${answer.status}: ${answer.detail}`);
+    return answer.json;
+  }
+
+  private static space(view: any): Space {
+    return { spaceID: view.space_id, name: view.name, role: view.role, personal: view.personal };
+  }
+
+  /** The user's spaces, the personal one first. */
+  async spaces(): Promise<Space[]> {
+    return ((await this.call("GET", "/v1/spaces", 200)).items as any[]).map(SyncClient.space);
+  }
+
+  /** A new shared space, owned by this user. */
+  async createSpace(name: string): Promise<Space> {
+    return SyncClient.space(await this.call("POST", "/v1/spaces", 201, { name }));
+  }
+
+  /** A single-use invitation code to `spaceID` with `role` (owners only), valid `expiresIn` seconds. */
+  async invite(spaceID: string, role: "owner" | "editor" | "viewer", expiresIn?: number): Promise<{ invitationID: string; code: string; role: string; expiresAt: string }> {
+    const view = await this.call("POST", `/v1/spaces/${encodeURIComponent(spaceID)}/invitations`, 201, expiresIn === undefined ? { role } : { role, expires_in: expiresIn });
+    return { invitationID: view.invitation_id, code: view.code, role: view.role, expiresAt: view.expires_at };
+  }
+
+  async acceptInvitation(code: string): Promise<{ spaceID: string; role: string }> {
+    const joined = await this.call("POST", `/v1/invitations/${encodeURIComponent(code)}/accept`, 200);
+    return { spaceID: joined.space_id, role: joined.role };
+  }
+
+  async members(spaceID: string): Promise<{ userID: string; role: string; joinedAt: string }[]> {
+    return ((await this.call("GET", `/v1/spaces/${encodeURIComponent(spaceID)}/members`, 200)).items as any[])
+      .map((member) => ({ userID: member.user_id, role: member.role, joinedAt: member.joined_at }));
+  }
+
+  async setRole(role: "owner" | "editor" | "viewer", userID: string, spaceID: string): Promise<void> {
+    await this.call("PATCH", `/v1/spaces/${encodeURIComponent(spaceID)}/members/${encodeURIComponent(userID)}`, 200, { role });
+  }
+
+  /** Removes a member (this user's own id: leave the space). */
+  async removeMember(userID: string, spaceID: string): Promise<void> {
+    await this.call("DELETE", `/v1/spaces/${encodeURIComponent(spaceID)}/members/${encodeURIComponent(userID)}`, 204);
+  }
+
+  async deleteSpace(spaceID: string): Promise<void> {
+    await this.call("DELETE", `/v1/spaces/${encodeURIComponent(spaceID)}`, 204);
+  }
+
+  /**
+   * The client of another space (null: the personal one) with the same server, sign-in and
+   * device id — one browser is one device in every space — and its own database.
+   */
+  async clientFor(spaceID: string | null, databaseName: string): Promise<SyncClient> {
+    const options: ClientOptions = { ...this.options, databaseName };
+    if (spaceID) options.spaceID = spaceID;
+    else delete options.spaceID;
+    const client = await SyncClient.create(options);
+    const device = await this.registeredDevice();
+    if (!(await client.store.meta<string>("device_id"))) await client.store.setMeta("device_id", device);
+    return client;
+  }
+
   /** Tells this tab's listeners and every other tab's. */
   private emit(name: string, detail?: unknown): void {
     this.events.dispatchEvent(new CustomEvent(name, { detail }));
@@ -230,6 +321,7 @@ export class SyncClient {
    * `storageFull` event say so: never a silent loss.
    */
   private async write(fields: Omit<Op, "op_id">): Promise<string> {
+    if (await this.store.meta<boolean>("gone")) throw new SpaceGoneError();  // a space that is gone takes no more writes
     const op: Op = { op_id: crypto.randomUUID(), ...fields };
     if (op.if_version === undefined) delete op.if_version;
     let stored: Op;
@@ -497,6 +589,11 @@ export class SyncClient {
           if (poll !== null && !this.live) wait = poll;
         }
       } catch (error) {
+        if (error instanceof SpaceGoneError) {
+          this.running = false;
+          this.closeStream();
+          return;
+        }
         wait = backoff.next(error instanceof Retry ? error.after : undefined);
       }
       if (!this.running) return;
@@ -530,6 +627,7 @@ export class SyncClient {
   }
 
   private async pass(): Promise<boolean> {
+    if (await this.store.meta<boolean>("gone")) throw new SpaceGoneError();
     const device = await this.registeredDevice();
     if (this.leader) void this.openStream(device);
     await this.pushAll(device);
@@ -586,6 +684,10 @@ export class SyncClient {
         await this.store.batchAccepted(batch, answer.json.job_id);
       } else if (answer.status === 400 || answer.status === 422 || (answer.status === 403 && this.options.spaceID)) {
         await this.refused(batch, answer.status === 403 ? null : opIndex(answer.detail), withoutOpIndex(answer.detail));
+      } else if (answer.status === 404 && this.options.spaceID) {
+        // The space may be gone: the pull tells (a 404 there drops it).
+        await this.pullAll();
+        throw new Retry(`push answered 404: ${answer.detail}`);
       } else if (answer.status === 413 && batch.op_ids.length > 1) {
         this.maxBytes = halved(this.maxBytes);
         await this.store.batchDissolved(batch);
@@ -645,6 +747,7 @@ export class SyncClient {
         this.emit("resync");
         continue;
       }
+      if (answer.status === 404 && this.options.spaceID) await this.spaceGone();
       if (answer.status !== 200) {
         this.pullWanted = true;
         throw new Retry(`pull answered ${answer.status}: ${answer.detail}`, answer.retryAfter);

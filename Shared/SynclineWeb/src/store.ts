@@ -491,6 +491,23 @@ export class LocalStore {
     });
   }
 
+  /**
+   * The space went away (deleted, or this user is no longer a member): its records, outbox
+   * and cursor go with it; the device identity stays. Returns the ops the server never
+   * confirmed — edits that are lost.
+   */
+  async forgetSpace(): Promise<string[]> {
+    return this.run(all, "readwrite", async (tx) => {
+      const entries = (await request(tx.objectStore("outbox").getAll())) as OutboxEntry[];
+      const lost = entries.filter((entry) => unconfirmed.includes(entry.state)).sort((a, b) => (a.seq ?? 0) - (b.seq ?? 0)).map((entry) => entry.op_id);
+      for (const store of ["server", "records", "outbox", "batches"]) await request(tx.objectStore(store).clear());
+      const meta = tx.objectStore("meta");
+      for (const key of ["cursor", "resync", "generation"]) await request(meta.delete(key));
+      await request(meta.put(true, "gone"));
+      return lost;
+    });
+  }
+
   // MARK: - Pull
 
   /** Starts a resync from the beginning, in a new generation; survives a reload midway. */
