@@ -469,4 +469,53 @@ struct WebClientTests {
             #expect(result == #"{"error":"SpaceGoneError","events":[["editsLost",true],["spaceGone",false]],"records":0,"refused":"SpaceGoneError"}"#)
         }
     }
+
+    /// After a purge, a page whose cursor is older than the purge horizon gets 410, resyncs
+    /// into a new generation and keeps the edits it made meanwhile; a purged tombstone's
+    /// record is gone from it too.
+    @Test func afterAPurgeAnOfflinePageResyncsAndKeepsItsEdits() async throws {
+        let site = try await Self.serve()
+        defer { site.stop() }
+        try await Stack.with(workers: 1, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
+            let user = "web-\(UUID().uuidString.prefix(6))"
+            let token = await E2E.token(user)
+            let phone = try await stack.client.registerDevice(token, name: "phone")
+            for ops: [[String: Any]] in [
+                [["op_id": newOpID(), "type": "upsert", "collection": "todos", "id": "t1", "data": ["title": "one"]],
+                 ["op_id": newOpID(), "type": "upsert", "collection": "todos", "id": "t2", "data": ["title": "two"]]],
+            ] {
+                _ = try await stack.client.awaitJob(token, try #require(try await stack.client.push(token, device: phone, ops: ops).json["job_id"] as? String))
+            }
+            let browser = try Browser()
+            defer { browser.quit() }
+            try browser.open("\(site.base)/index.html")
+            try browser.waitFor("window.syncline")
+            let before = try browser.evaluate("""
+                (async () => {
+                  window.client = await syncline.createClient({gatewayURL: \(Browser.quoted(stack.client.base)), databaseName: 'resync',
+                    tokenProvider: async () => \(Browser.quoted(token)), pollInterval: null});
+                  window.resyncs = 0;
+                  client.events.addEventListener('resync', () => { window.resyncs += 1; });
+                  await client.sync(30);
+                  return (await client.records('todos')).map(r => r.id).join(',');
+                })()
+                """) as? String
+            #expect(before == "t1,t2")
+            let delete = try await stack.client.push(token, device: phone, ops: [["op_id": newOpID(), "type": "delete", "collection": "todos", "id": "t1"]])
+            _ = try await stack.client.awaitJob(token, try #require(delete.json["job_id"] as? String))
+            try await Task.sleep(for: .milliseconds(1_500))
+            #expect(E2E.shell("\(PurgeTests.shortRetention) \(E2E.binaries)/purge --once > /dev/null 2>&1") == 0)
+
+            let after = try browser.evaluate("""
+                (async () => {
+                  await client.patch('todos', 't2', {done: true});
+                  await client.upsert('todos', 't4', {title: 'offline'});
+                  await client.sync(30);
+                  return syncline.canonicalJSON({resyncs: window.resyncs, records: (await client.records('todos')).map(r => [r.id, r.data])});
+                })()
+                """) as? String
+            #expect(after == #"{"records":[["t2",{"done":true,"title":"two"}],["t4",{"title":"offline"}]],"resyncs":1}"#)
+            #expect(try await ClientTests.server(stack, user, "todos") == ["t2": ["title": "two", "done": true], "t4": ["title": "offline"]])
+        }
+    }
 }
