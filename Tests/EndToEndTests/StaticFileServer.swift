@@ -29,9 +29,10 @@ final class StaticFileServer: @unchecked Sendable {
 
     func write(_ name: String, _ text: String) throws {
         // Write then rename, so the server never serves half a file.
-        let temporary = "\(directory)/.\(name).tmp"
+        let target = URL(fileURLWithPath: "\(directory)/\(name)")
+        let temporary = target.deletingLastPathComponent().appendingPathComponent(".\(target.lastPathComponent).tmp").path
         try text.write(toFile: temporary, atomically: false, encoding: .utf8)
-        _ = rename(temporary, "\(directory)/\(name)")
+        _ = rename(temporary, target.path)
     }
 
     func stop() {

@@ -518,4 +518,53 @@ struct WebClientTests {
             #expect(try await ClientTests.server(stack, user, "todos") == ["t2": ["title": "two", "done": true], "t4": ["title": "offline"]])
         }
     }
+
+    /// The example shopping list, driven with real clicks and keys in two browsers — two
+    /// devices of one user: what one adds shows on the other, what the other ticks shows on
+    /// the first, and both end with the same list. Screenshots go to test-output.
+    @Test func theExampleAppSyncsBetweenTwoDevices() async throws {
+        let package = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Shared/SynclineWeb").path
+        #expect(E2E.shell("tsc -p \(package)") == 0)
+        let site = try await StaticFileServer()
+        defer { site.stop() }
+        for folder in ["dist", "example"] {
+            try FileManager.default.createDirectory(atPath: "\(site.directory)/\(folder)", withIntermediateDirectories: true)
+            for file in try FileManager.default.contentsOfDirectory(atPath: "\(package)/\(folder)") where file.hasSuffix(".js") || file.hasSuffix(".html") {
+                try site.write("\(folder)/\(file)", try String(contentsOfFile: "\(package)/\(folder)/\(file)", encoding: .utf8))
+            }
+        }
+        try await Stack.with(workers: 1, fanouts: 1, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
+            let token = await E2E.token("shopper-\(UUID().uuidString.prefix(6))")
+            let url = "\(site.base)/example/index.html?gateway=\(stack.client.base)&fanout=http://127.0.0.1:\(stack.fanouts[0].port)&token=\(token)"
+            let phone = try Browser(width: 420, height: 640), laptop = try Browser(width: 420, height: 640)
+            defer {
+                phone.quit()
+                laptop.quit()
+            }
+            for browser in [phone, laptop] {
+                try browser.open(url)
+                try browser.waitFor("window.shoppingList")
+            }
+            for item in ["milk", "eggs"] {
+                try phone.click("#name")
+                try phone.type(into: "#name", item)
+                try phone.click("#add-button")
+            }
+            let names = "[...document.querySelectorAll('#items .name')].map(e => e.textContent).join(',')"
+            try phone.waitFor("\(names) === 'eggs,milk'", within: 5)
+            try laptop.waitFor("\(names) === 'eggs,milk'", within: 10)
+            let milk = try #require(try laptop.evaluate("[...document.querySelectorAll('#items li')].find(li => li.querySelector('.name').textContent === 'milk').dataset.id") as? String)
+            try laptop.click("li[data-id='\(milk)'] input[type=checkbox]")
+            try phone.waitFor("document.querySelector(\"li[data-id='\(milk)']\").classList.contains('done')", within: 10)
+            try phone.waitFor("document.querySelector('#status').textContent.startsWith('up to date')", within: 10)
+            try laptop.waitFor("document.querySelector('#status').textContent.startsWith('up to date')", within: 10)
+            let shown = "[...document.querySelectorAll('#items li')].map(li => li.querySelector('.name').textContent + (li.classList.contains('done') ? ' ✓' : '')).join(', ')"
+            #expect(try phone.evaluate(shown) as? String == "eggs, milk ✓")
+            #expect(try laptop.evaluate(shown) as? String == "eggs, milk ✓")
+            let output = E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()
+            try phone.screenshot(to: "\(output)/web-example-phone.png")
+            try laptop.screenshot(to: "\(output)/web-example-laptop.png")
+        }
+    }
 }
