@@ -3,8 +3,8 @@ import { halved, maxOpsPerPush, maxPushBytes } from "./batching.js";
 import type { JSONObject } from "./json.js";
 import type { Op, OpType, RecordView } from "./op.js";
 import { canonicalJSON } from "./json.js";
-import type { QueryOptions, Where } from "./query.js";
-import { LocalStore, type Key, type OutboxEntry, type ShownRecord } from "./store.js";
+import { matches, type QueryOptions, type Where } from "./query.js";
+import { LocalStore, type Changed, type OutboxEntry, type ShownRecord } from "./store.js";
 
 export interface ClientOptions {
   gatewayURL: string;
@@ -65,7 +65,12 @@ export interface SetAsideOp {
 interface Observer {
   query: Query;
   callback: (records: LocalRecord[]) => void;
+  /** The result last called back with, and its ids. */
   last: string | null;
+  ids: Set<string>;
+  /** Whether a read of the result is under way, and whether another is wanted after it. */
+  reading: boolean;
+  again: boolean;
 }
 
 /** The space is gone (deleted, or this user was removed): its local data went with it. */
@@ -160,8 +165,8 @@ export class SyncClient {
   private async heard(message: any): Promise<void> {
     switch (message?.type) {
       case "changed":
-        this.deliverChanged(message.keys as Key[]);
-        this.wake?.();
+        this.deliverChanged(message.keys as Changed[]);
+        this.wakeUp();
         return;
       case "changedAll":
         for (const observer of this.observers) void this.deliver(observer);
@@ -199,7 +204,7 @@ export class SyncClient {
     this.lastError = "the browser deleted this device's database; starting over with a full pull";
     this.emit("storageReset", { databaseName: this.options.databaseName });
     this.changedAll();
-    this.wake?.();
+    this.wakeUp();
   }
 
   /** The space answered 404: its local data goes, the app hears which edits were lost, syncing ends. */
@@ -324,7 +329,7 @@ export class SyncClient {
     if (await this.store.meta<boolean>("gone")) throw new SpaceGoneError();  // a space that is gone takes no more writes
     const op: Op = { op_id: crypto.randomUUID(), ...fields };
     if (op.if_version === undefined) delete op.if_version;
-    let stored: Op;
+    let stored: { op: Op; row: ShownRecord | null };
     try {
       stored = await this.store.enqueue(op, await this.node(), Date.now());
     } catch (error) {
@@ -334,9 +339,9 @@ export class SyncClient {
       }
       throw error;
     }
-    this.changed([stored]);
-    this.wake?.();
-    return stored.op_id;
+    this.changed([{ collection: stored.op.collection, id: stored.op.id, row: stored.row }]);
+    this.wakeUp();
+    return stored.op.op_id;
   }
 
   /** The HLC node of this device's ops: chosen locally on first use, so writes work before the server was ever reached. */
@@ -382,29 +387,56 @@ export class SyncClient {
       ? { collection: target, ...(typeof idOrCallback === "string" ? { where: { id: { eq: idOrCallback } } } : {}) }
       : target;
     const callback = typeof idOrCallback === "string" ? maybeCallback! : idOrCallback;
-    const observer: Observer = { query, callback, last: null };
+    const observer: Observer = { query, callback, last: null, ids: new Set(), reading: false, again: false };
     this.observers.add(observer);
     void this.deliver(observer);
     return () => this.observers.delete(observer);
   }
 
+  /**
+   * Reads the observer's result again, after the write that asked for it (never on its
+   * path), once per burst of changes: a change during a read makes one more read after it.
+   */
   private async deliver(observer: Observer): Promise<void> {
-    const records = await this.query(observer.query.collection, observer.query);
-    const text = canonicalJSON(records as unknown as JSONObject[]);
-    if (!this.observers.has(observer) || text === observer.last) return;
-    observer.last = text;
-    observer.callback(records);
+    if (observer.reading) {
+      observer.again = true;
+      return;
+    }
+    observer.reading = true;
+    try {
+      do {
+        observer.again = false;
+        await new Promise((resolve) => setTimeout(resolve, 0));
+        const records = await this.query(observer.query.collection, observer.query);
+        const text = canonicalJSON(records as unknown as JSONObject[]);
+        if (!this.observers.has(observer) || text === observer.last) continue;
+        observer.last = text;
+        observer.ids = new Set(records.map((record) => record.id));
+        observer.callback(records);
+      } while (observer.again);
+    } finally {
+      observer.reading = false;
+    }
   }
 
   /** Records changed: this tab's observers of them read again, and so do other tabs' (whose leader also wakes). */
-  private changed(keys: Key[]): void {
-    this.deliverChanged(keys);
-    this.channel.postMessage({ type: "changed", keys: keys.map((key) => ({ collection: key.collection, id: key.id })) });
+  private changed(changes: Changed[]): void {
+    this.deliverChanged(changes);
+    // Small sets travel with what shows now; a large pull's keys alone.
+    const rows = changes.length <= 200;
+    this.channel.postMessage({ type: "changed", keys: changes.map((change) => ({ collection: change.collection, id: change.id, ...(rows && change.row !== undefined ? { row: change.row } : {}) })) });
   }
 
-  private deliverChanged(keys: Key[]): void {
+  /**
+   * Wakes the observers a change can concern: its record is in their result, or shows now
+   * and passes their filter (or what shows now is not known here).
+   */
+  private deliverChanged(changes: Changed[]): void {
     for (const observer of this.observers) {
-      if (keys.some((key) => key.collection === observer.query.collection)) void this.deliver(observer);
+      const relevant = changes.some((change) => change.collection === observer.query.collection && (
+        observer.last === null || observer.ids.has(change.id) || change.row === undefined
+        || (change.row !== null && matches(change.row.id, change.row.data, observer.query.where))));
+      if (relevant) void this.deliver(observer);
     }
   }
 
@@ -433,7 +465,7 @@ export class SyncClient {
     const key = await this.store.resolveSetAside(opID, true);
     if (!key) throw new Error(`no op ${opID} is set aside`);
     this.changed([key]);
-    this.wake?.();
+    this.wakeUp();
   }
 
   /** Gives up on a set-aside op; the record shows the server's state again. */
@@ -494,7 +526,7 @@ export class SyncClient {
     source.onerror = () => {
       this.closeStream();
       this.pullWanted = true;  // pokes may have been missed while it was down
-      this.wake?.();
+      this.wakeUp();
       if (!this.running || !this.leader) return;
       this.streamRetry = setTimeout(() => {
         this.streamRetry = null;
@@ -518,10 +550,10 @@ export class SyncClient {
       const cursor = await this.store.meta<string>("cursor");
       if (message.cursor !== undefined && (cursor === undefined || Number(message.cursor) > Number(cursor))) {
         this.pullWanted = true;
-        this.wake?.();
+        this.wakeUp();
       }
     } else if (message.type === "job") {
-      this.wake?.();
+      this.wakeUp();
     }
   }
 
@@ -529,7 +561,7 @@ export class SyncClient {
     this.running = false;
     this.abandonLock?.abort();
     this.abandonLock = null;
-    this.wake?.();
+    this.wakeUp();
     await this.loop;
     this.loop = null;
   }
@@ -574,11 +606,20 @@ export class SyncClient {
     }
   }
 
+  /** Asks the loop for another pass: now when it waits, else as soon as its pass ends (never lost). */
+  private wakeUp(): void {
+    if (this.wake) this.wake();
+    else this.wakeRequested = true;
+  }
+
+  private wakeRequested = false;
+
   private async runLoop(): Promise<void> {
     const backoff = new Backoff();
     const jobPolls = new Backoff(0.05, 1);
     while (this.running) {
       let wait: number | null = null;
+      let failed = false;
       try {
         const jobsInFlight = await this.exclusivePass();
         backoff.reset();
@@ -594,9 +635,13 @@ export class SyncClient {
           this.closeStream();
           return;
         }
+        failed = true;
         wait = backoff.next(error instanceof Retry ? error.after : undefined);
       }
       if (!this.running) return;
+      const woken = this.wakeRequested;
+      this.wakeRequested = false;
+      if (woken && !failed) continue;  // something happened during a good pass: another pass at once
       const timedOut = await new Promise<boolean>((resolve) => {
         const timer = wait === null ? null : setTimeout(() => resolve(true), wait * 1000);
         this.wake = () => {

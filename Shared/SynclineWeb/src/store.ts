@@ -72,6 +72,11 @@ export interface Key {
   id: string;
 }
 
+/** A record that changed, and what shows for it now (null: nothing; undefined: not known here). */
+export interface Changed extends Key {
+  row?: ShownRecord | null;
+}
+
 const all = ["meta", "server", "records", "outbox", "batches"];
 
 export class LocalStore {
@@ -208,11 +213,11 @@ export class LocalStore {
   // MARK: - Meta
 
   async meta<T>(key: string): Promise<T | undefined> {
-    return this.run( ["meta"], "readonly", (tx) => request(tx.objectStore("meta").get(key)));
+    return this.run(["meta"], "readonly", (tx) => request(tx.objectStore("meta").get(key)));
   }
 
   async setMeta(key: string, value: unknown): Promise<void> {
-    await this.run( ["meta"], "readwrite", (tx) => request(tx.objectStore("meta").put(value, key)));
+    await this.run(["meta"], "readwrite", (tx) => request(tx.objectStore("meta").put(value, key)));
   }
 
   private static async clock(tx: IDBTransaction): Promise<ClockState> {
@@ -227,7 +232,7 @@ export class LocalStore {
   // MARK: - Local writes
 
   /** Stamps the op with the device's clock, stores it in the outbox and shows it, in one transaction. */
-  async enqueue(op: Op, node: string, now: number): Promise<Op> {
+  async enqueue(op: Op, node: string, now: number): Promise<{ op: Op; row: ShownRecord | null }> {
     return this.run( all, "readwrite", async (tx) => {
       const clock = await LocalStore.clock(tx);
       const stamped: Op = { ...op, hlc: clock.next(now, node) };
@@ -238,32 +243,36 @@ export class LocalStore {
         state: "pending", batch_id: null, job_id: null, checkpoint: null, reason: null, created_at: now,
       };
       await request(tx.objectStore("outbox").add(entry));
-      await this.refresh(tx, stamped);
-      return stamped;
+      return { op: stamped, row: await this.refresh(tx, stamped) };
     });
   }
 
-  /** Recomputes what the device shows for a record. */
-  async refresh(tx: IDBTransaction, key: Key): Promise<void> {
-    const saved = (await request(tx.objectStore("server").get([key.collection, key.id]))) as { view: RecordView } | undefined;
-    const entries = ((await request(tx.objectStore("outbox").index("record").getAll([key.collection, key.id]))) as OutboxEntry[])
+  /**
+   * Recomputes what the device shows for a record and returns it (null: nothing shows).
+   * `known` passes what the caller already read: the server's record and the record's
+   * outbox entries.
+   */
+  async refresh(tx: IDBTransaction, key: Key, known?: { server: RecordView | null; entries: OutboxEntry[] }): Promise<ShownRecord | null> {
+    const server = known ? known.server
+      : ((await request(tx.objectStore("server").get([key.collection, key.id]))) as { view: RecordView } | undefined)?.view ?? null;
+    const entries = (known ? known.entries : ((await request(tx.objectStore("outbox").index("record").getAll([key.collection, key.id]))) as OutboxEntry[]))
       .sort((a, b) => (a.seq ?? 0) - (b.seq ?? 0));
     const records = tx.objectStore("records");
-    const server = saved?.view ?? null;
     const state = localMerge(entries.map((entry) => entry.op), server);
     if (!state || !state.hasData) {
       await request(records.delete([key.collection, key.id]));
-      return;
+      return null;
     }
     const pending = entries.some((entry) => unconfirmed.includes(entry.state));
     const aside = entries.find((entry) => entry.state === "set_aside");
     const visibility = state.publicVisibility;
-    const shown: ShownRecord = {
+    const shown = LocalStore.withKeys({
       collection: key.collection, id: key.id, data: state.visibleData ?? {}, version: server?.version ?? 0, pending,
       set_aside_reason: pending || !aside ? null : aside.reason ?? "refused", visibility, public_id: state.shownPublicID,
       can_fork: visibility !== "private" && state.visibility?.canFork === true, forked_from: state.fork?.publicID ?? null,
-    };
-    await request(records.put(LocalStore.withKeys(shown, this.indexed)));
+    }, this.indexed);
+    await request(records.put(shown));
+    return shown;
   }
 
   private async refreshOps(tx: IDBTransaction, entries: OutboxEntry[]): Promise<void> {
@@ -279,12 +288,12 @@ export class LocalStore {
   // MARK: - Reads
 
   async record(collection: string, id: string): Promise<ShownRecord | undefined> {
-    return this.run( ["records"], "readonly", (tx) => request(tx.objectStore("records").get([collection, id])));
+    return this.run(["records"], "readonly", (tx) => request(tx.objectStore("records").get([collection, id])));
   }
 
   /** The collection's records, by id. */
   async records(collection: string): Promise<ShownRecord[]> {
-    return this.run( ["records"], "readonly", async (tx) => {
+    return this.run(["records"], "readonly", async (tx) => {
       const rows = (await request(tx.objectStore("records").index("collection").getAll(collection))) as ShownRecord[];
       return rows.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
     });
@@ -296,7 +305,7 @@ export class LocalStore {
    * range; the rest is filtered and ordered in memory by the same rules.
    */
   async query(collection: string, options: QueryOptions): Promise<ShownRecord[]> {
-    const rows = await this.run( ["records"], "readonly", async (tx) => {
+    const rows = await this.run(["records"], "readonly", async (tx) => {
       const records = tx.objectStore("records");
       const id = options.where?.id?.eq;
       if (typeof id === "string") {
@@ -330,7 +339,7 @@ export class LocalStore {
   }
 
   async status(): Promise<{ pending: number; oldest: number | null; setAside: number }> {
-    return this.run( ["outbox"], "readonly", async (tx) => {
+    return this.run(["outbox"], "readonly", async (tx) => {
       const index = tx.objectStore("outbox").index("state");
       let pending = 0;
       let oldest: number | null = null;
@@ -345,7 +354,7 @@ export class LocalStore {
   }
 
   async setAside(): Promise<OutboxEntry[]> {
-    return this.run( ["outbox"], "readonly", async (tx) =>
+    return this.run(["outbox"], "readonly", async (tx) =>
       ((await request(tx.objectStore("outbox").index("state").getAll("set_aside"))) as OutboxEntry[]).sort((a, b) => (a.seq ?? 0) - (b.seq ?? 0)));
   }
 
@@ -366,7 +375,7 @@ export class LocalStore {
 
   /** The batch to send: one formed earlier and not yet answered, else a new one of the oldest pending ops. */
   async nextBatch(deviceID: string, maxOps: number, maxBytes: number, spaceID?: string): Promise<Batch | null> {
-    return this.run( ["outbox", "batches"], "readwrite", async (tx) => {
+    return this.run(["outbox", "batches"], "readwrite", async (tx) => {
       const batches = (await request(tx.objectStore("batches").getAll())) as Batch[];
       const open = batches.find((batch) => batch.job_id === null);
       if (open) return open;
@@ -394,7 +403,7 @@ export class LocalStore {
 
   /** The server took the batch as `jobID`. */
   async batchAccepted(batch: Batch, jobID: string): Promise<void> {
-    await this.run( ["outbox", "batches"], "readwrite", async (tx) => {
+    await this.run(["outbox", "batches"], "readwrite", async (tx) => {
       await request(tx.objectStore("batches").put({ ...batch, job_id: jobID }));
       const outbox = tx.objectStore("outbox");
       for (const entry of (await request(outbox.index("batch_id").getAll(batch.batch_id))) as OutboxEntry[]) {
@@ -421,7 +430,7 @@ export class LocalStore {
 
   /** Takes a batch apart without setting anything aside (to form smaller ones). */
   async batchDissolved(batch: Batch): Promise<void> {
-    await this.run( ["outbox", "batches"], "readwrite", async (tx) => {
+    await this.run(["outbox", "batches"], "readwrite", async (tx) => {
       const outbox = tx.objectStore("outbox");
       for (const entry of (await request(outbox.index("batch_id").getAll(batch.batch_id))) as OutboxEntry[]) {
         await request(outbox.put({ ...entry, state: "pending", batch_id: null }));
@@ -432,9 +441,11 @@ export class LocalStore {
 
   /** Jobs sent and not yet finished. */
   async sentJobs(): Promise<string[]> {
-    return this.run( ["outbox"], "readonly", async (tx) => {
-      const entries = (await request(tx.objectStore("outbox").index("state").getAll("sent"))) as OutboxEntry[];
-      return [...new Set(entries.map((entry) => entry.job_id).filter((job): job is string => !!job))];
+    // From the batches, not the outbox: a batch keeps its job until the job ends, and there
+    // are a handful of batches where there may be thousands of ops (this runs every poll).
+    return this.run(["batches"], "readonly", async (tx) => {
+      const batches = (await request(tx.objectStore("batches").getAll())) as Batch[];
+      return [...new Set(batches.map((batch) => batch.job_id).filter((job): job is string => !!job))];
     });
   }
 
@@ -481,7 +492,7 @@ export class LocalStore {
 
   /** The server no longer knows the job: its ops go back to the queue (applied ones answer `duplicate` next time). */
   async jobForgotten(jobID: string): Promise<void> {
-    await this.run( ["outbox", "batches"], "readwrite", async (tx) => {
+    await this.run(["outbox", "batches"], "readwrite", async (tx) => {
       const outbox = tx.objectStore("outbox");
       for (const entry of (await request(outbox.index("job_id").getAll(jobID))) as OutboxEntry[]) {
         if (entry.state === "sent") await request(outbox.put({ ...entry, state: "pending", job_id: null, batch_id: null }));
@@ -512,7 +523,7 @@ export class LocalStore {
 
   /** Starts a resync from the beginning, in a new generation; survives a reload midway. */
   async beginResync(): Promise<void> {
-    await this.run( ["meta"], "readwrite", async (tx) => {
+    await this.run(["meta"], "readwrite", async (tx) => {
       const meta = tx.objectStore("meta");
       const generation = ((await request(meta.get("generation"))) as number | undefined) ?? 0;
       await request(meta.put(generation + 1, "generation"));
@@ -522,7 +533,7 @@ export class LocalStore {
   }
 
   /** Stores one page with its cursor; returns the records that changed on screen. */
-  async applyPage(changes: RecordView[], cursor: string, hasMore: boolean): Promise<Key[]> {
+  async applyPage(changes: RecordView[], cursor: string, hasMore: boolean): Promise<Changed[]> {
     return this.run( all, "readwrite", async (tx) => {
       const meta = tx.objectStore("meta");
       const generation = ((await request(meta.get("generation"))) as number | undefined) ?? 0;
@@ -552,8 +563,20 @@ export class LocalStore {
         }
         await request(meta.delete("resync"));
       }
-      for (const key of touched.values()) await this.refresh(tx, key);
-      return [...touched.values()];
+      // The records with local edits, read once: every other pulled record shows as pulled.
+      const edited = new Map<string, OutboxEntry[]>();
+      for (const entry of (await request(outbox.getAll())) as OutboxEntry[]) {
+        const name = JSON.stringify([entry.collection, entry.id]);
+        edited.set(name, [...(edited.get(name) ?? []), entry]);
+      }
+      const pulled = new Map(changes.map((change) => [JSON.stringify([change.collection, change.id]), change]));
+      const result: Changed[] = [];
+      for (const [name, key] of touched) {
+        const change = pulled.get(name);
+        const row = change ? await this.refresh(tx, key, { server: change, entries: edited.get(name) ?? [] }) : await this.refresh(tx, key);
+        result.push({ ...key, row });
+      }
+      return result;
     });
   }
 }

@@ -1,0 +1,106 @@
+// SynclineWeb's benchmark, run in a browser by scripts/bench-web against a running stack:
+// bench.html?gateway=…&fanout=…&token=…&records=100000&ops=10000. Results go to the page
+// and to window.benchResult (lines of text), or window.benchError.
+import { createClient } from "../dist/index.js";
+
+const params = new URLSearchParams(location.search);
+const gateway = params.get("gateway"), fanout = params.get("fanout"), token = params.get("token");
+const records = Number(params.get("records") ?? 100000), ops = Number(params.get("ops") ?? 10000);
+const run = Math.random().toString(36).slice(2, 8);
+const lines = [];
+const say = (line) => { lines.push(line); document.querySelector("#log").textContent += line + "\n"; };
+const ms = (seconds) => (seconds * 1000).toFixed(2);
+const percentile = (values, p) => { const sorted = [...values].sort((a, b) => a - b); return sorted[Math.min(sorted.length - 1, Math.ceil(sorted.length * p) - 1)]; };
+const figures = (values) => `p50 ${ms(percentile(values, 0.5))} ms, p99 ${ms(percentile(values, 0.99))} ms (n=${values.length})`;
+const now = () => performance.now() / 1000;
+const sleep = (seconds) => new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+
+async function api(method, path, body, headers = {}) {
+  for (;;) {
+    const response = await fetch(gateway + path, { method, body: body && JSON.stringify(body),
+      headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json", ...headers } });
+    if (response.status === 429) { await sleep(Number(response.headers.get("Retry-After") ?? 1)); continue; }
+    return { status: response.status, json: await response.json().catch(() => null) };
+  }
+}
+
+const options = (name, extra = {}) => ({ gatewayURL: gateway, fanoutURL: fanout, tokenProvider: async () => token,
+  databaseName: `bench-${run}-${name}`, pollInterval: null, ...extra });
+const item = (n) => ({ name: `item ${n}`, category: n % 50, n });
+
+async function main() {
+  let started;
+  say(`SynclineWeb benchmark: ${records} records on the server, ${ops} offline ops; ${navigator.userAgent.match(/Chrome\/[\d.]+/)?.[0] ?? "a browser"}`);
+
+  // Offline ops drained (first, while the user has nothing else: the pull back is of them alone).
+  const writer = await createClient(options("writer"));
+  const local = [];
+  for (let n = 0; n < ops; n++) { started = now(); await writer.upsert("drain", `d${n}`, item(n)); local.push(now() - started); }
+  say(`${ops} local writes while offline: ${figures(local)}`);
+  started = now();
+  await writer.sync(600);
+  const drained = now() - started;
+  say(`drain: ${ops} ops pushed, applied and pulled back in ${drained.toFixed(2)} s (${Math.round(ops / drained)} ops/s)`);
+
+  // The server's records, pushed by another device of the user, 500 per push.
+  const device = (await api("POST", "/v1/devices", { name: "filler", platform: "bench" })).json.device_id;
+  let lastJob = null;
+  for (let start = 0; start < records; start += 500) {
+    const batch = [];
+    for (let n = start; n < Math.min(records, start + 500); n++) batch.push({ op_id: crypto.randomUUID(), type: "upsert", collection: "items", id: `r${n}`, data: item(n) });
+    lastJob = (await api("POST", "/v1/sync/push", { device_id: device, ops: batch }, { "Idempotency-Key": crypto.randomUUID() })).json.job_id;
+  }
+  while ((await api("GET", `/v1/sync/jobs/${lastJob}`)).json.status !== "succeeded") await sleep(0.2);
+
+  // Initial sync into an empty IndexedDB.
+  const reader = await createClient(options("reader", { indexes: ["category"] }));
+  started = now();
+  await reader.sync(600);
+  const synced = now() - started;
+  const count = await reader.count("items");
+  say(`initial sync: ${count} records into IndexedDB in ${synced.toFixed(2)} s (${Math.round(count / synced)} records/s)`);
+
+  // One indexed query over all of them.
+  const query = { where: { category: { eq: 7 } }, orderBy: ["n"], limit: 20 };
+  const queries = [];
+  for (let i = 0; i < 100; i++) { started = now(); await reader.query("items", query); queries.push(now() - started); }
+  say(`indexed query (category == 7 by n, limit 20) over ${count}: ${figures(queries)}`);
+
+  // Local writes, with no observer and with 10 observed queries.
+  for (const observed of [0, 10]) {
+    const stops = [];
+    for (let k = 0; k < observed; k++) stops.push(reader.observe({ collection: "items", where: { category: { eq: k } }, orderBy: ["n"], limit: 50 }, () => {}));
+    await sleep(0.5);
+    const writes = [];
+    for (let i = 0; i < 500; i++) {
+      const n = Math.floor(Math.random() * records);
+      started = now();
+      await reader.upsert("items", `r${n}`, item(n + i));
+      writes.push(now() - started);
+    }
+    stops.forEach((stop) => stop());
+    say(`local write over ${count} records, ${observed} observed queries: ${figures(writes)}`);
+  }
+
+  // A change on the server → the observe callback of another device's page, over the stream.
+  const live = await createClient(options("live"));
+  let seen = -1;
+  live.observe({ collection: "live", where: { id: { eq: "x" } } }, (found) => { seen = found[0]?.data.n ?? -1; });
+  live.start();
+  for (let i = 0; i < 100 && !(await live.status()).live; i++) await sleep(0.1);
+  const latencies = [];
+  for (let round = 0; round <= 100; round++) {  // round 0 warms up the stream and is left out
+    await sleep(0.1);  // under the push rate limit: a 429's wait is not the stream's latency
+    started = now();
+    await api("POST", "/v1/sync/push", { device_id: device, ops: [{ op_id: crypto.randomUUID(), type: "upsert", collection: "live", id: "x", data: { n: round } }] },
+      { "Idempotency-Key": crypto.randomUUID() });
+    const pushed = now() - started;
+    while (seen !== round) await sleep(0.002);
+    if (round > 0) latencies.push(now() - started);
+    if (params.has("debug") && now() - started > 0.2) say(`  slow round ${round}: push answered after ${ms(pushed)} ms, shown after ${ms(now() - started)} ms, live ${(await live.status()).live}`);
+  }
+  await live.stop();
+  say(`remote change (push on another device) → observe callback here, over the stream: ${figures(latencies)}`);
+}
+
+main().then(() => { window.benchResult = lines.join("\n"); }, (error) => { window.benchError = String(error?.stack ?? error); });
