@@ -28,14 +28,36 @@ struct WebClientTests {
         return server
     }
 
+    /// What a browser test works with: the stack (letting the page's origin call it), a
+    /// browser on the page, the page's server, and a fresh user with a token.
+    struct Page {
+        let stack: Stack
+        let browser: Browser
+        let tab: Browser.Tab
+        let site: StaticFileServer
+        let user: String
+        let token: String
+    }
+
+    static func withPage(fanouts: Int = 0, _ body: (Page) async throws -> Void) async throws {
+        let site = try await serve()
+        defer { site.stop() }
+        try await Stack.with(workers: 1, fanouts: fanouts, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
+            let user = "web-\(UUID().uuidString.prefix(6))"
+            let token = await E2E.token(user)
+            let browser = try Browser()
+            defer { browser.quit() }
+            let tab = try browser.open("\(site.base)/index.html")
+            try browser.waitFor("window.syncline")
+            try await body(Page(stack: stack, browser: browser, tab: tab, site: site, user: user, token: token))
+        }
+    }
+
     /// With the gateway down, a page writes, is reloaded, and still shows its edits; once
     /// the gateway is back they are applied once and the server holds what the page shows.
     @Test func offlineEditsSurviveAReloadAndAreAppliedOnce() async throws {
-        let site = try await Self.serve()
-        defer { site.stop() }
-        try await Stack.with(workers: 1, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
-            let user = "web-\(UUID().uuidString.prefix(6))"
-            let token = await E2E.token(user)
+        try await Self.withPage { page in
+            let (stack, browser, user, token) = (page.stack, page.browser, page.user, page.token)
             let database = "syncline-\(UUID().uuidString.prefix(8))"
             let options = """
                 {gatewayURL: \(Browser.quoted(stack.client.base)), databaseName: \(Browser.quoted(database)),
@@ -43,10 +65,6 @@ struct WebClientTests {
                 """
             stack.gateway.stop(within: 1)
 
-            let browser = try Browser()
-            defer { browser.quit() }
-            try browser.open("\(site.base)/index.html")
-            try browser.waitFor("window.syncline")
             let written = try browser.evaluate("""
                 (async () => {
                   const client = await syncline.createClient(\(options));
@@ -105,21 +123,14 @@ struct WebClientTests {
     /// The page is closed after a push left and before its answer came. Reopened, it sends
     /// the same batch under the same key, and the ops are applied once.
     @Test func aPushWhoseAnswerWasLostIsSentAgainUnderItsKey() async throws {
-        let site = try await Self.serve()
-        defer { site.stop() }
-        try await Stack.with(workers: 1, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
-            let user = "web-\(UUID().uuidString.prefix(6))"
-            let token = await E2E.token(user)
+        try await Self.withPage { page in
+            let (stack, browser, user, token) = (page.stack, page.browser, page.user, page.token)
             let proxy = try SwallowingProxy(target: stack.client.base)
             defer { proxy.close() }
             let options = """
                 {gatewayURL: 'http://127.0.0.1:\(proxy.port)', databaseName: 'syncline-\(UUID().uuidString.prefix(8))',
                  tokenProvider: async () => \(Browser.quoted(token)), pollInterval: null}
                 """
-            let browser = try Browser()
-            defer { browser.quit() }
-            try browser.open("\(site.base)/index.html")
-            try browser.waitFor("window.syncline")
             _ = try browser.evaluate("""
                 (async () => {
                   const client = await syncline.createClient(\(options));
@@ -154,15 +165,8 @@ struct WebClientTests {
     /// An op the server refuses is set aside with its reason while the others sync; `retry`
     /// sends it again (refused again), `drop` lets it go.
     @Test func aRefusedOpIsSetAsideWhileTheOthersSync() async throws {
-        let site = try await Self.serve()
-        defer { site.stop() }
-        try await Stack.with(workers: 1, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
-            let user = "web-\(UUID().uuidString.prefix(6))"
-            let token = await E2E.token(user)
-            let browser = try Browser()
-            defer { browser.quit() }
-            try browser.open("\(site.base)/index.html")
-            try browser.waitFor("window.syncline")
+        try await Self.withPage { page in
+            let (stack, browser, user, token) = (page.stack, page.browser, page.user, page.token)
             let result = try browser.evaluate("""
                 (async () => {
                   const client = await syncline.createClient({gatewayURL: \(Browser.quoted(stack.client.base)),
@@ -194,11 +198,8 @@ struct WebClientTests {
     /// Two tabs of one origin share the store: only one syncs, a write in either shows in
     /// the other, and when the syncing tab closes the other takes over and syncs.
     @Test func twoTabsShareOneStoreAndOneSync() async throws {
-        let site = try await Self.serve()
-        defer { site.stop() }
-        try await Stack.with(workers: 1, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
-            let user = "web-\(UUID().uuidString.prefix(6))"
-            let token = await E2E.token(user)
+        try await Self.withPage { page in
+            let (stack, browser, user, token, first, site) = (page.stack, page.browser, page.user, page.token, page.tab, page.site)
             let start = """
                 (async () => {
                   window.client = await syncline.createClient({gatewayURL: \(Browser.quoted(stack.client.base)),
@@ -209,10 +210,6 @@ struct WebClientTests {
                   return true;
                 })()
                 """
-            let browser = try Browser()
-            defer { browser.quit() }
-            let first = try browser.open("\(site.base)/index.html")
-            try browser.waitFor("window.syncline")
             _ = try browser.evaluate(start)
             try browser.waitFor("client.status().then(s => window.leads = s.leader) && window.leads", within: 5)
             let second = try browser.open("\(site.base)/index.html")
@@ -248,15 +245,8 @@ struct WebClientTests {
     /// With the live stream, another device's change reaches the page's observer without
     /// polling.
     @Test func anotherDevicesChangeArrivesThroughTheStream() async throws {
-        let site = try await Self.serve()
-        defer { site.stop() }
-        try await Stack.with(workers: 1, fanouts: 1, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
-            let user = "web-\(UUID().uuidString.prefix(6))"
-            let token = await E2E.token(user)
-            let browser = try Browser()
-            defer { browser.quit() }
-            try browser.open("\(site.base)/index.html")
-            try browser.waitFor("window.syncline")
+        try await Self.withPage(fanouts: 1) { page in
+            let (stack, browser, token) = (page.stack, page.browser, page.token)
             _ = try browser.evaluate("""
                 (async () => {
                   window.client = await syncline.createClient({gatewayURL: \(Browser.quoted(stack.client.base)),
@@ -335,15 +325,8 @@ struct WebClientTests {
     /// says so on `events`, keeps the device's identity, pulls everything back, and goes on
     /// taking and syncing writes.
     @Test func aDatabaseDeletedFromOutsideIsRecoveredAndReported() async throws {
-        let site = try await Self.serve()
-        defer { site.stop() }
-        try await Stack.with(workers: 1, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
-            let user = "web-\(UUID().uuidString.prefix(6))"
-            let token = await E2E.token(user)
-            let browser = try Browser()
-            defer { browser.quit() }
-            try browser.open("\(site.base)/index.html")
-            try browser.waitFor("window.syncline")
+        try await Self.withPage { page in
+            let (stack, browser, user, token, site) = (page.stack, page.browser, page.user, page.token, page.site)
             let device = try browser.evaluate("""
                 (async () => {
                   window.client = await syncline.createClient({gatewayURL: \(Browser.quoted(stack.client.base)),
@@ -380,15 +363,11 @@ struct WebClientTests {
     /// record in a shared space, and all three end with the same record, field by field.
     /// The space and the invitation come from the web client's spaces API.
     @Test func webSwiftAndRawHTTPConvergeInASharedSpace() async throws {
-        let site = try await Self.serve()
-        defer { site.stop() }
-        try await Stack.with(workers: 1, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
-            let owner = "web-\(UUID().uuidString.prefix(6))", member = "swift-\(UUID().uuidString.prefix(6))"
-            let ownerToken = await E2E.token(owner), memberToken = await E2E.token(member)
-            let browser = try Browser()
-            defer { browser.quit() }
-            try browser.open("\(site.base)/index.html")
-            try browser.waitFor("window.syncline")
+        try await Self.withPage { page in
+            let (stack, browser) = (page.stack, page.browser)
+            let (owner, ownerToken) = (page.user, page.token)
+            let member = "swift-\(UUID().uuidString.prefix(6))"
+            let memberToken = await E2E.token(member)
             let invited = try browser.evaluate("""
                 (async () => {
                   const personal = await syncline.createClient({gatewayURL: \(Browser.quoted(stack.client.base)), databaseName: 'personal',
@@ -438,14 +417,8 @@ struct WebClientTests {
     /// A space deleted while a page holds an unsent edit in it: the page's client drops the
     /// space's data, reports the lost edit and then the space gone, and takes no more writes.
     @Test func aDeletedSpaceIsDroppedAndItsLostEditsReported() async throws {
-        let site = try await Self.serve()
-        defer { site.stop() }
-        try await Stack.with(workers: 1, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
-            let token = await E2E.token("web-\(UUID().uuidString.prefix(6))")
-            let browser = try Browser()
-            defer { browser.quit() }
-            try browser.open("\(site.base)/index.html")
-            try browser.waitFor("window.syncline")
+        try await Self.withPage { page in
+            let (stack, browser, token) = (page.stack, page.browser, page.token)
             let result = try browser.evaluate("""
                 (async () => {
                   const personal = await syncline.createClient({gatewayURL: \(Browser.quoted(stack.client.base)), databaseName: 'personal',
@@ -474,11 +447,8 @@ struct WebClientTests {
     /// into a new generation and keeps the edits it made meanwhile; a purged tombstone's
     /// record is gone from it too.
     @Test func afterAPurgeAnOfflinePageResyncsAndKeepsItsEdits() async throws {
-        let site = try await Self.serve()
-        defer { site.stop() }
-        try await Stack.with(workers: 1, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
-            let user = "web-\(UUID().uuidString.prefix(6))"
-            let token = await E2E.token(user)
+        try await Self.withPage { page in
+            let (stack, browser, user, token) = (page.stack, page.browser, page.user, page.token)
             let phone = try await stack.client.registerDevice(token, name: "phone")
             for ops: [[String: Any]] in [
                 [["op_id": newOpID(), "type": "upsert", "collection": "todos", "id": "t1", "data": ["title": "one"]],
@@ -486,10 +456,6 @@ struct WebClientTests {
             ] {
                 _ = try await stack.client.awaitJob(token, try #require(try await stack.client.push(token, device: phone, ops: ops).json["job_id"] as? String))
             }
-            let browser = try Browser()
-            defer { browser.quit() }
-            try browser.open("\(site.base)/index.html")
-            try browser.waitFor("window.syncline")
             let before = try browser.evaluate("""
                 (async () => {
                   window.client = await syncline.createClient({gatewayURL: \(Browser.quoted(stack.client.base)), databaseName: 'resync',
