@@ -285,7 +285,7 @@ struct WebClientTests {
               const value = () => [null, undefined, true, false, random(6), random(12) / 2, '', 'a', 'ab', 'b', 'B', 'c'][random(12)];
               const options = (indexes) => ({gatewayURL: 'http://127.0.0.1:9', databaseName: 'queries',
                 tokenProvider: async () => 'unused', pollInterval: null, indexes});
-              let client = await syncline.createClient(options(['minutes', 'title']));
+              let client = await syncline.createClient(options(['minutes', 'title', ['category', 'minutes']]));
               for (let n = 0; n < 300; n++) {
                 const data = {};
                 for (const field of ['minutes', 'title', 'category']) { const v = value(); if (v !== undefined) data[field] = v; }
@@ -295,26 +295,27 @@ struct WebClientTests {
               const check = async (label) => {
                 const all = await client.records('items');
                 const failures = [];
-                for (let round = 0; round < 150; round++) {
+                for (let round = 0; round < 250; round++) {
                   const where = {};
                   for (let c = 0; c <= random(2); c++) {
                     const field = ['minutes', 'title', 'category'][random(3)];
-                    const kind = ['eq', 'gt', 'gte', 'lt', 'lte', 'in', 'isNull'][random(7)];
+                    const kind = ['eq', 'eq', 'gt', 'gte', 'lt', 'lte', 'in', 'isNull'][random(8)];
                     const v = value() ?? 1;
                     where[field] = kind === 'in' ? {in: [value() ?? null, value() ?? 2]} : kind === 'isNull' ? {isNull: random(2) === 0} : {[kind]: v};
                   }
-                  const options = {where, orderBy: random(2) ? ['-minutes'] : ['title'], limit: random(3) ? undefined : 10};
+                  const orders = [['-minutes'], ['title'], ['minutes'], ['minutes', '-title'], ['-title'], ['title', 'minutes']];
+                  const options = {where, orderBy: orders[random(orders.length)], limit: random(3) ? undefined : 1 + random(12), offset: random(4) ? 0 : random(5)};
                   const got = (await client.query('items', options)).map(r => r.id).join(',');
                   const want = syncline.ordered(all.filter(r => syncline.matches(r.id, r.data, where)), options).map(r => r.id).join(',');
                   if (got !== want) failures.push(label + ' ' + JSON.stringify(where) + ': ' + got + ' ≠ ' + want);
                 }
                 return failures;
               };
-              const first = await check('indexes minutes, title');
+              const first = await check('indexes minutes, title, category+minutes');
               await client.stop();
               client.close();
-              client = await syncline.createClient(options(['category']));
-              const second = await check('index category');
+              client = await syncline.createClient(options(['category', ['category', 'title']]));
+              const second = await check('indexes category, category+title');
               return JSON.stringify([...first, ...second].slice(0, 5));
             })()
             """) as? String

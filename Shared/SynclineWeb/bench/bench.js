@@ -53,7 +53,7 @@ async function main() {
   while ((await api("GET", `/v1/sync/jobs/${lastJob}`)).json.status !== "succeeded") await sleep(0.2);
 
   // Initial sync into an empty IndexedDB.
-  const reader = await createClient(options("reader", { indexes: ["category"] }));
+  const reader = await createClient(options("reader", { indexes: ["category", ["category", "n"]] }));
   started = now();
   await reader.sync(600);
   const synced = now() - started;

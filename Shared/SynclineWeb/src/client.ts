@@ -19,8 +19,12 @@ export interface ClientOptions {
   /** Pull this often, in seconds, while no stream is live (absent: 30; null: never poll). */
   pollInterval?: number | null;
   deviceName?: string;
-  /** Record fields to index (in every collection), for the queries the app runs often. */
-  indexes?: string[];
+  /**
+   * Indexes for the queries the app runs often (in every collection): a field, or fields in
+   * order — `["category", "minutes"]` serves `where: {category: {eq}}` ordered by `minutes`
+   * with a limit, reading no more than the limit.
+   */
+  indexes?: (string | string[])[];
 }
 
 /** A query: `observe(query, callback)`. */
@@ -291,7 +295,8 @@ export class SyncClient {
   static async create(options: ClientOptions): Promise<SyncClient> {
     // Asks the browser not to evict this site's data under storage pressure (it may say no).
     void globalThis.navigator?.storage?.persist?.().catch(() => false);
-    return new SyncClient(options, await LocalStore.open(options.databaseName, options.indexes ?? []));
+    const indexes = (options.indexes ?? []).map((index) => (typeof index === "string" ? [index] : index));
+    return new SyncClient(options, await LocalStore.open(options.databaseName, indexes));
   }
 
   // MARK: - Writes

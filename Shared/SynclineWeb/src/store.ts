@@ -84,7 +84,11 @@ export class LocalStore {
   /** Called when the database had to be created anew while in use: deleted or evicted from outside. */
   onReset: () => void = () => {};
 
-  private constructor(db: IDBDatabase, readonly name: string, readonly indexed: string[]) {
+  /** Every field some declared index covers: each shown record carries their sort keys. */
+  private readonly keyed: string[];
+
+  private constructor(db: IDBDatabase, readonly name: string, readonly indexed: string[][]) {
+    this.keyed = LocalStore.keyedFields(indexed);
     this.db = db;
     this.watch(db);
   }
@@ -95,15 +99,15 @@ export class LocalStore {
    * there. Changing the indexes is a version upgrade; other tabs close their connection
    * when one starts (and open it again on their next step), so it never waits on them.
    */
-  static async open(name: string, indexed: string[] = [], onBlocked: () => void = () => {}): Promise<LocalStore> {
+  static async open(name: string, indexed: string[][] = [], onBlocked: () => void = () => {}): Promise<LocalStore> {
     return new LocalStore((await LocalStore.ready(name, indexed, onBlocked)).db, name, indexed);
   }
 
   /** The database with the declared indexes, and whether it had to be created. */
-  private static async ready(name: string, indexed: string[], onBlocked: () => void): Promise<{ db: IDBDatabase; created: boolean }> {
+  private static async ready(name: string, indexed: string[][], onBlocked: () => void): Promise<{ db: IDBDatabase; created: boolean }> {
     let created = false;
     let db = await LocalStore.connect(name, undefined, indexed, onBlocked, () => { created = true; });
-    const wanted = new Set(indexed.map((field) => indexPrefix + field));
+    const wanted = new Set(indexed.map(LocalStore.indexName));
     const present = new Set(Array.from(db.transaction("records").objectStore("records").indexNames).filter((index) => index.startsWith(indexPrefix)));
     if (wanted.size !== present.size || [...wanted].some((index) => !present.has(index))) {
       const next = db.version + 1;
@@ -113,7 +117,7 @@ export class LocalStore {
     return { db, created };
   }
 
-  private static connect(name: string, version: number | undefined, indexed: string[], onBlocked: () => void, onCreate: () => void): Promise<IDBDatabase> {
+  private static connect(name: string, version: number | undefined, indexed: string[][], onBlocked: () => void, onCreate: () => void): Promise<IDBDatabase> {
     const open = indexedDB.open(name, version);
     open.onupgradeneeded = (event) => {
       const db = open.result;
@@ -134,16 +138,17 @@ export class LocalStore {
       if (version === undefined) return;
       const records = tx.objectStore("records");
       for (const index of Array.from(records.indexNames)) {
-        if (index.startsWith(indexPrefix) && !indexed.includes(index.slice(indexPrefix.length))) records.deleteIndex(index);
+        if (index.startsWith(indexPrefix) && !indexed.some((fields) => LocalStore.indexName(fields) === index)) records.deleteIndex(index);
       }
-      for (const field of indexed) {
-        if (!records.indexNames.contains(indexPrefix + field)) records.createIndex(indexPrefix + field, ["collection", `ix.${indexProperty(field)}`]);
+      for (const fields of indexed) {
+        const name = LocalStore.indexName(fields);
+        if (!records.indexNames.contains(name)) records.createIndex(name, ["collection", ...fields.map((field) => `ix.${indexProperty(field)}`)]);
       }
       // Rows written before an index was declared get its keys now.
       records.openCursor().onsuccess = function () {
         const cursor = this.result;
         if (!cursor) return;
-        cursor.update(LocalStore.withKeys(cursor.value as ShownRecord, indexed));
+        cursor.update(LocalStore.withKeys(cursor.value as ShownRecord, LocalStore.keyedFields(indexed)));
         cursor.continue();
       };
     };
@@ -197,6 +202,14 @@ export class LocalStore {
       if (this.db === db) this.db = null;
       return transaction(await this.connection(), stores, mode, body);
     }
+  }
+
+  static indexName(fields: string[]): string {
+    return indexPrefix + fields.join(",");
+  }
+
+  static keyedFields(indexed: string[][]): string[] {
+    return [...new Set(indexed.flat())];
   }
 
   static withKeys(row: ShownRecord, indexed: string[]): ShownRecord {
@@ -270,7 +283,7 @@ export class LocalStore {
       collection: key.collection, id: key.id, data: state.visibleData ?? {}, version: server?.version ?? 0, pending,
       set_aside_reason: pending || !aside ? null : aside.reason ?? "refused", visibility, public_id: state.shownPublicID,
       can_fork: visibility !== "private" && state.visibility?.canFork === true, forked_from: state.fork?.publicID ?? null,
-    }, this.indexed);
+    }, this.keyed);
     await request(records.put(shown));
     return shown;
   }
@@ -312,30 +325,73 @@ export class LocalStore {
         const row = (await request(records.get([collection, id]))) as ShownRecord | undefined;
         return row ? [row] : [];
       }
+      // An index whose first field is equal to one value and whose second is the query's
+      // first order: walk it in order and stop once the limit (and its ties) is reached.
+      const first = options.orderBy?.[0];
+      if (first !== undefined && options.limit !== undefined) {
+        const descending = first.startsWith("-"), by = first.replace(/^-/, "");
+        for (const fields of this.indexed) {
+          const condition = options.where?.[fields[0]];
+          if (fields.length < 2 || fields[1] !== by || condition?.eq === undefined) continue;
+          const range = IDBKeyRange.bound([collection, sortKey(condition.eq)], [collection, sortKey(condition.eq), [3]]);
+          return this.walk(records.index(LocalStore.indexName(fields)), range, descending ? "prev" : "next", by, options);
+        }
+      }
+      // Else an index whose first field has an `eq`, `in` or range condition: read its range.
       for (const [field, condition] of Object.entries(options.where ?? {})) {
-        if (!this.indexed.includes(field)) continue;
-        const index = records.index(indexPrefix + field);
+        const fields = this.indexed.find((candidate) => candidate[0] === field);
+        if (!fields) continue;
+        const index = records.index(LocalStore.indexName(fields));
         if (condition.eq !== undefined || condition.in !== undefined) {
           const values = condition.eq !== undefined ? [condition.eq] : condition.in!;
           // Values with one sort key (1 and true, or a value listed twice) are read once.
           const found = new Map<string, ShownRecord>();
           for (const key of new Set(values.map((value) => JSON.stringify(sortKey(value))))) {
-            for (const row of (await request(index.getAll([collection, JSON.parse(key)]))) as ShownRecord[]) found.set(row.id, row);
+            const range = IDBKeyRange.bound([collection, JSON.parse(key)], [collection, JSON.parse(key), [3]]);
+            for (const row of (await request(index.getAll(range))) as ShownRecord[]) found.set(row.id, row);
           }
           return [...found.values()];
         }
         const low = condition.gt ?? condition.gte, high = condition.lt ?? condition.lte;
         if ((low !== undefined && low !== null) || (high !== undefined && high !== null)) {
-          const range = IDBKeyRange.bound(
-            [collection, low !== undefined && low !== null ? sortKey(low) : [1, -Infinity]],
-            [collection, high !== undefined && high !== null ? sortKey(high) : [3]],
-            condition.gt !== undefined, condition.lt !== undefined || high === undefined || high === null);
-          return (await request(index.getAll(range))) as ShownRecord[];
+          // Keys of a longer index extend [collection, value]: `[3]` sorts after every sort key.
+          const lower = low === undefined || low === null ? [collection, [1, -Infinity]]
+            : condition.gt !== undefined ? [collection, sortKey(low), [3]] : [collection, sortKey(low)];
+          const upper = high === undefined || high === null ? [collection, [3]]
+            : condition.lt !== undefined ? [collection, sortKey(high)] : [collection, sortKey(high), [3]];
+          return (await request(index.getAll(IDBKeyRange.bound(lower, upper, false, true)))) as ShownRecord[];
         }
       }
       return (await request(records.index("collection").getAll(collection))) as ShownRecord[];
     });
     return ordered(rows.filter((row) => matches(row.id, row.data, options.where)), options);
+  }
+
+  /**
+   * The rows of `range` in index order that pass the filter, up to the query's offset and
+   * limit plus every row tied with the last one on `by` (the caller's sort puts ties in id
+   * order).
+   */
+  private walk(index: IDBIndex, range: IDBKeyRange, direction: IDBCursorDirection, by: string, options: QueryOptions): Promise<ShownRecord[]> {
+    const wanted = (options.offset ?? 0) + (options.limit ?? Infinity);
+    const found: ShownRecord[] = [];
+    let boundary: string | null = null;
+    return new Promise((resolve, reject) => {
+      const cursor = index.openCursor(range, direction);
+      cursor.onerror = () => reject(cursor.error);
+      cursor.onsuccess = () => {
+        const current = cursor.result;
+        if (!current) return resolve(found);
+        const row = current.value as ShownRecord;
+        const key = JSON.stringify(row.ix?.[indexProperty(by)]);
+        if (boundary !== null && key !== boundary) return resolve(found);
+        if (matches(row.id, row.data, options.where)) {
+          found.push(row);
+          if (found.length >= wanted && boundary === null) boundary = key;
+        }
+        current.continue();
+      };
+    });
   }
 
   async status(): Promise<{ pending: number; oldest: number | null; setAside: number }> {
