@@ -9,11 +9,7 @@ enum QuerySQL {
 
     /// `SELECT <columns>` of the query's records, in its order, limit and offset.
     static func select(_ query: RecordQuery, columns: String = "*") throws -> (sql: String, arguments: StatementArguments) {
-        var sql = "SELECT \(columns) \(base)"
-        var arguments: StatementArguments = [query.collection]
-        if let filter = query.filter {
-            sql += " AND " + (try condition(filter, &arguments))
-        }
+        var (sql, arguments) = try filtered(query, columns: columns)
         // Ties go by id. With a filter, `+id` keeps SQLite from walking the primary key for
         // that order instead of using an index on the filtered fields (without statistics
         // it would: a collection's rows in id order need no sort).
@@ -29,7 +25,12 @@ enum QuerySQL {
 
     /// `SELECT count(*)` of the records the filter keeps (order, limit and offset aside).
     static func count(_ query: RecordQuery) throws -> (sql: String, arguments: StatementArguments) {
-        var sql = "SELECT count(*) \(base)"
+        try filtered(query, columns: "count(*)")
+    }
+
+    /// `SELECT <columns>` of the collection's shown records the filter keeps.
+    static func filtered(_ query: RecordQuery, columns: String) throws -> (sql: String, arguments: StatementArguments) {
+        var sql = "SELECT \(columns) \(base)"
         var arguments: StatementArguments = [query.collection]
         if let filter = query.filter { sql += " AND " + (try condition(filter, &arguments)) }
         return (sql, arguments)

@@ -1,6 +1,6 @@
 // SynclineWeb: the browser side of Syncline — createClient, and the core it is built on (the
 // clock, the merge rules, push batching, backoff, SSE framing).
-export { canonicalJSON, sameJSON } from "./json.js";
+export { canonicalJSON } from "./json.js";
 export type { JSONObject, JSONValue } from "./json.js";
 export { ClockState, formatHLC, parseHLC, maxCounter } from "./hlc.js";
 export type { HLC } from "./hlc.js";

@@ -11,8 +11,3 @@ export function canonicalJSON(value: JSONValue): string {
   const keys = Object.keys(value).sort();
   return "{" + keys.map((key) => JSON.stringify(key) + ":" + canonicalJSON(value[key])).join(",") + "}";
 }
-
-/** Whether two JSON values are equal (object keys in any order). */
-export function sameJSON(a: JSONValue, b: JSONValue): boolean {
-  return canonicalJSON(a) === canonicalJSON(b);
-}

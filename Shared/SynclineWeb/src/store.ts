@@ -1,3 +1,4 @@
+import { batchSize, pushBody } from "./batching.js";
 import { ClockState } from "./hlc.js";
 import { request, transaction } from "./idb.js";
 import type { JSONObject } from "./json.js";
@@ -25,7 +26,6 @@ export interface OutboxEntry {
   collection: string;
   id: string;
   op: Op;
-  size: number;
   state: OpState;
   batch_id?: string | null;
   job_id?: string | null;
@@ -246,13 +246,12 @@ export class LocalStore {
 
   /** Stamps the op with the device's clock, stores it in the outbox and shows it, in one transaction. */
   async enqueue(op: Op, node: string, now: number): Promise<{ op: Op; row: ShownRecord | null }> {
-    return this.run( all, "readwrite", async (tx) => {
+    return this.run(all, "readwrite", async (tx) => {
       const clock = await LocalStore.clock(tx);
       const stamped: Op = { ...op, hlc: clock.next(now, node) };
       await LocalStore.saveClock(tx, clock);
-      const text = JSON.stringify(stamped);
       const entry: OutboxEntry = {
-        op_id: stamped.op_id, collection: stamped.collection, id: stamped.id, op: stamped, size: new TextEncoder().encode(text).length,
+        op_id: stamped.op_id, collection: stamped.collection, id: stamped.id, op: stamped,
         state: "pending", batch_id: null, job_id: null, checkpoint: null, reason: null, created_at: now,
       };
       await request(tx.objectStore("outbox").add(entry));
@@ -416,7 +415,7 @@ export class LocalStore {
 
   /** Puts a set-aside op back in the queue (`retry`), or drops it; returns its record, or null when no such op is set aside. */
   async resolveSetAside(opID: string, retry: boolean): Promise<Key | null> {
-    return this.run( all, "readwrite", async (tx) => {
+    return this.run(all, "readwrite", async (tx) => {
       const outbox = tx.objectStore("outbox");
       const entry = (await request(outbox.index("op_id").get(opID))) as OutboxEntry | undefined;
       if (!entry || entry.state !== "set_aside") return null;
@@ -437,18 +436,11 @@ export class LocalStore {
       if (open) return open;
       const outbox = tx.objectStore("outbox");
       const waiting = ((await request(outbox.index("state").getAll("pending"))) as OutboxEntry[]).sort((a, b) => (a.seq ?? 0) - (b.seq ?? 0));
-      const scope = spaceID ? `,"space_id":${JSON.stringify(spaceID)}` : "";
-      let bytes = 64 + deviceID.length + scope.length;
-      const chosen: OutboxEntry[] = [];
-      for (const entry of waiting.slice(0, maxOps)) {
-        if (chosen.length > 0 && bytes + entry.size + 1 > maxBytes) break;
-        chosen.push(entry);
-        bytes += entry.size + 1;
-      }
+      const chosen = waiting.slice(0, batchSize(deviceID, waiting.slice(0, maxOps).map((entry) => entry.op), maxBytes, maxOps, spaceID));
       if (chosen.length === 0) return null;
+      const ops = chosen.map((entry) => entry.op);
       const batch: Batch = {
-        batch_id: crypto.randomUUID(), key: crypto.randomUUID(),
-        body: `{"device_id":${JSON.stringify(deviceID)}${scope},"ops":[${chosen.map((entry) => JSON.stringify(entry.op)).join(",")}]}`,
+        batch_id: crypto.randomUUID(), key: crypto.randomUUID(), body: pushBody(deviceID, ops, spaceID),
         op_ids: chosen.map((entry) => entry.op_id), job_id: null,
       };
       await request(tx.objectStore("batches").put(batch));
@@ -470,7 +462,7 @@ export class LocalStore {
 
   /** The server refused the batch: op `index` (every op when null) is set aside with `reason`; the others go back to the queue. */
   async batchRefused(batch: Batch, index: number | null, reason: string): Promise<string[]> {
-    return this.run( all, "readwrite", async (tx) => {
+    return this.run(all, "readwrite", async (tx) => {
       const aside = index !== null && index < batch.op_ids.length ? [batch.op_ids[index]] : batch.op_ids;
       const outbox = tx.objectStore("outbox");
       const entries = (await request(outbox.index("batch_id").getAll(batch.batch_id))) as OutboxEntry[];
@@ -511,7 +503,7 @@ export class LocalStore {
    * Returns the ops that left, with their results.
    */
   async jobSucceeded(jobID: string, checkpoint: number, results: { op_id: string; status: string; reason?: string; current?: unknown }[]): Promise<typeof results> {
-    return this.run( all, "readwrite", async (tx) => {
+    return this.run(all, "readwrite", async (tx) => {
       const outbox = tx.objectStore("outbox");
       const entries = (await request(outbox.index("job_id").getAll(jobID))) as OutboxEntry[];
       const byOp = new Map(entries.map((entry) => [entry.op_id, entry]));
@@ -526,21 +518,27 @@ export class LocalStore {
           await request(outbox.put({ ...entry, state: "confirmed", checkpoint }));
         }
       }
-      const batches = (await request(tx.objectStore("batches").getAll())) as Batch[];
-      for (const batch of batches.filter((batch) => batch.job_id === jobID)) await request(tx.objectStore("batches").delete(batch.batch_id));
+      await LocalStore.dropBatches(tx, jobID);
       await this.refreshOps(tx, entries);
       return gone;
     });
   }
 
+  /** The job ended (or the server forgot it): its batch is no longer one to send or poll. */
+  private static async dropBatches(tx: IDBTransaction, jobID: string): Promise<void> {
+    const batches = tx.objectStore("batches");
+    for (const batch of (await request(batches.getAll())) as Batch[]) {
+      if (batch.job_id === jobID) await request(batches.delete(batch.batch_id));
+    }
+  }
+
   /** A job was dead-lettered (or discarded): its ops are set aside. */
   async jobDead(jobID: string, reason: string): Promise<string[]> {
-    return this.run( all, "readwrite", async (tx) => {
+    return this.run(all, "readwrite", async (tx) => {
       const outbox = tx.objectStore("outbox");
       const entries = ((await request(outbox.index("job_id").getAll(jobID))) as OutboxEntry[]).filter((entry) => entry.state === "sent");
       for (const entry of entries) await request(outbox.put({ ...entry, state: "set_aside", reason }));
-      const batches = (await request(tx.objectStore("batches").getAll())) as Batch[];
-      for (const batch of batches.filter((batch) => batch.job_id === jobID)) await request(tx.objectStore("batches").delete(batch.batch_id));
+      await LocalStore.dropBatches(tx, jobID);
       await this.refreshOps(tx, entries);
       return entries.map((entry) => entry.op_id);
     });
@@ -553,8 +551,7 @@ export class LocalStore {
       for (const entry of (await request(outbox.index("job_id").getAll(jobID))) as OutboxEntry[]) {
         if (entry.state === "sent") await request(outbox.put({ ...entry, state: "pending", job_id: null, batch_id: null }));
       }
-      const batches = (await request(tx.objectStore("batches").getAll())) as Batch[];
-      for (const batch of batches.filter((batch) => batch.job_id === jobID)) await request(tx.objectStore("batches").delete(batch.batch_id));
+      await LocalStore.dropBatches(tx, jobID);
     });
   }
 
@@ -590,7 +587,7 @@ export class LocalStore {
 
   /** Stores one page with its cursor; returns the records that changed on screen. */
   async applyPage(changes: RecordView[], cursor: string, hasMore: boolean): Promise<Changed[]> {
-    return this.run( all, "readwrite", async (tx) => {
+    return this.run(all, "readwrite", async (tx) => {
       const meta = tx.objectStore("meta");
       const generation = ((await request(meta.get("generation"))) as number | undefined) ?? 0;
       const clock = await LocalStore.clock(tx);
