@@ -40,19 +40,28 @@ enum E2E {
             Claims(sub: user, exp: Int64(Date().timeIntervalSince1970) + 3600, role: admin ? "admin" : nil, name: name))
     }
 
+    /// A port free on 127.0.0.1, below Linux's ephemeral range (32768–60999): the source
+    /// ports of outgoing connections (to PostgreSQL, RabbitMQ, …) come from that range and
+    /// could take a port there before the service that was given it binds it.
     static func freePort() -> Int {
+        for _ in 0..<100 {
+            if let (fd, port) = bindLoopback(port: Int.random(in: 20_000..<32_000)) {
+                close(fd)
+                return port
+            }
+        }
         guard let (fd, port) = bindLoopback() else { return 0 }
         close(fd)
         return port
     }
 
-    /// A TCP socket bound to 127.0.0.1 on a port the kernel picks, and that port; the
-    /// caller listens on it or closes it.
-    static func bindLoopback() -> (fd: Int32, port: Int)? {
+    /// A TCP socket bound to 127.0.0.1 on `port` (0: one the kernel picks), and that port;
+    /// the caller listens on it or closes it.
+    static func bindLoopback(port: Int = 0) -> (fd: Int32, port: Int)? {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let bound = withUnsafeMutablePointer(to: &address) {
@@ -166,6 +175,49 @@ final class ServiceProcess: @unchecked Sendable {
 
     func signal(_ signal: Int32) { kill(pid, signal) }
 
+    /// Whether the process has exited (it is then reaped, and `stop` returns its code).
+    var hasExited: Bool {
+        if exitCode != nil { return true }
+        var status: Int32 = 0
+        guard waitpid(pid, &status, WNOHANG) == pid else { return false }
+        exitCode = (status >> 8) & 0xff
+        return true
+    }
+
+    /// Waits up to `seconds` for `/readyz` to answer 200: true when it does, false when the
+    /// process exits first; throws (with the process's last output) on a timeout.
+    func waitUntilReady(within seconds: Double = 30) async throws -> Bool {
+        let probe = APIClient(base: "http://127.0.0.1:\(port)")
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if hasExited { return false }
+            if (try? await probe.request("GET", "/readyz").status) == 200 { return true }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        throw StackError(description: "\(name) on port \(port) not ready after \(seconds) s: \(logTail())")
+    }
+
+    /// Starts `executable` and waits until it is ready. Without a fixed `port` it takes a
+    /// free one; another socket can take that port between `freePort` and the service's
+    /// bind, and the service then exits, so it is started again on another port.
+    static func launch(_ executable: String, port fixed: Int? = nil, environment: [String: String]) async throws -> ServiceProcess {
+        for attempt in 1...3 {
+            let process = try ServiceProcess(
+                executable: executable, name: executable, port: fixed ?? E2E.freePort(), environment: environment)
+            let ready: Bool
+            do { ready = try await process.waitUntilReady() } catch {
+                process.stop(within: 1)
+                throw error
+            }
+            if ready { return process }
+            let output = process.logTail()
+            guard fixed == nil, attempt < 3, output.contains("Address already in use") else {
+                throw StackError(description: "\(executable) exited before it was ready: \(output)")
+            }
+        }
+        preconditionFailure("unreachable: the last attempt returns or throws")
+    }
+
     /// The last `count` lines of the process's output, on one line (for a failure message).
     func logTail(_ count: Int = 15) -> String {
         let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
@@ -204,55 +256,35 @@ final class Stack: @unchecked Sendable {
 
     init(workers count: Int = 2, fanouts fanoutCount: Int = 0, environment: [String: String] = [:]) async throws {
         self.environment = environment
-        gateway = try ServiceProcess(executable: "gateway", name: "gateway", port: E2E.freePort(), environment: environment)
-        workers = try (0..<count).map { _ in
-            try ServiceProcess(executable: "worker", name: "worker", port: E2E.freePort(), environment: environment)
-        }
+        gateway = try await ServiceProcess.launch("gateway", environment: environment)
         client = APIClient(base: "http://127.0.0.1:\(gateway.port)")
-        let client = self.client
-        _ = try await E2E.eventually(within: 30, "gateway /readyz") {
-            try await client.request("GET", "/readyz").status == 200 ? true : nil
+        workers = []
+        do {
+            for _ in 0..<count { try await addWorker() }
+            for _ in 0..<fanoutCount { try await addFanout() }
+        } catch {
+            stop()
+            throw error
         }
-        for worker in workers {
-            let probe = APIClient(base: "http://127.0.0.1:\(worker.port)")
-            _ = try await E2E.eventually(within: 30, "worker /readyz") {
-                try await probe.request("GET", "/readyz").status == 200 ? true : nil
-            }
-        }
-        for _ in 0..<fanoutCount { try await addFanout() }
     }
 
     /// Starts one more fanout (on `port`, or a free one) and waits until it is ready.
     @discardableResult
     func addFanout(port: Int? = nil) async throws -> ServiceProcess {
-        let fanout = try ServiceProcess(executable: "fanout", name: "fanout", port: port ?? E2E.freePort(), environment: environment)
+        let fanout = try await ServiceProcess.launch("fanout", port: port, environment: environment)
         fanouts.append(fanout)
-        let probe = APIClient(base: "http://127.0.0.1:\(fanout.port)")
-        _ = try await E2E.eventually(within: 30, "fanout /readyz") {
-            try await probe.request("GET", "/readyz").status == 200 ? true : nil
-        }
         return fanout
     }
 
     /// Starts another gateway on the same port (after the first one was killed).
     func replaceGateway(environment: [String: String]? = nil) async throws {
         gateway.stop(within: 1)
-        gateway = try ServiceProcess(
-            executable: "gateway", name: "gateway", port: gateway.port, environment: environment ?? self.environment)
-        let client = self.client
-        _ = try await E2E.eventually(within: 30, "gateway /readyz") {
-            try await client.request("GET", "/readyz").status == 200 ? true : nil
-        }
+        gateway = try await ServiceProcess.launch("gateway", port: gateway.port, environment: environment ?? self.environment)
     }
 
     /// Starts one more worker and waits until it is ready.
     func addWorker() async throws {
-        let worker = try ServiceProcess(executable: "worker", name: "worker", port: E2E.freePort(), environment: environment)
-        workers.append(worker)
-        let probe = APIClient(base: "http://127.0.0.1:\(worker.port)")
-        _ = try await E2E.eventually(within: 30, "worker /readyz") {
-            try await probe.request("GET", "/readyz").status == 200 ? true : nil
-        }
+        workers.append(try await ServiceProcess.launch("worker", environment: environment))
     }
 
     /// Stops every process; returns their exit codes (nil when one had to be killed).
