@@ -56,9 +56,11 @@ enum E2E {
     }
 
     /// A TCP socket bound to 127.0.0.1 on `port` (0: one the kernel picks), and that port;
-    /// the caller listens on it or closes it.
+    /// the caller listens on it or closes it. Close-on-exec: a service process spawned by
+    /// another test task meanwhile must not inherit it (it would hold the port that a
+    /// service started next is given, and that service could not bind it).
     static func bindLoopback(port: Int = 0) -> (fd: Int32, port: Int)? {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(port).bigEndian)
@@ -76,9 +78,16 @@ enum E2E {
         return (fd, Int(UInt16(bigEndian: address.sin_port)))
     }
 
+    /// The next connection on `listener` (-1 when it fails), close-on-exec like the listener.
+    static func accept(_ listener: Int32) -> Int32 {
+        let connection = Glibc.accept(listener, nil, nil)
+        if connection >= 0 { _ = fcntl(connection, F_SETFD, FD_CLOEXEC) }
+        return connection
+    }
+
     /// A TCP connection to 127.0.0.1:`port`, or nil; the caller closes it.
     static func connectLoopback(port: Int) -> Int32? {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(port).bigEndian)
@@ -210,9 +219,10 @@ final class ServiceProcess: @unchecked Sendable {
                 throw error
             }
             if ready { return process }
-            let output = process.logTail()
+            let output = (try? String(contentsOfFile: process.logPath, encoding: .utf8)) ?? ""
             guard fixed == nil, attempt < 3, output.contains("Address already in use") else {
-                throw StackError(description: "\(executable) exited before it was ready: \(output)")
+                let said = output.split(separator: "\n").first { $0.contains("Fatal error") } ?? ""
+                throw StackError(description: "\(executable) exited before it was ready: \(said) … \(process.logTail())")
             }
         }
         preconditionFailure("unreachable: the last attempt returns or throws")

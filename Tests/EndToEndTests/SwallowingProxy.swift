@@ -41,7 +41,7 @@ final class SwallowingProxy: @unchecked Sendable {
 
     private func acceptLoop() {
         while true {
-            let connection = accept(listener, nil, nil)
+            let connection = E2E.accept(listener)
             guard connection >= 0 else { return }
             let thread = Thread { [self] in serve(connection) }
             thread.start()

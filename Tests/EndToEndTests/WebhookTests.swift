@@ -21,7 +21,7 @@ final class WebhookReceiver: @unchecked Sendable {
     /// `headers` adds response header lines (e.g. a redirect's `Location`).
     init(headers: String = "", respond: @escaping @Sendable (Int) -> (status: Int, delay: Double)) throws {
         self.respond = respond
-        listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
         var yes: Int32 = 1
         setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
         var address = sockaddr_in()
@@ -40,7 +40,7 @@ final class WebhookReceiver: @unchecked Sendable {
         let received = self.received, respond = self.respond
         Thread.detachNewThread {
             while true {
-                let connection = accept(listener, nil, nil)
+                let connection = E2E.accept(listener)
                 if connection < 0 { return }
                 let index = received.withLockedValue { $0.count }
                 Thread.detachNewThread {
