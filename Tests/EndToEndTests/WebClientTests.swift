@@ -322,6 +322,51 @@ struct WebClientTests {
         #expect(result == "[]")
     }
 
+    /// A connection that is not SynclineWeb's holds the database open and ignores the
+    /// request to close: a client declaring other indexes (an upgrade) fails at once with
+    /// `StorageBlockedError` instead of hanging, and opens once that connection is closed.
+    /// A connection that is closing (its last transaction still running) is no such block.
+    @Test func aBlockedUpgradeIsReportedAndDoesNotHang() async throws {
+        let site = try await Self.serve()
+        defer { site.stop() }
+        let browser = try Browser()
+        defer { browser.quit() }
+        try browser.open("\(site.base)/index.html")
+        try browser.waitFor("window.syncline")
+        let result = try browser.evaluate("""
+            (async () => {
+              const options = (indexes) => ({gatewayURL: 'http://127.0.0.1:9', databaseName: 'blocked',
+                tokenProvider: async () => 'unused', pollInterval: null, indexes});
+              // A new database with indexes is created, then upgraded: that is never blocked.
+              const fresh = [];
+              for (let n = 0; n < 5; n++) {
+                const client = await syncline.createClient({...options(['title', ['n', 'title']]), databaseName: 'fresh-' + n})
+                  .catch((e) => null);
+                fresh.push(client !== null);
+                client?.close();
+              }
+              const first = await syncline.createClient(options(['title']));
+              await first.upsert('items', 'a', {title: 'x', n: 1});
+              await first.stop();
+              first.close();
+              const other = await new Promise((resolve, reject) => {
+                const open = indexedDB.open('blocked');
+                open.onsuccess = () => resolve(open.result);
+                open.onerror = () => reject(open.error);
+              });
+              const started = performance.now();
+              let error = null;
+              try { await syncline.createClient(options(['title', 'n'])); } catch (e) { error = e.name; }
+              const waited = performance.now() - started;
+              other.close();
+              const after = await syncline.createClient(options(['title', 'n']));
+              const found = (await after.query('items', {where: {n: {eq: 1}}})).map(r => r.id);
+              return syncline.canonicalJSON({fresh, error, failedWithin5s: waited < 5000, found});
+            })()
+            """) as? String
+        #expect(result == #"{"error":"StorageBlockedError","failedWithin5s":true,"found":["a"],"fresh":[true,true,true,true,true]}"#)
+    }
+
     /// The database is deleted from outside (DevTools) while the page is open: the client
     /// says so on `events`, keeps the device's identity, pulls everything back, and goes on
     /// taking and syncing writes.

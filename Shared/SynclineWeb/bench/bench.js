@@ -14,6 +14,10 @@ const percentile = (values, p) => { const sorted = [...values].sort((a, b) => a 
 const figures = (values) => `p50 ${ms(percentile(values, 0.5))} ms, p99 ${ms(percentile(values, 0.99))} ms (n=${values.length})`;
 const now = () => performance.now() / 1000;
 const sleep = (seconds) => new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+// With ?profile=1, scripts/bench-web collects a CPU profile of each phase so marked.
+const profiled = params.has("profile");
+const profile = (title) => { if (profiled) console.profile(title); };
+const profileEnd = (title) => { if (profiled) console.profileEnd(title); };
 
 async function api(method, path, body, headers = {}) {
   for (;;) {
@@ -37,9 +41,11 @@ async function main() {
   const local = [];
   for (let n = 0; n < ops; n++) { started = now(); await writer.upsert("drain", `d${n}`, item(n)); local.push(now() - started); }
   say(`${ops} local writes while offline: ${figures(local)}`);
+  profile("drain");
   started = now();
   await writer.sync(600);
   const drained = now() - started;
+  profileEnd("drain");
   say(`drain: ${ops} ops pushed, applied and pulled back in ${drained.toFixed(2)} s (${Math.round(ops / drained)} ops/s)`);
 
   // The server's records, pushed by another device of the user, 500 per push.
@@ -54,9 +60,11 @@ async function main() {
 
   // Initial sync into an empty IndexedDB.
   const reader = await createClient(options("reader", { indexes: ["category", ["category", "n"]] }));
+  profile("initial sync");
   started = now();
   await reader.sync(600);
   const synced = now() - started;
+  profileEnd("initial sync");
   const count = await reader.count("items");
   say(`initial sync: ${count} records into IndexedDB in ${synced.toFixed(2)} s (${Math.round(count / synced)} records/s)`);
 
@@ -72,12 +80,15 @@ async function main() {
     for (let k = 0; k < observed; k++) stops.push(reader.observe({ collection: "items", where: { category: { eq: k } }, orderBy: ["n"], limit: 50 }, () => {}));
     await sleep(0.5);
     const writes = [];
+    const title = `writes with ${observed} observed queries`;
+    profile(title);
     for (let i = 0; i < 500; i++) {
       const n = Math.floor(Math.random() * records);
       started = now();
       await reader.upsert("items", `r${n}`, item(n + i));
       writes.push(now() - started);
     }
+    profileEnd(title);
     stops.forEach((stop) => stop());
     say(`local write over ${count} records, ${observed} observed queries: ${figures(writes)}`);
   }

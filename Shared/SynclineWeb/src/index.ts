@@ -13,4 +13,5 @@ export { batchSize, halved, maxOpsPerPush, maxPushBytes, pushBody } from "./batc
 export { createClient, SyncClient, SpaceGoneError } from "./client.js";
 export type { ClientOptions, LocalRecord, Query, SetAsideOp, Space, SyncStatus } from "./client.js";
 export { matches, ordered, sortKey, compareKeys } from "./query.js";
+export { StorageBlockedError } from "./store.js";
 export type { Condition, QueryOptions, Where } from "./query.js";

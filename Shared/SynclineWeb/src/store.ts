@@ -7,8 +7,8 @@ import type { Op, RecordView } from "./op.js";
 import { fieldValue, matches, ordered, sortKey, type QueryOptions, type SortKey } from "./query.js";
 
 /**
- * The device's IndexedDB database: the server's records as pulled, the records as the app
- * sees them, the outbox, push batches (each stored with its key and exact body before it
+ * The device's IndexedDB database: the records (each row holds the server's record as
+ * pulled and, when something shows, the record as the app sees it), the outbox, push batches (each stored with its key and exact body before it
  * is sent), the cursor, the device identity and the clock. Every step is one transaction,
  * so a tab closed or a browser killed at any instant loses and doubles nothing.
  *
@@ -59,6 +59,42 @@ export function indexProperty(field: string): string {
 
 const indexPrefix = "ix:";
 
+/**
+ * A row of the `records` store: what shows (the fields of `ShownRecord` and `shownIn`, set
+ * only when something shows, so that only shown rows are in the `collection` and declared
+ * indexes), and the server's record as pulled with the generation of the pull (absent when
+ * the server never had it). One row per record: a pull writes each record once.
+ */
+interface RecordRow extends Partial<ShownRecord> {
+  collection: string;
+  id: string;
+  shownIn?: string;
+  server?: RecordView;
+  generation?: number;
+}
+
+/** The server's record as pulled, and the generation of the pull that brought it. */
+interface ServerCopy {
+  view: RecordView;
+  generation: number;
+}
+
+/** How long an upgrade may wait for connections that are closing before it counts as blocked. */
+const blockedGraceMilliseconds = 2000;
+
+/**
+ * The database's upgrade (to change its indexes) is blocked: a connection that is not
+ * SynclineWeb's (the app's own code, or an older release in another tab) holds the
+ * database open and does not close it when asked. Nothing waits for it: the step fails
+ * with this error, and succeeds once that connection is closed.
+ */
+export class StorageBlockedError extends Error {
+  constructor(name: string) {
+    super(`the IndexedDB database "${name}" cannot be upgraded: another connection holds it open (close the app's other tabs, or that connection)`);
+    this.name = "StorageBlockedError";
+  }
+}
+
 export interface Batch {
   batch_id: string;
   key: string;
@@ -77,7 +113,7 @@ export interface Changed extends Key {
   row?: ShownRecord | null;
 }
 
-const all = ["meta", "server", "records", "outbox", "batches"];
+const all = ["meta", "records", "outbox", "batches"];
 
 export class LocalStore {
   private db: IDBDatabase | null;
@@ -99,25 +135,29 @@ export class LocalStore {
    * there. Changing the indexes is a version upgrade; other tabs close their connection
    * when one starts (and open it again on their next step), so it never waits on them.
    */
-  static async open(name: string, indexed: string[][] = [], onBlocked: () => void = () => {}): Promise<LocalStore> {
-    return new LocalStore((await LocalStore.ready(name, indexed, onBlocked)).db, name, indexed);
+  static async open(name: string, indexed: string[][] = []): Promise<LocalStore> {
+    return new LocalStore((await LocalStore.ready(name, indexed)).db, name, indexed);
   }
 
   /** The database with the declared indexes, and whether it had to be created. */
-  private static async ready(name: string, indexed: string[][], onBlocked: () => void): Promise<{ db: IDBDatabase; created: boolean }> {
+  private static async ready(name: string, indexed: string[][]): Promise<{ db: IDBDatabase; created: boolean }> {
     let created = false;
-    let db = await LocalStore.connect(name, undefined, indexed, onBlocked, () => { created = true; });
+    let db = await LocalStore.connect(name, undefined, indexed, () => { created = true; });
     const wanted = new Set(indexed.map(LocalStore.indexName));
-    const present = new Set(Array.from(db.transaction("records").objectStore("records").indexNames).filter((index) => index.startsWith(indexPrefix)));
+    const look = db.transaction("records");
+    const present = new Set(Array.from(look.objectStore("records").indexNames).filter((index) => index.startsWith(indexPrefix)));
     if (wanted.size !== present.size || [...wanted].some((index) => !present.has(index))) {
       const next = db.version + 1;
+      // Closed with a transaction still running, the connection would hold up the upgrade.
+      await new Promise((resolve) => { look.oncomplete = look.onabort = resolve; });
       db.close();
-      db = await LocalStore.connect(name, next, indexed, onBlocked, () => { created = true; });
+      db = await LocalStore.connect(name, next, indexed, () => { created = true; });
     }
     return { db, created };
   }
 
-  private static connect(name: string, version: number | undefined, indexed: string[][], onBlocked: () => void, onCreate: () => void): Promise<IDBDatabase> {
+  /** Opens the database (at `version`, upgrading to it); a blocked upgrade fails with `StorageBlockedError` at once. */
+  private static connect(name: string, version: number | undefined, indexed: string[][], onCreate: () => void): Promise<IDBDatabase> {
     const open = indexedDB.open(name, version);
     open.onupgradeneeded = (event) => {
       const db = open.result;
@@ -125,8 +165,9 @@ export class LocalStore {
       if (event.oldVersion < 1) {
         onCreate();
         db.createObjectStore("meta");
-        db.createObjectStore("server", { keyPath: ["collection", "id"] }).createIndex("generation", "generation");
-        db.createObjectStore("records", { keyPath: ["collection", "id"] }).createIndex("collection", "collection");
+        const records = db.createObjectStore("records", { keyPath: ["collection", "id"] });
+        records.createIndex("collection", "shownIn");
+        records.createIndex("generation", "generation");
         const outbox = db.createObjectStore("outbox", { keyPath: "seq", autoIncrement: true });
         outbox.createIndex("op_id", "op_id", { unique: true });
         outbox.createIndex("record", ["collection", "id"]);
@@ -148,12 +189,34 @@ export class LocalStore {
       records.openCursor().onsuccess = function () {
         const cursor = this.result;
         if (!cursor) return;
-        cursor.update(LocalStore.withKeys(cursor.value as ShownRecord, LocalStore.keyedFields(indexed)));
+        const row = cursor.value as RecordRow;
+        if (row.shownIn !== undefined) cursor.update(LocalStore.withKeys(row as ShownRecord, LocalStore.keyedFields(indexed)));
         cursor.continue();
       };
     };
-    open.onblocked = onBlocked;
-    return request(open);
+    return new Promise((resolve, reject) => {
+      let blocked = false;
+      let grace: ReturnType<typeof setTimeout> | undefined;
+      // A connection asked to close still finishes its transactions (a SynclineWeb tab's
+      // included), and the browser reports it as blocking meanwhile: only one still open
+      // after a moment is.
+      open.onblocked = () => {
+        grace ??= setTimeout(() => {
+          blocked = true;
+          reject(new StorageBlockedError(name));
+        }, blockedGraceMilliseconds);
+      };
+      // Opened after all, once the blocking connection closed: nobody waits for it any more.
+      open.onsuccess = () => {
+        clearTimeout(grace);
+        if (blocked) open.result.close();
+        else resolve(open.result);
+      };
+      open.onerror = () => {
+        clearTimeout(grace);
+        reject(open.error);
+      };
+    });
   }
 
   /** Another tab upgrades the database: this connection closes, to be opened again on the next step. */
@@ -175,7 +238,7 @@ export class LocalStore {
    */
   private async connection(): Promise<IDBDatabase> {
     if (!this.db) {
-      this.reopening ??= LocalStore.ready(this.name, this.indexed, () => {}).then(({ db, created }) => {
+      this.reopening ??= LocalStore.ready(this.name, this.indexed).then(({ db, created }) => {
         this.watch(db);
         this.db = db;
         this.reopening = null;
@@ -238,8 +301,9 @@ export class LocalStore {
     return new ClockState(saved?.ms ?? 0, saved?.counter ?? 0);
   }
 
-  private static async saveClock(tx: IDBTransaction, clock: ClockState): Promise<void> {
-    await request(tx.objectStore("meta").put({ ms: clock.milliseconds, counter: clock.counter }, "clock"));
+  /** Stores the clock (in `tx`: its commit is the write's success). */
+  private static saveClock(tx: IDBTransaction, clock: ClockState): void {
+    tx.objectStore("meta").put({ ms: clock.milliseconds, counter: clock.counter }, "clock");
   }
 
   // MARK: - Local writes
@@ -247,32 +311,53 @@ export class LocalStore {
   /** Stamps the op with the device's clock, stores it in the outbox and shows it, in one transaction. */
   async enqueue(op: Op, node: string, now: number): Promise<{ op: Op; row: ShownRecord | null }> {
     return this.run(all, "readwrite", async (tx) => {
-      const clock = await LocalStore.clock(tx);
+      const [clock, known] = await Promise.all([LocalStore.clock(tx), LocalStore.recordState(tx, op)]);
       const stamped: Op = { ...op, hlc: clock.next(now, node) };
-      await LocalStore.saveClock(tx, clock);
+      LocalStore.saveClock(tx, clock);
       const entry: OutboxEntry = {
         op_id: stamped.op_id, collection: stamped.collection, id: stamped.id, op: stamped,
         state: "pending", batch_id: null, job_id: null, checkpoint: null, reason: null, created_at: now,
       };
-      await request(tx.objectStore("outbox").add(entry));
-      return { op: stamped, row: await this.refresh(tx, stamped) };
+      tx.objectStore("outbox").add(entry);
+      return { op: stamped, row: this.show(tx, op, known.server, [...known.entries, entry]) };
     });
   }
 
   /**
-   * Recomputes what the device shows for a record and returns it (null: nothing shows).
-   * `known` passes what the caller already read: the server's record and the record's
-   * outbox entries.
+   * Writes in a transaction are issued without awaiting each: IndexedDB runs a
+   * transaction's requests in order, a failed one aborts the whole transaction, and the
+   * transaction's commit is what `run` resolves on. Only reads are awaited.
    */
-  async refresh(tx: IDBTransaction, key: Key, known?: { server: RecordView | null; entries: OutboxEntry[] }): Promise<ShownRecord | null> {
-    const server = known ? known.server
-      : ((await request(tx.objectStore("server").get([key.collection, key.id]))) as { view: RecordView } | undefined)?.view ?? null;
-    const entries = (known ? known.entries : ((await request(tx.objectStore("outbox").index("record").getAll([key.collection, key.id]))) as OutboxEntry[]))
-      .sort((a, b) => (a.seq ?? 0) - (b.seq ?? 0));
+
+  /** Recomputes what the device shows for a record, stores it and returns it (null: nothing shows). */
+  async refresh(tx: IDBTransaction, key: Key): Promise<ShownRecord | null> {
+    const known = await LocalStore.recordState(tx, key);
+    return this.show(tx, key, known.server, known.entries);
+  }
+
+  /** The server's record and the record's outbox entries. */
+  private static async recordState(tx: IDBTransaction, key: Key): Promise<{ server: ServerCopy | null; entries: OutboxEntry[] }> {
+    const [row, entries] = await Promise.all([
+      request(tx.objectStore("records").get([key.collection, key.id])) as Promise<RecordRow | undefined>,
+      request(tx.objectStore("outbox").index("record").getAll([key.collection, key.id])) as Promise<OutboxEntry[]>,
+    ]);
+    return { server: row?.server ? { view: row.server, generation: row.generation ?? 0 } : null, entries };
+  }
+
+  /**
+   * What shows for a record, given the server's record and its outbox entries; its row is
+   * written in `tx` (null: nothing shows; the row then keeps the server's record alone).
+   */
+  private show(tx: IDBTransaction, key: Key, copy: ServerCopy | null, unsorted: OutboxEntry[]): ShownRecord | null {
+    const entries = [...unsorted].sort((a, b) => (a.seq ?? Infinity) - (b.seq ?? Infinity));
     const records = tx.objectStore("records");
+    const server = copy?.view ?? null;
     const state = localMerge(entries.map((entry) => entry.op), server);
+    const kept = copy ? { server: copy.view, generation: copy.generation } : {};
     if (!state || !state.hasData) {
-      await request(records.delete([key.collection, key.id]));
+      const hidden: RecordRow = { collection: key.collection, id: key.id, ...kept };
+      if (copy) records.put(hidden);
+      else records.delete([key.collection, key.id]);
       return null;
     }
     const pending = entries.some((entry) => unconfirmed.includes(entry.state));
@@ -283,24 +368,21 @@ export class LocalStore {
       set_aside_reason: pending || !aside ? null : aside.reason ?? "refused", visibility, public_id: state.shownPublicID,
       can_fork: visibility !== "private" && state.visibility?.canFork === true, forked_from: state.fork?.publicID ?? null,
     }, this.keyed);
-    await request(records.put(shown));
+    const row: RecordRow = { ...shown, shownIn: key.collection, ...kept };
+    records.put(row);
     return shown;
   }
 
+  /** Refreshes the records of `entries`, each once, their reads issued together. */
   private async refreshOps(tx: IDBTransaction, entries: OutboxEntry[]): Promise<void> {
-    const seen = new Set<string>();
-    for (const entry of entries) {
-      const name = JSON.stringify([entry.collection, entry.id]);
-      if (seen.has(name)) continue;
-      seen.add(name);
-      await this.refresh(tx, entry);
-    }
+    const records = new Map(entries.map((entry) => [JSON.stringify([entry.collection, entry.id]), entry]));
+    await Promise.all([...records.values()].map((entry) => this.refresh(tx, entry)));
   }
 
   // MARK: - Reads
 
   async record(collection: string, id: string): Promise<ShownRecord | undefined> {
-    return this.run(["records"], "readonly", (tx) => request(tx.objectStore("records").get([collection, id])));
+    return this.run(["records"], "readonly", async (tx) => LocalStore.shownOnly(await request(tx.objectStore("records").get([collection, id]))));
   }
 
   /** The collection's records, by id. */
@@ -321,7 +403,7 @@ export class LocalStore {
       const records = tx.objectStore("records");
       const id = options.where?.id?.eq;
       if (typeof id === "string") {
-        const row = (await request(records.get([collection, id]))) as ShownRecord | undefined;
+        const row = LocalStore.shownOnly(await request(records.get([collection, id])));
         return row ? [row] : [];
       }
       // An index whose first field is equal to one value and whose second is the query's
@@ -393,6 +475,11 @@ export class LocalStore {
     });
   }
 
+  /** A row read by its key, if something shows for it (else it keeps only the server's record). */
+  private static shownOnly(row: RecordRow | undefined): ShownRecord | undefined {
+    return row?.shownIn === undefined ? undefined : (row as ShownRecord);
+  }
+
   async status(): Promise<{ pending: number; oldest: number | null; setAside: number }> {
     return this.run(["outbox"], "readonly", async (tx) => {
       const index = tx.objectStore("outbox").index("state");
@@ -419,8 +506,8 @@ export class LocalStore {
       const outbox = tx.objectStore("outbox");
       const entry = (await request(outbox.index("op_id").get(opID))) as OutboxEntry | undefined;
       if (!entry || entry.state !== "set_aside") return null;
-      if (retry) await request(outbox.put({ ...entry, state: "pending", reason: null, batch_id: null, job_id: null }));
-      else await request(outbox.delete(entry.seq!));
+      if (retry) outbox.put({ ...entry, state: "pending", reason: null, batch_id: null, job_id: null });
+      else outbox.delete(entry.seq!);
       await this.refresh(tx, entry);
       return { collection: entry.collection, id: entry.id };
     });
@@ -435,16 +522,17 @@ export class LocalStore {
       const open = batches.find((batch) => batch.job_id === null);
       if (open) return open;
       const outbox = tx.objectStore("outbox");
-      const waiting = ((await request(outbox.index("state").getAll("pending"))) as OutboxEntry[]).sort((a, b) => (a.seq ?? 0) - (b.seq ?? 0));
-      const chosen = waiting.slice(0, batchSize(deviceID, waiting.slice(0, maxOps).map((entry) => entry.op), maxBytes, maxOps, spaceID));
+      // The oldest first: an index keeps rows of one key in primary-key (seq) order.
+      const waiting = (await request(outbox.index("state").getAll("pending", maxOps))) as OutboxEntry[];
+      const chosen = waiting.slice(0, batchSize(deviceID, waiting.map((entry) => entry.op), maxBytes, maxOps, spaceID));
       if (chosen.length === 0) return null;
       const ops = chosen.map((entry) => entry.op);
       const batch: Batch = {
         batch_id: crypto.randomUUID(), key: crypto.randomUUID(), body: pushBody(deviceID, ops, spaceID),
         op_ids: chosen.map((entry) => entry.op_id), job_id: null,
       };
-      await request(tx.objectStore("batches").put(batch));
-      for (const entry of chosen) await request(outbox.put({ ...entry, state: "batched", batch_id: batch.batch_id }));
+      tx.objectStore("batches").put(batch);
+      for (const entry of chosen) outbox.put({ ...entry, state: "batched", batch_id: batch.batch_id });
       return batch;
     });
   }
@@ -452,10 +540,10 @@ export class LocalStore {
   /** The server took the batch as `jobID`. */
   async batchAccepted(batch: Batch, jobID: string): Promise<void> {
     await this.run(["outbox", "batches"], "readwrite", async (tx) => {
-      await request(tx.objectStore("batches").put({ ...batch, job_id: jobID }));
+      tx.objectStore("batches").put({ ...batch, job_id: jobID });
       const outbox = tx.objectStore("outbox");
       for (const entry of (await request(outbox.index("batch_id").getAll(batch.batch_id))) as OutboxEntry[]) {
-        await request(outbox.put({ ...entry, state: "sent", job_id: jobID }));
+        outbox.put({ ...entry, state: "sent", job_id: jobID });
       }
     });
   }
@@ -468,9 +556,9 @@ export class LocalStore {
       const entries = (await request(outbox.index("batch_id").getAll(batch.batch_id))) as OutboxEntry[];
       for (const entry of entries) {
         const refused = aside.includes(entry.op_id);
-        await request(outbox.put({ ...entry, state: refused ? "set_aside" : "pending", reason: refused ? reason : null, batch_id: null }));
+        outbox.put({ ...entry, state: refused ? "set_aside" : "pending", reason: refused ? reason : null, batch_id: null });
       }
-      await request(tx.objectStore("batches").delete(batch.batch_id));
+      tx.objectStore("batches").delete(batch.batch_id);
       await this.refreshOps(tx, entries.filter((entry) => aside.includes(entry.op_id)));
       return aside;
     });
@@ -481,9 +569,9 @@ export class LocalStore {
     await this.run(["outbox", "batches"], "readwrite", async (tx) => {
       const outbox = tx.objectStore("outbox");
       for (const entry of (await request(outbox.index("batch_id").getAll(batch.batch_id))) as OutboxEntry[]) {
-        await request(outbox.put({ ...entry, state: "pending", batch_id: null }));
+        outbox.put({ ...entry, state: "pending", batch_id: null });
       }
-      await request(tx.objectStore("batches").delete(batch.batch_id));
+      tx.objectStore("batches").delete(batch.batch_id);
     });
   }
 
@@ -513,9 +601,9 @@ export class LocalStore {
         if (!entry) continue;
         if (result.status === "conflict" || result.status === "rejected") {
           gone.push(result);
-          await request(outbox.delete(entry.seq!));
+          outbox.delete(entry.seq!);
         } else {
-          await request(outbox.put({ ...entry, state: "confirmed", checkpoint }));
+          outbox.put({ ...entry, state: "confirmed", checkpoint });
         }
       }
       await LocalStore.dropBatches(tx, jobID);
@@ -528,7 +616,7 @@ export class LocalStore {
   private static async dropBatches(tx: IDBTransaction, jobID: string): Promise<void> {
     const batches = tx.objectStore("batches");
     for (const batch of (await request(batches.getAll())) as Batch[]) {
-      if (batch.job_id === jobID) await request(batches.delete(batch.batch_id));
+      if (batch.job_id === jobID) batches.delete(batch.batch_id);
     }
   }
 
@@ -537,7 +625,7 @@ export class LocalStore {
     return this.run(all, "readwrite", async (tx) => {
       const outbox = tx.objectStore("outbox");
       const entries = ((await request(outbox.index("job_id").getAll(jobID))) as OutboxEntry[]).filter((entry) => entry.state === "sent");
-      for (const entry of entries) await request(outbox.put({ ...entry, state: "set_aside", reason }));
+      for (const entry of entries) outbox.put({ ...entry, state: "set_aside", reason });
       await LocalStore.dropBatches(tx, jobID);
       await this.refreshOps(tx, entries);
       return entries.map((entry) => entry.op_id);
@@ -549,7 +637,7 @@ export class LocalStore {
     await this.run(["outbox", "batches"], "readwrite", async (tx) => {
       const outbox = tx.objectStore("outbox");
       for (const entry of (await request(outbox.index("job_id").getAll(jobID))) as OutboxEntry[]) {
-        if (entry.state === "sent") await request(outbox.put({ ...entry, state: "pending", job_id: null, batch_id: null }));
+        if (entry.state === "sent") outbox.put({ ...entry, state: "pending", job_id: null, batch_id: null });
       }
       await LocalStore.dropBatches(tx, jobID);
     });
@@ -564,10 +652,10 @@ export class LocalStore {
     return this.run(all, "readwrite", async (tx) => {
       const entries = (await request(tx.objectStore("outbox").getAll())) as OutboxEntry[];
       const lost = entries.filter((entry) => unconfirmed.includes(entry.state)).sort((a, b) => (a.seq ?? 0) - (b.seq ?? 0)).map((entry) => entry.op_id);
-      for (const store of ["server", "records", "outbox", "batches"]) await request(tx.objectStore(store).clear());
+      for (const store of ["records", "outbox", "batches"]) tx.objectStore(store).clear();
       const meta = tx.objectStore("meta");
-      for (const key of ["cursor", "resync", "generation"]) await request(meta.delete(key));
-      await request(meta.put(true, "gone"));
+      for (const key of ["cursor", "resync", "generation"]) meta.delete(key);
+      meta.put(true, "gone");
       return lost;
     });
   }
@@ -579,54 +667,65 @@ export class LocalStore {
     await this.run(["meta"], "readwrite", async (tx) => {
       const meta = tx.objectStore("meta");
       const generation = ((await request(meta.get("generation"))) as number | undefined) ?? 0;
-      await request(meta.put(generation + 1, "generation"));
-      await request(meta.put(true, "resync"));
-      await request(meta.delete("cursor"));
+      meta.put(generation + 1, "generation");
+      meta.put(true, "resync");
+      meta.delete("cursor");
     });
   }
 
   /** Stores one page with its cursor; returns the records that changed on screen. */
   async applyPage(changes: RecordView[], cursor: string, hasMore: boolean): Promise<Changed[]> {
     return this.run(all, "readwrite", async (tx) => {
-      const meta = tx.objectStore("meta");
-      const generation = ((await request(meta.get("generation"))) as number | undefined) ?? 0;
-      const clock = await LocalStore.clock(tx);
+      const meta = tx.objectStore("meta"), records = tx.objectStore("records"), outbox = tx.objectStore("outbox");
+      const [stored, clock, entries, resync] = await Promise.all([
+        request(meta.get("generation")) as Promise<number | undefined>,
+        LocalStore.clock(tx),
+        request(outbox.getAll()) as Promise<OutboxEntry[]>,
+        request(meta.get("resync")),
+      ]);
+      const generation = stored ?? 0;
       const touched = new Map<string, Key>();
       const touch = (key: Key) => touched.set(JSON.stringify([key.collection, key.id]), { collection: key.collection, id: key.id });
-      const server = tx.objectStore("server");
+      // What the server holds now, for the records this page (or the end of a resync) settles.
+      const settled = new Map<string, ServerCopy | null>();
       for (const change of changes) {
-        await request(server.put({ collection: change.collection, id: change.id, view: change, generation }));
         if (change.hlc) clock.observe(change.hlc);
         touch(change);
+        settled.set(JSON.stringify([change.collection, change.id]), { view: change, generation });
       }
-      await LocalStore.saveClock(tx, clock);
-      await request(meta.put(cursor, "cursor"));
-      const outbox = tx.objectStore("outbox");
-      for (const entry of (await request(outbox.index("state").getAll("confirmed"))) as OutboxEntry[]) {
-        if ((entry.checkpoint ?? 0) <= Number(cursor)) {
-          await request(outbox.delete(entry.seq!));
+      LocalStore.saveClock(tx, clock);
+      meta.put(cursor, "cursor");
+      // Confirmed ops leave once the pull reaches their checkpoint.
+      const left = new Set<number>();
+      for (const entry of entries) {
+        if (entry.state === "confirmed" && (entry.checkpoint ?? 0) <= Number(cursor)) {
+          outbox.delete(entry.seq!);
+          left.add(entry.seq!);
           touch(entry);
         }
       }
-      if (!hasMore && (await request(meta.get("resync")))) {
-        const stale = (await request(server.index("generation").getAll(IDBKeyRange.upperBound(generation, true)))) as Key[];
+      // The end of a resync: records of older generations were not pulled again, so are gone
+      // (this page's rows are written below, so they are read here as they were before it).
+      if (!hasMore && resync) {
+        const stale = (await request(records.index("generation").getAll(IDBKeyRange.upperBound(generation, true)))) as Key[];
         for (const row of stale) {
-          await request(server.delete([row.collection, row.id]));
+          if (settled.has(JSON.stringify([row.collection, row.id]))) continue;
           touch(row);
+          settled.set(JSON.stringify([row.collection, row.id]), null);
         }
-        await request(meta.delete("resync"));
+        meta.delete("resync");
       }
-      // The records with local edits, read once: every other pulled record shows as pulled.
+      // The records with local edits, from the outbox read once: every other settled record shows as the server has it.
       const edited = new Map<string, OutboxEntry[]>();
-      for (const entry of (await request(outbox.getAll())) as OutboxEntry[]) {
+      for (const entry of entries) {
+        if (left.has(entry.seq!)) continue;
         const name = JSON.stringify([entry.collection, entry.id]);
         edited.set(name, [...(edited.get(name) ?? []), entry]);
       }
-      const pulled = new Map(changes.map((change) => [JSON.stringify([change.collection, change.id]), change]));
       const result: Changed[] = [];
       for (const [name, key] of touched) {
-        const change = pulled.get(name);
-        const row = change ? await this.refresh(tx, key, { server: change, entries: edited.get(name) ?? [] }) : await this.refresh(tx, key);
+        const copy = settled.get(name);
+        const row = copy !== undefined ? this.show(tx, key, copy, edited.get(name) ?? []) : await this.refresh(tx, key);
         result.push({ ...key, row });
       }
       return result;
