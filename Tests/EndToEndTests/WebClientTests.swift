@@ -53,6 +53,17 @@ struct WebClientTests {
         }
     }
 
+    /// `script`'s result in a page that loads the package, with no stack behind it.
+    static func evaluateOffline(_ script: String) async throws -> Any? {
+        let site = try await serve()
+        defer { site.stop() }
+        let browser = try Browser()
+        defer { browser.quit() }
+        try browser.open("\(site.base)/index.html")
+        try browser.waitFor("window.syncline")
+        return try browser.evaluate(script)
+    }
+
     /// With the gateway down, a page writes, is reloaded, and still shows its edits; once
     /// the gateway is back they are applied once and the server holds what the page shows.
     @Test func offlineEditsSurviveAReloadAndAreAppliedOnce() async throws {
@@ -272,13 +283,7 @@ struct WebClientTests {
     /// collection selects, over random records and queries — also after the indexes change
     /// (an index dropped, another added and filled from the records already there).
     @Test func indexedQueriesAgreeWithAFullScan() async throws {
-        let site = try await Self.serve()
-        defer { site.stop() }
-        let browser = try Browser()
-        defer { browser.quit() }
-        try browser.open("\(site.base)/index.html")
-        try browser.waitFor("window.syncline")
-        let result = try browser.evaluate("""
+        let result = try await Self.evaluateOffline("""
             (async () => {
               let seed = 7;
               const random = (n) => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n; };
@@ -327,13 +332,7 @@ struct WebClientTests {
     /// `StorageBlockedError` instead of hanging, and opens once that connection is closed.
     /// A connection that is closing (its last transaction still running) is no such block.
     @Test func aBlockedUpgradeIsReportedAndDoesNotHang() async throws {
-        let site = try await Self.serve()
-        defer { site.stop() }
-        let browser = try Browser()
-        defer { browser.quit() }
-        try browser.open("\(site.base)/index.html")
-        try browser.waitFor("window.syncline")
-        let result = try browser.evaluate("""
+        let result = try await Self.evaluateOffline("""
             (async () => {
               const options = (indexes) => ({gatewayURL: 'http://127.0.0.1:9', databaseName: 'blocked',
                 tokenProvider: async () => 'unused', pollInterval: null, indexes});
