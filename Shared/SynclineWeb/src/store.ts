@@ -165,9 +165,9 @@ export class LocalStore {
       if (event.oldVersion < 1) {
         onCreate();
         db.createObjectStore("meta");
-        const records = db.createObjectStore("records", { keyPath: ["collection", "id"] });
-        records.createIndex("collection", "shownIn");
-        records.createIndex("generation", "generation");
+        // No index beyond the declared ones: the key [collection, id] ranges over a
+        // collection, and every index is one more write for each pulled record.
+        db.createObjectStore("records", { keyPath: ["collection", "id"] });
         const outbox = db.createObjectStore("outbox", { keyPath: "seq", autoIncrement: true });
         outbox.createIndex("op_id", "op_id", { unique: true });
         outbox.createIndex("record", ["collection", "id"]);
@@ -388,7 +388,7 @@ export class LocalStore {
   /** The collection's records, by id. */
   async records(collection: string): Promise<ShownRecord[]> {
     return this.run(["records"], "readonly", async (tx) => {
-      const rows = (await request(tx.objectStore("records").index("collection").getAll(collection))) as ShownRecord[];
+      const rows = await LocalStore.collectionRows(tx.objectStore("records"), collection);
       return rows.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
     });
   }
@@ -443,7 +443,7 @@ export class LocalStore {
           return (await request(index.getAll(IDBKeyRange.bound(lower, upper, false, true)))) as ShownRecord[];
         }
       }
-      return (await request(records.index("collection").getAll(collection))) as ShownRecord[];
+      return LocalStore.collectionRows(records, collection);
     });
     return ordered(rows.filter((row) => matches(row.id, row.data, options.where)), options);
   }
@@ -473,6 +473,13 @@ export class LocalStore {
         current.continue();
       };
     });
+  }
+
+  /** The rows of `collection` where something shows, by id. */
+  private static async collectionRows(records: IDBObjectStore, collection: string): Promise<ShownRecord[]> {
+    // Keys are [collection, id] with a string id; an array sorts after every string.
+    const rows = (await request(records.getAll(IDBKeyRange.bound([collection], [collection, []])))) as RecordRow[];
+    return rows.filter((row): row is ShownRecord & RecordRow => row.shownIn !== undefined);
   }
 
   /** A row read by its key, if something shows for it (else it keeps only the server's record). */
@@ -707,7 +714,8 @@ export class LocalStore {
       // The end of a resync: records of older generations were not pulled again, so are gone
       // (this page's rows are written below, so they are read here as they were before it).
       if (!hasMore && resync) {
-        const stale = (await request(records.index("generation").getAll(IDBKeyRange.upperBound(generation, true)))) as Key[];
+        // Once per resync, so a read of every row rather than an index written on every pull.
+        const stale = ((await request(records.getAll())) as RecordRow[]).filter((row) => row.server && (row.generation ?? 0) < generation);
         for (const row of stale) {
           if (settled.has(JSON.stringify([row.collection, row.id]))) continue;
           touch(row);
