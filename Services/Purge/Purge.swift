@@ -74,7 +74,7 @@ struct Purge: AsyncParsableCommand {
                 PurgeLoop(runner: runner, interval: Durations.parse(every!)!),
             ],
             logger: logger)
-        try await app.runService()
+        await ServiceExit.run("purge", port: configuration.port) { try await app.runService() }
     }
 }
 

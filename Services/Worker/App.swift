@@ -3,10 +3,12 @@ import ServiceSupport
 
 @main
 struct WorkerApp {
-    static func main() async throws {
+    static func main() async {
         let configuration = Configuration.forService("worker", defaultPort: 8090)
         let logger = Observability.bootstrap(service: "worker", level: configuration.logLevel)
-        let app = try buildWorker(configuration: configuration, logger: logger)
-        try await app.runService()
+        await ServiceExit.run("worker", port: configuration.port) {
+            let app = try buildWorker(configuration: configuration, logger: logger)
+            try await app.runService()
+        }
     }
 }

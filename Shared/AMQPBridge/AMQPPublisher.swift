@@ -17,6 +17,8 @@ public final class AMQPPublisher: Sendable {
         var connection: AMQPConnection?
         var retryAfter = Date.distantPast
         var backoff = Backoff(base: 0.25, cap: 5, jitter: false)
+        /// A failure to connect was logged and no connection has been made since.
+        var outageLogged = false
     }
 
     private struct Waiting {
@@ -148,10 +150,15 @@ public final class AMQPPublisher: Sendable {
             try connection.enableConfirms()
             owned.connection = connection
             owned.backoff.reset()
+            owned.outageLogged = false
             logger.info("AMQP publisher connected", metadata: ["amqp.host": "\(endpoint.host)"])
             return connection
         } catch {
             owned.retryAfter = Date().addingTimeInterval(owned.backoff.next())
+            if !owned.outageLogged {
+                owned.outageLogged = true
+                logger.warning("AMQP publisher cannot connect; retrying", metadata: ["error": "\(error)"])
+            }
             throw error
         }
     }

@@ -43,9 +43,11 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
             || (sqlState.map { $0.hasPrefix("08") || $0.hasPrefix("57P") || $0 == "53300" } ?? false)
     }
 
+    /// What failed; for a connection, libpq's reason too (`database "x" does not exist`,
+    /// `Connection refused`), which is what an operator acts on.
     public var description: String {
         switch code {
-        case .connection: return "database connection failed"
+        case .connection: return "database connection failed: \(message)"
         case .server: return "database error \(sqlState ?? "?")"
         case .decoding: return "unexpected database result"
         case .closed: return "database pool closed"
@@ -53,5 +55,6 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
         }
     }
 
-    public var debugDescription: String { "\(description): \(message)" }
+    /// With libpq's or the server's own words (a connection failure's description has them already).
+    public var debugDescription: String { code == .connection ? description : "\(description): \(message)" }
 }

@@ -16,6 +16,9 @@ public final class PGPool: Sendable {
     private let threads: NIOThreadPool
     private let state: NIOLockedValueBox<State>
     private let logger: Logger
+    /// Whether a failure to connect was logged and no connection has been made since: an
+    /// outage is logged once, with libpq's reason, and its end once.
+    private let outageLogged = NIOLockedValueBox(false)
     public let size: Int
 
     public init(url: String, size: Int, logger: Logger) {
@@ -36,10 +39,22 @@ public final class PGPool: Sendable {
         let connection = try await checkOut()
         defer { checkIn(connection) }
         let logger = self.logger
+        let outageLogged = self.outageLogged
         return try await threads.runIfActive {
             if !connection.isConnected {
-                try connection.connect()
-                logger.debug("connected to PostgreSQL")
+                do {
+                    try connection.connect()
+                } catch {
+                    if !outageLogged.withLockedValue({ logged in defer { logged = true }; return logged }) {
+                        logger.warning("cannot connect to PostgreSQL", metadata: ["error": "\(error)"])
+                    }
+                    throw error
+                }
+                if outageLogged.withLockedValue({ logged in defer { logged = false }; return logged }) {
+                    logger.info("connected to PostgreSQL again")
+                } else {
+                    logger.debug("connected to PostgreSQL")
+                }
             }
             do {
                 return try body(connection)

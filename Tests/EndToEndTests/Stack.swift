@@ -170,7 +170,9 @@ final class ServiceProcess: @unchecked Sendable {
         env["PORT"] = String(port)
         env["LOG_LEVEL"] = env["E2E_LOG_LEVEL"] ?? "info"
         for (key, value) in E2E.serviceDefaults.merging(environment, uniquingKeysWith: { $1 }) { env[key] = value }
-        let command = "exec \(E2E.binaries)/\(executable) >>\(logPath) 2>&1"
+        // A path runs as given (a script); a name is one of the built executables.
+        let path = executable.hasPrefix("/") ? executable : "\(E2E.binaries)/\(executable)"
+        let command = "exec \(path) >>\(logPath) 2>&1"
         let arguments: [String] = ["/bin/sh", "-c", command]
         let argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
         let envp: [UnsafeMutablePointer<CChar>?] = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
@@ -178,7 +180,18 @@ final class ServiceProcess: @unchecked Sendable {
             argv.forEach { free($0) }
             envp.forEach { free($0) }
         }
-        let result = posix_spawn(&pid, "/bin/sh", nil, nil, argv, envp)
+        // Started as from a shell: no signal blocked or ignored (the test process may block
+        // or ignore some, and a child inherits that — a script could then never trap SIGTERM).
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var none = sigset_t(), all = sigset_t()
+        sigemptyset(&none)
+        sigfillset(&all)
+        posix_spawnattr_setsigmask(&attributes, &none)
+        posix_spawnattr_setsigdefault(&attributes, &all)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        let result = posix_spawn(&pid, "/bin/sh", nil, &attributes, argv, envp)
         guard result == 0 else { throw StackError(description: "cannot start \(executable): \(result)") }
     }
 
@@ -191,6 +204,17 @@ final class ServiceProcess: @unchecked Sendable {
         guard waitpid(pid, &status, WNOHANG) == pid else { return false }
         exitCode = (status >> 8) & 0xff
         return true
+    }
+
+    /// The exit status once the process has exited by itself, waiting up to `seconds`; nil
+    /// when it is still running then.
+    func exitStatus(within seconds: Double) -> Int32? {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if hasExited { return exitCode }
+            usleep(50_000)
+        }
+        return hasExited ? exitCode : nil
     }
 
     /// Waits up to `seconds` for `/readyz` to answer 200: true when it does, false when the
