@@ -16,6 +16,9 @@ public final class PGPool: Sendable {
     private let threads: NIOThreadPool
     private let state: NIOLockedValueBox<State>
     private let logger: Logger
+    /// A connection waited for (a warning), or held (info: purges and big batches may), longer
+    /// than this is logged: such waits stall every request behind them.
+    static let slow = Duration.seconds(1)
     /// Whether a failure to connect was logged and no connection has been made since: an
     /// outage is logged once, with libpq's reason, and its end once.
     private let outageLogged = NIOLockedValueBox(false)
@@ -37,7 +40,14 @@ public final class PGPool: Sendable {
         _ body: @escaping @Sendable (PGConnection) throws -> T
     ) async throws -> T {
         let connection = try await checkOut()
-        defer { checkIn(connection) }
+        let held = ContinuousClock.now
+        defer {
+            checkIn(connection)
+            let seconds = ContinuousClock.now - held
+            if seconds > Self.slow {
+                logger.info("held a database connection", metadata: ["seconds": "\(seconds.seconds)"])
+            }
+        }
         let logger = self.logger
         let outageLogged = self.outageLogged
         return try await threads.runIfActive {
@@ -91,6 +101,13 @@ public final class PGPool: Sendable {
         case .some(.none): throw PGError(code: .closed, message: "pool closed")
         case .none: break
         }
+        let waitStarted = ContinuousClock.now
+        defer {
+            let waited = ContinuousClock.now - waitStarted
+            if waited > Self.slow {
+                logger.warning("waited for a database connection", metadata: ["seconds": "\(waited.seconds)"])
+            }
+        }
         let connection = await withCheckedContinuation { (continuation: CheckedContinuation<PGConnection?, Never>) in
             let ready: PGConnection?? = state.withLockedValue { state in
                 if state.closed { return .some(nil) }
@@ -125,5 +142,13 @@ public final class PGPool: Sendable {
         waiters.forEach { $0.resume(returning: nil) }
         idle.forEach { $0.close() }
         try? await threads.shutdownGracefully()
+    }
+}
+
+extension Duration {
+    /// In seconds, to the millisecond (for logs).
+    fileprivate var seconds: String {
+        let (whole, attoseconds) = components
+        return "\(((Double(whole) + Double(attoseconds) / 1e18) * 1000).rounded() / 1000)"
     }
 }

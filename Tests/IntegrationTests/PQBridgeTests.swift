@@ -1,6 +1,27 @@
 import Foundation
+import Logging
 import PQBridge
 import Testing
+
+/// Log lines as `level message key=value…`, kept for a test to read.
+final class LogLines: LogHandler, @unchecked Sendable {
+    // @unchecked: `stored` is read and written under `lock` only.
+    private let lock = NSLock()
+    private var stored: [String] = []
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .trace
+    var messages: [String] { lock.withLock { stored } }
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        let fields = (event.metadata ?? [:]).sorted { $0.key < $1.key }.map { " \($0.key)=\($0.value)" }.joined()
+        lock.withLock { stored.append("\(event.level) \(event.message)\(fields)") }
+    }
+}
 
 @Suite("libpq bridge", .enabled(if: TestEnvironment.hasServers), .serialized, .timeLimit(.minutes(3)))
 struct PQBridgeTests {
@@ -28,6 +49,24 @@ struct PQBridgeTests {
             #expect(row.isNull("n"))
             #expect(row["a"] == #"{"a,b","c\"d","e\\f"}"#)
         }
+    }
+
+    /// A request that waits over a second for a connection is logged as a warning, and the
+    /// connection held that long as info: such waits stall every request behind them.
+    @Test func aLongWaitForAConnectionIsLogged() async throws {
+        let lines = LogLines()
+        var logger = Logger(label: "pool") { _ in lines }
+        logger.logLevel = .info
+        let pool = PGPool(url: TestEnvironment.databaseURL!, size: 1, logger: logger)
+        async let holder: Void = { _ = try await pool.query("SELECT pg_sleep(1.3)") }()
+        try await Task.sleep(for: .milliseconds(200))
+        _ = try await pool.query("SELECT 1")
+        try await holder
+        await pool.shutdown()
+        let logged = lines.messages
+        #expect(logged.contains { $0.hasPrefix("warning waited for a database connection seconds=1.") }, "\(logged)")
+        #expect(logged.contains { $0.hasPrefix("info held a database connection seconds=1.") }, "\(logged)")
+        #expect(logged.filter { $0.contains("database connection") }.count == 2, "\(logged)")
     }
 
     @Test func injectionIsJustText() async throws {
