@@ -53,6 +53,19 @@ struct WebClientTests {
         }
     }
 
+    /// How many rows of `table` belong to `user`, read from PostgreSQL.
+    static func rows(in table: String, of user: String) async throws -> Int64? {
+        let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
+        do {
+            let found = try await pool.query("SELECT count(*) AS n FROM \(table) WHERE user_id = $1", [user]).first?.int("n")
+            await pool.shutdown()
+            return found
+        } catch {
+            await pool.shutdown()
+            throw error
+        }
+    }
+
     /// `script`'s result in a page that loads the package, with no stack behind it.
     static func evaluateOffline(_ script: String) async throws -> Any? {
         let site = try await serve()
@@ -124,10 +137,7 @@ struct WebClientTests {
             let pulled = try await stack.client.pullAll(token, limit: 1000).changes
             #expect(pulled.first { $0["id"] as? String == "a2" }?["deleted"] as? Bool == true)
             // Applied once: the batch made one job.
-            let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
-            let jobs = try await pool.query("SELECT count(*) AS n FROM jobs WHERE user_id = $1", [user]).first?["n"]
-            await pool.shutdown()
-            #expect(jobs == "1")
+            #expect(try await Self.rows(in: "jobs", of: user) == 1)
         }
     }
 
@@ -165,10 +175,7 @@ struct WebClientTests {
             let pushes = proxy.pushes
             #expect(pushes.count == 2 && pushes[0].idempotencyKey != nil && pushes[0].idempotencyKey == pushes[1].idempotencyKey, "\(pushes)")
             #expect(pushes.count == 2 && pushes[0].jobID != nil && pushes[0].jobID == pushes[1].jobID, "\(pushes)")
-            let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
-            let jobs = try await pool.query("SELECT count(*) AS n FROM jobs WHERE user_id = $1", [user]).first?["n"]
-            await pool.shutdown()
-            #expect(jobs == "1")
+            #expect(try await Self.rows(in: "jobs", of: user) == 1)
             #expect(try await ClientTests.server(stack, user, "items").count == 3)
         }
     }
@@ -397,10 +404,7 @@ struct WebClientTests {
             #expect(after == #"{"pending":0,"records":[["a1","before"],["a2","after"]],"resets":1}"#)
             #expect(Set(try await ClientTests.server(stack, user, "items").keys) == ["a1", "a2"])
             // One device throughout: the page kept its identity.
-            let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
-            let devices = try await pool.query("SELECT count(*) AS n FROM devices WHERE user_id = $1", [user]).first?["n"]
-            await pool.shutdown()
-            #expect(devices == "1")
+            #expect(try await Self.rows(in: "devices", of: user) == 1)
         }
     }
 
