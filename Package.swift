@@ -10,11 +10,13 @@ let package = Package(
     // The client library's floor; the services run on Linux.
     platforms: [.macOS(.v13), .iOS(.v16)],
     products: [
-        .executable(name: "gateway", targets: ["Gateway"]),
-        .executable(name: "worker", targets: ["Worker"]),
-        .executable(name: "fanout", targets: ["Fanout"]),
-        .executable(name: "purge", targets: ["Purge"]),
-        .executable(name: "syncctl", targets: ["Syncctl"]),
+        .executable(name: "gateway", targets: ["GatewayCommand"]),
+        .executable(name: "worker", targets: ["WorkerCommand"]),
+        .executable(name: "fanout", targets: ["FanoutCommand"]),
+        .executable(name: "purge", targets: ["PurgeCommand"]),
+        .executable(name: "syncctl", targets: ["SyncctlCommand"]),
+        // The container image's one binary; the five commands above are links to it.
+        .executable(name: "syncline", targets: ["SynclineCommand"]),
         .library(name: "SynclineClient", targets: ["SynclineClient"]),
     ],
     dependencies: [
@@ -106,7 +108,7 @@ let package = Package(
             dependencies: ["SyncModels", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport",
                            .product(name: "Logging", package: "swift-log")],
             path: "Shared/Operations", swiftSettings: strict),
-        .executableTarget(
+        .target(
             name: "Gateway",
             dependencies: [
                 "SyncModels", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "Operations",
@@ -121,7 +123,7 @@ let package = Package(
             path: "Services/Gateway",
             resources: [.copy("openapi.yaml"), .copy("admin.html")],
             swiftSettings: strict),
-        .executableTarget(
+        .target(
             name: "Worker",
             dependencies: [
                 "SyncModels", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport",
@@ -131,7 +133,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             path: "Services/Worker", swiftSettings: strict),
-        .executableTarget(
+        .target(
             name: "Fanout",
             dependencies: [
                 "SyncModels", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "URLSessionCancellation",
@@ -149,7 +151,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             path: "Services/Fanout", swiftSettings: strict),
-        .executableTarget(
+        .target(
             name: "Purge",
             dependencies: [
                 "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "Operations",
@@ -160,13 +162,22 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             path: "Services/Purge", swiftSettings: strict),
-        .executableTarget(
+        .target(
             name: "Syncctl",
             dependencies: [
                 "SyncModels", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "Operations",
                 "SynclineClient", .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Services/Syncctl", swiftSettings: strict),
+        // The executables: each runs one of the libraries above.
+        .executableTarget(name: "GatewayCommand", dependencies: ["Gateway"], path: "Services/Commands/gateway", swiftSettings: strict),
+        .executableTarget(name: "WorkerCommand", dependencies: ["Worker"], path: "Services/Commands/worker", swiftSettings: strict),
+        .executableTarget(name: "FanoutCommand", dependencies: ["Fanout"], path: "Services/Commands/fanout", swiftSettings: strict),
+        .executableTarget(name: "PurgeCommand", dependencies: ["Purge"], path: "Services/Commands/purge", swiftSettings: strict),
+        .executableTarget(name: "SyncctlCommand", dependencies: ["Syncctl"], path: "Services/Commands/syncctl", swiftSettings: strict),
+        .executableTarget(
+            name: "SynclineCommand", dependencies: ["Gateway", "Worker", "Fanout", "Purge", "Syncctl"],
+            path: "Services/Commands/syncline", swiftSettings: strict),
         // A device as a process of its own, for end-to-end tests that kill it.
         .executableTarget(
             name: "ClientProcess", dependencies: ["SynclineClient"], path: "Tests/ClientProcess", swiftSettings: strict),

@@ -1,9 +1,9 @@
 import Hummingbird
 import ServiceSupport
 
-@main
-struct FanoutApp {
-    static func main() async {
+/// The `fanout` command (its own executable, or `syncline fanout` in the container image).
+public enum FanoutMain {
+    public static func run(arguments: [String]) async {
         let configuration = Configuration.forService("fanout", defaultPort: 8081, checksTokens: true)
         let logger = Observability.bootstrap(service: "fanout", level: configuration.logLevel)
         await ServiceExit.run("fanout", port: configuration.port) {

@@ -1,9 +1,9 @@
 import Hummingbird
 import ServiceSupport
 
-@main
-struct GatewayApp {
-    static func main() async {
+/// The `gateway` command (its own executable, or `syncline gateway` in the container image).
+public enum GatewayMain {
+    public static func run(arguments: [String]) async {
         let configuration = Configuration.forService("gateway", defaultPort: 8080, checksTokens: true)
         let logger = Observability.bootstrap(service: "gateway", level: configuration.logLevel)
         await ServiceExit.run("gateway", port: configuration.port) {

@@ -13,7 +13,11 @@ import ServiceSupport
 /// Retention: `purge --once` for cron or a Kubernetes CronJob (exit status 0 when the run
 /// completed or another purge was already running, non-zero on failure), or
 /// `purge --every 1h` as a long-running service with `/healthz` `/readyz` `/metrics`.
-@main
+/// The `purge` command (its own executable, or `syncline purge` in the container image).
+public enum PurgeMain {
+    public static func run(arguments: [String]) async { await Purge.main(arguments) }
+}
+
 struct Purge: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "purge",

@@ -7,7 +7,11 @@ import Persistence
 import ServiceSupport
 import SyncModels
 
-@main
+/// The `syncctl` command (its own executable, or `syncline syncctl` in the container image).
+public enum SyncctlMain {
+    public static func run(arguments: [String]) async { await Syncctl.main(arguments) }
+}
+
 struct Syncctl: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "syncctl",

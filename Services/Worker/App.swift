@@ -1,9 +1,9 @@
 import Hummingbird
 import ServiceSupport
 
-@main
-struct WorkerApp {
-    static func main() async {
+/// The `worker` command (its own executable, or `syncline worker` in the container image).
+public enum WorkerMain {
+    public static func run(arguments: [String]) async {
         let configuration = Configuration.forService("worker", defaultPort: 8090)
         let logger = Observability.bootstrap(service: "worker", level: configuration.logLevel)
         await ServiceExit.run("worker", port: configuration.port) {

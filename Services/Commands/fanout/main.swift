@@ -1,0 +1,3 @@
+import Fanout
+
+await FanoutMain.run(arguments: Array(CommandLine.arguments.dropFirst()))

@@ -1,0 +1,3 @@
+import Gateway
+
+await GatewayMain.run(arguments: Array(CommandLine.arguments.dropFirst()))

@@ -1,0 +1,3 @@
+import Purge
+
+await PurgeMain.run(arguments: Array(CommandLine.arguments.dropFirst()))

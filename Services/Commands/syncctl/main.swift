@@ -1,0 +1,3 @@
+import Syncctl
+
+await SyncctlMain.run(arguments: Array(CommandLine.arguments.dropFirst()))

@@ -1,0 +1,3 @@
+import Worker
+
+await WorkerMain.run(arguments: Array(CommandLine.arguments.dropFirst()))

@@ -1,0 +1,71 @@
+import Foundation
+import Testing
+
+/// The `docker compose` stack as users run it, under load: scripts/compose-test builds the
+/// images, brings the stack up with three workers and passes its coordinates here (the
+/// gateway's published port, the containers to kill, PostgreSQL published for the check).
+/// Without them this suite does not run; scripts/test leaves it to scripts/compose-test.
+@Suite("compose stack", .enabled(if: ComposeStack.gatewayURL != nil))
+struct ComposeTests {
+    /// A steady load of at least 30 s; one worker container and then the gateway container
+    /// are killed with SIGKILL on their host pid, and their restart policy brings them
+    /// back. Every acknowledged push ends `succeeded`, no op is lost, none applied twice.
+    @Test(.timeLimit(.minutes(5)))
+    func aWorkerAndTheGatewayKilledUnderLoadLoseAndDoubleNothing() async throws {
+        let client = APIClient(base: try #require(ComposeStack.gatewayURL))
+        let worker = try #require(ComposeStack.environment["COMPOSE_TEST_WORKER_CONTAINER"])
+        let gateway = try #require(ComposeStack.environment["COMPOSE_TEST_GATEWAY_CONTAINER"])
+        let load = try await SteadyLoad(client: client, users: 4, devicesPerUser: 2, tag: "compose")
+        let started = Date()
+        load.start(client: { client })
+        try await Task.sleep(for: .seconds(8))
+        try await ComposeStack.killAndAwaitRestart(worker)
+        try await Task.sleep(for: .seconds(5))
+        try await ComposeStack.killAndAwaitRestart(gateway)
+        try await Task.sleep(for: .seconds(max(5, 32 - Date().timeIntervalSince(started))))
+        await load.stop()
+        let seconds = Date().timeIntervalSince(started)
+        #expect(seconds >= 30)
+        try await load.verify(client: client, within: 120)
+        print("compose load: \(load.jobs.count) pushes, \(load.opCount) ops in \(Int(seconds)) s, all succeeded, none lost or doubled")
+    }
+}
+
+enum ComposeStack {
+    static let environment = ProcessInfo.processInfo.environment
+    static let gatewayURL = environment["COMPOSE_TEST_GATEWAY_URL"]
+    /// `docker`, or `sudo docker` when the tests do not run as root.
+    static let docker = (environment["COMPOSE_TEST_DOCKER"] ?? "docker").split(separator: " ").map(String.init)
+
+    static func docker(_ arguments: String...) throws -> String {
+        let process = Process()
+        let output = Pipe()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = docker + arguments
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw StackError(description: "docker \(arguments.joined(separator: " ")) exited \(process.terminationStatus)")
+        }
+        return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// Kills the container's main process from the host, as a crash would end it, and
+    /// waits until Docker has restarted it and its health check passes again.
+    static func killAndAwaitRestart(_ container: String) async throws {
+        let name = try docker("inspect", "-f", "{{.Name}}", container)
+        let restarts = Int(try docker("inspect", "-f", "{{.RestartCount}}", container)) ?? -1
+        let pid = try docker("inspect", "-f", "{{.State.Pid}}", container)
+        let sudo = docker.first == "sudo" ? "sudo " : ""
+        #expect(E2E.shell("\(sudo)kill -9 \(pid)") == 0, "kill -9 \(pid) (\(name))")
+        let started = Date()
+        _ = try await E2E.eventually(within: 90, "\(name) restarted and healthy") { () -> Bool? in
+            let state = try docker("inspect", "-f", "{{.RestartCount}} {{.State.Health.Status}}", container)
+            return state == "\(restarts + 1) healthy" ? true : nil
+        }
+        print("\(name): killed (pid \(pid)), restarted and healthy after \(String(format: "%.1f", Date().timeIntervalSince(started))) s")
+    }
+}
