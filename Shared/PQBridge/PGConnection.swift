@@ -12,9 +12,19 @@ public final class PGConnection: @unchecked Sendable {
     /// each once instead of on every call.
     private var prepared: [String: String] = [:]
     static let maxPrepared = 256
+    /// Set on every new connection (nil: the server's default, no limit).
+    private let statementTimeout: Duration?
+    /// Cancelling from another thread: libpq's PGcancel for this connection (taken when it
+    /// opens, freed when it closes), which checkout holds the connection, and whether that
+    /// checkout asked to cancel. Guarded by `cancelLock`.
+    private let cancelLock = NSLock()
+    private var canceller: OpaquePointer?
+    private var holder: UInt64 = 0
+    private var cancelRequested = false
 
-    init(conninfo: String) {
+    init(conninfo: String, statementTimeout: Duration? = nil) {
         self.conninfo = conninfo
+        self.statementTimeout = statementTimeout
     }
 
     /// A connection dropped while open (its pool was never shut down) is closed here
@@ -38,18 +48,64 @@ public final class PGConnection: @unchecked Sendable {
         }
         handle = connection
         prepared = [:]
+        cancelLock.withLock { canceller = PQgetCancel(connection) }
+        if let statementTimeout {
+            let (seconds, attoseconds) = statementTimeout.components
+            let milliseconds = seconds * 1000 + attoseconds / 1_000_000_000_000_000
+            try execute("SELECT set_config('statement_timeout', \(String(milliseconds)), false)")
+        }
     }
 
     func close() {
+        cancelLock.withLock {
+            if let canceller { PQfreeCancel(canceller) }
+            canceller = nil
+        }
         if let handle { PQfinish(handle) }
         handle = nil
         prepared = [:]
+    }
+
+    /// The connection is held by checkout `id` until `release()`.
+    func hold(_ id: UInt64) {
+        cancelLock.withLock {
+            holder = id
+            cancelRequested = false
+        }
+    }
+
+    func release() {
+        cancelLock.withLock {
+            holder = 0
+            cancelRequested = false
+        }
+    }
+
+    /// Cancels what checkout `id` runs here: the statement in flight (PostgreSQL ends it with
+    /// 57014 and the connection stays usable), and every later one of the checkout fails
+    /// before it is sent. Does nothing once the connection went back to the pool. Called
+    /// from any thread.
+    func cancel(holder id: UInt64) {
+        cancelLock.withLock {
+            guard holder == id else { return }
+            cancelRequested = true
+            guard let canceller else { return }
+            var reason = [CChar](repeating: 0, count: 256)
+            _ = PQcancel(canceller, &reason, Int32(reason.count))
+        }
+    }
+
+    private func checkNotCancelled() throws(PGError) {
+        if cancelLock.withLock({ cancelRequested }) {
+            throw PGError(code: .cancelled, message: "the statement's task was cancelled")
+        }
     }
 
     /// Runs one parameterized statement and copies its result out.
     @discardableResult
     public func query(_ sql: String, _ parameters: [(any PGBindable)?] = []) throws(PGError) -> PGResult {
         guard let handle else { throw PGError(code: .connection, message: "not connected") }
+        try checkNotCancelled()
         let texts: [String?] = parameters.map { $0?.pgText }
         let cStrings: [UnsafeMutablePointer<CChar>?] = texts.map { $0.flatMap { strdup($0) } }
         defer { cStrings.forEach { free($0) } }
@@ -74,24 +130,72 @@ public final class PGConnection: @unchecked Sendable {
         return try Self.read(result, connection: handle)
     }
 
-    /// The prepared statement for `sql`, preparing it on first use; nil once the cache is
-    /// full (dynamic SQL then runs unprepared rather than growing the server's memory).
-    private func statementName(for sql: String, parameterCount: Int, handle: OpaquePointer) throws(PGError) -> String? {
-        if let name = prepared[sql] { return name }
-        guard prepared.count < Self.maxPrepared else { return nil }
-        let name = "s\(prepared.count)"
-        guard let result = PQprepare(handle, name, sql, Int32(parameterCount), nil) else {
+    /// Runs one statement, its parameters typed and in binary format, and copies its
+    /// result out in binary format.
+    @discardableResult
+    public func execute(_ query: PGQuery) throws(PGError) -> PGRows {
+        guard let handle else { throw PGError(code: .connection, message: "not connected") }
+        try checkNotCancelled()
+        let binds = query.binds
+        guard !binds.invalidText else {
+            throw PGError(code: .invalidText, message: "a parameter contains the NUL character")
+        }
+        let statement = try statementName(for: query.sql, types: binds.types, handle: handle)
+        let count = Int32(binds.count)
+        let result: OpaquePointer? = binds.bytes.withUnsafeBufferPointer { bytes in
+            let base = UnsafeRawPointer(bytes.baseAddress).map { $0.assumingMemoryBound(to: CChar.self) }
+            // A NULL's pointer is nil; an empty value's must not be.
+            let values: [UnsafePointer<CChar>?] = zip(binds.offsets, binds.lengths).map { offset, length in
+                length < 0 ? nil : (base.map { $0 + offset } ?? Self.empty)
+            }
+            let formats = [Int32](repeating: 1, count: binds.count)
+            return binds.lengths.withUnsafeBufferPointer { lengths in
+                if let statement {
+                    return PQexecPrepared(handle, statement, count, values, lengths.baseAddress, formats, 1)
+                }
+                return PQexecParams(handle, query.sql, count, binds.types, values, lengths.baseAddress, formats, 1)
+            }
+        }
+        guard let result else {
             throw PGError(code: .connection, message: String(cString: PQerrorMessage(handle)))
         }
         defer { PQclear(result) }
-        _ = try Self.read(result, connection: handle)
-        prepared[sql] = name
+        try Self.check(result, connection: handle)
+        return PGRows(result)
+    }
+
+    // Read-only after its initialization.
+    nonisolated(unsafe) private static let empty: UnsafePointer<CChar> = {
+        let pointer = UnsafeMutablePointer<CChar>.allocate(capacity: 1)
+        pointer.initialize(to: 0)
+        return UnsafePointer(pointer)
+    }()
+
+    /// The prepared statement for `sql` with parameters of `types` (nil: untyped text),
+    /// preparing it on first use; nil once the cache is full (dynamic SQL then runs
+    /// unprepared rather than growing the server's memory).
+    private func statementName(for sql: String, types: [UInt32]? = nil, parameterCount: Int = 0, handle: OpaquePointer) throws(PGError) -> String? {
+        let key = types.map { "\($0)\u{0}\(sql)" } ?? sql
+        if let name = prepared[key] { return name }
+        guard prepared.count < Self.maxPrepared else { return nil }
+        let name = "s\(prepared.count)"
+        let made: OpaquePointer? = if let types {
+            PQprepare(handle, name, sql, Int32(types.count), types)
+        } else {
+            PQprepare(handle, name, sql, Int32(parameterCount), nil)
+        }
+        guard let result = made else {
+            throw PGError(code: .connection, message: String(cString: PQerrorMessage(handle)))
+        }
+        defer { PQclear(result) }
+        try Self.check(result, connection: handle)
+        prepared[key] = name
         return name
     }
 
-    private static func read(_ result: OpaquePointer, connection: OpaquePointer) throws(PGError) -> PGResult {
-        let status = PQresultStatus(result)
-        switch status {
+    /// Throws the error `result` carries, if any.
+    private static func check(_ result: OpaquePointer, connection: OpaquePointer) throws(PGError) {
+        switch PQresultStatus(result) {
         case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:
             break
         default:
@@ -105,6 +209,10 @@ public final class PGConnection: @unchecked Sendable {
             }
             throw PGError(code: .server, sqlState: sqlState, message: message)
         }
+    }
+
+    private static func read(_ result: OpaquePointer, connection: OpaquePointer) throws(PGError) -> PGResult {
+        try check(result, connection: connection)
         let columnCount = Int(PQnfields(result))
         let rowCount = Int(PQntuples(result))
         let columns = (0..<columnCount).map { String(cString: PQfname(result, Int32($0))) }
@@ -145,8 +253,16 @@ public final class PGConnection: @unchecked Sendable {
             try query("COMMIT")
             return value
         } catch {
-            _ = try? query("ROLLBACK")
+            rollBack()
             throw error
         }
+    }
+
+    /// Ends the transaction in progress, if any, even after a cancel; a connection whose
+    /// transaction cannot be ended is closed (the pool reopens it).
+    func rollBack() {
+        guard let handle, PQtransactionStatus(handle) != PQTRANS_IDLE else { return }
+        if let result = PQexec(handle, "ROLLBACK") { PQclear(result) }
+        if PQtransactionStatus(handle) != PQTRANS_IDLE { close() }
     }
 }

@@ -13,6 +13,10 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
         case closed
         /// A text parameter holds NUL, which PostgreSQL text cannot store; nothing was sent.
         case invalidText
+        /// No connection of the pool came free within its acquisition timeout.
+        case timeout
+        /// The task waiting for the statement was cancelled; the statement was cancelled too.
+        case cancelled
     }
 
     public let code: Code
@@ -29,17 +33,17 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
 
     public var isRetryable: Bool {
         switch code {
-        case .connection: return true
+        case .connection, .timeout: return true
         case .server:
             guard let sqlState else { return false }
             return sqlState.hasPrefix("08") || Self.retryableStates.contains(sqlState)
-        case .decoding, .closed, .invalidText: return false
+        case .decoding, .closed, .invalidText, .cancelled: return false
         }
     }
 
     /// The database is unreachable (as opposed to refusing one statement).
     public var isUnavailable: Bool {
-        code == .connection || code == .closed
+        code == .connection || code == .closed || code == .timeout
             || (sqlState.map { $0.hasPrefix("08") || $0.hasPrefix("57P") || $0 == "53300" } ?? false)
     }
 
@@ -52,6 +56,8 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
         case .decoding: return "unexpected database result"
         case .closed: return "database pool closed"
         case .invalidText: return "text parameter contains NUL"
+        case .timeout: return "no database connection free: \(message)"
+        case .cancelled: return "database statement cancelled"
         }
     }
 

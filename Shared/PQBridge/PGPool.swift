@@ -7,9 +7,19 @@ import NIOPosix
 /// pool or an event loop. Connections are opened lazily and reopened after a failure,
 /// which is how the pool rides out a server restart.
 public final class PGPool: Sendable {
+    private struct Waiter {
+        let id: UInt64
+        let continuation: CheckedContinuation<PGConnection, any Error>
+        /// Ends the wait with `.timeout`; cancelled when a connection comes first.
+        var timer: Task<Void, Never>?
+    }
+
     private struct State {
         var idle: [PGConnection]
-        var waiters: [CheckedContinuation<PGConnection?, Never>] = []
+        var waiters: [Waiter] = []
+        /// Checkouts whose task was cancelled before they started waiting.
+        var cancelledBeforeWaiting: Set<UInt64> = []
+        var nextID: UInt64 = 1
         var closed = false
     }
 
@@ -23,25 +33,38 @@ public final class PGPool: Sendable {
     /// outage is logged once, with libpq's reason, and its end once.
     private let outageLogged = NIOLockedValueBox(false)
     public let size: Int
+    /// How long a caller waits for a free connection before `.timeout`.
+    public let acquisitionTimeout: Duration
 
-    public init(url: String, size: Int, logger: Logger) {
+    /// - Parameters:
+    ///   - statementTimeout: PostgreSQL's `statement_timeout` on every connection (nil: none).
+    ///   - acquisitionTimeout: how long a caller may wait for a free connection.
+    public init(
+        url: String, size: Int, logger: Logger,
+        statementTimeout: Duration? = .seconds(60), acquisitionTimeout: Duration = .seconds(10)
+    ) {
         let conninfo = url.contains("connect_timeout")
             ? url : url + (url.contains("?") ? "&" : "?") + "connect_timeout=5"
         self.size = size
+        self.acquisitionTimeout = acquisitionTimeout
         self.threads = NIOThreadPool(numberOfThreads: size)
         self.threads.start()
         self.state = NIOLockedValueBox(
-            State(idle: (0..<size).map { _ in PGConnection(conninfo: conninfo) }))
+            State(idle: (0..<size).map { _ in PGConnection(conninfo: conninfo, statementTimeout: statementTimeout) }))
         self.logger = logger
     }
 
-    /// Runs `body` with exclusive use of one connection, on a pool thread.
+    /// Runs `body` with exclusive use of one connection, on a pool thread. Cancelling the
+    /// calling task cancels the statement in flight (and fails the body's later ones); a
+    /// transaction the body left open is rolled back before the connection is reused.
     public func withConnection<T: Sendable>(
         _ body: @escaping @Sendable (PGConnection) throws -> T
     ) async throws -> T {
-        let connection = try await checkOut()
+        let (connection, id) = try await checkOut()
+        connection.hold(id)
         let held = ContinuousClock.now
         defer {
+            connection.release()
             checkIn(connection)
             let seconds = ContinuousClock.now - held
             if seconds > Self.slow {
@@ -50,7 +73,18 @@ public final class PGPool: Sendable {
         }
         let logger = self.logger
         let outageLogged = self.outageLogged
-        return try await threads.runIfActive {
+        return try await withTaskCancellationHandler {
+            try await run(body, on: connection, logger: logger, outageLogged: outageLogged)
+        } onCancel: {
+            connection.cancel(holder: id)
+        }
+    }
+
+    private func run<T: Sendable>(
+        _ body: @escaping @Sendable (PGConnection) throws -> T, on connection: PGConnection,
+        logger: Logger, outageLogged: NIOLockedValueBox<Bool>
+    ) async throws -> T {
+        try await threads.runIfActive {
             if !connection.isConnected {
                 do {
                     try connection.connect()
@@ -67,12 +101,14 @@ public final class PGPool: Sendable {
                 }
             }
             do {
-                return try body(connection)
+                let value = try body(connection)
+                connection.rollBack()
+                return value
             } catch let error as PGError where error.code == .connection {
                 connection.close()
                 throw error
             } catch {
-                if !connection.isConnected { connection.close() }
+                if connection.isConnected { connection.rollBack() } else { connection.close() }
                 throw error
             }
         }
@@ -91,16 +127,21 @@ public final class PGPool: Sendable {
         try await withConnection { try $0.query(sql, parameters) }
     }
 
-    private func checkOut() async throws(PGError) -> PGConnection {
-        let immediate: PGConnection?? = state.withLockedValue { state in
-            if state.closed { return .some(nil) }
-            return state.idle.popLast().map { .some($0) } ?? nil
+    /// Runs one statement (typed parameters, binary results).
+    @discardableResult
+    public func execute(_ query: PGQuery) async throws -> PGRows {
+        try await withConnection { try $0.execute(query) }
+    }
+
+    /// A free connection, and the id of this checkout. Waits at most `acquisitionTimeout`
+    /// (then `.timeout`); a cancelled caller stops waiting (`.cancelled`).
+    private func checkOut() async throws -> (PGConnection, UInt64) {
+        let (id, immediate): (UInt64, PGConnection?) = try state.withLockedValue { state in
+            if state.closed { throw PGError(code: .closed, message: "pool closed") }
+            defer { state.nextID += 1 }
+            return (state.nextID, state.idle.popLast())
         }
-        switch immediate {
-        case .some(.some(let connection)): return connection
-        case .some(.none): throw PGError(code: .closed, message: "pool closed")
-        case .none: break
-        }
+        if let immediate { return (immediate, id) }
         let waitStarted = ContinuousClock.now
         defer {
             let waited = ContinuousClock.now - waitStarted
@@ -108,28 +149,66 @@ public final class PGPool: Sendable {
                 logger.warning("waited for a database connection", metadata: ["seconds": "\(waited.seconds)"])
             }
         }
-        let connection = await withCheckedContinuation { (continuation: CheckedContinuation<PGConnection?, Never>) in
-            let ready: PGConnection?? = state.withLockedValue { state in
-                if state.closed { return .some(nil) }
-                if let connection = state.idle.popLast() { return .some(connection) }
-                state.waiters.append(continuation)
+        // A cancel that lands after the wait ended leaves its mark here: clear it.
+        defer { state.withLockedValue { _ = $0.cancelledBeforeWaiting.remove(id) } }
+        let connection = try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<PGConnection, any Error>) in
+                let outcome: Result<PGConnection, PGError>? = state.withLockedValue { state in
+                    if state.closed { return .failure(PGError(code: .closed, message: "pool closed")) }
+                    if state.cancelledBeforeWaiting.remove(id) != nil {
+                        return .failure(PGError(code: .cancelled, message: "cancelled while waiting for a connection"))
+                    }
+                    if let connection = state.idle.popLast() { return .success(connection) }
+                    state.waiters.append(Waiter(id: id, continuation: continuation))
+                    return nil
+                }
+                if let outcome {
+                    continuation.resume(with: outcome)
+                    return
+                }
+                let timeout = acquisitionTimeout
+                let timer = Task { [weak self] in
+                    try? await Task.sleep(for: timeout)
+                    guard !Task.isCancelled else { return }
+                    self?.endWait(id, PGError(code: .timeout, message: "none came free within \(timeout)"))
+                }
+                let stillWaiting = state.withLockedValue { state in
+                    guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return false }
+                    state.waiters[index].timer = timer
+                    return true
+                }
+                if !stillWaiting { timer.cancel() }
+            }
+        } onCancel: {
+            self.endWait(id, PGError(code: .cancelled, message: "cancelled while waiting for a connection"))
+        }
+        return (connection, id)
+    }
+
+    /// Ends checkout `id`'s wait with `error`, if it still waits; one cancelled before it
+    /// began to wait is refused when it does.
+    private func endWait(_ id: UInt64, _ error: PGError) {
+        let waiter: Waiter? = state.withLockedValue { state in
+            guard let index = state.waiters.firstIndex(where: { $0.id == id }) else {
+                if error.code == .cancelled { state.cancelledBeforeWaiting.insert(id) }
                 return nil
             }
-            if let ready { continuation.resume(returning: ready) }
+            return state.waiters.remove(at: index)
         }
-        guard let connection else { throw PGError(code: .closed, message: "pool closed") }
-        return connection
+        waiter?.timer?.cancel()
+        waiter?.continuation.resume(throwing: error)
     }
 
     private func checkIn(_ connection: PGConnection) {
-        let (waiter, closed): (CheckedContinuation<PGConnection?, Never>?, Bool) = state.withLockedValue { state in
+        let (waiter, closed): (Waiter?, Bool) = state.withLockedValue { state in
             if state.closed { return (nil, true) }
             if !state.waiters.isEmpty { return (state.waiters.removeFirst(), false) }
             state.idle.append(connection)
             return (nil, false)
         }
         if closed { connection.close() }
-        waiter?.resume(returning: connection)
+        waiter?.timer?.cancel()
+        waiter?.continuation.resume(returning: connection)
     }
 
     /// Closes every connection and stops the threads; waiting callers get `.closed`.
@@ -139,7 +218,10 @@ public final class PGPool: Sendable {
             defer { state.waiters = []; state.idle = [] }
             return (state.waiters, state.idle)
         }
-        waiters.forEach { $0.resume(returning: nil) }
+        waiters.forEach {
+            $0.timer?.cancel()
+            $0.continuation.resume(throwing: PGError(code: .closed, message: "pool closed"))
+        }
         idle.forEach { $0.close() }
         try? await threads.shutdownGracefully()
     }

@@ -15,15 +15,15 @@ extension Bool: PGBindable { public var pgText: String { self ? "t" : "f" } }
 extension UUID: PGBindable { public var pgText: String { uuidString.lowercased() } }
 
 /// What an array parameter holds: its element as array-literal text, nil for NULL.
-public protocol PGArrayElement: Sendable {
+public protocol PGTextArrayElement: Sendable {
     var pgArrayElement: String? { get }
 }
 
-extension String: PGArrayElement { public var pgArrayElement: String? { self } }
-extension Int: PGArrayElement { public var pgArrayElement: String? { String(self) } }
-extension Int64: PGArrayElement { public var pgArrayElement: String? { String(self) } }
-extension Bool: PGArrayElement { public var pgArrayElement: String? { self ? "t" : "f" } }
-extension Optional: PGArrayElement where Wrapped: PGArrayElement {
+extension String: PGTextArrayElement { public var pgArrayElement: String? { self } }
+extension Int: PGTextArrayElement { public var pgArrayElement: String? { String(self) } }
+extension Int64: PGTextArrayElement { public var pgArrayElement: String? { String(self) } }
+extension Bool: PGTextArrayElement { public var pgArrayElement: String? { self ? "t" : "f" } }
+extension Optional: PGTextArrayElement where Wrapped: PGTextArrayElement {
     // A switch, not `flatMap(\.pgArrayElement)`: a key path in this generic context is
     // instantiated anew for every element, which once cost the worker a third of its CPU.
     public var pgArrayElement: String? {
@@ -34,7 +34,7 @@ extension Optional: PGArrayElement where Wrapped: PGArrayElement {
     }
 }
 
-extension Array: PGBindable where Element: PGArrayElement {
+extension Array: PGBindable where Element: PGTextArrayElement {
     /// PostgreSQL array literal: every element quoted, NULL for nil. Built byte by byte
     /// (the escapes are ASCII), as the worker's batch statements bind thousands of values.
     public var pgText: String {

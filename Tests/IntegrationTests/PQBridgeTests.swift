@@ -142,4 +142,112 @@ struct PQBridgeTests {
             }
         }
     }
+
+    /// Cancelling the task cancels the statement on the server (not only the wait for
+    /// it), and the connection is usable at once.
+    @Test func aCancelledStatementEndsOnTheServerAndLeavesTheConnectionUsable() async throws {
+        try await withPool(size: 1) { pool in
+            let started = ContinuousClock.now
+            let sleeper = Task { try await pool.execute("SELECT pg_sleep(20)") }
+            try await Task.sleep(for: .milliseconds(300))
+            sleeper.cancel()
+            let outcome = await sleeper.result
+            #expect(ContinuousClock.now - started < .seconds(3), "the statement ran on after the cancel")
+            guard case .failure(let error as PGError) = outcome else {
+                Issue.record("a cancelled statement answered \(outcome)")
+                return
+            }
+            #expect(error.sqlState == "57014" || error.code == .cancelled, "\(error)")
+            let rows = try await pool.execute("""
+                SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%' AND state = 'active'
+                """)
+            #expect(try rows[0].decode(Int64.self, at: 0) == 0)
+        }
+    }
+
+    /// A transaction whose task is cancelled between two statements sends no more of them
+    /// and is rolled back: nothing it wrote stays, and the connection is not left inside it.
+    @Test func aCancelledTransactionRollsBackAndSendsNothingMore() async throws {
+        try await withPool(size: 1) { pool in
+            _ = try await pool.execute("CREATE TABLE IF NOT EXISTS cancel_probe (n int8)")
+            _ = try await pool.execute("TRUNCATE cancel_probe")
+            let writer = Task {
+                try await pool.transaction { connection in
+                    try connection.execute("INSERT INTO cancel_probe VALUES (\(Int64(1)))")
+                    Thread.sleep(forTimeInterval: 0.6)  // the cancel lands here, between statements
+                    try connection.execute("INSERT INTO cancel_probe VALUES (\(Int64(2)))")
+                }
+            }
+            try await Task.sleep(for: .milliseconds(200))
+            writer.cancel()
+            let outcome = await writer.result
+            guard case .failure(let error as PGError) = outcome else {
+                Issue.record("a cancelled transaction answered \(outcome)")
+                return
+            }
+            #expect(error.code == .cancelled, "\(error)")
+            let rows = try await pool.execute("SELECT count(*) FROM cancel_probe")
+            #expect(try rows[0].decode(Int64.self, at: 0) == 0)
+            // Outside any transaction: what it writes now is committed, seen from elsewhere.
+            _ = try await pool.execute("INSERT INTO cancel_probe VALUES (\(Int64(3)))")
+            try await withPool(size: 1) { other in
+                let seen = try await other.execute("SELECT n FROM cancel_probe")
+                #expect(try seen.map { try $0.decode(Int64.self, at: 0) } == [3])
+            }
+            _ = try await pool.execute("DROP TABLE cancel_probe")
+        }
+    }
+
+    /// A caller waits for a free connection at most the acquisition timeout, and a cancelled
+    /// caller stops waiting at once; neither disturbs the pool.
+    @Test func waitingForAConnectionTimesOutOrIsCancelled() async throws {
+        let pool = PGPool(
+            url: TestEnvironment.databaseURL!, size: 1, logger: TestEnvironment.logger,
+            acquisitionTimeout: .milliseconds(500))
+        let holder = Task { try await pool.execute("SELECT pg_sleep(2)") }
+        try await Task.sleep(for: .milliseconds(200))
+        let started = ContinuousClock.now
+        await #expect(throws: PGError.self) { try await pool.execute("SELECT 1") }
+        let waited = ContinuousClock.now - started
+        #expect(waited >= .milliseconds(450) && waited < .milliseconds(1500), "waited \(waited)")
+        do {
+            _ = try await pool.execute("SELECT 1")
+            Issue.record("a second wait did not time out")
+        } catch let error as PGError {
+            #expect(error.code == .timeout && error.isUnavailable, "\(error)")
+        }
+        let waiter = Task { try await pool.execute("SELECT 1") }
+        try await Task.sleep(for: .milliseconds(100))
+        waiter.cancel()
+        let cancelledAt = ContinuousClock.now
+        if case .failure(let error as PGError) = await waiter.result {
+            #expect(error.code == .cancelled, "\(error)")
+        } else {
+            Issue.record("a cancelled waiter got a connection")
+        }
+        #expect(ContinuousClock.now - cancelledAt < .milliseconds(200))
+        _ = try await holder.value
+        let rows = try await pool.execute("SELECT 7")
+        #expect(try rows[0].decode(Int64.self, at: 0) == 7)
+        await pool.shutdown()
+    }
+
+    /// PostgreSQL's statement_timeout, set on every connection, ends a statement that runs
+    /// too long.
+    @Test func theStatementTimeoutEndsALongStatement() async throws {
+        let pool = PGPool(
+            url: TestEnvironment.databaseURL!, size: 1, logger: TestEnvironment.logger,
+            statementTimeout: .milliseconds(300))
+        let started = ContinuousClock.now
+        do {
+            _ = try await pool.execute("SELECT pg_sleep(5)")
+            Issue.record("pg_sleep(5) outlived a 300 ms statement_timeout")
+        } catch let error as PGError {
+            #expect(error.sqlState == "57014", "\(error)")
+        }
+        #expect(ContinuousClock.now - started < .seconds(2))
+        let rows = try await pool.execute("SHOW statement_timeout")
+        #expect(try rows[0].decode(String.self, at: 0) == "300ms")
+        await pool.shutdown()
+    }
 }
