@@ -159,9 +159,13 @@ public final class PGConnection: @unchecked Sendable {
         guard let result else {
             throw PGError(code: .connection, message: String(cString: PQerrorMessage(handle)))
         }
-        defer { PQclear(result) }
-        try Self.check(result, connection: handle)
-        return PGRows(result)
+        do {
+            try Self.check(result, connection: handle)
+        } catch {
+            PQclear(result)
+            throw error
+        }
+        return PGRows(result)  // which frees the result
     }
 
     // Read-only after its initialization.

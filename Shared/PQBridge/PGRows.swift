@@ -1,99 +1,93 @@
 internal import CLibPQ
 import Foundation
 
-/// A result copied out of libpq in binary format: every value's bytes in one buffer, read
-/// by column position into typed values.
+/// A result in binary format, read by column position into typed values.
 ///
 ///     for row in rows {
 ///         let (id, name, revoked) = try row.decode((UUID, String, Date?).self)
 ///     }
 public struct PGRows: Sendable, RandomAccessCollection {
-    public let columns: [String]
-    let types: [PGType]
-    let bytes: [UInt8]
-    /// Per cell, row by row: where its bytes start in `bytes`, and their length (-1: NULL).
-    let offsets: [Int]
-    let lengths: [Int32]
-    public let affectedRows: Int
+    @usableFromInline let result: Result
 
+    public var columns: [String] { result.columns }
+    public var affectedRows: Int { result.affectedRows }
     public var startIndex: Int { 0 }
-    public var endIndex: Int { columns.isEmpty ? 0 : lengths.count / columns.count }
-    public subscript(index: Int) -> Row { Row(rows: self, index: index) }
+    public var endIndex: Int { result.rowCount }
+    public subscript(index: Int) -> Row { Row(result: result, index: index) }
 
-    /// Copies `result` (binary format) out of libpq.
+    /// Takes ownership of `result` (binary format): its values are read where libpq keeps
+    /// them, not copied, and it is freed with the last row that refers to it.
     init(_ result: OpaquePointer) {
-        let columnCount = Int(PQnfields(result))
-        let rowCount = Int(PQntuples(result))
-        columns = (0..<columnCount).map { String(cString: PQfname(result, Int32($0))) }
-        types = (0..<columnCount).map { PGType(oid: PQftype(result, Int32($0))) }
-        var bytes: [UInt8] = []
-        var offsets: [Int] = []
-        var lengths: [Int32] = []
-        offsets.reserveCapacity(rowCount * columnCount)
-        lengths.reserveCapacity(rowCount * columnCount)
-        for row in 0..<Int32(rowCount) {
-            for column in 0..<Int32(columnCount) {
-                offsets.append(bytes.count)
-                if PQgetisnull(result, row, column) == 1 {
-                    lengths.append(-1)
-                    continue
-                }
-                let length = PQgetlength(result, row, column)
-                lengths.append(length)
-                if length > 0, let value = PQgetvalue(result, row, column) {
-                    value.withMemoryRebound(to: UInt8.self, capacity: Int(length)) {
-                        bytes.append(contentsOf: UnsafeBufferPointer(start: $0, count: Int(length)))
-                    }
-                }
-            }
+        self.result = Result(result)
+    }
+
+    /// libpq's result, read-only once made (so any thread may read it).
+    @usableFromInline
+    final class Result: @unchecked Sendable {
+        private let handle: OpaquePointer
+        @usableFromInline let columns: [String]
+        @usableFromInline let types: [PGType]
+        @usableFromInline let rowCount: Int
+        let affectedRows: Int
+
+        init(_ handle: OpaquePointer) {
+            self.handle = handle
+            let columnCount = Int(PQnfields(handle))
+            columns = (0..<columnCount).map { String(cString: PQfname(handle, Int32($0))) }
+            types = (0..<columnCount).map { PGType(oid: PQftype(handle, Int32($0))) }
+            rowCount = Int(PQntuples(handle))
+            affectedRows = Int(String(cString: PQcmdTuples(handle))) ?? 0
         }
-        self.bytes = bytes
-        self.offsets = offsets
-        self.lengths = lengths
-        affectedRows = Int(String(cString: PQcmdTuples(result))) ?? 0
+
+        deinit { PQclear(handle) }
+
+        /// The bytes of one value; nil for NULL.
+        @usableFromInline
+        func value(row: Int, column: Int) -> UnsafeRawBufferPointer? {
+            if PQgetisnull(handle, Int32(row), Int32(column)) == 1 { return nil }
+            return UnsafeRawBufferPointer(
+                start: PQgetvalue(handle, Int32(row), Int32(column)), count: Int(PQgetlength(handle, Int32(row), Int32(column))))
+        }
+
+        @usableFromInline
+        func error(column: Int, _ swiftType: Any.Type, _ detail: String) -> PGError {
+            let name = column < columns.count ? columns[column] : "\(column) of \(columns.count)"
+            return PGError(code: .decoding, message: "column \(name) read as \(swiftType): \(detail)")
+        }
     }
 
     public struct Row: Sendable {
-        let rows: PGRows
-        let index: Int
+        @usableFromInline let result: Result
+        @usableFromInline let index: Int
 
-        public var columnCount: Int { rows.columns.count }
-
-        public func isNull(at column: Int) -> Bool {
-            rows.lengths[index * rows.columns.count + column] < 0
+        @usableFromInline
+        init(result: Result, index: Int) {
+            self.result = result
+            self.index = index
         }
+
+        public var columnCount: Int { result.columns.count }
+
+        public func isNull(at column: Int) -> Bool { result.value(row: index, column: column) == nil }
 
         /// The value of one column. NULL reads as nil where `Value` is an `Optional`, and
         /// fails otherwise.
+        @inlinable
         public func decode<Value: PGDecodable>(_: Value.Type = Value.self, at column: Int) throws(PGError) -> Value {
-            guard column < rows.columns.count else {
-                throw PGError(code: .decoding, message: "column \(column) of \(rows.columns.count) read as \(Value.self)")
-            }
-            let cell = index * rows.columns.count + column
-            let length = Int(rows.lengths[cell])
-            if length < 0 {
-                guard let none = (Value.self as? any PGNullable.Type)?.pgNull as? Value else {
-                    throw PGError(code: .decoding, message: "column \(rows.columns[column]) is NULL, read as \(Value.self)")
-                }
+            guard column < result.columns.count else { throw result.error(column: column, Value.self, "no such column") }
+            guard let bytes = result.value(row: index, column: column) else {
+                guard let none = Value.pgNull else { throw result.error(column: column, Value.self, "NULL") }
                 return none
             }
-            let start = rows.offsets[cell]
-            let type = rows.types[column]
-            let decoded = rows.bytes.withUnsafeBytes { all -> Result<Value, PGError> in
-                do throws(PGError) {
-                    return .success(try Value(pgBytes: UnsafeRawBufferPointer(rebasing: all[start..<start + length]), type: type))
-                } catch {
-                    return .failure(error)
-                }
-            }
-            switch decoded {
-            case .success(let value): return value
-            case .failure(let error):
-                throw PGError(code: .decoding, message: "column \(rows.columns[column]): \(error.message)")
+            do {
+                return try Value(pgBytes: bytes, type: result.types[column])
+            } catch {
+                throw result.error(column: column, Value.self, error.message)
             }
         }
 
         /// The first columns, in order, as the tuple's types.
+        @inlinable
         public func decode<each Value: PGDecodable>(_: (repeat each Value).Type) throws -> (repeat each Value) {
             var column = 0
             func next<One: PGDecodable>(_: One.Type) throws -> One {

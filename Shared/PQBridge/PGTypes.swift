@@ -42,6 +42,12 @@ public protocol PGEncodable: Sendable {
 public protocol PGDecodable: Sendable {
     /// `bytes` is the column's value (never NULL here); `type` is the column's type.
     init(pgBytes bytes: UnsafeRawBufferPointer, type: PGType) throws(PGError)
+    /// What SQL NULL reads as: nil, an error, for every type but `Optional`.
+    static var pgNull: Self? { get }
+}
+
+extension PGDecodable {
+    public static var pgNull: Self? { nil }
 }
 
 /// What an array parameter holds, with the array's own type.
@@ -197,6 +203,8 @@ public struct PGTimestamp: PGCodable, PGArrayElement, Hashable, Comparable {
     public init(microsecondsSince2000 microseconds: Int64) { self.microseconds = microseconds }
 
     static let epochOffset: Int64 = 946_684_800  // 2000-01-01 in Unix seconds
+    /// What to add to `microseconds` for microseconds since 1970.
+    public static let unixOffset: Int64 = epochOffset * 1_000_000
 
     public init(_ date: Date) {
         microseconds = Int64(((date.timeIntervalSince1970 - Double(Self.epochOffset)) * 1_000_000).rounded())
@@ -292,9 +300,7 @@ extension Array: PGDecodable where Element: PGDecodable {
             let length = Int(bytes.bigEndian(Int32.self, at: offset))
             offset += 4
             if length < 0 {
-                guard let none = (Element.self as? any PGNullable.Type)?.pgNull as? Element else {
-                    throw .decoding([Element].self, type, "NULL element")
-                }
+                guard let none = Element.pgNull else { throw .decoding([Element].self, type, "NULL element") }
                 elements.append(none)
                 continue
             }
@@ -306,16 +312,9 @@ extension Array: PGDecodable where Element: PGDecodable {
     }
 }
 
-/// A type with a value for SQL NULL: `Optional`.
-public protocol PGNullable {
-    static var pgNull: Self { get }
-}
-
-extension Optional: PGNullable {
-    public static var pgNull: Wrapped? { nil }
-}
-
 extension Optional: PGDecodable where Wrapped: PGDecodable {
+    public static var pgNull: Wrapped?? { .some(nil) }
+
     public init(pgBytes bytes: UnsafeRawBufferPointer, type: PGType) throws(PGError) {
         self = .some(try Wrapped(pgBytes: bytes, type: type))
     }

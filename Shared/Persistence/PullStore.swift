@@ -34,18 +34,11 @@ public struct PullStore: Sendable {
     /// stores and goes out as is.
     /// `space` nil: the user's personal space, found in the same statement.
     public func pull(user: String, space: String?, since: Int64, limit: Int, collections: [String]?) async throws -> Outcome {
-        var parameters: [(any PGBindable)?] = [space, since, limit + 1, user, pageBudget]
-        var filter = ""
-        if let collections {
-            filter = " AND r.collection = ANY($6::text[])"
-            parameters.append(collections)
-        }
-        let rows = try await pool.query("""
+        let rows = try await pool.execute("""
             SELECT u.counter, u.horizon, r.fetched, r.collection, r.record_id, r.version, r.deleted, r.data,
-                   extract(epoch FROM r.updated_at) AS updated_epoch, r.updated_by,
-                   r.write_clock, r.delete_clock, r.visibility_clock, r.visibility, r.public_id, r.can_fork,
-                   extract(epoch FROM r.published_at) AS published_epoch, r.forked_from
-            FROM (SELECT coalesce($1::uuid, \(SpaceStore.personalSpaceSQL("$4"))) AS id) s
+                   r.updated_at, r.updated_by, r.write_clock, r.delete_clock, r.visibility_clock, r.visibility,
+                   r.public_id, r.can_fork, r.published_at, r.forked_from
+            FROM (SELECT coalesce(\(space)::uuid, (SELECT space_id FROM spaces WHERE personal_of = \(user))) AS id) s
             CROSS JOIN LATERAL (SELECT coalesce(max(counter), 0) AS counter, coalesce(max(purge_horizon), 0) AS horizon
                   FROM space_counters WHERE space_id = s.id) u
             LEFT JOIN LATERAL (
@@ -54,24 +47,23 @@ public struct PullStore: Sendable {
                        sum(r.data_bytes) OVER (ORDER BY r.version) - r.data_bytes AS before
                 FROM (
                   SELECT * FROM records r
-                  WHERE r.space_id = s.id AND r.version > $2 AND NOT ($2 > 0 AND $2 < u.horizon)
-                    AND (r.write_clock IS NOT NULL OR r.delete_clock IS NOT NULL)\(filter)
-                  ORDER BY r.version LIMIT $3
+                  WHERE r.space_id = s.id AND r.version > \(since) AND NOT (\(since) > 0 AND \(since) < u.horizon)
+                    AND (r.write_clock IS NOT NULL OR r.delete_clock IS NOT NULL)
+                    AND (\(collections == nil) OR r.collection = ANY(\(collections ?? [])))
+                  ORDER BY r.version LIMIT \(limit + 1)
                 ) r
               ) r
-              WHERE r.before < $5
+              WHERE r.before < \(pageBudget)
               ORDER BY r.version
             ) r ON true
-            """, parameters).rows
+            """)
         guard let first = rows.first else { throw PGError(code: .decoding, message: "pull returned no row") }
-        let counter = try first.int("counter")
-        let horizon = try first.int("horizon")
+        let (counter, horizon, fetched) = try first.decode((Int64, Int64, Int64?).self)
         if since > 0 && since < horizon { return .resyncRequired }
-        let records = rows.filter { $0["version"] != nil }
-        let fetched = Int(first.optionalInt("fetched") ?? 0)
-        let changes = try records.prefix(limit).map(PulledChange.init)
+        let records: [PGRows.Row] = fetched == nil ? [] : Array(rows.prefix(limit))
+        let changes = try records.map { try PulledChange($0, from: 3) }
         // More follows when the limit or the budget cut the page short.
-        let hasMore = fetched > changes.count
+        let hasMore = Int(fetched ?? 0) > changes.count
         let cursor = hasMore ? (changes.last?.version ?? since) : max(since, counter)
         return .page(PulledPage(changes: changes, cursor: String(cursor), hasMore: hasMore))
     }

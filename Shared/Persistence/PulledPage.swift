@@ -20,25 +20,32 @@ public struct PulledChange: Sendable, Equatable {
     public let publishedAt: String?
     public let forkedFrom: String?
 
-    /// Publication shows only while readers can see it.
-    init(_ row: PGRow) throws {
-        collection = try row.string("collection")
-        id = try row.string("record_id")
-        version = try row.int("version")
-        deleted = try row.bool("deleted")
-        data = deleted ? nil : try row.string("data")
-        // Times come as epoch seconds, formatted here: `to_char` cost PostgreSQL more than
-        // the rest of a page's columns together.
-        updatedAt = row["updated_epoch"].flatMap(RFC3339.utc(epoch:))
-        updatedBy = row["updated_by"]
-        hlc = [row["write_clock"], row["delete_clock"], row["visibility_clock"]]
+    /// Reads the record from the row's columns `first`…: collection, record_id, version,
+    /// deleted, data, updated_at, updated_by, write_clock, delete_clock, visibility_clock,
+    /// visibility, public_id, can_fork, published_at, forked_from. Publication shows only
+    /// while readers can see it.
+    init(_ row: PGRows.Row, from first: Int) throws {
+        collection = try row.decode(String.self, at: first)
+        id = try row.decode(String.self, at: first + 1)
+        version = try row.decode(Int64.self, at: first + 2)
+        deleted = try row.decode(Bool.self, at: first + 3)
+        data = deleted ? nil : try row.decode(PGJSON.self, at: first + 4).text
+        // Times are formatted here: `to_char` cost PostgreSQL more than the rest of a
+        // page's columns together.
+        updatedAt = try row.decode(PGTimestamp?.self, at: first + 5).map(Self.rfc3339)
+        updatedBy = try row.decode(String?.self, at: first + 6)
+        hlc = try [row.decode(String?.self, at: first + 7), row.decode(String?.self, at: first + 8), row.decode(String?.self, at: first + 9)]
             .compactMap { $0.flatMap(Stamp.init(stored:)) }.max()?.hlc
-        visibility = row["visibility"].flatMap(RecordState.PublicVisibility.init(rawValue:)) ?? .private
+        visibility = try row.decode(String?.self, at: first + 10).flatMap(RecordState.PublicVisibility.init(rawValue:)) ?? .private
         let shown = visibility != .private
-        publicID = shown ? row["public_id"] : nil
-        canFork = shown && row["can_fork"] == "t"
-        publishedAt = shown ? row["published_epoch"].flatMap(RFC3339.utc(epoch:)) : nil
-        forkedFrom = row["forked_from"]
+        publicID = shown ? try row.decode(String?.self, at: first + 11) : nil
+        canFork = shown ? try row.decode(Bool?.self, at: first + 12) ?? false : false
+        publishedAt = shown ? try row.decode(PGTimestamp?.self, at: first + 13).map(Self.rfc3339) : nil
+        forkedFrom = try row.decode(String?.self, at: first + 14)
+    }
+
+    static func rfc3339(_ time: PGTimestamp) -> String {
+        RFC3339.utc(unixMicroseconds: time.microseconds + PGTimestamp.unixOffset)
     }
 
     /// The change as a typed view (tests and tools; the gateway writes `json` instead).

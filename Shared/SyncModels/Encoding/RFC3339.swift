@@ -41,8 +41,13 @@ public enum RFC3339 {
         guard wholeDigits > 0, !inFraction || fractionDigits > 0 else { return nil }
         for _ in fractionDigits..<6 { microseconds *= 10 }
         // `-1.5` is 1.5 s before 1970: the fraction counts away from zero.
-        let total = (seconds * 1_000_000 + microseconds) * (negative ? -1 : 1)
-        let milliseconds = floorDiv(total, 1_000)
+        return utc(unixMicroseconds: (seconds * 1_000_000 + microseconds) * (negative ? -1 : 1))
+    }
+
+    /// A time as microseconds since 1970, as `2026-11-23T05:47:21.123Z` (milliseconds
+    /// truncated toward the past, like `to_char`'s `MS`).
+    public static func utc(unixMicroseconds: Int64) -> String {
+        let milliseconds = floorDiv(unixMicroseconds, 1_000)
         return format(seconds: floorDiv(milliseconds, 1_000), milliseconds: milliseconds - floorDiv(milliseconds, 1_000) * 1_000)
     }
 
