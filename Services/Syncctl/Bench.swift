@@ -132,18 +132,22 @@ enum Processes {
         }
     }
 
-    /// CPU seconds (user + system) used so far, summed per name.
+    /// CPU seconds (user + system) used so far, summed per name, with that of children
+    /// that exited: a PostgreSQL backend that ends during the run moves its CPU into the
+    /// postmaster's count instead of taking it out of the sum.
     static func cpuSeconds(_ names: Set<String>) -> [String: Double] {
         let ticksPerSecond = Double(sysconf(Int32(_SC_CLK_TCK)))
         var totals: [String: Double] = [:]
         for (pid, name) in named(names) {
-            // After the name in parentheses: state is field 3; utime and stime are 14 and 15.
+            // After the name in parentheses: state is field 3; utime, stime, cutime and
+            // cstime are 14 to 17.
             guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
                   let close = stat.lastIndex(of: ")")
             else { continue }
             let fields = stat[stat.index(after: close)...].split(separator: " ")
-            guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { continue }
-            totals[name, default: 0] += (user + system) / ticksPerSecond
+            guard fields.count > 14 else { continue }
+            let ticks = fields[11...14].compactMap { Double($0) }.reduce(0, +)
+            totals[name, default: 0] += ticks / ticksPerSecond
         }
         return totals
     }

@@ -36,7 +36,8 @@ public struct PullStore: Sendable {
     public func pull(user: String, space: String?, since: Int64, limit: Int, collections: [String]?) async throws -> Outcome {
         let rows = try await pool.execute("""
             SELECT u.counter, u.horizon, r.fetched, r.collection, r.record_id, r.version, r.deleted, r.data,
-                   r.updated_at, r.updated_by, r.write_clock, r.delete_clock, r.visibility_clock, r.visibility,
+                   r.updated_at, r.updated_by,
+                   greatest(r.write_clock COLLATE "C", r.delete_clock, r.visibility_clock), r.visibility,
                    r.public_id, r.can_fork, r.published_at, r.forked_from
             FROM (SELECT coalesce(\(space)::uuid, (SELECT space_id FROM spaces WHERE personal_of = \(user))) AS id) s
             CROSS JOIN LATERAL (SELECT coalesce(max(counter), 0) AS counter, coalesce(max(purge_horizon), 0) AS horizon

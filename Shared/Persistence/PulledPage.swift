@@ -21,9 +21,9 @@ public struct PulledChange: Sendable, Equatable {
     public let forkedFrom: String?
 
     /// Reads the record from the row's columns `first`…: collection, record_id, version,
-    /// deleted, data, updated_at, updated_by, write_clock, delete_clock, visibility_clock,
-    /// visibility, public_id, can_fork, published_at, forked_from. Publication shows only
-    /// while readers can see it.
+    /// deleted, data, updated_at, updated_by, the newest of its stored clocks (`greatest`
+    /// in byte order, which is their order), visibility, public_id, can_fork, published_at,
+    /// forked_from. Publication shows only while readers can see it.
     init(_ row: PGRows.Row, from first: Int) throws {
         collection = try row.decode(String.self, at: first)
         id = try row.decode(String.self, at: first + 1)
@@ -34,14 +34,13 @@ public struct PulledChange: Sendable, Equatable {
         // page's columns together.
         updatedAt = try row.decode(PGTimestamp?.self, at: first + 5).map(Self.rfc3339)
         updatedBy = try row.decode(String?.self, at: first + 6)
-        hlc = try [row.decode(String?.self, at: first + 7), row.decode(String?.self, at: first + 8), row.decode(String?.self, at: first + 9)]
-            .compactMap { $0.flatMap(Stamp.init(stored:)) }.max()?.hlc
-        visibility = try row.decode(String?.self, at: first + 10).flatMap(RecordState.PublicVisibility.init(rawValue:)) ?? .private
+        hlc = try row.decode(String?.self, at: first + 7).flatMap(Stamp.init(stored:))?.hlc
+        visibility = try row.decode(String?.self, at: first + 8).flatMap(RecordState.PublicVisibility.init(rawValue:)) ?? .private
         let shown = visibility != .private
-        publicID = shown ? try row.decode(String?.self, at: first + 11) : nil
-        canFork = shown ? try row.decode(Bool?.self, at: first + 12) ?? false : false
-        publishedAt = shown ? try row.decode(PGTimestamp?.self, at: first + 13).map(Self.rfc3339) : nil
-        forkedFrom = try row.decode(String?.self, at: first + 14)
+        publicID = shown ? try row.decode(String?.self, at: first + 9) : nil
+        canFork = shown ? try row.decode(Bool?.self, at: first + 10) ?? false : false
+        publishedAt = shown ? try row.decode(PGTimestamp?.self, at: first + 11).map(Self.rfc3339) : nil
+        forkedFrom = try row.decode(String?.self, at: first + 12)
     }
 
     static func rfc3339(_ time: PGTimestamp) -> String {
