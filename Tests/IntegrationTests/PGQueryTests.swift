@@ -7,18 +7,6 @@ import Testing
 /// back in binary format as the same value.
 @Suite("typed queries", .enabled(if: TestEnvironment.hasServers), .serialized, .timeLimit(.minutes(2)))
 struct PGQueryTests {
-    func withPool<T>(_ body: (PGPool) async throws -> T) async throws -> T {
-        let pool = PGPool(url: TestEnvironment.databaseURL!, size: 1, logger: TestEnvironment.logger)
-        do {
-            let value = try await body(pool)
-            await pool.shutdown()
-            return value
-        } catch {
-            await pool.shutdown()
-            throw error
-        }
-    }
-
     /// Sends `value`, has PostgreSQL say how it read it (`pg_typeof` and its text form), and
     /// reads it back.
     struct Seen: Equatable {
@@ -42,7 +30,7 @@ struct PGQueryTests {
     }
 
     @Test func scalarsRoundTripAsTheirPostgreSQLTypes() async throws {
-        try await withPool { pool in
+        try await withPool(size: 1) { pool in
             for value: Int64 in [0, 1, -1, .max, .min] {
                 try await expectRoundTrip(value, in: pool, Seen("bigint", String(value)))
             }
@@ -67,7 +55,7 @@ struct PGQueryTests {
     }
 
     @Test func timestampsAreExactToTheMicrosecondAcrossTheRange() async throws {
-        try await withPool { pool in
+        try await withPool(size: 1) { pool in
             let cases: [(PGTimestamp, String)] = [
                 (PGTimestamp(microsecondsSince2000: 0), "2000-01-01 00:00:00+00"),
                 (PGTimestamp(microsecondsSince2000: 1), "2000-01-01 00:00:00.000001+00"),
@@ -92,7 +80,7 @@ struct PGQueryTests {
     }
 
     @Test func arraysRoundTripWithNullsAndEmpty() async throws {
-        try await withPool { pool in
+        try await withPool(size: 1) { pool in
             try await expectRoundTrip(["a", "b,c", "{d}", "\"e\"", ""], in: pool, Seen("text[]", #"{a,"b,c","{d}","\"e\"",""}"#))
             try await expectRoundTrip([String](), in: pool, Seen("text[]", "{}"))
             try await expectRoundTrip(["a", nil, "c"] as [String?], in: pool, Seen("text[]", "{a,NULL,c}"))
@@ -110,7 +98,7 @@ struct PGQueryTests {
     }
 
     @Test func nullsReadAsNilAndFailWhereNotOptional() async throws {
-        try await withPool { pool in
+        try await withPool(size: 1) { pool in
             let none: String? = nil
             let rows = try await pool.execute("SELECT \(none) AS a, \(Int64?.none) AS b, NULL::uuid AS c, \(["x"]) AS d")
             let (a, b, c) = try rows[0].decode((String?, Int64?, UUID?).self)
@@ -125,7 +113,7 @@ struct PGQueryTests {
     }
 
     @Test func textWithNULIsRefusedBeforeAnythingIsSent() async throws {
-        try await withPool { pool in
+        try await withPool(size: 1) { pool in
             _ = try await pool.execute("CREATE TEMP TABLE nul_check (t text)")
             for text in ["a\u{0}b", "\u{0}"] {
                 await #expect(throws: PGError.self) { try await pool.execute("INSERT INTO nul_check VALUES (\(text))") }
@@ -139,7 +127,7 @@ struct PGQueryTests {
     /// Enum values are parameters of their raw type, never SQL literals.
     @Test func rawRepresentableValuesAreBoundByTheirRawValue() async throws {
         enum Status: String { case queued, succeeded }
-        try await withPool { pool in
+        try await withPool(size: 1) { pool in
             let rows = try await pool.execute("SELECT \(Status.succeeded) = 'succeeded', pg_typeof(\(Status.queued))::text")
             let (equal, type) = try rows[0].decode((Bool, String).self)
             #expect(equal && type == "text")
@@ -155,7 +143,7 @@ struct PGQueryTests {
     }
 
     @Test func rowsDecodeIntoDecodableStructsByPosition() async throws {
-        try await withPool { pool in
+        try await withPool(size: 1) { pool in
             let id = UUID()
             let rows = try await pool.execute("""
                 SELECT \(id), 'phone', NULL::timestamptz, 3::int4, ARRAY['a','b']
@@ -174,7 +162,7 @@ struct PGQueryTests {
     }
 
     @Test func manyParametersAndStatementsBuiltInALoop() async throws {
-        try await withPool { pool in
+        try await withPool(size: 1) { pool in
             var binds = PGBinds()
             let placeholders = (1...500).map { binds.append(Int64($0)) }
             let sql = "SELECT " + placeholders.joined(separator: " + ")

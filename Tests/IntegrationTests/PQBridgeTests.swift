@@ -25,18 +25,6 @@ final class LogLines: LogHandler, @unchecked Sendable {
 
 @Suite("libpq bridge", .enabled(if: TestEnvironment.hasServers), .serialized, .timeLimit(.minutes(3)))
 struct PQBridgeTests {
-    func withPool<T>(size: Int = 2, _ body: (PGPool) async throws -> T) async throws -> T {
-        let pool = PGPool(url: TestEnvironment.databaseURL!, size: size, logger: TestEnvironment.logger)
-        do {
-            let value = try await body(pool)
-            await pool.shutdown()
-            return value
-        } catch {
-            await pool.shutdown()
-            throw error
-        }
-    }
-
     @Test func parametersAndTypesRoundTrip() async throws {
         try await withPool { pool in
             let row = try #require(try await pool.query(

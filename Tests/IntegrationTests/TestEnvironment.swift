@@ -1,6 +1,20 @@
 import Foundation
 import Logging
+import PQBridge
 import Testing
+
+/// Runs `body` with a pool of `size` connections to the test database, shut down after.
+func withPool<T>(size: Int = 2, _ body: (PGPool) async throws -> T) async throws -> T {
+    let pool = PGPool(url: TestEnvironment.databaseURL!, size: size, logger: TestEnvironment.logger)
+    do {
+        let value = try await body(pool)
+        await pool.shutdown()
+        return value
+    } catch {
+        await pool.shutdown()
+        throw error
+    }
+}
 
 /// Where the real servers are. `scripts/test` always sets these; without them the
 /// suites are disabled (and scripts/test fails a run that skipped anything).
