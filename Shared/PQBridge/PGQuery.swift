@@ -29,6 +29,11 @@ public struct PGQuery: Sendable, ExpressibleByStringInterpolation {
         self.binds = binds
     }
 
+    /// `text` as a quoted SQL string literal.
+    public static func literal(_ text: String) -> String {
+        "'" + text.replacingOccurrences(of: "'", with: "''") + "'"
+    }
+
     public struct StringInterpolation: StringInterpolationProtocol {
         var sql = ""
         var binds = PGBinds()
@@ -51,6 +56,12 @@ public struct PGQuery: Sendable, ExpressibleByStringInterpolation {
 
         /// SQL the code composes itself. Never input.
         public mutating func appendInterpolation(sql fragment: String) { sql += fragment }
+
+        /// An enum's value as an SQL literal, for where the planner must see the constant
+        /// (a partial index's predicate): written from the enum, never typed again in SQL.
+        public mutating func appendInterpolation<Value: RawRepresentable>(literal value: Value) where Value.RawValue == String {
+            sql += PGQuery.literal(value.rawValue)
+        }
     }
 }
 

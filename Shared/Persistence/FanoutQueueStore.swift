@@ -8,22 +8,22 @@ public struct FanoutQueueStore: Sendable {
     public init(pool: PGPool) { self.pool = pool }
 
     public func refresh(queue: String) async throws {
-        try await pool.query("""
-            INSERT INTO fanout_queues (queue) VALUES ($1)
+        try await pool.execute("""
+            INSERT INTO fanout_queues (queue) VALUES (\(queue))
             ON CONFLICT (queue) DO UPDATE SET seen_at = now()
-            """, [queue])
-        try await pool.query("DELETE FROM fanout_queues WHERE seen_at < now() - interval '1 hour'")
+            """)
+        try await pool.execute("DELETE FROM fanout_queues WHERE seen_at < now() - interval '1 hour'")
     }
 
     public func remove(queue: String) async throws {
-        try await pool.query("DELETE FROM fanout_queues WHERE queue = $1", [queue])
+        try await pool.execute("DELETE FROM fanout_queues WHERE queue = \(queue)")
     }
 
     /// Queues refreshed within `seconds`: shorter than a replica queue's expiry, so each
     /// still exists.
     public func live(within seconds: Int) async throws -> [String] {
-        try await pool.query(
-            "SELECT queue FROM fanout_queues WHERE seen_at > now() - make_interval(secs => $1) ORDER BY queue", [seconds]
-        ).rows.map { try $0.string("queue") }
+        try await pool.execute(
+            "SELECT queue FROM fanout_queues WHERE seen_at > now() - make_interval(secs => \(Double(seconds))) ORDER BY queue"
+        ).map { try $0.decode(String.self, at: 0) }
     }
 }

@@ -27,70 +27,66 @@ public struct PublicStore: Sendable {
     /// order names the table's column: the output column of the same name is text, which
     /// no index serves.)
     public func list(_ filter: Filter, limit: Int, offset: Int) async throws -> [PublicItem] {
-        let (sql, parameters) = Self.listing(filter, limit: limit, offset: offset)
-        return try await pool.query(sql, parameters).rows.map { row in
-            let tags = try JSONParser.parse(try row.string("tags")).arrayValue?.compactMap(\.stringValue) ?? []
+        try await pool.execute(Self.listing(filter, limit: limit, offset: offset)).map { row in
+            let (publicID, collection, author, publishedAt, viewCount, forkCount, title, description, language, tags) =
+                try row.decode((String, String, String?, String, Int64, Int64, String?, String?, String?, [String?]).self)
             return PublicItem(
-                publicID: try row.string("public_id"), collection: try row.string("collection"), title: row["title"],
-                description: row["description"], tags: tags, language: row["language"], author: row["author"],
-                publishedAt: try row.string("published_at"), viewCount: try row.int("view_count"),
-                forkCount: try row.int("fork_count"))
+                publicID: publicID, collection: collection, title: title, description: description, tags: tags.compactMap { $0 },
+                language: language, author: author, publishedAt: publishedAt, viewCount: viewCount, forkCount: forkCount)
         }
     }
 
     /// PostgreSQL's plan for a listing, for operators and the benchmark: which index serves it.
     public func plan(_ filter: Filter, limit: Int) async throws -> [String] {
-        let (sql, parameters) = Self.listing(filter, limit: limit, offset: 0)
-        return try await pool.query("EXPLAIN " + sql, parameters).rows.compactMap { $0["QUERY PLAN"] }
+        let listing = Self.listing(filter, limit: limit, offset: 0)
+        return try await pool.execute(PGQuery(unsafeSQL: "EXPLAIN " + listing.sql, binds: listing.binds))
+            .map { try $0.decode(String.self, at: 0) }
     }
 
-    static func listing(_ filter: Filter, limit: Int, offset: Int) -> (String, [(any PGBindable)?]) {
-        var conditions = ["visibility = 'public'"]
-        var parameters: [(any PGBindable)?] = [limit, offset]
-        func bind(_ value: String) -> String {
-            parameters.append(value)
-            return "$\(parameters.count)"
-        }
-        if let collection = filter.collection { conditions.append("collection = \(bind(collection))") }
-        if let tag = filter.tag { conditions.append("public_tags @> ARRAY[\(bind(tag))::text]") }
+    static func listing(_ filter: Filter, limit: Int, offset: Int) -> PGQuery {
+        var binds = PGBinds()
+        // A literal: the listing's partial indexes are for this value.
+        var conditions = ["visibility = \(PGQuery.literal(RecordState.PublicVisibility.public.rawValue))"]
+        if let collection = filter.collection { conditions.append("collection = \(binds.append(collection))") }
+        if let tag = filter.tag { conditions.append("public_tags @> ARRAY[\(binds.append(tag))]") }
         if let query = filter.query {
-            conditions.append("public_search @@ websearch_to_tsquery('simple'::regconfig, \(bind(query)))")
+            conditions.append("public_search @@ websearch_to_tsquery('simple'::regconfig, \(binds.append(query)))")
         }
         let sql = """
-            SELECT public_id, collection, author, syncline_rfc3339(published_at) AS published_at, view_count, fork_count,
-                   syncline_text_field(data, 'title') AS title, syncline_text_field(data, 'description') AS description,
-                   syncline_text_field(data, 'language') AS language, array_to_json(syncline_public_tags(data))::text AS tags
+            SELECT public_id, collection, author, syncline_rfc3339(published_at), view_count, fork_count,
+                   syncline_text_field(data, 'title'), syncline_text_field(data, 'description'),
+                   syncline_text_field(data, 'language'), syncline_public_tags(data)
             FROM records
             WHERE \(conditions.joined(separator: " AND "))
             ORDER BY records.published_at DESC, records.public_id
-            LIMIT $1 OFFSET $2
+            LIMIT \(binds.append(limit)) OFFSET \(binds.append(offset))
             """
-        return (sql, parameters)
+        return PGQuery(unsafeSQL: sql, binds: binds)
     }
 
     /// A public or unlisted record.
     public func record(publicID: String) async throws -> PublicRecord? {
-        guard let row = try await pool.query("""
-            SELECT public_id, collection, data, author, syncline_rfc3339(published_at) AS published_at,
-                   syncline_rfc3339(updated_at) AS updated_at, view_count, fork_count, can_fork, forked_from, version
-            FROM records WHERE public_id = $1 AND visibility <> 'private'
-            """, [publicID]).first else { return nil }
+        guard let row = try await pool.execute("""
+            SELECT public_id, collection, data, author, syncline_rfc3339(published_at), syncline_rfc3339(updated_at),
+                   view_count, fork_count, can_fork, forked_from, version
+            FROM records WHERE public_id = \(publicID) AND visibility <> \(literal: RecordState.PublicVisibility.private)
+            """).first else { return nil }
+        let (id, collection, data, author, publishedAt, updatedAt, viewCount, forkCount, canFork, forkedFrom, version) =
+            try row.decode((String, String, PGJSON, String?, String, String, Int64, Int64, Bool, String?, Int64).self)
         return PublicRecord(
-            publicID: try row.string("public_id"), collection: try row.string("collection"),
-            data: try JSONParser.parse(try row.string("data")), author: row["author"],
-            publishedAt: try row.string("published_at"), updatedAt: try row.string("updated_at"),
-            viewCount: try row.int("view_count"), forkCount: try row.int("fork_count"), canFork: row["can_fork"] == "t",
-            forkedFrom: row["forked_from"], version: try row.int("version"))
+            publicID: id, collection: collection, data: try JSONParser.parse(data.text), author: author,
+            publishedAt: publishedAt, updatedAt: updatedAt, viewCount: viewCount, forkCount: forkCount, canFork: canFork,
+            forkedFrom: forkedFrom, version: version)
     }
 
     /// Adds counted views, many public ids in one statement.
     public func addViews(_ views: [String: Int]) async throws {
         guard !views.isEmpty else { return }
         let ids = Array(views.keys)
-        try await pool.query("""
-            UPDATE records r SET view_count = r.view_count + v.n::bigint
-            FROM unnest($1::text[], $2::text[]) AS v(public_id, n)
+        try await pool.execute("""
+            UPDATE records r SET view_count = r.view_count + v.n
+            FROM unnest(\(ids), \(ids.map { Int64(views[$0]!) })) AS v(public_id, n)
             WHERE r.public_id = v.public_id
-            """, [ids, ids.map { String(views[$0]!) }])
+            """)
     }
 }
