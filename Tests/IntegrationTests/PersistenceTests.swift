@@ -191,4 +191,16 @@ struct PersistenceTests {
             }
         }
     }
+
+    /// The Discover listing's plan is read through EXPLAIN with the listing's typed
+    /// parameters, and the listing itself runs with every filter.
+    @Test func discoverListingsRunAndExplainWithEveryFilter() async throws {
+        try await withPool(size: 1) { pool in
+            let store = PublicStore(pool: pool)
+            let filter = PublicStore.Filter(collection: "guides", tag: "sailing", query: "reef knot")
+            let plan = try await store.plan(filter, limit: 20)
+            #expect(plan.contains { $0.contains("records") }, "\(plan)")
+            #expect(try await store.list(filter, limit: 20, offset: 0).isEmpty)
+        }
+    }
 }
