@@ -16,17 +16,18 @@ public struct SpaceStore: Sendable {
 
     static func personalSpace(_ connection: PGConnection, user: String) throws -> String {
         for _ in 0..<2 {
-            if let row = try connection.query("""
-                WITH existing AS (SELECT space_id FROM spaces WHERE personal_of = $1),
+            if let row = try connection.execute("""
+                WITH existing AS (SELECT space_id FROM spaces WHERE personal_of = \(user)),
                 created AS (
                   INSERT INTO spaces (space_id, name, personal_of)
-                  SELECT $2::uuid, 'Personal', $1 WHERE NOT EXISTS (SELECT 1 FROM existing)
+                  SELECT \(UUID()), 'Personal', \(user) WHERE NOT EXISTS (SELECT 1 FROM existing)
                   ON CONFLICT (personal_of) DO NOTHING
                   RETURNING space_id),
-                member AS (INSERT INTO space_members (space_id, user_id, role) SELECT space_id, $1, 'owner' FROM created)
+                member AS (
+                  INSERT INTO space_members (space_id, user_id, role) SELECT space_id, \(user), \(SpaceRole.owner) FROM created)
                 SELECT space_id FROM existing UNION ALL SELECT space_id FROM created
-                """, [user, UUID().uuidString.lowercased()]).first {
-                return try row.string("space_id")
+                """).first {
+                return try row.decode(String.self, at: 0)
             }
             // Another request made it at the same moment: the second look finds it.
         }
@@ -39,13 +40,14 @@ public struct SpaceStore: Sendable {
     /// are erased here; a job applied after it finds no members and writes nothing.
     static func erase(_ connection: PGConnection, spaces: [String]) throws {
         guard !spaces.isEmpty else { return }
-        try connection.query("""
-            INSERT INTO space_counters (space_id) SELECT s FROM unnest($1::uuid[]) AS s ORDER BY s
+        let ids = spaces.compactMap(UUID.init(uuidString:))
+        try connection.execute("""
+            INSERT INTO space_counters (space_id) SELECT s FROM unnest(\(ids)) AS s ORDER BY s
             ON CONFLICT (space_id) DO UPDATE SET space_id = EXCLUDED.space_id
-            """, [spaces.sorted()])
-        try connection.query("DELETE FROM forks WHERE source_space_id = ANY($1::uuid[])", [spaces])
+            """)
+        try connection.execute("DELETE FROM forks WHERE source_space_id = ANY(\(ids))")
         for table in ["records", "op_ids", "space_counters", "spaces"] {
-            try connection.query("DELETE FROM \(table) WHERE space_id = ANY($1::uuid[])", [spaces])
+            try connection.execute("DELETE FROM \(sql: table) WHERE space_id = ANY(\(ids))")
         }
     }
 
@@ -56,12 +58,13 @@ public struct SpaceStore: Sendable {
     /// worker creating the space's counter, whose foreign key takes a key-share lock on
     /// this row, does not wait for it — the counter's own lock orders the two.)
     static func lock(_ connection: PGConnection, space: String, user: String) throws -> (role: SpaceRole, personal: Bool)? {
-        guard let row = try connection.query("""
-            SELECT m.role, s.personal_of IS NOT NULL AS personal FROM space_members m JOIN spaces s USING (space_id)
-            WHERE m.space_id = $1 AND m.user_id = $2 FOR NO KEY UPDATE OF s
-            """, [space, user]).first, let role = SpaceRole(rawValue: try row.string("role"))
-        else { return nil }
-        return (role, try row.bool("personal"))
+        guard let row = try connection.execute("""
+            SELECT m.role, s.personal_of IS NOT NULL FROM space_members m JOIN spaces s USING (space_id)
+            WHERE m.space_id = \(space)::uuid AND m.user_id = \(user) FOR NO KEY UPDATE OF s
+            """).first else { return nil }
+        let (stored, personal) = try row.decode((String, Bool).self)
+        guard let role = SpaceRole(rawValue: stored) else { return nil }
+        return (role, personal)
     }
 
     /// SQL for the personal space of the user bound as `parameter` (nil until it exists).
@@ -84,41 +87,40 @@ extension SpaceStore {
 
     public func create(user: String, name: String) async throws -> SpaceView {
         try await pool.transaction { connection in
-            let id = UUID().uuidString.lowercased()
-            guard let row = try connection.query("""
-                WITH space AS (INSERT INTO spaces (space_id, name) VALUES ($1, $2) RETURNING space_id, created_at),
-                member AS (INSERT INTO space_members (space_id, user_id, role) SELECT space_id, $3, 'owner' FROM space)
-                SELECT space_id, syncline_rfc3339(created_at) AS created_at FROM space
-                """, [id, name, user]).first
+            let id = UUID()
+            guard let row = try connection.execute("""
+                WITH space AS (INSERT INTO spaces (space_id, name) VALUES (\(id), \(name)) RETURNING space_id, created_at),
+                member AS (
+                  INSERT INTO space_members (space_id, user_id, role) SELECT space_id, \(user), \(SpaceRole.owner) FROM space)
+                SELECT syncline_rfc3339(created_at) FROM space
+                """).first
             else { throw PGError(code: .decoding, message: "space not created") }
-            return SpaceView(spaceID: id, name: name, role: .owner, personal: false, createdAt: try row.string("created_at"))
+            return SpaceView(
+                spaceID: id.uuidString.lowercased(), name: name, role: .owner, personal: false,
+                createdAt: try row.decode(String.self, at: 0))
         }
     }
 
     /// The user's spaces, the personal one first.
     public func list(user: String) async throws -> [SpaceView] {
         _ = try await personalSpace(user: user)
-        return try await pool.query("""
-            SELECT s.space_id, s.name, m.role, s.personal_of IS NOT NULL AS personal, syncline_rfc3339(s.created_at) AS created_at
+        return try await pool.execute("""
+            SELECT s.space_id, s.name, m.role, s.personal_of IS NOT NULL, syncline_rfc3339(s.created_at)
             FROM space_members m JOIN spaces s USING (space_id)
-            WHERE m.user_id = $1
+            WHERE m.user_id = \(user)
             ORDER BY s.personal_of IS NULL, m.joined_at, s.space_id
-            """, [user]).rows.map(Self.space)
-    }
-
-    static func space(_ row: PGRow) throws -> SpaceView {
-        SpaceView(
-            spaceID: try row.string("space_id"), name: try row.string("name"),
-            role: SpaceRole(rawValue: try row.string("role")) ?? .viewer, personal: row["personal"] == "t",
-            createdAt: try row.string("created_at"))
+            """).map { row in
+            let (id, name, role, personal, createdAt) = try row.decode((String, String, String, Bool, String).self)
+            return SpaceView(spaceID: id, name: name, role: SpaceRole(rawValue: role) ?? .viewer, personal: personal, createdAt: createdAt)
+        }
     }
 
     /// The user's role in the space; nil when they are no member (or it does not exist).
     public func role(user: String, space: String) async throws -> SpaceRole? {
-        guard let id = Names.canonicalUUID(space) else { return nil }
-        return try await pool.query(
-            "SELECT role FROM space_members WHERE space_id = $1 AND user_id = $2", [id, user]
-        ).first.flatMap { $0["role"] }.flatMap(SpaceRole.init(rawValue:))
+        guard let id = UUID(uuidString: space) else { return nil }
+        return try await pool.execute(
+            "SELECT role FROM space_members WHERE space_id = \(id) AND user_id = \(user)"
+        ).first.map { try $0.decode(String.self, at: 0) }.flatMap(SpaceRole.init(rawValue:))
     }
 
     /// The owner deletes a shared space and everything in it; `members` are whom it had.
@@ -127,8 +129,8 @@ extension SpaceStore {
         return try await pool.transaction { connection in
             guard let mine = try Self.lock(connection, space: id, user: user) else { return (.notFound, []) }
             guard mine.role == .owner, !mine.personal else { return (.forbidden, []) }
-            let members = try connection.query("SELECT user_id FROM space_members WHERE space_id = $1", [id]).rows
-                .compactMap { $0["user_id"] }
+            let members = try connection.execute("SELECT user_id FROM space_members WHERE space_id = \(id)::uuid")
+                .map { try $0.decode(String.self, at: 0) }
             try Self.erase(connection, spaces: [id])
             return (.done, members)
         }
@@ -136,13 +138,12 @@ extension SpaceStore {
 
     public func members(user: String, space: String) async throws -> [MemberView]? {
         guard try await role(user: user, space: space) != nil, let id = Names.canonicalUUID(space) else { return nil }
-        return try await pool.query("""
-            SELECT user_id, role, syncline_rfc3339(joined_at) AS joined_at FROM space_members
-            WHERE space_id = $1 ORDER BY joined_at, user_id
-            """, [id]).rows.map {
-            MemberView(
-                userID: try $0.string("user_id"), role: SpaceRole(rawValue: try $0.string("role")) ?? .viewer,
-                joinedAt: try $0.string("joined_at"))
+        return try await pool.execute("""
+            SELECT user_id, role, syncline_rfc3339(joined_at) FROM space_members
+            WHERE space_id = \(id)::uuid ORDER BY joined_at, user_id
+            """).map { row in
+            let (member, role, joinedAt) = try row.decode((String, String, String).self)
+            return MemberView(userID: member, role: SpaceRole(rawValue: role) ?? .viewer, joinedAt: joinedAt)
         }
     }
 
@@ -154,23 +155,25 @@ extension SpaceStore {
             guard let mine = try Self.lock(connection, space: id, user: user) else { return .notFound }
             guard !mine.personal else { return .forbidden }
             guard mine.role == .owner || (role == nil && member == user) else { return .forbidden }
-            guard let target = try connection.query(
-                "SELECT role FROM space_members WHERE space_id = $1 AND user_id = $2", [id, member]).first
+            guard let target = try connection.execute(
+                "SELECT role FROM space_members WHERE space_id = \(id)::uuid AND user_id = \(member)").first
             else { return .notFound }
-            if target["role"] == SpaceRole.owner.rawValue && role != .owner {
-                let owners = try connection.query(
-                    "SELECT count(*) AS n FROM space_members WHERE space_id = $1 AND role = 'owner'", [id]).first?.optionalInt("n") ?? 0
+            if try target.decode(String.self, at: 0) == SpaceRole.owner.rawValue && role != .owner {
+                let owners = try connection.execute(
+                    "SELECT count(*) FROM space_members WHERE space_id = \(id)::uuid AND role = \(SpaceRole.owner)"
+                ).first?.decode(Int64.self, at: 0) ?? 0
                 if owners <= 1 { return .lastOwner }
             }
             if let role {
-                try connection.query("UPDATE space_members SET role = $3 WHERE space_id = $1 AND user_id = $2", [id, member, role.rawValue])
+                try connection.execute(
+                    "UPDATE space_members SET role = \(role) WHERE space_id = \(id)::uuid AND user_id = \(member)")
             } else {
-                try connection.query("DELETE FROM space_members WHERE space_id = $1 AND user_id = $2", [id, member])
+                try connection.execute("DELETE FROM space_members WHERE space_id = \(id)::uuid AND user_id = \(member)")
             }
             // Only an owner may invite: a member who is no longer one loses their open invitations.
             if role != .owner {
-                try connection.query(
-                    "DELETE FROM space_invitations WHERE space_id = $1 AND created_by = $2 AND used_at IS NULL", [id, member])
+                try connection.execute(
+                    "DELETE FROM space_invitations WHERE space_id = \(id)::uuid AND created_by = \(member) AND used_at IS NULL")
             }
             return .done
         }
@@ -178,8 +181,8 @@ extension SpaceStore {
 }
 
 extension SpaceStore {
-    /// The stored form of the invitation code bound as `$1`: its SHA-256, in hex.
-    static let codeHash = "encode(sha256(convert_to($1, 'UTF8')), 'hex')"
+    // An invitation is stored as its code's SHA-256, in hex:
+    // `encode(sha256(convert_to(code, 'UTF8')), 'hex')`.
 
     /// The owner makes `code` (the caller draws it at random) a single-use invitation for
     /// `role`, valid for `seconds`; only its SHA-256 is stored.
@@ -191,14 +194,15 @@ extension SpaceStore {
             guard let mine = try Self.lock(connection, space: id, user: user) else { return (.notFound, nil) }
             // A personal space takes no members.
             guard mine.role == .owner, !mine.personal else { return (.forbidden, nil) }
-            guard let row = try connection.query("""
+            guard let row = try connection.execute("""
                 INSERT INTO space_invitations (code_hash, space_id, role, created_by, expires_at)
-                VALUES (\(Self.codeHash), $2, $3, $4, clock_timestamp() + make_interval(secs => $5))
-                RETURNING invitation_id, syncline_rfc3339(expires_at) AS expires_at
-                """, [code, id, role.rawValue, user, seconds]).first
+                VALUES (encode(sha256(convert_to(\(code), 'UTF8')), 'hex'), \(id)::uuid, \(role), \(user),
+                        clock_timestamp() + make_interval(secs => \(Double(seconds))))
+                RETURNING invitation_id, syncline_rfc3339(expires_at)
+                """).first
             else { throw PGError(code: .decoding, message: "invitation not stored") }
-            return (.done, InvitationView(
-                invitationID: try row.string("invitation_id"), code: code, role: role, expiresAt: try row.string("expires_at")))
+            let (invitationID, expiresAt) = try row.decode((String, String).self)
+            return (.done, InvitationView(invitationID: invitationID, code: code, role: role, expiresAt: expiresAt))
         }
     }
 
@@ -208,32 +212,35 @@ extension SpaceStore {
     /// keeps the higher of the two roles.
     public func accept(user: String, code: String) async throws -> (space: String, role: SpaceRole)? {
         try await pool.transaction { connection in
-            guard let found = try connection.query(
-                "SELECT space_id FROM space_invitations WHERE code_hash = \(Self.codeHash)", [code]).first
-            else { return nil }
-            let space = try found.string("space_id")
+            guard let found = try connection.execute(
+                "SELECT space_id FROM space_invitations WHERE code_hash = encode(sha256(convert_to(\(code), 'UTF8')), 'hex')"
+            ).first else { return nil }
+            let space = try found.decode(UUID.self, at: 0)
             // The space's lock, as every change to its members takes it: a deletion, removal
             // or demotion in progress commits before the invitation is judged.
-            guard try connection.query("SELECT 1 FROM spaces WHERE space_id = $1 FOR NO KEY UPDATE", [space]).first != nil else {
+            guard try connection.execute("SELECT 1 FROM spaces WHERE space_id = \(space) FOR NO KEY UPDATE").first != nil else {
                 return nil
             }
-            guard let row = try connection.query("""
+            guard let row = try connection.execute("""
                 UPDATE space_invitations i SET used_at = clock_timestamp()
-                WHERE i.code_hash = \(Self.codeHash) AND i.used_at IS NULL AND i.expires_at > clock_timestamp()
+                WHERE i.code_hash = encode(sha256(convert_to(\(code), 'UTF8')), 'hex')
+                  AND i.used_at IS NULL AND i.expires_at > clock_timestamp()
                   AND EXISTS (SELECT 1 FROM space_members c
-                              WHERE c.space_id = i.space_id AND c.user_id = i.created_by AND c.role = 'owner')
+                              WHERE c.space_id = i.space_id AND c.user_id = i.created_by AND c.role = \(SpaceRole.owner))
                 RETURNING i.role
-                """, [code]).first else { return nil }
-            let offered = SpaceRole(rawValue: try row.string("role")) ?? .viewer
-            let joined = try connection.query("""
-                INSERT INTO space_members (space_id, user_id, role) VALUES ($1, $2, $3)
+                """).first else { return nil }
+            let offered = SpaceRole(rawValue: try row.decode(String.self, at: 0)) ?? .viewer
+            let (owner, editor, viewer) = (SpaceRole.owner, SpaceRole.editor, SpaceRole.viewer)
+            let joined = try connection.execute("""
+                INSERT INTO space_members (space_id, user_id, role) VALUES (\(space), \(user), \(offered))
                 ON CONFLICT (space_id, user_id) DO UPDATE SET role = CASE
-                  WHEN space_members.role = 'owner' OR EXCLUDED.role = 'owner' THEN 'owner'
-                  WHEN space_members.role = 'editor' OR EXCLUDED.role = 'editor' THEN 'editor'
-                  ELSE 'viewer' END
+                  WHEN space_members.role = \(literal: owner) OR EXCLUDED.role = \(literal: owner) THEN \(literal: owner)
+                  WHEN space_members.role = \(literal: editor) OR EXCLUDED.role = \(literal: editor) THEN \(literal: editor)
+                  ELSE \(literal: viewer) END
                 RETURNING role
-                """, [space, user, offered.rawValue]).first
-            return (space, joined.flatMap { $0["role"] }.flatMap(SpaceRole.init(rawValue:)) ?? offered)
+                """).first
+            let role = try joined.map { try $0.decode(String.self, at: 0) }.flatMap(SpaceRole.init(rawValue:)) ?? offered
+            return (space.uuidString.lowercased(), role)
         }
     }
 
@@ -242,17 +249,16 @@ extension SpaceStore {
         guard let id = Names.canonicalUUID(space), let role = try await role(user: user, space: id) else { return (.notFound, []) }
         guard role == .owner else { return (.forbidden, []) }
         return try await pool.withConnection { connection in
-            let items = try connection.query("""
-                SELECT invitation_id, role, created_by, syncline_rfc3339(created_at) AS created_at,
-                       syncline_rfc3339(expires_at) AS expires_at
+            let items = try connection.execute("""
+                SELECT invitation_id, role, created_by, syncline_rfc3339(created_at), syncline_rfc3339(expires_at)
                 FROM space_invitations
-                WHERE space_id = $1 AND used_at IS NULL AND expires_at > clock_timestamp()
+                WHERE space_id = \(id)::uuid AND used_at IS NULL AND expires_at > clock_timestamp()
                 ORDER BY created_at, invitation_id
-                """, [id]).rows.map {
-                OpenInvitationView(
-                    invitationID: try $0.string("invitation_id"), role: SpaceRole(rawValue: try $0.string("role")) ?? .viewer,
-                    createdBy: try $0.string("created_by"), createdAt: try $0.string("created_at"),
-                    expiresAt: try $0.string("expires_at"))
+                """).map { row in
+                let (invitationID, role, createdBy, createdAt, expiresAt) = try row.decode((String, String, String, String, String).self)
+                return OpenInvitationView(
+                    invitationID: invitationID, role: SpaceRole(rawValue: role) ?? .viewer, createdBy: createdBy,
+                    createdAt: createdAt, expiresAt: expiresAt)
             }
             return (.done, items)
         }
@@ -264,11 +270,11 @@ extension SpaceStore {
         return try await pool.transaction { connection in
             guard let mine = try Self.lock(connection, space: id, user: user) else { return .notFound }
             guard mine.role == .owner else { return .forbidden }
-            guard let invitationID = Names.canonicalUUID(invitation) else { return .notFound }
-            let revoked = try connection.query("""
+            guard let invitationID = UUID(uuidString: invitation) else { return .notFound }
+            let revoked = try connection.execute("""
                 DELETE FROM space_invitations
-                WHERE space_id = $1 AND invitation_id = $2 AND used_at IS NULL AND expires_at > clock_timestamp()
-                """, [id, invitationID])
+                WHERE space_id = \(id)::uuid AND invitation_id = \(invitationID) AND used_at IS NULL AND expires_at > clock_timestamp()
+                """)
             return revoked.affectedRows == 1 ? .done : .notFound
         }
     }
