@@ -1,4 +1,6 @@
+import Foundation
 import PQBridge
+import SyncModels
 
 /// Retention (SPEC §7, G7): deletes what is past its keeping time in small batches, each
 /// its own short transaction that skips rows another transaction holds, so purge never
@@ -48,27 +50,27 @@ public struct PurgeStore: Sendable {
     /// Runs one purge, or returns nil at once when another purge holds the lock.
     public func run(_ retention: Retention, batch: Int = 1000) async throws -> Report? {
         try await pool.withConnection { connection in
-            guard try connection.query("SELECT pg_try_advisory_lock($1) AS locked", [Self.lockKey]).first?["locked"] == "t" else {
+            guard try connection.execute("SELECT pg_try_advisory_lock(\(Self.lockKey))").first?.decode(Bool.self, at: 0) == true else {
                 return nil
             }
-            defer { _ = try? connection.query("SELECT pg_advisory_unlock($1)", [Self.lockKey]) }
+            defer { _ = try? connection.execute("SELECT pg_advisory_unlock(\(Self.lockKey))") }
             var report = Report()
-            /// Runs a batch statement until it deletes less than a batch; the batch size is
-            /// bound after `leading`.
-            func drain(_ sql: String, _ leading: [(any PGBindable)?]) throws -> Int {
+            /// Runs a batch statement (given the batch size, counting what it removed) until
+            /// it removes less than a batch.
+            func drain(_ statement: (Int) -> PGQuery) throws -> Int {
                 var total = 0
                 while true {
-                    let n = Int(try connection.query(sql, leading + [batch]).first?.optionalInt("n") ?? 0)
+                    let n = Int(try connection.execute(statement(batch)).first?.decode(Int64.self, at: 0) ?? 0)
                     total += n
                     if n < batch { return total }
                 }
             }
             // Tombstones, raising each space's purge horizon (cursor) and purge clock.
-            report.tombstones = try drain("""
+            report.tombstones = try drain { batch in """
                 WITH doomed AS (
                   SELECT space_id, collection, record_id FROM records
-                  WHERE deleted AND updated_at < clock_timestamp() - make_interval(secs => $1)
-                  ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+                  WHERE deleted AND updated_at < clock_timestamp() - make_interval(secs => \(retention.tombstones))
+                  ORDER BY updated_at LIMIT \(batch) FOR UPDATE SKIP LOCKED),
                 gone AS (
                   DELETE FROM records r USING doomed d
                   WHERE r.space_id = d.space_id AND r.collection = d.collection AND r.record_id = d.record_id
@@ -79,90 +81,101 @@ public struct PurgeStore: Sendable {
                   UPDATE space_counters u SET purge_horizon = greatest(u.purge_horizon, h.version),
                     purge_clock = CASE WHEN u.purge_clock IS NULL OR h.clock > u.purge_clock THEN h.clock ELSE u.purge_clock END
                   FROM horizons h WHERE u.space_id = h.space_id)
-                SELECT count(*) AS n FROM gone
-                """, [retention.tombstones])
+                SELECT count(*) FROM gone
+                """
+            }
             // Dead letters first, so that their jobs become purgeable below.
-            report.deadLetters = try drain("""
+            report.deadLetters = try drain { batch in """
                 WITH gone AS (
                   DELETE FROM dead_letters WHERE dead_letter_id IN (
                     SELECT dead_letter_id FROM dead_letters
-                    WHERE dead_at < clock_timestamp() - make_interval(secs => $1) LIMIT $2)
+                    WHERE dead_at < clock_timestamp() - make_interval(secs => \(retention.deadLetters)) LIMIT \(batch))
                   RETURNING 1)
-                SELECT count(*) AS n FROM gone
-                """, [retention.deadLetters])
+                SELECT count(*) FROM gone
+                """
+            }
             // Finished jobs (and with them their idempotency keys); a dead job only once
             // its dead letter is gone.
-            report.jobs = try drain("""
+            report.jobs = try drain { batch in """
                 WITH gone AS (
                   DELETE FROM jobs WHERE job_id IN (
                     SELECT job_id FROM jobs j
-                    WHERE finished_at < clock_timestamp() - make_interval(secs => $1)
-                      AND (status IN ('succeeded', 'discarded')
-                           OR (status = 'dead' AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.job_id = j.job_id)))
-                    LIMIT $2 FOR UPDATE SKIP LOCKED)
+                    WHERE finished_at < clock_timestamp() - make_interval(secs => \(retention.jobs))
+                      AND (status IN (\(literal: JobStatus.succeeded), \(literal: JobStatus.discarded))
+                           OR (status = \(literal: JobStatus.dead)
+                               AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.job_id = j.job_id)))
+                    LIMIT \(batch) FOR UPDATE SKIP LOCKED)
                   RETURNING 1)
-                SELECT count(*) AS n FROM gone
-                """, [retention.jobs])
-            report.opIDs = try drain("""
+                SELECT count(*) FROM gone
+                """
+            }
+            report.opIDs = try drain { batch in """
                 WITH gone AS (
                   DELETE FROM op_ids WHERE (space_id, op_id) IN (
                     SELECT space_id, op_id FROM op_ids
-                    WHERE created_at < clock_timestamp() - make_interval(secs => $1) LIMIT $2 FOR UPDATE SKIP LOCKED)
+                    WHERE created_at < clock_timestamp() - make_interval(secs => \(retention.jobs))
+                    LIMIT \(batch) FOR UPDATE SKIP LOCKED)
                   RETURNING 1)
-                SELECT count(*) AS n FROM gone
-                """, [retention.jobs])
-            report.devices = try drain("""
+                SELECT count(*) FROM gone
+                """
+            }
+            report.devices = try drain { batch in """
                 WITH gone AS (
                   DELETE FROM devices WHERE device_id IN (
                     SELECT device_id FROM devices
-                    WHERE revoked_at < clock_timestamp() - make_interval(secs => $1)
-                       OR last_seen_at < clock_timestamp() - make_interval(secs => $1)
-                    LIMIT $2 FOR UPDATE SKIP LOCKED)
+                    WHERE revoked_at < clock_timestamp() - make_interval(secs => \(retention.devices))
+                       OR last_seen_at < clock_timestamp() - make_interval(secs => \(retention.devices))
+                    LIMIT \(batch) FOR UPDATE SKIP LOCKED)
                   RETURNING 1)
-                SELECT count(*) AS n FROM gone
-                """, [retention.devices])
+                SELECT count(*) FROM gone
+                """
+            }
             // A public id held by a record without data (a publish that never got its
             // record, or a deleted record) is released; its visibility clock stays.
-            report.releasedPublicIDs = try drain("""
+            report.releasedPublicIDs = try drain { batch in """
                 WITH released AS (
                   UPDATE records SET public_id = NULL WHERE (space_id, collection, record_id) IN (
                     SELECT space_id, collection, record_id FROM records
-                    WHERE public_id IS NOT NULL AND visibility = 'private'
-                      AND updated_at < clock_timestamp() - make_interval(secs => $1)
-                    LIMIT $2 FOR UPDATE SKIP LOCKED)
+                    WHERE public_id IS NOT NULL AND visibility = \(literal: RecordState.PublicVisibility.private)
+                      AND updated_at < clock_timestamp() - make_interval(secs => \(retention.publicIDReservation))
+                    LIMIT \(batch) FOR UPDATE SKIP LOCKED)
                   RETURNING 1)
-                SELECT count(*) AS n FROM released
-                """, [retention.publicIDReservation])
+                SELECT count(*) FROM released
+                """
+            }
             // A backstop: rows of a space that no longer exists (deleting a space erases
             // them under its counter's lock, so none should be found). Each table's spaces
             // are listed by skipping through its index, not by reading every row.
             for (table, column) in [("records", "space_id"), ("op_ids", "space_id"), ("forks", "source_space_id")] {
-                let orphaned = try connection.query("""
+                let orphaned = try connection.execute("""
                     WITH RECURSIVE present AS (
-                      (SELECT \(column) AS id FROM \(table) ORDER BY \(column) LIMIT 1)
+                      (SELECT \(sql: column) AS id FROM \(sql: table) ORDER BY \(sql: column) LIMIT 1)
                       UNION ALL
-                      SELECT (SELECT \(column) FROM \(table) WHERE \(column) > present.id ORDER BY \(column) LIMIT 1)
+                      SELECT (SELECT \(sql: column) FROM \(sql: table) WHERE \(sql: column) > present.id ORDER BY \(sql: column) LIMIT 1)
                       FROM present WHERE present.id IS NOT NULL)
-                    SELECT id::text AS id FROM present
+                    SELECT id FROM present
                     WHERE id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM spaces s WHERE s.space_id = present.id)
-                    """).rows.compactMap { $0["id"] }
+                    """).map { try $0.decode(UUID.self, at: 0) }
                 guard !orphaned.isEmpty else { continue }
-                report.orphans += try drain("""
+                report.orphans += try drain { batch in """
                     WITH gone AS (
-                      DELETE FROM \(table) WHERE ctid IN (
-                        SELECT ctid FROM \(table) WHERE \(column) = ANY($1::uuid[]) LIMIT $2 FOR UPDATE SKIP LOCKED)
+                      DELETE FROM \(sql: table) WHERE ctid IN (
+                        SELECT ctid FROM \(sql: table) WHERE \(sql: column) = ANY(\(orphaned)) LIMIT \(batch) FOR UPDATE SKIP LOCKED)
                       RETURNING 1)
-                    SELECT count(*) AS n FROM gone
-                    """, [orphaned])
+                    SELECT count(*) FROM gone
+                    """
+                }
             }
-            _ = try drain("""
+            _ = try drain { batch in """
                 WITH gone AS (
                   DELETE FROM forgotten_jobs WHERE job_id IN (
                     SELECT job_id FROM forgotten_jobs
-                    WHERE forgotten_at < clock_timestamp() - make_interval(secs => $1) LIMIT $2 FOR UPDATE SKIP LOCKED)
+                    WHERE forgotten_at < clock_timestamp() - make_interval(secs => \(retention.jobs))
+                    LIMIT \(batch) FOR UPDATE SKIP LOCKED)
                   RETURNING 1)
-                SELECT count(*) AS n FROM gone
-                """, [retention.jobs])
+                SELECT count(*) FROM gone
+                """
+            }
             return report
         }
     }
