@@ -44,7 +44,9 @@ public struct PGQuery: Sendable, ExpressibleByStringInterpolation {
 
         public mutating func appendLiteral(_ literal: String) { sql += literal }
 
-        public mutating func appendInterpolation(_ value: some PGEncodable) {
+        /// A value, or NULL when it is nil. (One overload taking an `Optional`, so that the
+        /// compiler does not warn about an optional in an interpolation.)
+        public mutating func appendInterpolation<Value: PGEncodable>(_ value: Value?) {
             sql += binds.append(value)
         }
 

@@ -26,80 +26,82 @@ public struct DeadLetterStore: Sendable {
         userID: String? = nil, deviceID: String? = nil, attempts: Int? = nil
     ) async throws -> Recorded? {
         try await pool.transaction { connection in
-            var job: PGRow?
-            if let namedJobID {
-                job = try connection.query("""
-                    SELECT job_id, user_id, device_id, space_id, op_count, attempts, status FROM jobs WHERE job_id = $1 FOR UPDATE
-                    """, [namedJobID]).first
-                if let status = job?["status"], status == JobStatus.succeeded.rawValue || status == JobStatus.discarded.rawValue {
+            struct Job: Decodable {
+                let jobID: String, userID: String, deviceID: String, spaceID: String?, opCount: Int, attempts: Int, status: String
+            }
+            var job: Job?
+            if let namedJobID, let jobID = UUID(uuidString: namedJobID) {
+                job = try connection.execute("""
+                    SELECT job_id, user_id, device_id, space_id, op_count, attempts, status FROM jobs WHERE job_id = \(jobID) FOR UPDATE
+                    """).first.map { try $0.decode(as: Job.self) }
+                if let status = job?.status, status == JobStatus.succeeded.rawValue || status == JobStatus.discarded.rawValue {
                     return nil
                 }
                 if job != nil {
-                    try connection.query("""
-                        UPDATE jobs SET status = 'dead', last_error = $2, finished_at = clock_timestamp(),
-                          attempt_log = \(ApplyStore.closingLastAttempt(error: "$2::text"))
-                        WHERE job_id = $1
-                        """, [namedJobID, "\(reason): \(error)"])
+                    try connection.execute("""
+                        UPDATE jobs SET status = \(JobStatus.dead), last_error = e.text, finished_at = clock_timestamp(),
+                          attempt_log = \(sql: ApplyStore.closingLastAttempt(error: "e.text"))
+                        FROM (SELECT \("\(reason): \(error)") AS text) e
+                        WHERE job_id = \(jobID)
+                        """)
                 }
             }
-            try connection.query("""
+            let recorded = Recorded(
+                attempts: job?.attempts ?? attempts ?? 0, userID: job?.userID ?? userID, deviceID: job?.deviceID ?? deviceID,
+                spaceID: job?.spaceID)
+            try connection.execute("""
                 INSERT INTO dead_letters
                   (dead_letter_id, queue, job_id, user_id, device_id, reason, last_error, attempts, op_count, payload, space_id)
-                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                VALUES (\(id)::uuid, \(queue), \(job?.jobID)::uuid, \(recorded.userID), \(recorded.deviceID)::uuid, \(reason), \(error),
+                        \(Int32(recorded.attempts)), \(Int32(job?.opCount ?? 0)), \(message), \(recorded.spaceID)::uuid)
                 ON CONFLICT (dead_letter_id) DO UPDATE SET
                   reason = EXCLUDED.reason, last_error = EXCLUDED.last_error, attempts = EXCLUDED.attempts
-                """, [
-                    id, queue, job?["job_id"], job?["user_id"] ?? userID, job?["device_id"] ?? deviceID, reason, error,
-                    Int(job?.optionalInt("attempts") ?? Int64(attempts ?? 0)), Int(job?.optionalInt("op_count") ?? 0), message,
-                    job?["space_id"],
-                ])
-            return Recorded(
-                attempts: Int(job?.optionalInt("attempts") ?? Int64(attempts ?? 0)),
-                userID: job?["user_id"] ?? userID, deviceID: job?["device_id"] ?? deviceID, spaceID: job?["space_id"])
+                """)
+            return recorded
         }
     }
 
-    /// The columns of a list item, from table alias `d`.
+    /// The columns of a list item, from table alias `d`, in `item`'s order, then its time
+    /// exactly (for a page's cursor).
     static let itemColumns = """
         d.dead_letter_id, d.queue, d.user_id, d.device_id, d.space_id, d.attempts, d.reason, d.last_error,
-        syncline_rfc3339(d.dead_at) AS dead_at, d.op_count,
-        (extract(epoch FROM d.dead_at) * 1000000)::bigint AS dead_at_microseconds
+        syncline_rfc3339(d.dead_at), d.op_count, d.dead_at
         """
 
-    static func item(_ row: PGRow) throws -> DeadLetterItem {
-        DeadLetterItem(
-            jobID: try row.string("dead_letter_id"), queue: try row.string("queue"), userID: row["user_id"],
-            deviceID: row["device_id"], spaceID: row["space_id"], attempts: Int(try row.int("attempts")), reason: try row.string("reason"),
-            lastError: row["last_error"], deadAt: try row.string("dead_at"), ops: Int(try row.int("op_count")))
+    static func item(_ row: PGRows.Row) throws -> DeadLetterItem {
+        let (id, queue, userID, deviceID, spaceID, attempts, reason, lastError, deadAt, ops) =
+            try row.decode((String, String, String?, String?, String?, Int, String, String?, String, Int).self)
+        return DeadLetterItem(
+            jobID: id, queue: queue, userID: userID, deviceID: deviceID, spaceID: spaceID, attempts: attempts, reason: reason,
+            lastError: lastError, deadAt: deadAt, ops: ops)
     }
 
-    /// SQL conditions for a filter, binding from parameter `first` on.
-    static func conditions(_ filter: DeadLetterFilter, first: Int) -> (sql: String, parameters: [(any PGBindable)?]) {
-        (
-            """
-            ($\(first)::text IS NULL OR user_id = $\(first)) AND ($\(first + 1)::text IS NULL OR reason = $\(first + 1))
-              AND ($\(first + 2)::timestamptz IS NULL OR dead_at < $\(first + 2))
-              AND ($\(first + 3)::timestamptz IS NULL OR dead_at > $\(first + 3))
-              AND ($\(first + 4)::uuid IS NULL OR space_id = $\(first + 4)::uuid)
-            """,
-            [filter.userID, filter.reason, filter.deadBefore, filter.deadAfter, filter.spaceID]
-        )
+    /// The SQL conditions of a filter, its parameters appended to `binds`.
+    static func conditions(_ filter: DeadLetterFilter, _ binds: inout PGBinds) -> String {
+        var conditions: [String] = []
+        if let user = filter.userID { conditions.append("user_id = \(binds.append(user))") }
+        if let reason = filter.reason { conditions.append("reason = \(binds.append(reason))") }
+        if let before = filter.deadBefore { conditions.append("dead_at < \(binds.append(before))::timestamptz") }
+        if let after = filter.deadAfter { conditions.append("dead_at > \(binds.append(after))::timestamptz") }
+        if let space = filter.spaceID { conditions.append("space_id = \(binds.append(space))::uuid") }
+        return conditions.isEmpty ? "true" : conditions.joined(separator: " AND ")
     }
 
     /// Newest first, `limit` at a time; `cursor` is the previous page's `next_cursor`.
     public func list(queue: String, filter: DeadLetterFilter, limit: Int, cursor: Cursor?) async throws -> DeadLetterPage {
-        let (conditions, parameters) = Self.conditions(filter, first: 5)
-        let rows = try await pool.query("""
-            SELECT \(Self.itemColumns) FROM dead_letters d
-            WHERE queue = $1 AND ($2::bigint IS NULL
-                OR (dead_at, dead_letter_id) < (timestamptz 'epoch' + $2::bigint * interval '1 microsecond', $3::uuid))
-              AND \(conditions)
-            ORDER BY dead_at DESC, dead_letter_id DESC
-            LIMIT $4
-            """, [queue, cursor?.deadAtMicroseconds, cursor?.id, limit + 1] + parameters).rows
+        var binds = PGBinds()
+        var sql = "SELECT \(Self.itemColumns) FROM dead_letters d WHERE queue = \(binds.append(queue))"
+        if let cursor {
+            let after = PGTimestamp(microsecondsSince2000: cursor.deadAtMicroseconds - PGTimestamp.unixOffset)
+            sql += " AND (dead_at, dead_letter_id) < (\(binds.append(after)), \(binds.append(cursor.id))::uuid)"
+        }
+        sql += " AND \(Self.conditions(filter, &binds)) ORDER BY dead_at DESC, dead_letter_id DESC LIMIT \(binds.append(limit + 1))"
+        let rows = try await pool.execute(PGQuery(unsafeSQL: sql, binds: binds))
         let items = try rows.prefix(limit).map(Self.item)
-        let next = rows.count > limit
-            ? Cursor(deadAtMicroseconds: try rows[limit - 1].int("dead_at_microseconds"), id: try rows[limit - 1].string("dead_letter_id")).text
+        let next = try rows.count > limit
+            ? Cursor(
+                deadAtMicroseconds: rows[limit - 1].decode(PGTimestamp.self, at: 10).microseconds + PGTimestamp.unixOffset,
+                id: rows[limit - 1].decode(String.self, at: 0)).text
             : nil
         return DeadLetterPage(items: items, nextCursor: next)
     }
@@ -130,18 +132,18 @@ public struct DeadLetterStore: Sendable {
 
     /// One dead letter with its message, the job's ops and its attempts.
     public func detail(id: String) async throws -> DeadLetterDetail? {
-        guard let id = Names.canonicalUUID(id) else { return nil }
-        guard let row = try await pool.query("""
-            SELECT \(Self.itemColumns), d.payload, j.ops, j.status AS job_status, j.attempt_log
+        guard let id = UUID(uuidString: id) else { return nil }
+        guard let row = try await pool.execute("""
+            SELECT \(sql: Self.itemColumns), d.payload, j.ops, j.status, j.attempt_log
             FROM dead_letters d LEFT JOIN jobs j ON j.job_id = d.job_id
-            WHERE d.dead_letter_id = $1
-            """, [id]).first
+            WHERE d.dead_letter_id = \(id)
+            """).first
         else { return nil }
         return DeadLetterDetail(
-            item: try Self.item(row), message: try row.string("payload"),
-            payload: try row["ops"].map { try JSONParser.parse($0) },
-            jobStatus: row["job_status"].flatMap(JobStatus.init(rawValue:)),
-            attemptLog: try row["attempt_log"].map { try JSONCoding.decode([AttemptView].self, from: $0) } ?? [])
+            item: try Self.item(row), message: try row.decode(String.self, at: 11),
+            payload: try row.decode(PGJSON?.self, at: 12).map { try JSONParser.parse($0.text) },
+            jobStatus: try row.decode(String?.self, at: 13).flatMap(JobStatus.init(rawValue:)),
+            attemptLog: try row.decode(PGJSON?.self, at: 14).map { try JSONCoding.decode([AttemptView].self, from: $0.text) } ?? [])
     }
 
     public enum ReplayOutcome: Sendable, Equatable {
@@ -157,43 +159,45 @@ public struct DeadLetterStore: Sendable {
     /// Takes the dead letter off the list and queues its job again with attempts reset
     /// (unpublished, so the gateway's relay publishes it if the caller cannot).
     public func replay(id: String) async throws -> ReplayOutcome {
-        guard let id = Names.canonicalUUID(id) else { return .notFound }
+        guard let uuid = UUID(uuidString: id) else { return .notFound }
         return try await pool.transaction { connection in
-            guard let letter = try connection.query(
-                "SELECT job_id, queue, payload FROM dead_letters WHERE dead_letter_id = $1 FOR UPDATE", [id]
+            guard let letter = try connection.execute(
+                "SELECT job_id, queue, payload FROM dead_letters WHERE dead_letter_id = \(uuid) FOR UPDATE"
             ).first else { return .notFound }
-            if letter["queue"] == "notify" {
+            let (jobID, queue, payload) = try letter.decode((String?, String, String).self)
+            if queue == "notify" {
                 // Kept until the caller has published it again (`remove`): never lost in between.
-                return .redeliver(id: id, message: try letter.string("payload"))
+                return .redeliver(id: uuid.uuidString.lowercased(), message: payload)
             }
-            guard let jobID = letter["job_id"] else { return .namesNoJob }
-            let job = try connection.query("""
-                UPDATE jobs SET status = 'queued', attempts = 0, published_at = NULL, finished_at = NULL, last_error = NULL
-                WHERE job_id = $1 AND status = 'dead'
+            guard let jobID else { return .namesNoJob }
+            let job = try connection.execute("""
+                UPDATE jobs SET status = \(JobStatus.queued), attempts = 0, published_at = NULL, finished_at = NULL, last_error = NULL
+                WHERE job_id = \(jobID)::uuid AND status = \(JobStatus.dead)
                 RETURNING trace_id
-                """, [jobID]).first
-            try connection.query("DELETE FROM dead_letters WHERE dead_letter_id = $1", [id])
+                """).first
+            try connection.execute("DELETE FROM dead_letters WHERE dead_letter_id = \(uuid)")
             guard let job else { return .notFound }
-            return .replayed(jobID: jobID, traceID: job["trace_id"])
+            return .replayed(jobID: jobID, traceID: try job.decode(String?.self, at: 0))
         }
     }
 
     /// Takes a dead letter off the list once it has been sent again.
     public func remove(id: String) async throws {
-        try await pool.query("DELETE FROM dead_letters WHERE dead_letter_id = $1", [id])
+        try await pool.execute("DELETE FROM dead_letters WHERE dead_letter_id = \(id)::uuid")
     }
 
     /// Takes the dead letter off the list for good; its job says `discarded`.
     public func discard(id: String) async throws -> Bool {
-        guard let id = Names.canonicalUUID(id) else { return false }
+        guard let id = UUID(uuidString: id) else { return false }
         return try await pool.transaction { connection in
-            guard let letter = try connection.query(
-                "DELETE FROM dead_letters WHERE dead_letter_id = $1 RETURNING job_id", [id]
+            guard let letter = try connection.execute(
+                "DELETE FROM dead_letters WHERE dead_letter_id = \(id) RETURNING job_id"
             ).first else { return false }
-            if let jobID = letter["job_id"] {
-                try connection.query(
-                    "UPDATE jobs SET status = 'discarded', finished_at = clock_timestamp() WHERE job_id = $1 AND status = 'dead'",
-                    [jobID])
+            if let jobID = try letter.decode(UUID?.self, at: 0) {
+                try connection.execute("""
+                    UPDATE jobs SET status = \(JobStatus.discarded), finished_at = clock_timestamp()
+                    WHERE job_id = \(jobID) AND status = \(JobStatus.dead)
+                    """)
             }
             return true
         }
@@ -201,17 +205,16 @@ public struct DeadLetterStore: Sendable {
 
     /// The ids of the dead letters a filter selects.
     public func matching(queue: String, filter: DeadLetterFilter) async throws -> [String] {
-        let (conditions, parameters) = Self.conditions(filter, first: 2)
-        return try await pool.query(
-            "SELECT dead_letter_id FROM dead_letters WHERE queue = $1 AND \(conditions) ORDER BY dead_at",
-            [queue] + parameters
-        ).rows.map { try $0.string("dead_letter_id") }
+        var binds = PGBinds()
+        let sql = "SELECT dead_letter_id FROM dead_letters WHERE queue = \(binds.append(queue)) AND "
+            + "\(Self.conditions(filter, &binds)) ORDER BY dead_at"
+        return try await pool.execute(PGQuery(unsafeSQL: sql, binds: binds)).map { try $0.decode(String.self, at: 0) }
     }
 
     /// Every dead letter id of a queue (to reconcile the broker's queue with the list).
     public func ids(queue: String) async throws -> Set<String> {
-        Set(try await pool.query("SELECT dead_letter_id FROM dead_letters WHERE queue = $1", [queue])
-            .rows.map { try $0.string("dead_letter_id") })
+        Set(try await pool.execute("SELECT dead_letter_id FROM dead_letters WHERE queue = \(queue)")
+            .map { try $0.decode(String.self, at: 0) })
     }
 }
 
@@ -222,20 +225,22 @@ public struct AuditStore: Sendable {
     public init(pool: PGPool) { self.pool = pool }
 
     public func record(actor: String, action: String, target: String? = nil, filter: DeadLetterFilter? = nil, count: Int) async throws {
-        try await pool.query(
-            "INSERT INTO admin_audit (actor, action, target, filter, count) VALUES ($1, $2, $3, $4::jsonb, $5)",
-            [actor, action, target, try filter.map { try JSONCoding.encodeString($0) }, count])
+        let filter = try filter.map { PGJSON(try JSONCoding.encodeString($0)) }
+        try await pool.execute("""
+            INSERT INTO admin_audit (actor, action, target, filter, count)
+            VALUES (\(actor), \(action), \(target), \(filter), \(Int32(count)))
+            """)
     }
 
     public func recent(limit: Int) async throws -> [AuditEntry] {
-        try await pool.query("""
-            SELECT syncline_rfc3339(at) AS at, actor, action, target, filter, count
-            FROM admin_audit ORDER BY audit_id DESC LIMIT $1
-            """, [limit]).rows.map { row in
-            AuditEntry(
-                at: try row.string("at"), actor: try row.string("actor"), action: try row.string("action"),
-                target: row["target"], filter: try row["filter"].map { try JSONCoding.decode(DeadLetterFilter.self, from: $0) },
-                count: Int(try row.int("count")))
+        try await pool.execute("""
+            SELECT syncline_rfc3339(at), actor, action, target, filter, count
+            FROM admin_audit ORDER BY audit_id DESC LIMIT \(limit)
+            """).map { row in
+            let (at, actor, action, target, filter, count) = try row.decode((String, String, String, String?, PGJSON?, Int).self)
+            return AuditEntry(
+                at: at, actor: actor, action: action, target: target,
+                filter: try filter.map { try JSONCoding.decode(DeadLetterFilter.self, from: $0.text) }, count: count)
         }
     }
 }
