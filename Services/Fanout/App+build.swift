@@ -52,7 +52,7 @@ func buildFanout(configuration: Configuration, logger: Logger) async throws -> S
     }
     routes.registerHTTP(on: router)
     OperationsEndpoints.register(on: router) {
-        async let database = (try? await pool.query("SELECT 1")) != nil
+        async let database = pool.ping()
         return ["database": await database, "broker": consumer.isConnected]
     }
     methods.load(from: router)

@@ -63,7 +63,7 @@ struct Purge: AsyncParsableCommand {
         }
         let router = Router(context: BasicRequestContext.self, options: .autoGenerateHeadEndpoints)
         OperationsEndpoints.register(on: router) {
-            async let database = (try? await pool.query("SELECT 1")) != nil
+            async let database = pool.ping()
             async let broker = publisher.ping()
             return ["database": await database, "broker": await broker]
         }

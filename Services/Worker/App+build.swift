@@ -28,7 +28,7 @@ func buildWorker(configuration: Configuration, logger: Logger) throws -> some Ap
 
     let router = Router(context: BasicRequestContext.self, options: .autoGenerateHeadEndpoints)
     OperationsEndpoints.register(on: router) {
-        async let database = (try? await pool.query("SELECT 1")) != nil
+        async let database = pool.ping()
         return ["database": await database, "broker": jobs.isConnected]
     }
     return Application(

@@ -127,6 +127,11 @@ public final class PGPool: Sendable {
         try await withConnection { try $0.query(sql, parameters) }
     }
 
+    /// Whether PostgreSQL answers on a connection of the pool now (readiness checks).
+    public func ping() async -> Bool {
+        (try? await execute("SELECT 1")) != nil
+    }
+
     /// Runs one statement (typed parameters, binary results).
     @discardableResult
     public func execute(_ query: PGQuery) async throws -> PGRows {

@@ -365,23 +365,22 @@ public enum Migrations {
     /// Applies every migration not yet applied. Safe to run from many processes at once.
     public static func apply(on pool: PGPool, logger: Logger) async throws -> [Int] {
         try await pool.withConnection { connection in
-            try connection.query("SELECT pg_advisory_lock($1)", [lockKey])
-            defer { _ = try? connection.query("SELECT pg_advisory_unlock($1)", [lockKey]) }
-            try connection.query("""
+            try connection.execute("SELECT pg_advisory_lock(\(lockKey))")
+            defer { _ = try? connection.execute("SELECT pg_advisory_unlock(\(lockKey))") }
+            try connection.execute("""
                 CREATE TABLE IF NOT EXISTS schema_migrations (
                   version    integer PRIMARY KEY,
                   name       text NOT NULL,
                   applied_at timestamptz NOT NULL DEFAULT now()
                 )
                 """)
-            let done = Set(try connection.query("SELECT version FROM schema_migrations").rows.compactMap { $0.optionalInt("version") })
+            let done = Set(try connection.execute("SELECT version FROM schema_migrations").map { try $0.decode(Int.self, at: 0) })
             var applied: [Int] = []
-            for migration in all where !done.contains(Int64(migration.version)) {
+            for migration in all where !done.contains(migration.version) {
                 try connection.transaction { connection in
                     try connection.executeScript(migration.sql)
-                    try connection.query(
-                        "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
-                        [migration.version, migration.name])
+                    try connection.execute(
+                        "INSERT INTO schema_migrations (version, name) VALUES (\(Int32(migration.version)), \(migration.name))")
                 }
                 logger.info("applied migration", metadata: ["migration.version": "\(migration.version)"])
                 applied.append(migration.version)

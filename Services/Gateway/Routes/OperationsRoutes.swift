@@ -13,7 +13,7 @@ struct OperationsRoutes: Sendable {
     func register(on router: Router<GatewayRequestContext>) {
         let pool = self.pool, publisher = self.publisher
         OperationsEndpoints.register(on: router) {
-            async let database = (try? await pool.query("SELECT 1")) != nil
+            async let database = pool.ping()
             async let broker = publisher.ping()
             return ["database": await database, "broker": await broker]
         }
