@@ -69,6 +69,7 @@ let package = Package(
                 "CLibPQ",
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             path: "Shared/PQBridge", swiftSettings: strict),
         // rabbitmq-c bridge: one thread owns each connection; confirms, consumer, reconnect.

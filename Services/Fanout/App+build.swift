@@ -67,10 +67,7 @@ func buildFanout(configuration: Configuration, logger: Logger) async throws -> S
         },
         configuration: .init(address: .hostname("0.0.0.0", port: configuration.port), serverName: "syncline-fanout"),
         logger: logger)
-    let closer = ResourceCloser {
-        await publisher.shutdown()
-        await pool.shutdown()
-    }
+    let closer = ResourceCloser { await publisher.shutdown() }
     return ServiceGroup(configuration: .init(
-        services: [closer, app, webhooks, hub], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        services: [pool, closer, app, webhooks, hub], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
 }

@@ -62,10 +62,8 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
             idleTimeout: .milliseconds(Int64(configuration.httpIdleTimeout * 1000)))),
         configuration: .init(address: .hostname("0.0.0.0", port: configuration.port), serverName: "syncline-gateway"),
         services: [
-            ResourceCloser {
-                await publisher.shutdown()
-                await pool.shutdown()
-            },
+            pool,  // first, so stopped last
+            ResourceCloser { await publisher.shutdown() },
             JobRelay(jobs: jobs, marks: marks, publisher: publisher, relayAfter: configuration.relayAfter, logger: logger),
             views,
         ],

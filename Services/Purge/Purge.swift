@@ -71,10 +71,8 @@ struct Purge: AsyncParsableCommand {
             router: router,
             configuration: .init(address: .hostname("0.0.0.0", port: configuration.port), serverName: "syncline-purge"),
             services: [
-                ResourceCloser {
-                    await publisher.shutdown()
-                    await pool.shutdown()
-                },
+                pool,
+                ResourceCloser { await publisher.shutdown() },
                 PurgeLoop(runner: runner, interval: Durations.parse(every!)!),
             ],
             logger: logger)

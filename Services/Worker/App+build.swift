@@ -35,10 +35,8 @@ func buildWorker(configuration: Configuration, logger: Logger) throws -> some Ap
         router: router,
         configuration: .init(address: .hostname("0.0.0.0", port: configuration.port), serverName: "syncline-worker"),
         services: [
-            ResourceCloser {
-                await publisher.shutdown()
-                await pool.shutdown()
-            },
+            pool,
+            ResourceCloser { await publisher.shutdown() },
             // Stopped in reverse order: the consumer first, then the announcer publishes
             // the last events, then the publisher and pool close.
             announcer,

@@ -22,6 +22,9 @@ public final class PGConnection: @unchecked Sendable {
     private var holder: UInt64 = 0
     private var cancelRequested = false
 
+    /// When the pool last got it back (the pool's lock guards it).
+    var lastCheckedIn = ContinuousClock.now
+
     init(conninfo: String, statementTimeout: Duration? = nil) {
         self.conninfo = conninfo
         self.statementTimeout = statementTimeout

@@ -1,6 +1,7 @@
 import Logging
 import NIOConcurrencyHelpers
 import NIOPosix
+import ServiceLifecycle
 
 /// A fixed set of libpq connections, each used by one closure at a time on a thread of a
 /// `NIOThreadPool` the pool owns, so blocking libpq calls never stall Swift's cooperative
@@ -35,18 +36,22 @@ public final class PGPool: Sendable {
     public let size: Int
     /// How long a caller waits for a free connection before `.timeout`.
     public let acquisitionTimeout: Duration
+    /// How often, run as a `Service`, the pool checks connections idle that long.
+    public let healthCheckInterval: Duration
 
     /// - Parameters:
     ///   - statementTimeout: PostgreSQL's `statement_timeout` on every connection (nil: none).
     ///   - acquisitionTimeout: how long a caller may wait for a free connection.
     public init(
         url: String, size: Int, logger: Logger,
-        statementTimeout: Duration? = .seconds(60), acquisitionTimeout: Duration = .seconds(10)
+        statementTimeout: Duration? = .seconds(60), acquisitionTimeout: Duration = .seconds(10),
+        healthCheckInterval: Duration = .seconds(30)
     ) {
         let conninfo = url.contains("connect_timeout")
             ? url : url + (url.contains("?") ? "&" : "?") + "connect_timeout=5"
         self.size = size
         self.acquisitionTimeout = acquisitionTimeout
+        self.healthCheckInterval = healthCheckInterval
         self.threads = NIOThreadPool(numberOfThreads: size)
         self.threads.start()
         self.state = NIOLockedValueBox(
@@ -206,6 +211,7 @@ public final class PGPool: Sendable {
 
     private func checkIn(_ connection: PGConnection) {
         let (waiter, closed): (Waiter?, Bool) = state.withLockedValue { state in
+            connection.lastCheckedIn = ContinuousClock.now
             if state.closed { return (nil, true) }
             if !state.waiters.isEmpty { return (state.waiters.removeFirst(), false) }
             state.idle.append(connection)
@@ -229,6 +235,44 @@ public final class PGPool: Sendable {
         }
         idle.forEach { $0.close() }
         try? await threads.shutdownGracefully()
+    }
+}
+
+/// As a `Service`: checks idle connections until the group shuts down gracefully, then
+/// closes the pool (list it before the services that use it: a group stops them first).
+extension PGPool: Service {
+    public func run() async throws {
+        try? await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                try await Task.sleep(for: self.healthCheckInterval)
+                await self.checkIdleConnections()
+            }
+        }
+        await shutdown()
+    }
+
+    /// Each connection idle for a whole interval answers `SELECT 1` or is closed, so that a
+    /// server restart or a connection dropped by the network is found here, not by a
+    /// request. A connection is taken only while idle: callers never wait for a check.
+    func checkIdleConnections() async {
+        let now = ContinuousClock.now
+        for _ in 0..<size {
+            let connection: PGConnection? = state.withLockedValue { state in
+                // A connection checked in this round came back after `now`: not taken again.
+                guard let index = state.idle.firstIndex(where: { now - $0.lastCheckedIn >= healthCheckInterval }) else { return nil }
+                return state.idle.remove(at: index)
+            }
+            guard let connection else { return }
+            _ = try? await threads.runIfActive {
+                guard connection.isConnected else { return }
+                do {
+                    try connection.execute("SELECT 1")
+                } catch {
+                    connection.close()
+                }
+            }
+            checkIn(connection)
+        }
     }
 }
 

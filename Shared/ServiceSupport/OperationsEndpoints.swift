@@ -29,7 +29,7 @@ public enum OperationsEndpoints {
     }
 }
 
-/// Closes shared resources (pools, broker connections) once every service listed after
+/// Closes shared resources (broker connections) once every service listed after
 /// it in the group has stopped: the group shuts services down in reverse order.
 public struct ResourceCloser: Service {
     let close: @Sendable () async -> Void

@@ -238,4 +238,31 @@ struct PQBridgeTests {
         #expect(try rows[0].decode(String.self, at: 0) == "300ms")
         await pool.shutdown()
     }
+
+    /// Run as a service, the pool checks idle connections: after a server restart its
+    /// dropped connections are found and closed by the check, so the next query succeeds
+    /// at the first try. A pool that does not check finds out on the query, which fails.
+    @Test func healthChecksFindConnectionsTheServerDropped() async throws {
+        let checked = PGPool(
+            url: TestEnvironment.databaseURL!, size: 2, logger: TestEnvironment.logger,
+            healthCheckInterval: .milliseconds(200))
+        let unchecked = PGPool(url: TestEnvironment.databaseURL!, size: 1, logger: TestEnvironment.logger)
+        let service = Task { try await checked.run() }
+        // Both connections of the checked pool open, then go idle.
+        async let first = checked.execute("SELECT pg_sleep(0.1)")
+        async let second = checked.execute("SELECT pg_sleep(0.1)")
+        _ = try await (first, second)
+        _ = try await unchecked.execute("SELECT 1")
+        try TestEnvironment.restartPostgres()
+        try await Task.sleep(for: .seconds(1))  // several checks
+        await #expect(throws: PGError.self) { try await unchecked.execute("SELECT 1") }
+        async let third = checked.execute("SELECT 3")
+        async let fourth = checked.execute("SELECT 4")
+        let (three, four) = try await (third, fourth)
+        #expect(try three[0].decode(Int32.self, at: 0) == 3 && four[0].decode(Int32.self, at: 0) == 4)
+        service.cancel()
+        _ = await service.result
+        await #expect(throws: PGError.self) { try await checked.execute("SELECT 1") }  // run() closed it
+        await unchecked.shutdown()
+    }
 }
