@@ -30,10 +30,7 @@ public struct AccountStore: Sendable {
     /// before (and that job is erased below) or finds its device revoked.
     public func begin(user: String, userHash: String) async throws {
         try await pool.transaction { connection in
-            try connection.execute("""
-                INSERT INTO user_clocks (user_id, hlc_ms, hlc_counter) VALUES (\(user), 0, 0)
-                ON CONFLICT (user_id) DO UPDATE SET user_id = EXCLUDED.user_id
-                """)
+            try DeviceStore.lockClock(connection, user: user)
             try connection.execute("UPDATE devices SET revoked_at = coalesce(revoked_at, now()) WHERE user_id = \(user)")
             try connection.execute("""
                 INSERT INTO account_deletions (user_hash, user_id) VALUES (\(userHash), \(user))

@@ -42,13 +42,26 @@ public struct DeviceStore: Sendable {
     }
 
     /// Revokes the device; false when it is unknown or foreign. Revoking twice is fine.
+    /// Under the user's clock row lock, which every push's intake takes to check its
+    /// device: a push of this device in progress commits first, and every later one finds
+    /// the device revoked.
     public func revoke(user: String, deviceID: String) async throws -> Bool {
         guard let id = UUID(uuidString: deviceID) else { return false }
-        let result = try await pool.execute("""
-            UPDATE devices SET revoked_at = coalesce(revoked_at, now())
-            WHERE device_id = \(id) AND user_id = \(user)
+        return try await pool.transaction { connection in
+            try Self.lockClock(connection, user: user)
+            return try connection.execute("""
+                UPDATE devices SET revoked_at = coalesce(revoked_at, now())
+                WHERE device_id = \(id) AND user_id = \(user)
+                """).affectedRows == 1
+        }
+    }
+
+    /// Takes the user's clock row lock (making the row if missing), as a push's intake does.
+    static func lockClock(_ connection: PGConnection, user: String) throws {
+        try connection.execute("""
+            INSERT INTO user_clocks (user_id, hlc_ms, hlc_counter) VALUES (\(user), 0, 0)
+            ON CONFLICT (user_id) DO UPDATE SET user_id = EXCLUDED.user_id
             """)
-        return result.affectedRows == 1
     }
 
     public func state(user: String, deviceID: String) async throws -> DeviceState {

@@ -203,4 +203,42 @@ struct PersistenceTests {
             #expect(try await store.list(filter, limit: 20, offset: 0).isEmpty)
         }
     }
+
+    /// A revocation waits for a push of the same user that holds the clock lock (as the
+    /// intake does while it checks the device), so the two never interleave.
+    @Test func aRevocationWaitsForAPushHoldingTheClockLock() async throws {
+        try await withStores { pool, devices, _, _, _ in
+            let alice = user()
+            let device = try await devices.register(user: alice, name: "m", platform: "p", pushURL: nil, pushSecret: "s")
+            let holding = Flag()
+            let release = Flag()
+            let intake = Task {
+                try await pool.transaction { connection in
+                    try connection.execute("""
+                        INSERT INTO user_clocks (user_id, hlc_ms, hlc_counter) VALUES (\(alice), 0, 0)
+                        ON CONFLICT (user_id) DO UPDATE SET user_id = EXCLUDED.user_id
+                        """)
+                    holding.set()
+                    while !release.isSet { Thread.sleep(forTimeInterval: 0.01) }
+                }
+            }
+            while !holding.isSet { try await Task.sleep(for: .milliseconds(10)) }
+            let revoke = Task { try await devices.revoke(user: alice, deviceID: device.deviceID) }
+            try await Task.sleep(for: .milliseconds(400))
+            #expect(try await devices.state(user: alice, deviceID: device.deviceID) == .active, "revoked while a push held the lock")
+            release.set()
+            try await intake.value
+            #expect(try await revoke.value)
+            #expect(try await devices.state(user: alice, deviceID: device.deviceID) == .revoked)
+        }
+    }
+}
+
+/// A flag one task sets and others read.
+final class Flag: @unchecked Sendable {
+    // @unchecked: `value` is read and written under `lock` only.
+    private let lock = NSLock()
+    private var value = false
+    var isSet: Bool { lock.withLock { value } }
+    func set() { lock.withLock { value = true } }
 }
