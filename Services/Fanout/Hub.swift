@@ -81,7 +81,6 @@ final class Hub: Service, Sendable {
 
     let queue: String
     private let state = NIOLockedValueBox(State())
-    private let bindingLock = NIOLock()
     private let publisher: AMQPPublisher
     private let consumer: AMQPConsumer
     private let registry: FanoutQueueStore

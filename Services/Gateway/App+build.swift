@@ -9,7 +9,6 @@ import Persistence
 import ServiceSupport
 
 /// Wires the gateway: stores over one pool, the publisher, the routes and the relay.
-/// Tests build the same application.
 func buildApplication(configuration: Configuration, logger: Logger) async throws -> some ApplicationProtocol {
     let endpoint = try configuration.amqpEndpoint()
     let pool = PGPool(url: configuration.databaseURL, size: configuration.databasePoolSize, logger: logger)

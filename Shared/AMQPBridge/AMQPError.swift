@@ -8,7 +8,6 @@ public struct AMQPError: Error, CustomStringConvertible, Sendable {
         /// A publish was nacked or returned as unroutable.
         case notConfirmed
         case timeout
-        case closed
     }
 
     public let code: Code
@@ -18,8 +17,6 @@ public struct AMQPError: Error, CustomStringConvertible, Sendable {
         self.code = code
         self.message = message
     }
-
-    public var isRetryable: Bool { code != .closed }
 
     public var description: String { "AMQP \(code): \(message)" }
 }

@@ -43,8 +43,8 @@ public enum JobFailure: Equatable, Sendable {
             case let state?: return .permanent(reason: "database_error_\(state)")
             case nil: return .permanent(reason: "database_error")
             }
-        case let error as AMQPError:
-            return error.isRetryable ? .transient(reason: "broker") : .permanent(reason: "broker_closed")
+        case is AMQPError:  // every broker failure passes: the connection is reopened
+            return .transient(reason: "broker")
         case is CancellationError:
             return .outage(reason: "shutting_down")
         default:

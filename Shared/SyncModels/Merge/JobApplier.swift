@@ -62,8 +62,8 @@ public struct ForkedRecord: Sendable, Hashable {
 }
 
 /// Applies the ops of one job to the records they touch: the pure heart of the worker.
-/// The caller loads the touched records and the op_ids already remembered for the user,
-/// holds the user's counter lock, and persists the outcome in the same transaction.
+/// The caller loads the touched records and the op_ids already remembered in the job's
+/// space, holds that space's counter lock, and persists the outcome in the same transaction.
 public struct JobApplier {
     public struct Outcome: Sendable {
         public var results: [OpResult]
@@ -73,7 +73,7 @@ public struct JobApplier {
         public var records: [RecordKey: StoredRecord]
         /// op_ids to remember (every op whose result was not `rejected`).
         public var remembered: [String]
-        /// The user's change counter after this job.
+        /// The space's change counter after this job.
         public var counter: Int64
         /// Records this job forked (fork ops that were not rejected, duplicate or conflicting).
         public var forked: Set<ForkedRecord>
