@@ -232,90 +232,99 @@ public struct JobStore: Sendable {
             ops: Int(try row.int("op_count")))
     }
 
-    /// The job if it belongs to `user`; a foreign job is as unknown as a missing one.
     /// The user's job. Another user's job is filtered out by the statement itself, so it
     /// is answered with the same work, and in the same time, as an unknown id (G6).
     public func view(user: String, jobID: String) async throws -> JobView? {
-        guard let id = Names.canonicalUUID(jobID) else { return nil }
-        return try await pool.query(Self.viewSQL + " AND user_id = $2", [id, user]).first.map(Self.view)
+        guard let id = UUID(uuidString: jobID) else { return nil }
+        return try await pool.execute("\(sql: Self.viewColumns) FROM jobs WHERE job_id = \(id) AND user_id = \(user)")
+            .first.map { try Self.view($0).job }
     }
 
     /// A job regardless of its owner (operators' tools).
     public func view(jobID: String) async throws -> (user: String, job: JobView)? {
-        guard let id = Names.canonicalUUID(jobID) else { return nil }
-        guard let row = try await pool.query(Self.viewSQL, [id]).first else { return nil }
-        return (try row.string("user_id"), try Self.view(row))
+        guard let id = UUID(uuidString: jobID) else { return nil }
+        return try await pool.execute("\(sql: Self.viewColumns) FROM jobs WHERE job_id = \(id)").first.map(Self.view)
     }
 
-    static let viewSQL = """
-        SELECT job_id, user_id, space_id, status, attempts, attempt_log, syncline_rfc3339(created_at) AS created_at,
-               syncline_rfc3339(finished_at) AS finished_at, last_error, checkpoint, results
-        FROM jobs WHERE job_id = $1
+    /// What `view` reads, in its order.
+    static let viewColumns = """
+        SELECT job_id, user_id, space_id, status, attempts, attempt_log, syncline_rfc3339(created_at),
+               syncline_rfc3339(finished_at), last_error, checkpoint, results
         """
 
-    static func view(_ row: PGRow) throws -> JobView {
-        let status = JobStatus(rawValue: try row.string("status")) ?? .queued
-        let log = try JSONCoding.decode([AttemptView].self, from: try row.string("attempt_log"))
-        let results = try row["results"].map { try JSONCoding.decode([OpResult].self, from: $0) } ?? []
-        return JobView(
-            jobID: try row.string("job_id"), status: status, attempts: Int(try row.int("attempts")),
-            attemptLog: log, createdAt: try row.string("created_at"), finishedAt: row["finished_at"],
-            lastError: row["last_error"], checkpoint: row["checkpoint"],
-            results: status == .succeeded ? results : [], spaceID: row["space_id"])
+    static func view(_ row: PGRows.Row) throws -> (user: String, job: JobView) {
+        let (jobID, user, space, stored, attempts, attemptLog, createdAt, finishedAt, lastError, checkpoint, storedResults) =
+            try row.decode((String, String, String?, String, Int, PGJSON, String, String?, String?, Int64?, PGJSON?).self)
+        let status = JobStatus(rawValue: stored) ?? .queued
+        let log = try JSONCoding.decode([AttemptView].self, from: attemptLog.text)
+        let results = try storedResults.map { try JSONCoding.decode([OpResult].self, from: $0.text) } ?? []
+        return (user, JobView(
+            jobID: jobID, status: status, attempts: attempts, attemptLog: log, createdAt: createdAt, finishedAt: finishedAt,
+            lastError: lastError, checkpoint: checkpoint.map(String.init), results: status == .succeeded ? results : [],
+            spaceID: space))
     }
 
     /// Records that these jobs' messages were confirmed. Only a job still `queued` can be
     /// relayed, so only those rows are rewritten: under a load the workers keep up with,
     /// most jobs are applied before the relay's next pass and their rows are left alone.
     public func markPublished(_ jobIDs: [String]) async throws {
-        guard !jobIDs.isEmpty else { return }
-        try await pool.query("""
+        let ids = jobIDs.compactMap(UUID.init(uuidString:))
+        guard !ids.isEmpty else { return }
+        try await pool.execute("""
             UPDATE jobs SET published_at = clock_timestamp()
-            WHERE job_id = ANY($1::uuid[]) AND status = 'queued' AND published_at IS NULL
-            """, [jobIDs])
+            WHERE job_id = ANY(\(ids)) AND status = \(literal: JobStatus.queued) AND published_at IS NULL
+            """)
     }
 
-    /// Queued jobs nobody has confirmed publishing, older than `age` seconds.
+    /// Queued jobs nobody has confirmed publishing, older than `age` seconds. (The status
+    /// is a literal: the `jobs_unpublished` partial index is for it.)
     public func unpublished(olderThan age: Double, limit: Int) async throws -> [(jobID: String, traceID: String?, ops: Int)] {
-        try await pool.query("""
+        try await pool.execute("""
             SELECT job_id, trace_id, op_count FROM jobs
-            WHERE status = 'queued' AND published_at IS NULL
-              AND created_at < clock_timestamp() - make_interval(secs => $1)
-            ORDER BY created_at LIMIT $2
-            """, [age, limit]).rows.map { (try $0.string("job_id"), $0["trace_id"], Int($0["op_count"] ?? "") ?? 1) }
+            WHERE status = \(literal: JobStatus.queued) AND published_at IS NULL
+              AND created_at < clock_timestamp() - make_interval(secs => \(age))
+            ORDER BY created_at LIMIT \(limit)
+            """).map { row in
+            let (id, trace, ops) = try row.decode((String, String?, Int).self)
+            return (id, trace, ops)
+        }
     }
 
     /// How many jobs are not terminal, and seconds since the oldest of them was created
-    /// (0 when none).
+    /// (0 when none). (Literals: the `jobs_unfinished` partial index is for them.)
     public func backlog() async throws -> (unfinished: Int, oldestAge: Double) {
-        let row = try await pool.query("""
-            SELECT count(*) AS n, coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8 AS age
-            FROM jobs WHERE status IN ('queued', 'processing', 'retrying')
+        let row = try await pool.execute("""
+            SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8
+            FROM jobs
+            WHERE status IN (\(literal: JobStatus.queued), \(literal: JobStatus.processing), \(literal: JobStatus.retrying))
             """).first
-        return (Int(row?.optionalInt("n") ?? 0), row?["age"].flatMap(Double.init) ?? 0)
+        guard let row else { return (0, 0) }
+        let (count, age) = try row.decode((Int, Double).self)
+        return (count, age)
     }
 
     /// Jobs finished per minute over the last `minutes` minutes (oldest first), and the
     /// jobs not yet finished.
     public func rates(minutes: Int) async throws -> JobRates {
-        let rows = try await pool.query("""
+        let rows = try await pool.execute("""
             WITH finished AS (
               SELECT date_trunc('minute', finished_at) AS minute, status, count(*) AS n FROM jobs
-              WHERE finished_at >= date_trunc('minute', clock_timestamp()) - make_interval(mins => $1 - 1)
+              WHERE finished_at >= date_trunc('minute', clock_timestamp()) - make_interval(mins => \(Int32(minutes - 1)))
               GROUP BY 1, 2
             )
-            SELECT syncline_rfc3339(m) AS minute,
-                   coalesce(sum(n) FILTER (WHERE status = 'succeeded'), 0) AS succeeded,
-                   coalesce(sum(n) FILTER (WHERE status = 'dead'), 0) AS dead
-            FROM generate_series(date_trunc('minute', clock_timestamp()) - make_interval(mins => $1 - 1),
+            SELECT syncline_rfc3339(m),
+                   coalesce(sum(n) FILTER (WHERE status = \(JobStatus.succeeded)), 0)::int8,
+                   coalesce(sum(n) FILTER (WHERE status = \(JobStatus.dead)), 0)::int8
+            FROM generate_series(date_trunc('minute', clock_timestamp()) - make_interval(mins => \(Int32(minutes - 1))),
                                  date_trunc('minute', clock_timestamp()), interval '1 minute') AS m
             LEFT JOIN finished ON finished.minute = m
             GROUP BY m ORDER BY m
-            """, [minutes]).rows
+            """)
         let backlog = try await backlog()
         return JobRates(
-            minutes: try rows.map {
-                JobRates.Minute(minute: try $0.string("minute"), succeeded: Int(try $0.int("succeeded")), dead: Int(try $0.int("dead")))
+            minutes: try rows.map { row in
+                let (minute, succeeded, dead) = try row.decode((String, Int, Int).self)
+                return JobRates.Minute(minute: minute, succeeded: succeeded, dead: dead)
             },
             unfinished: backlog.unfinished, oldestUnfinishedAgeSeconds: backlog.oldestAge)
     }
