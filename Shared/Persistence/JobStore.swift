@@ -45,61 +45,28 @@ public struct JobStore: Sendable {
         case deviceRevoked
     }
 
-    /// Stamps the ops (HLC receive rule under the user's clock row lock), rejects clocks
-    /// too far ahead, and commits the job — in one transaction.
+    /// One push: a batch of one (see `create(batch:)`), so a single push and a group
+    /// commit run the same checks and stamps on the same code.
     public func create(_ intake: Intake) async throws -> IntakeOutcome {
         do {
-            return try await pool.transaction { connection in
-                if let key = intake.idempotencyKey, let existing = try Self.existing(connection, user: intake.user, key: key, hash: intake.requestHash) {
-                    return existing
-                }
-                // Creates the clock row on first use and locks it either way; reads the
-                // personal space in the same statement (made below on a first push).
-                let row = try connection.query("""
-                    INSERT INTO user_clocks (user_id, hlc_ms, hlc_counter) VALUES ($1, 0, 0)
-                    ON CONFLICT (user_id) DO UPDATE SET user_id = EXCLUDED.user_id
-                    RETURNING hlc_ms, hlc_counter, \(SpaceStore.personalSpaceSQL("$1")) AS personal_space
-                    """, [intake.user]).first
-                guard let row else { throw PGError(code: .decoding, message: "user clock row missing") }
-                var clock = HLCState(milliseconds: try row.int("hlc_ms"), counter: Int(try row.int("hlc_counter")))
-                let now = Int64(Date().timeIntervalSince1970 * 1000)
-                let ops = Self.stamp(intake.ops, clock: &clock, now: now, deviceID: intake.deviceID, maxSkew: intake.maxClockSkewMilliseconds)
-                let jobID = UUID().uuidString.lowercased()
-                let space = try intake.spaceID ?? row["personal_space"] ?? SpaceStore.personalSpace(connection, user: intake.user)
-                // The device is checked again here, under the clock lock: a revocation or an
-                // account deletion (which takes the same lock) either committed before — and
-                // no job is written — or waits for this job and then erases it.
-                let inserted = try connection.query("""
-                    WITH clock AS (UPDATE user_clocks SET hlc_ms = $9, hlc_counter = $10 WHERE user_id = $2),
-                    seen AS (UPDATE devices SET last_seen_at = clock_timestamp()
-                             WHERE device_id = $3 AND last_seen_at < clock_timestamp() - interval '1 hour')
-                    INSERT INTO jobs (job_id, user_id, device_id, status, ops, op_count, idempotency_key, request_hash, trace_id,
-                                      author_name, space_id)
-                    SELECT $1, $2, $3, 'queued', $4::jsonb, $5, $6, $7, $8, $11, $12::uuid
-                    WHERE EXISTS (SELECT 1 FROM devices WHERE device_id = $3::uuid AND user_id = $2 AND revoked_at IS NULL)
-                    """, [jobID, intake.user, intake.deviceID, Op.encodeStored(ops), ops.count,
-                          intake.idempotencyKey, intake.requestHash, intake.traceID, clock.milliseconds, clock.counter,
-                          intake.authorName, space])
-                guard inserted.affectedRows == 1 else { throw DeviceRevoked() }
-                return .created(jobID: jobID, ops: ops.count)
-            }
-        } catch is DeviceRevoked {
-            return .deviceRevoked
+            return try await create(batch: [intake])[0]
         } catch let error as PGError where error.sqlState == "23505" && intake.idempotencyKey != nil {
-            // A concurrent request with the same key won the race: answer with its job.
+            // A request with the same key committed between this one's lookup and insert:
+            // answer with its job.
             return try await pool.withConnection { connection in
                 try Self.existing(connection, user: intake.user, key: intake.idempotencyKey!, hash: intake.requestHash) ?? .keyReused
             }
         }
     }
 
-    /// Several pushes in one transaction — group commit — with the checks and stamps of
-    /// `create`, each step one statement for all of them: idempotency keys looked up
-    /// (a key repeated within the batch answers with the first job), the users' clock
-    /// rows locked in user order, their devices checked under those locks, the ops
-    /// stamped in arrival order, and every job, clock and last-seen written together.
-    /// One outcome per intake, in order. A database error rolls back all of them and is
-    /// thrown: the caller then takes each push alone.
+    /// Several pushes in one transaction — group commit — each step one statement for all
+    /// of them: the users' clock rows locked in user order (the lock a revocation and an
+    /// account deletion take too), idempotency keys looked up under those locks (a key
+    /// repeated within the batch answers with the first job), the devices checked under
+    /// them, the ops stamped in arrival order (HLC receive rule; clocks too far ahead
+    /// rejected), and every job, clock and last-seen written together. One outcome per
+    /// intake, in order. A database error rolls back all of them and is thrown: the caller
+    /// then takes each push alone.
     public func create(batch intakes: [Intake]) async throws -> [IntakeOutcome] {
         try await pool.transaction { connection in
             var outcomes = [IntakeOutcome?](repeating: nil, count: intakes.count)
@@ -109,51 +76,54 @@ public struct JobStore: Sendable {
             // each user's personal space (made below on a first push).
             var clocks: [String: HLCState] = [:]
             var spaces: [String: String] = [:]
-            for row in try connection.query("""
+            for row in try connection.execute("""
                 INSERT INTO user_clocks (user_id, hlc_ms, hlc_counter)
-                SELECT u, 0, 0 FROM unnest($1::text[]) AS u ORDER BY u
+                SELECT u, 0, 0 FROM unnest(\(Array(Set(intakes.map(\.user))).sorted())) AS u ORDER BY u
                 ON CONFLICT (user_id) DO UPDATE SET user_id = EXCLUDED.user_id
-                RETURNING user_id, hlc_ms, hlc_counter, \(SpaceStore.personalSpaceSQL("user_clocks.user_id")) AS personal_space
-                """, [Array(Set(intakes.map(\.user))).sorted()]).rows {
-                let user = try row.string("user_id")
-                clocks[user] = HLCState(milliseconds: try row.int("hlc_ms"), counter: Int(try row.int("hlc_counter")))
-                spaces[user] = row["personal_space"]
+                RETURNING user_id, hlc_ms, hlc_counter, (SELECT space_id FROM spaces WHERE personal_of = user_clocks.user_id)
+                """) {
+                let (user, milliseconds, counter, personal) = try row.decode((String, Int64, Int, String?).self)
+                clocks[user] = HLCState(milliseconds: milliseconds, counter: counter)
+                spaces[user] = personal
             }
-            // Keys are looked up under the clock locks too: a push with the same key that
+            // Keys are looked up under the clock locks: a push with the same key that
             // committed meanwhile is found, not inserted twice.
             let keyed = intakes.indices.filter { intakes[$0].idempotencyKey != nil }
             if !keyed.isEmpty {
-                for row in try connection.query("""
+                for row in try connection.execute("""
                     SELECT user_id, idempotency_key, job_id, status, op_count, request_hash
-                    FROM jobs JOIN unnest($1::text[], $2::text[]) AS k(u, k) ON user_id = k.u AND idempotency_key = k.k
-                    """, [keyed.map { intakes[$0].user }, keyed.map { intakes[$0].idempotencyKey! }]).rows {
-                    let found = UserKey(user: try row.string("user_id"), key: try row.string("idempotency_key"))
-                    for index in keyed where UserKey(user: intakes[index].user, key: intakes[index].idempotencyKey!) == found {
-                        outcomes[index] = row["request_hash"] == intakes[index].requestHash
-                            ? .existing(
-                                jobID: try row.string("job_id"), status: JobStatus(rawValue: try row.string("status")) ?? .queued,
-                                ops: Int(try row.int("op_count")))
+                    FROM jobs JOIN unnest(\(keyed.map { intakes[$0].user }), \(keyed.map { intakes[$0].idempotencyKey! })) AS k(u, k)
+                      ON user_id = k.u AND idempotency_key = k.k
+                    """) {
+                    let (user, key, jobID, status, ops, hash) = try row.decode((String, String, String, String, Int, String?).self)
+                    for index in keyed where UserKey(user: intakes[index].user, key: intakes[index].idempotencyKey!) == UserKey(user: user, key: key) {
+                        outcomes[index] = hash == intakes[index].requestHash
+                            ? .existing(jobID: jobID, status: JobStatus(rawValue: status) ?? .queued, ops: ops)
                             : .keyReused
                     }
                 }
             }
             // The devices are checked under the clock locks, which a revocation or an
-            // account deletion takes too (see `create`).
+            // account deletion takes too: either it committed before — and no job is
+            // written — or it waits for these jobs and then sees (or erases) them.
             struct Device: Hashable { let id: String, user: String }
-            let active = Set(try connection.query(
-                "SELECT device_id::text AS id, user_id FROM devices WHERE device_id = ANY($1::uuid[]) AND revoked_at IS NULL",
-                [Array(Set(intakes.map(\.deviceID)))]
-            ).rows.map { Device(id: try $0.string("id"), user: try $0.string("user_id")) })
+            let active = Set(try connection.execute("""
+                SELECT device_id, user_id FROM devices
+                WHERE device_id = ANY(\(Array(Set(intakes.compactMap { UUID(uuidString: $0.deviceID) })))) AND revoked_at IS NULL
+                """).map { row in
+                let (id, user) = try row.decode((String, String).self)
+                return Device(id: id, user: user)
+            })
 
             let now = Int64(Date().timeIntervalSince1970 * 1000)
-            var jobs: [(id: String, intake: Intake, ops: [Op], space: String)] = []
+            var jobs: [(id: UUID, intake: Intake, ops: [Op], space: String)] = []
             for (index, intake) in intakes.enumerated() where outcomes[index] == nil {
                 if let key = intake.idempotencyKey, let first = earlier[UserKey(user: intake.user, key: key)] {
                     outcomes[index] = first.hash == intake.requestHash
                         ? .existing(jobID: first.jobID, status: .queued, ops: first.ops) : .keyReused
                     continue
                 }
-                guard active.contains(Device(id: intake.deviceID, user: intake.user)), var clock = clocks[intake.user] else {
+                guard active.contains(Device(id: intake.deviceID.lowercased(), user: intake.user)), var clock = clocks[intake.user] else {
                     outcomes[index] = .deviceRevoked
                     continue
                 }
@@ -166,41 +136,39 @@ public struct JobStore: Sendable {
                     space = try SpaceStore.personalSpace(connection, user: intake.user)
                     spaces[intake.user] = space
                 }
-                let jobID = UUID().uuidString.lowercased()
+                let jobID = UUID()
+                let jobText = jobID.uuidString.lowercased()
                 jobs.append((jobID, intake, ops, space))
                 if let key = intake.idempotencyKey {
-                    earlier[UserKey(user: intake.user, key: key)] = (jobID, intake.requestHash, ops.count)
+                    earlier[UserKey(user: intake.user, key: key)] = (jobText, intake.requestHash, ops.count)
                 }
-                outcomes[index] = .created(jobID: jobID, ops: ops.count)
+                outcomes[index] = .created(jobID: jobText, ops: ops.count)
             }
             if !jobs.isEmpty {
                 let users = clocks.keys.sorted()
-                try connection.query("""
+                try connection.execute("""
                     WITH clock AS (
                       UPDATE user_clocks c SET hlc_ms = u.ms, hlc_counter = u.n
-                      FROM unnest($11::text[], $12::bigint[], $13::int[]) AS u(id, ms, n) WHERE c.user_id = u.id),
+                      FROM unnest(\(users), \(users.map { clocks[$0]!.milliseconds }), \(users.map { Int32(clocks[$0]!.counter) }))
+                        AS u(id, ms, n)
+                      WHERE c.user_id = u.id),
                     seen AS (
                       UPDATE devices SET last_seen_at = clock_timestamp()
-                      WHERE device_id = ANY($14::uuid[]) AND last_seen_at < clock_timestamp() - interval '1 hour')
+                      WHERE device_id = ANY(\(Array(Set(jobs.compactMap { UUID(uuidString: $0.intake.deviceID) }))))
+                        AND last_seen_at < clock_timestamp() - interval '1 hour')
                     INSERT INTO jobs (job_id, user_id, device_id, status, ops, op_count, idempotency_key, request_hash, trace_id,
                                       author_name, space_id)
-                    SELECT j, u, d, 'queued', o::jsonb, n, k, h, t, a, s
-                    FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::int[], $6::text[], $7::text[], $8::text[],
-                                $9::text[], $10::uuid[]) AS x(j, u, d, o, n, k, h, t, a, s)
-                    """, [
-                        jobs.map(\.id), jobs.map(\.intake.user), jobs.map(\.intake.deviceID), jobs.map { Op.encodeStored($0.ops) },
-                        jobs.map(\.ops.count), jobs.map(\.intake.idempotencyKey), jobs.map(\.intake.requestHash),
-                        jobs.map(\.intake.traceID), jobs.map(\.intake.authorName), jobs.map(\.space),
-                        users, users.map { clocks[$0]!.milliseconds }, users.map { clocks[$0]!.counter },
-                        Array(Set(jobs.map(\.intake.deviceID))),
-                    ])
+                    SELECT j, u, d, \(JobStatus.queued), o, n, k, h, t, a, s
+                    FROM unnest(\(jobs.map(\.id)), \(jobs.map(\.intake.user)), \(jobs.map { UUID(uuidString: $0.intake.deviceID) }),
+                                \(jobs.map { PGJSON(Op.encodeStored($0.ops)) }), \(jobs.map { Int32($0.ops.count) }),
+                                \(jobs.map(\.intake.idempotencyKey)), \(jobs.map(\.intake.requestHash)), \(jobs.map(\.intake.traceID)),
+                                \(jobs.map(\.intake.authorName)), \(jobs.map { UUID(uuidString: $0.space) }))
+                      AS x(j, u, d, o, n, k, h, t, a, s)
+                    """)
             }
             return outcomes.map { $0 ?? .deviceRevoked }
         }
     }
-
-    /// Thrown inside the intake transaction so that its clock update rolls back.
-    private struct DeviceRevoked: Error {}
 
     /// The HLC receive rule: client clocks within the skew bound are accepted and
     /// observed; ops without one get server stamps, in order; clocks too far ahead are
@@ -222,14 +190,12 @@ public struct JobStore: Sendable {
     }
 
     private static func existing(_ connection: PGConnection, user: String, key: String, hash: String) throws -> IntakeOutcome? {
-        guard let row = try connection.query(
-            "SELECT job_id, status, op_count, request_hash FROM jobs WHERE user_id = $1 AND idempotency_key = $2",
-            [user, key]
+        guard let row = try connection.execute(
+            "SELECT job_id, status, op_count, request_hash FROM jobs WHERE user_id = \(user) AND idempotency_key = \(key)"
         ).first else { return nil }
-        guard row["request_hash"] == hash else { return .keyReused }
-        return .existing(
-            jobID: try row.string("job_id"), status: JobStatus(rawValue: try row.string("status")) ?? .queued,
-            ops: Int(try row.int("op_count")))
+        let (jobID, status, ops, storedHash) = try row.decode((String, String, Int, String?).self)
+        guard storedHash == hash else { return .keyReused }
+        return .existing(jobID: jobID, status: JobStatus(rawValue: status) ?? .queued, ops: ops)
     }
 
     /// The user's job. Another user's job is filtered out by the statement itself, so it

@@ -66,11 +66,6 @@ public struct SpaceStore: Sendable {
         guard let role = SpaceRole(rawValue: stored) else { return nil }
         return (role, personal)
     }
-
-    /// SQL for the personal space of the user bound as `parameter` (nil until it exists).
-    static func personalSpaceSQL(_ parameter: String) -> String {
-        "(SELECT space_id FROM spaces WHERE personal_of = \(parameter))"
-    }
 }
 
 extension SpaceStore {
