@@ -67,17 +67,15 @@ struct Bench: AsyncParsableCommand {
         let ids = samples.map(\.jobID)
         let unfinished = try await Bench.waitForJobs(ids, pool: pool)
         let cpuAfter = Processes.cpuSeconds(Self.stackProcesses)
-        let stats = try await pool.query("""
-            SELECT count(*) FILTER (WHERE status = 'succeeded') AS ok,
-                   extract(epoch FROM max(finished_at) - min(created_at))::float8 AS span,
-                   array_to_string(array_agg(extract(epoch FROM finished_at - created_at)::float8)
-                     FILTER (WHERE job_id = ANY($2::uuid[])), ',') AS latencies
-            FROM jobs WHERE job_id = ANY($1::uuid[])
-            """, [ids, measured.map(\.jobID)]).first
+        let stats = try await pool.execute("""
+            SELECT count(*) FILTER (WHERE status = \(JobStatus.succeeded)),
+                   coalesce(extract(epoch FROM max(finished_at) - min(created_at))::float8, 0),
+                   coalesce(array_agg(extract(epoch FROM finished_at - created_at)::float8)
+                     FILTER (WHERE job_id = ANY(\(measured.map(\.jobID))::uuid[]) AND finished_at IS NOT NULL), '{}')
+            FROM jobs WHERE job_id = ANY(\(ids)::uuid[])
+            """).first
         await pool.shutdown()
-        let succeeded = Int(stats?["ok"] ?? "0") ?? 0
-        let span = Double(stats?["span"] ?? "0") ?? 0
-        let latencies = (stats?["latencies"] ?? "").split(separator: ",").compactMap { Double($0) }
+        let (succeeded, span, latencies) = try stats?.decode((Int, Double, [Double]).self) ?? (0, 0, [])
         print(String(format: "applied: %d/%d jobs succeeded, %d ops in %.2f s → applied %.0f ops/s", succeeded, ids.count, totalOps, span, Double(totalOps) / max(span, 0.001)))
         print("push→applied latency (after \(warmup) warm-up): " + Percentiles(latencies).description)
         print("CPU per push (process CPU from the first push to the last job applied, ÷ pushes; this machine's processes): " +
@@ -185,9 +183,9 @@ extension Bench {
         let deadline = Date().addingTimeInterval(300)
         var unfinished = ids.count
         while Date() < deadline {
-            unfinished = Int(try await pool.query(
-                "SELECT count(*) AS n FROM jobs WHERE job_id = ANY($1::uuid[]) AND status NOT IN ('succeeded','dead','discarded')",
-                [ids]).first?["n"] ?? "0") ?? 0
+            unfinished = try await pool.execute("""
+                SELECT count(*) FROM jobs WHERE job_id = ANY(\(ids)::uuid[]) AND status = ANY(\(JobStatus.unfinished.map(\.rawValue)))
+                """).first?.decode(Int.self, at: 0) ?? 0
             if unfinished == 0 { break }
             try await Task.sleep(for: .milliseconds(250))
         }

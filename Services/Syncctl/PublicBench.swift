@@ -88,11 +88,18 @@ struct PublicBench: AsyncParsableCommand {
         await pool.shutdown()
     }
 
+    /// How many of the benchmark's records are published.
+    static func publishedCount(_ pool: PGPool) async throws -> Int {
+        try await pool.execute("""
+            SELECT count(*) FROM records
+            WHERE visibility = \(RecordState.PublicVisibility.public) AND public_id LIKE 'pbench-%'
+            """).first?.decode(Int.self, at: 0) ?? 0
+    }
+
     /// Publishes the records that are missing, 250 per push, 1,000 per user.
     func populate(_ configuration: Configuration, host: String, port: UInt16) async throws {
         let pool = PGPool(url: configuration.databaseURL, size: 1, logger: Observability.bootstrap(service: "bench", level: .warning))
-        let existing = Int(try await pool.query(
-            "SELECT count(*) AS n FROM records WHERE visibility = 'public' AND public_id LIKE 'pbench-%'").first?["n"] ?? "0") ?? 0
+        let existing = try await Self.publishedCount(pool)
         guard existing < records else {
             print("bench-public: \(existing) published records already there")
             await pool.shutdown()
@@ -122,8 +129,7 @@ struct PublicBench: AsyncParsableCommand {
             return jobID
         }
         let unfinished = try await Bench.waitForJobs(jobs, pool: pool)
-        let published = Int(try await pool.query(
-            "SELECT count(*) AS n FROM records WHERE visibility = 'public' AND public_id LIKE 'pbench-%'").first?["n"] ?? "0") ?? 0
+        let published = try await Self.publishedCount(pool)
         await pool.shutdown()
         print(String(format: "bench-public: %d published in %.1f s", published, Date().timeIntervalSince(started)))
         if unfinished > 0 || published < records { throw ValidationError("\(unfinished) jobs unfinished, \(published) published") }

@@ -89,18 +89,17 @@ struct StreamBench: AsyncParsableCommand {
         try await Task.sleep(for: .seconds(2))  // let the last pokes arrive
 
         let pool = PGPool(url: configuration.databaseURL, size: 1, logger: Logger(label: "bench"))
-        let rows = try await pool.query("""
-            SELECT job_id, checkpoint, extract(epoch FROM finished_at)::float8 AS finished FROM jobs
-            WHERE job_id = ANY($1::uuid[]) AND status = 'succeeded'
-            """, [Array(jobs.keys)]).rows
+        let rows = try await pool.execute("""
+            SELECT job_id, checkpoint, extract(epoch FROM finished_at)::float8 FROM jobs
+            WHERE job_id = ANY(\(Array(jobs.keys))::uuid[]) AND status = \(JobStatus.succeeded)
+            """).map { try $0.decode((String, Int64, Double).self) }
         await pool.shutdown()
         let received = reader.stop()
         var latencies: [Double] = []
         var missing = 0
-        for row in rows {
-            guard let jobID = row["job_id"], let user = jobs[jobID], let checkpoint = row["checkpoint"],
-                  let finished = row["finished"].flatMap(Double.init) else { continue }
-            let arrivals = received[PokeReader.Key(user: user, cursor: checkpoint)] ?? []
+        for (jobID, checkpoint, finished) in rows {
+            guard let user = jobs[jobID] else { continue }
+            let arrivals = received[PokeReader.Key(user: user, cursor: String(checkpoint))] ?? []
             missing += max(0, expectedPerPush - arrivals.count)
             latencies += arrivals.map { $0 - finished }
         }

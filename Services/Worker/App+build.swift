@@ -41,7 +41,7 @@ func buildWorker(configuration: Configuration, logger: Logger) throws -> some Ap
             // the last events, then the publisher and pool close.
             announcer,
             JobConsumer(
-                jobs: jobs, exhausted: exhausted, store: ApplyStore(pool: pool), deadLetters: DeadLetterStore(pool: pool),
+                jobs: jobs, exhausted: exhausted, database: pool, store: ApplyStore(pool: pool), deadLetters: DeadLetterStore(pool: pool),
                 accounts: AccountStore(pool: pool), publisher: publisher, announcer: announcer, configuration: configuration,
                 logger: logger),
         ],

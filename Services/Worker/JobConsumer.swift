@@ -24,6 +24,7 @@ import SyncModels
 struct JobConsumer: Service {
     let jobs: AMQPConsumer
     let exhausted: AMQPConsumer
+    let database: PGPool
     let store: ApplyStore
     let deadLetters: DeadLetterStore
     let accounts: AccountStore
@@ -67,47 +68,48 @@ struct JobConsumer: Service {
 
     /// Deliveries from `sync.jobs` that arrived together (one, under a light load): applied
     /// in one transaction that also counts their attempts, and acked after its commit. A
-    /// delivery whose job the batch cannot apply, and every delivery of a batch that
-    /// failed, take the single-job path — attempt begun in a commit of its own, retries and
-    /// dead-lettering as before: a poison job is dead-lettered alone while the others are
-    /// applied.
+    /// delivery whose job that cannot settle, and every delivery of a batch that failed,
+    /// is tried alone (`handleAlone`) on the same applying code: a poison job is
+    /// dead-lettered alone while the others are applied.
     func handle(batch deliveries: [AMQPDelivery]) async {
         batchSizes.record(deliveries.count)
         batchOps.record(deliveries.map(SynclineTopology.opCount(inMessage:)).reduce(0, +))
         // Each message's job id, read once; a delivery without one is handled alone below.
         let named = deliveries.map { ($0, SynclineTopology.jobID(inMessage: $0.body).flatMap(Names.canonicalUUID)) }
-        let outcomes: [String: ApplyStore.BatchOutcome]
+        let outcomes: [String: ApplyStore.Outcome]
         do {
-            outcomes = try await store.applyBatch(jobIDs: named.compactMap(\.1))
+            outcomes = try await store.apply(jobIDs: named.compactMap(\.1), attempt: .countedInCommit)
         } catch {
             batchFallbacks.increment()
             logger.info("batch rolled back; applying its jobs one by one", metadata: [
                 "jobs.count": "\(deliveries.count)", "error": "\((error as? PGError)?.debugDescription ?? "\(error)")",
             ])
-            for delivery in deliveries { await handle(delivery) }
+            for delivery in deliveries { await handleAlone(delivery) }
             return
         }
         var events: [JobEvent] = []
         var settled = Set<String>()
         for (delivery, jobID) in named {
-            guard let jobID, let outcome = outcomes[jobID] else {
-                await handle(delivery)
-                continue
-            }
-            switch outcome {
-            case .applied(let applied) where settled.insert(jobID).inserted:
-                jobs.ack(delivery)
-                processed.increment()
-                pushToApplied.recordSeconds(applied.secondsSinceIntake)
-                events += Self.events(jobID: jobID, applied)
-            case .applied, .alreadyFinished:
+            switch jobID.flatMap({ outcomes[$0] }) {
+            case .applied(let applied)? where settled.insert(jobID!).inserted:
+                events += settleApplied(delivery, jobID: jobID!, applied)
+            case .applied?, .alreadyFinished?:
                 duplicates.increment()
                 jobs.ack(delivery)
-            case .alone:
-                await handle(delivery)
+            case .unknownJob?, .unreadable?, nil:
+                await handleAlone(delivery)
             }
         }
         announcer.send(events)
+    }
+
+    /// Acks an applied job's delivery and counts it; returns its events, for after the
+    /// other jobs of its batch are settled too.
+    private func settleApplied(_ delivery: AMQPDelivery, jobID: String, _ applied: ApplyStore.Applied) -> [JobEvent] {
+        jobs.ack(delivery)
+        processed.increment()
+        pushToApplied.recordSeconds(applied.secondsSinceIntake)
+        return Self.events(jobID: jobID, applied)
     }
 
     /// One event per member of the space (the pusher's carries the outcome for the origin
@@ -128,9 +130,11 @@ struct JobConsumer: Service {
         return events
     }
 
-    /// One delivery from `sync.jobs`.
-    func handle(_ delivery: AMQPDelivery) async {
-        guard let jobID = SynclineTopology.jobID(inMessage: delivery.body) else {
+    /// One delivery tried on its own, as a batch of one whose attempt is begun in a commit
+    /// of its own first, so that a failing attempt counts: retries, dead-lettering and
+    /// outages are handled here.
+    func handleAlone(_ delivery: AMQPDelivery) async {
+        guard let jobID = SynclineTopology.jobID(inMessage: delivery.body).flatMap(Names.canonicalUUID) else {
             await park(delivery, from: jobs, jobID: nil, reason: DeadLetterReason.invalidMessage, error: "the message does not name a job")
             return
         }
@@ -154,17 +158,16 @@ struct JobConsumer: Service {
 
         do {
             switch try await applyRetryingDeadlocks(jobID: jobID, logger: logger) {
-            case .succeeded(let applied):
-                jobs.ack(delivery)
-                processed.increment()
-                pushToApplied.recordSeconds(applied.secondsSinceIntake)
+            case .applied(let applied):
                 logger.debug("job applied", metadata: ["job.checkpoint": "\(applied.checkpoint)", "job.attempt": "\(attempt)"])
-                announcer.send(Self.events(jobID: jobID, applied))
+                announcer.send(settleApplied(delivery, jobID: jobID, applied))
             case .alreadyFinished:
                 duplicates.increment()
                 jobs.ack(delivery)
             case .unknownJob:
                 await settleUnknown(delivery, from: jobs, jobID: jobID)
+            case .unreadable:
+                throw PGError(code: .decoding, message: "job \(jobID) holds ops that cannot be read")
             }
         } catch {
             let failure = JobFailure.classify(error)
@@ -185,7 +188,7 @@ struct JobConsumer: Service {
         }
     }
 
-    /// Applies a job whose attempt is begun. A deadlock — PostgreSQL aborting this
+    /// Applies a job alone whose attempt is begun. A deadlock — PostgreSQL aborting this
     /// transaction to let another go on (two users forking each other's records at once,
     /// say) — is no fault of the job: it is tried again at once, up to
     /// `deadlocksPerAttempt` times, within the same attempt.
@@ -193,7 +196,7 @@ struct JobConsumer: Service {
         var deadlocks = 0
         while true {
             do {
-                return try await store.apply(jobID: jobID)
+                return try await store.apply(jobIDs: [jobID], attempt: .begun)[jobID] ?? .unknownJob
             } catch where JobFailure.isDeadlock(error) && deadlocks < Self.deadlocksPerAttempt {
                 deadlocks += 1
                 deadlockRetries.increment()
@@ -350,12 +353,11 @@ struct JobConsumer: Service {
     /// Polls PostgreSQL with a growing pause until it answers; false if the worker is
     /// shutting down first.
     private func waitForDatabase() async -> Bool {
-        var wait = 0.25
-        while true {
-            if (try? await store.ping()) != nil { return true }
-            guard await pause(seconds: wait) else { return false }
-            wait = min(wait * 2, 5)
+        var backoff = Backoff(base: 0.25, cap: 5, jitter: false)
+        while !(await database.ping()) {
+            guard await pause(seconds: backoff.next()) else { return false }
         }
+        return true
     }
 
     /// Sleeps, unless the worker is shutting down; false when it is.

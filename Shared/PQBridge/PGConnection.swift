@@ -104,35 +104,6 @@ public final class PGConnection: @unchecked Sendable {
         }
     }
 
-    /// Runs one parameterized statement and copies its result out.
-    @discardableResult
-    public func query(_ sql: String, _ parameters: [(any PGBindable)?] = []) throws(PGError) -> PGResult {
-        guard let handle else { throw PGError(code: .connection, message: "not connected") }
-        try checkNotCancelled()
-        let texts: [String?] = parameters.map { $0?.pgText }
-        let cStrings: [UnsafeMutablePointer<CChar>?] = texts.map { $0.flatMap { strdup($0) } }
-        defer { cStrings.forEach { free($0) } }
-        // libpq takes C strings: a NUL would silently cut the text (the copy ends there,
-        // shorter than the text). Refuse it instead.
-        for (text, copy) in zip(texts, cStrings) where text.map({ strlen(copy!) != $0.utf8.count }) == true {
-            throw PGError(code: .invalidText, message: "a parameter contains the NUL character")
-        }
-        let statement = try statementName(for: sql, parameterCount: texts.count, handle: handle)
-        let result: OpaquePointer? = cStrings.withUnsafeBufferPointer { buffer in
-            buffer.withMemoryRebound(to: UnsafePointer<CChar>?.self) { values in
-                if let statement {
-                    return PQexecPrepared(handle, statement, Int32(texts.count), values.baseAddress, nil, nil, 0)
-                }
-                return PQexecParams(handle, sql, Int32(texts.count), nil, values.baseAddress, nil, nil, 0)
-            }
-        }
-        guard let result else {
-            throw PGError(code: .connection, message: String(cString: PQerrorMessage(handle)))
-        }
-        defer { PQclear(result) }
-        return try Self.read(result, connection: handle)
-    }
-
     /// Runs one statement, its parameters typed and in binary format, and copies its
     /// result out in binary format.
     @discardableResult
@@ -178,20 +149,15 @@ public final class PGConnection: @unchecked Sendable {
         return UnsafePointer(pointer)
     }()
 
-    /// The prepared statement for `sql` with parameters of `types` (nil: untyped text),
-    /// preparing it on first use; nil once the cache is full (dynamic SQL then runs
-    /// unprepared rather than growing the server's memory).
-    private func statementName(for sql: String, types: [UInt32]? = nil, parameterCount: Int = 0, handle: OpaquePointer) throws(PGError) -> String? {
-        let key = types.map { "\($0)\u{0}\(sql)" } ?? sql
+    /// The prepared statement for `sql` with parameters of `types`, preparing it on first
+    /// use; nil once the cache is full (dynamic SQL then runs unprepared rather than
+    /// growing the server's memory).
+    private func statementName(for sql: String, types: [UInt32], handle: OpaquePointer) throws(PGError) -> String? {
+        let key = "\(types)\u{0}\(sql)"
         if let name = prepared[key] { return name }
         guard prepared.count < Self.maxPrepared else { return nil }
         let name = "s\(prepared.count)"
-        let made: OpaquePointer? = if let types {
-            PQprepare(handle, name, sql, Int32(types.count), types)
-        } else {
-            PQprepare(handle, name, sql, Int32(parameterCount), nil)
-        }
-        guard let result = made else {
+        guard let result = PQprepare(handle, name, sql, Int32(types.count), types) else {
             throw PGError(code: .connection, message: String(cString: PQerrorMessage(handle)))
         }
         defer { PQclear(result) }
@@ -218,29 +184,6 @@ public final class PGConnection: @unchecked Sendable {
         }
     }
 
-    private static func read(_ result: OpaquePointer, connection: OpaquePointer) throws(PGError) -> PGResult {
-        try check(result, connection: connection)
-        let columnCount = Int(PQnfields(result))
-        let rowCount = Int(PQntuples(result))
-        let columns = (0..<columnCount).map { String(cString: PQfname(result, Int32($0))) }
-        var rows: [PGRow] = []
-        rows.reserveCapacity(rowCount)
-        for row in 0..<rowCount {
-            var values: [String?] = []
-            values.reserveCapacity(columnCount)
-            for column in 0..<columnCount {
-                if PQgetisnull(result, Int32(row), Int32(column)) == 1 {
-                    values.append(nil)
-                } else {
-                    values.append(String(cString: PQgetvalue(result, Int32(row), Int32(column))))
-                }
-            }
-            rows.append(PGRow(columns: columns, values: values))
-        }
-        let affected = Int(String(cString: PQcmdTuples(result))) ?? 0
-        return PGResult(columns: columns, rows: rows, affectedRows: affected)
-    }
-
     /// Runs a script of several statements without parameters: for the project's own
     /// static SQL (migrations, test fixtures) only, never for anything holding input.
     public func executeScript(_ sql: String) throws(PGError) {
@@ -249,15 +192,15 @@ public final class PGConnection: @unchecked Sendable {
             throw PGError(code: .connection, message: String(cString: PQerrorMessage(handle)))
         }
         defer { PQclear(result) }
-        _ = try Self.read(result, connection: handle)
+        try Self.check(result, connection: handle)
     }
 
     /// Runs `body` inside BEGIN/COMMIT; any error rolls back and is rethrown.
     public func transaction<T>(_ body: (PGConnection) throws -> T) throws -> T {
-        try query("BEGIN")
+        try execute("BEGIN")
         do {
             let value = try body(self)
-            try query("COMMIT")
+            try execute("COMMIT")
             return value
         } catch {
             rollBack()

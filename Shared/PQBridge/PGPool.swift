@@ -126,12 +126,6 @@ public final class PGPool: Sendable {
         try await withConnection { connection in try connection.transaction(body) }
     }
 
-    /// Runs one statement.
-    @discardableResult
-    public func query(_ sql: String, _ parameters: [(any PGBindable)?] = []) async throws -> PGResult {
-        try await withConnection { try $0.query(sql, parameters) }
-    }
-
     /// Whether PostgreSQL answers on a connection of the pool now (readiness checks).
     public func ping() async -> Bool {
         (try? await execute("SELECT 1")) != nil

@@ -84,13 +84,15 @@ public struct PullStore: Sendable {
     public func streamStart(user: String, space: String?) async throws -> StreamStart? {
         try await pool.withConnection { connection in
             let main = try space ?? SpaceStore.personalSpace(connection, user: user)
-            let rows = try connection.query("""
-                SELECT m.space_id, coalesce(c.counter, 0) AS counter
-                FROM space_members m LEFT JOIN space_counters c USING (space_id)
-                WHERE m.user_id = $1 AND ($2::uuid IS NULL OR m.space_id = $2::uuid)
-                """, [user, space]).rows
             var spaces: [String: String] = [:]
-            for row in rows { spaces[try row.string("space_id")] = String(try row.int("counter")) }
+            for row in try connection.execute("""
+                SELECT m.space_id, coalesce(c.counter, 0)
+                FROM space_members m LEFT JOIN space_counters c USING (space_id)
+                WHERE m.user_id = \(user) AND (\(space)::uuid IS NULL OR m.space_id = \(space)::uuid)
+                """) {
+                let (id, counter) = try row.decode((String, Int64).self)
+                spaces[id] = String(counter)
+            }
             guard let cursor = spaces[main] else { return nil }
             return StreamStart(space: main, cursor: cursor, spaces: spaces)
         }

@@ -14,19 +14,19 @@ struct AccountDeletionTests {
     func rowsOf(_ user: String, pool: PGPool) async throws -> [String: Int64] {
         var counts: [String: Int64] = [:]
         for table in Self.tables {
-            counts[table] = try await pool.query("SELECT count(*) AS n FROM \(table) WHERE user_id = $1", [user]).first?.int("n")
+            counts[table] = try await pool.value("SELECT count(*) FROM \(sql: table) WHERE user_id = \(user)", as: Int64.self)
         }
-        counts["spaces (personal)"] = try await pool.query(
-            "SELECT count(*) AS n FROM spaces WHERE personal_of = $1", [user]).first?.int("n")
+        counts["spaces (personal)"] = try await pool.value(
+            "SELECT count(*) FROM spaces WHERE personal_of = \(user)", as: Int64.self)
         for table in Self.spaceTables {
-            counts[table] = try await pool.query("""
-                SELECT count(*) AS n FROM \(table)
-                WHERE space_id = (SELECT space_id FROM spaces WHERE personal_of = $1)
-                   OR NOT EXISTS (SELECT 1 FROM spaces s WHERE s.space_id = \(table).space_id)
-                """, [user]).first?.int("n")
+            counts[table] = try await pool.value("""
+                SELECT count(*) FROM \(sql: table)
+                WHERE space_id = (SELECT space_id FROM spaces WHERE personal_of = \(user))
+                   OR NOT EXISTS (SELECT 1 FROM spaces s WHERE s.space_id = \(sql: table).space_id)
+                """, as: Int64.self)
         }
-        counts["account_deletions (user id kept)"] = try await pool.query(
-            "SELECT count(*) AS n FROM account_deletions WHERE user_id = $1", [user]).first?.int("n")
+        counts["account_deletions (user id kept)"] = try await pool.value(
+            "SELECT count(*) FROM account_deletions WHERE user_id = \(user)", as: Int64.self)
         return counts
     }
 
@@ -128,8 +128,8 @@ struct AccountDeletionTests {
             let after = try await rowsOf(user, pool: pool)
             #expect(after.values.allSatisfy { $0 == 0 }, "rows left after the queued job was delivered: \(after)")
             let jobID = try #require(push.json["job_id"] as? String)
-            let deadLetters = try await pool.query("SELECT count(*) AS n FROM dead_letters WHERE job_id = $1::uuid", [jobID])
-            #expect(try deadLetters.first?.int("n") == 0, "a deleted account's job is dropped, not dead-lettered")
+            let deadLetters = try await pool.value("SELECT count(*) FROM dead_letters WHERE job_id = \(jobID)::uuid")
+            #expect(deadLetters == 0, "a deleted account's job is dropped, not dead-lettered")
         }
         await pool.shutdown()
     }

@@ -284,7 +284,7 @@ struct FailureTests {
             }
             let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
             let jobID = try await E2E.eventually(within: 10, "the job committed") {
-                try await pool.query("SELECT job_id FROM jobs WHERE user_id = $1", [user]).first?["job_id"]
+                try await pool.value("SELECT job_id FROM jobs WHERE user_id = \(user)", as: String.self)
             }
             await pool.shutdown()
             stack.gateway.signal(SIGKILL)

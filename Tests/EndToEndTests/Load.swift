@@ -2,6 +2,7 @@ import AMQPBridge
 import Foundation
 import PQBridge
 import ServiceSupport
+import SyncModels
 import Testing
 
 /// A steady push load from several devices of several users, for fault tests. Every op
@@ -115,15 +116,15 @@ final class SteadyLoad: @unchecked Sendable {
     private static func describeUnfinished(_ jobs: [String], pool: PGPool) async -> String {
         var report = ""
         do {
-            let rows = try await pool.query("""
+            let rows = try await pool.execute("""
                 SELECT status, attempts, published_at IS NOT NULL AS published,
                        left(coalesce(last_error, ''), 100) AS error, count(*) AS n
-                FROM jobs WHERE job_id = ANY($1::uuid[]) AND status IN ('queued', 'processing', 'retrying')
+                FROM jobs WHERE job_id = ANY(\(jobs)::uuid[]) AND status = ANY(\(JobStatus.unfinished.map(\.rawValue)))
                 GROUP BY 1, 2, 3, 4 ORDER BY n DESC LIMIT 10
-                """, [jobs]).rows
-            report += rows.map { row in
-                "\(row["n"] ?? "?") \(row["status"] ?? "?") after \(row["attempts"] ?? "?") attempts, "
-                    + "published \(row["published"] ?? "?"), last error \(row["error"] ?? "")"
+                """)
+            report += try rows.map { row in
+                let (status, attempts, published, error, count) = try row.decode((String, Int32, Bool, String, Int).self)
+                return "\(count) \(status) after \(attempts) attempts, published \(published), last error \(error)"
             }.joined(separator: "; ")
         } catch {
             report += "(jobs unreadable: \(error))"
@@ -151,10 +152,12 @@ final class SteadyLoad: @unchecked Sendable {
         let statuses: [String: Int]
         do {
             statuses = try await E2E.eventually(within: seconds, "\(jobs.count) jobs terminal") { () -> [String: Int]? in
-                let rows = try await pool.query(
-                    "SELECT status, count(*) AS n FROM jobs WHERE job_id = ANY($1::uuid[]) GROUP BY status", [jobs]).rows
                 var counts: [String: Int] = [:]
-                for row in rows { counts[row["status"] ?? "?"] = Int(row["n"] ?? "0") ?? 0 }
+                for row in try await pool.execute(
+                    "SELECT status, count(*) FROM jobs WHERE job_id = ANY(\(jobs)::uuid[]) GROUP BY status") {
+                    let (status, count) = try row.decode((String, Int).self)
+                    counts[status] = count
+                }
                 let unfinished = (counts["queued"] ?? 0) + (counts["processing"] ?? 0) + (counts["retrying"] ?? 0)
                 return unfinished == 0 && counts.values.reduce(0, +) == jobs.count ? counts : nil
             }

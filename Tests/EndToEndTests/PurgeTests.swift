@@ -112,8 +112,8 @@ struct PurgeTests {
         let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
         // Another purge holds the lock (its session) while this one starts.
         let (status, log) = try await pool.withConnection { connection in
-            try connection.query("SELECT pg_advisory_lock($1)", [Int64(0x5359_4E43_5055)])
-            defer { _ = try? connection.query("SELECT pg_advisory_unlock($1)", [Int64(0x5359_4E43_5055)]) }
+            try connection.execute("SELECT pg_advisory_lock(\(Int64(0x5359_4E43_5055)))")
+            defer { _ = try? connection.execute("SELECT pg_advisory_unlock(\(Int64(0x5359_4E43_5055)))") }
             return purgeOnce()
         }
         await pool.shutdown()

@@ -153,15 +153,14 @@ struct SpaceAttackTests {
                 var statuses: [String] = []
                 for job in jobs { statuses.append(try await api.awaitJob(editor.token, job)["status"] as? String ?? "?") }
                 #expect(statuses.allSatisfy { $0 == "succeeded" }, "trial \(trial): \(statuses)")
-                let left = try await pool.query("SELECT count(*) AS n FROM records WHERE space_id = $1", [space]).first?.optionalInt("n")
+                let left = try await pool.value("SELECT count(*) FROM records WHERE space_id = \(space)::uuid")
                 #expect(left == 0, "trial \(trial): \(left ?? -1) records of the deleted space survived")
                 for publicID in publicIDs {
                     let read = try await api.request("GET", "/v1/public/\(publicID)")
                     #expect(read.status == 404, "trial \(trial): \(publicID) is readable after the space was deleted")
                 }
-                let applied = try await pool.query(
-                    "SELECT count(*) AS n FROM jobs WHERE job_id = ANY($1::uuid[]) AND results::text LIKE '%\"applied\"%'", [jobs]
-                ).first?.optionalInt("n") ?? 0
+                let applied = try await pool.value(
+                    "SELECT count(*) FROM jobs WHERE job_id = ANY(\(jobs)::uuid[]) AND results::text LIKE '%\"applied\"%'") ?? 0
                 if applied > 0 { raced += 1 }
             }
             // The trials must have raced: some jobs applied before the deletion.

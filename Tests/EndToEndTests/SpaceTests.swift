@@ -213,7 +213,7 @@ struct SpaceTests {
             let page = try await api.request("GET", "/v1/sync/pull?space_id=\(space)", token: viewer.token)
             #expect((page.json["changes"] as? [[String: Any]])?.map { $0["id"] as? String } == ["kept"], "records stay with the space")
             let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
-            let left = try await pool.query("SELECT count(*) AS n FROM spaces WHERE space_id = $1", [alone]).first?.int("n")
+            let left = try await pool.value("SELECT count(*) FROM spaces WHERE space_id = \(alone)::uuid")
             await pool.shutdown()
             #expect(left == 0, "a space with no other member goes")
         }

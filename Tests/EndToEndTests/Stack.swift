@@ -426,3 +426,10 @@ func latestState(_ changes: [[String: Any]]) -> [String: [String: Any]] {
     }
     return state
 }
+
+extension PGPool {
+    /// The one value a statement answers (a count, say), or nil when it gives no row.
+    func value<Value: PGDecodable>(_ query: PGQuery, as _: Value.Type = Int.self) async throws -> Value? {
+        try await execute(query).first?.decode(Value.self, at: 0)
+    }
+}

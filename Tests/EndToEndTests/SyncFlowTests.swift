@@ -238,16 +238,16 @@ struct SyncFlowTests {
                 jobs[try #require(answer.json["job_id"] as? String, "\(answer.status) \(answer.text)")] = header
             }
             let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
-            let rows = try await pool.query(
-                "SELECT job_id::text AS job_id, trace_id FROM jobs WHERE job_id = ANY($1::uuid[])", [Array(jobs.keys)]).rows
+            let rows = try await pool.execute("SELECT job_id, trace_id FROM jobs WHERE job_id = ANY(\(Array(jobs.keys))::uuid[])")
+                .map { try $0.decode((String, String?).self) }
             await pool.shutdown()
             #expect(rows.count == 4)
             let shape = /00-[0-9a-f]{32}-[0-9a-f]{16}-01/
             var generated = Set<String>()
-            for row in rows {
-                let trace = try #require(row["trace_id"])
+            for (jobID, trace) in rows {
+                let trace = try #require(trace)
                 #expect(trace.wholeMatch(of: shape) != nil, "\(trace)")
-                switch jobs[row["job_id"] ?? ""] ?? nil {
+                switch jobs[jobID] ?? nil {
                 case given?: #expect(trace == given)
                 case let header? where header.hasPrefix("00-0AF7"): #expect(trace == given, "kept, lowercased")
                 default: generated.insert(trace)

@@ -57,7 +57,7 @@ struct WebClientTests {
     static func rows(in table: String, of user: String) async throws -> Int64? {
         let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
         do {
-            let found = try await pool.query("SELECT count(*) AS n FROM \(table) WHERE user_id = $1", [user]).first?.int("n")
+            let found = try await pool.value("SELECT count(*) FROM \(sql: table) WHERE user_id = \(user)", as: Int64.self)
             await pool.shutdown()
             return found
         } catch {

@@ -65,8 +65,8 @@ struct PersistenceTests {
                 op(.delete, "n3"),
             ]))
             guard case .created(let jobID, 3) = outcome else { Issue.record("\(outcome)"); return }
-            let result = try await apply.apply(jobID: jobID)
-            guard case .succeeded(let applied) = result, applied.checkpoint == 2, applied.hadRejectsOrConflicts,
+            let result = try await apply.apply(jobIDs: [jobID], attempt: .countedInCommit)[jobID]
+            guard case .applied(let applied)? = result, applied.checkpoint == 2, applied.hadRejectsOrConflicts,
                   applied.members == [applied.user] else { Issue.record("\(result)"); return }
             #expect(applied.user == alice)
             let view = try #require(try await jobs.view(user: alice, jobID: jobID))
@@ -77,7 +77,7 @@ struct PersistenceTests {
             #expect(try await jobs.view(user: user(), jobID: jobID) == nil)
 
             // A second delivery changes nothing.
-            #expect(try await apply.apply(jobID: jobID) == .alreadyFinished(.succeeded))
+            #expect(try await apply.apply(jobIDs: [jobID], attempt: .countedInCommit) == [jobID: .alreadyFinished(.succeeded)])
 
             let space = try await SpaceStore(pool: pool).personalSpace(user: alice)
             guard case .page(let page) = try await pulls.pull(user: alice, space: space, since: 0, limit: 1, collections: nil) else { return }
@@ -101,7 +101,7 @@ struct PersistenceTests {
             let text = "ünïcode \"quoted\" \\ \n" + String(repeating: "x", count: 100)
             let ops = (0..<7).map { op(.upsert, "r\($0)", ["n": .int(Int64($0)), "text": .string(text), "big": .int(Int64.max)]) }
             guard case .created(let jobID, _) = try await jobs.create(intake(alice, device.deviceID, ops)) else { Issue.record("no job"); return }
-            _ = try await apply.apply(jobID: jobID)
+            _ = try await apply.apply(jobIDs: [jobID], attempt: .countedInCommit)
             let small = PullStore(pool: pool, pageBudget: 300)  // two records of about 150 stored bytes
             var since: Int64 = 0, pages: [[String]] = []
             while true {
@@ -130,16 +130,16 @@ struct PersistenceTests {
     /// `syncline_rfc3339` (to_char) gives for the same instants.
     @Test func epochFormattingMatchesPostgreSQL() async throws {
         try await withStores { pool, _, _, _, _ in
-            let rows = try await pool.query("""
-                SELECT syncline_rfc3339(t) AS expected, extract(epoch FROM t) AS epoch FROM unnest(ARRAY[
+            let rows = try await pool.execute("""
+                SELECT syncline_rfc3339(t), extract(epoch FROM t)::text FROM unnest(ARRAY[
                   clock_timestamp(), timestamptz '2026-11-23 05:47:21.123999+00', timestamptz '1969-12-31 23:59:59.999+00',
                   timestamptz '1900-03-01 12:00:00.0005+00', timestamptz '2000-02-29 23:59:59.999999+00',
                   timestamptz '0001-01-01 00:00:00+00', timestamptz '9999-12-31 23:59:59.999999+00',
                   timestamptz '2024-06-30 10:00:00+02']) AS t
-                """).rows
+                """).map { try $0.decode((String, String).self) }
             #expect(rows.count == 8)
-            for row in rows {
-                #expect(RFC3339.utc(epoch: try row.string("epoch")) == row["expected"], "\(row["epoch"] ?? "-")")
+            for (expected, epoch) in rows {
+                #expect(RFC3339.utc(epoch: epoch) == expected, "\(epoch)")
             }
         }
     }
@@ -152,9 +152,9 @@ struct PersistenceTests {
             guard case .created(let first, _) = try await jobs.create(intake(alice, device.deviceID, [op(.upsert, "a", ["x": .int(1)], hlc: ahead.description)])),
                   case .created(let second, _) = try await jobs.create(intake(alice, device.deviceID, [op(.upsert, "b", ["x": .int(1)]), op(.upsert, "c", ["x": .int(1)])]))
             else { Issue.record("jobs not created"); return }
-            let stored = try await pool.query(
-                "SELECT ops FROM jobs WHERE job_id = ANY($1::uuid[]) ORDER BY created_at", [[first, second]]
-            ).rows.map { try JSONCoding.decode([Op].self, from: try $0.string("ops")) }
+            let stored = try await pool.execute(
+                "SELECT ops FROM jobs WHERE job_id = ANY(\([first, second])::uuid[]) ORDER BY created_at"
+            ).map { try JSONCoding.decode([Op].self, from: try $0.decode(String.self, at: 0)) }
             let stamps = stored[1].compactMap(\.hlc).compactMap(HLC.init)
             #expect(stamps.count == 2)
             #expect(stamps[0] > ahead && stamps[1] > stamps[0])

@@ -1,7 +1,6 @@
 import Foundation
 import ServiceSupport
 import SyncModels
-import PQBridge
 import Testing
 
 /// Input that must be refused rather than altered on its way to PostgreSQL.
@@ -85,14 +84,6 @@ struct EdgeInputTests {
         #expect(!Names.isPlainText("a\u{0}b"))
         #expect(!Names.isPlainText("a\nb"))
         #expect(!Names.isPlainText("a\u{7F}"))
-    }
-
-    @Test func arrayParametersQuoteEveryElementAndSpellNullsApart() {
-        #expect(["a\"b", "c\\d", "é😀", "NULL", ""].pgText == #"{"a\"b","c\\d","é😀","NULL",""}"#)
-        #expect([String?.none, "x"].pgText == #"{NULL,"x"}"#)
-        #expect([Int64(-1), 2].pgText == #"{"-1","2"}"#)
-        #expect([true, false].pgText == #"{"t","f"}"#)
-        #expect([String]().pgText == "{}")
     }
 
     @Test func hexIsLowercaseTwoDigitsAByteAndRoundTrips() {

@@ -45,6 +45,8 @@ public enum JobStatus: String, Codable, Sendable {
     case queued, processing, retrying, succeeded, dead, discarded
 
     public var isTerminal: Bool { self == .succeeded || self == .dead || self == .discarded }
+    /// The statuses of a job that may still be applied.
+    public static let unfinished: [JobStatus] = [.queued, .processing, .retrying]
 }
 
 public struct AttemptView: Codable, Sendable, Equatable {
