@@ -137,7 +137,9 @@ extension ApplyStore {
     /// that last changed each), the op_ids to remember, each space's counter, each job's results.
     struct StateWrites {
         var records: [SpaceKey: (record: StoredRecord, author: String?, user: String)] = [:]
-        var opIDs: [(space: String, opID: String, jobID: String)] = []
+        /// The records of `records` that were read from the table (the others are new).
+        var stored = Set<SpaceKey>()
+        var opIDs: [(space: String, opID: String)] = []
         var counters: [String: Int64] = [:]
         var jobs: [(id: String, checkpoint: Int64, results: String)] = []
     }
@@ -201,12 +203,14 @@ extension ApplyStore {
         var key: RecordKey { RecordKey(collection: collection, id: id) }
 
         func stored() throws -> StoredRecord {
-            let clocks = try JSONParser.parse(fieldClocks).objectValue ?? [:]
+            let fields = try JSONParser.parse(data).objectValue ?? [:]
+            let written = writeClock.flatMap(Stamp.init(stored:))
+            let clocks = (try JSONParser.parse(fieldClocks).objectValue ?? [:]).compactMapValues { $0.stringValue.flatMap(Stamp.init(stored:)) }
             let state = RecordState(
-                fields: try JSONParser.parse(data).objectValue ?? [:],
-                fieldClocks: clocks.compactMapValues { $0.stringValue.flatMap(Stamp.init(stored:)) },
+                fields: fields,
+                fieldClocks: RecordState.restoringFieldClocks(clocks, fields: fields, writeClock: written),
                 floor: floorClock.flatMap(Stamp.init(stored:)),
-                writeClock: writeClock.flatMap(Stamp.init(stored:)),
+                writeClock: written,
                 deleteClock: deleteClock.flatMap(Stamp.init(stored:)),
                 visibility: visibilityClock.flatMap(Stamp.init(stored:)).map {
                     RecordState.Visibility(publicID: publicID, canFork: canFork, listed: listed, clock: $0)
@@ -219,10 +223,17 @@ extension ApplyStore {
     }
 
     /// Every write of a set of jobs in one statement: the remembered op_ids, the changed
-    /// records in key order (`visibility` is what readers see; a record that readers start
-    /// to see, or under a new public id, is stamped `published_at` now, with `author`, the
-    /// publishing token's name), each space's counter, and each job — `succeeded`, with
-    /// results and checkpoint. Returns each job's push→applied seconds.
+    /// records in key order — new ones inserted, stored ones updated — each space's
+    /// counter, and each job: `succeeded`, with results and checkpoint. Returns each job's
+    /// push→applied seconds.
+    ///
+    /// `visibility` is what readers see; a record that readers start to see, or under a new
+    /// public id, is stamped `published_at` now, with `author`, the publishing token's name.
+    /// No write needs `ON CONFLICT` (whose speculative insertion logs every row twice):
+    /// under the counter lock nothing else inserts a space's records or op_ids. Should a
+    /// record read as stored have gone meanwhile (purge takes a tombstone without that
+    /// lock), fewer rows are updated than read, and the statement fails: the jobs are then
+    /// applied again, one by one, reading afresh.
     static func save(_ connection: PGConnection, _ writes: StateWrites, attempt: Attempt) throws -> [String: Double] {
         let attemptLog = switch attempt {
         case .begun:
@@ -240,14 +251,33 @@ extension ApplyStore {
         let records = sorted.map(\.value.record)
         let counters = writes.counters.sorted { $0.key < $1.key }
         let hidden = RecordState.PublicVisibility.private
+        let updates = sorted.filter { writes.stored.contains($0.key) }.count
         var latencies: [String: Double] = [:]
         for row in try connection.execute("""
             WITH remembered AS (
-              INSERT INTO op_ids (space_id, op_id, job_id)
-              SELECT * FROM unnest(\(writes.opIDs.map(\.space))::uuid[], \(writes.opIDs.map(\.opID))::uuid[],
-                                   \(writes.opIDs.map(\.jobID))::uuid[])
-              ON CONFLICT DO NOTHING),
-            saved AS (
+              INSERT INTO op_ids (space_id, op_id)
+              SELECT * FROM unnest(\(writes.opIDs.map(\.space))::uuid[], \(writes.opIDs.map(\.opID))::uuid[])),
+            source AS (
+              SELECT u.*,
+                     CASE WHEN public_id IS NULL THEN NULL ELSE author END AS shown_author,
+                     CASE WHEN public_id IS NULL OR author IS NULL THEN NULL ELSE author_user END AS shown_author_user
+              FROM unnest(
+                \(sorted.map { writes.stored.contains($0.key) }),
+                \(sorted.map(\.key.space))::uuid[], \(sorted.map(\.key.key.collection)), \(sorted.map(\.key.key.id)),
+                \(records.map(\.version)), \(records.map(\.state.deleted)),
+                \(records.map { PGJSON(JSONWriter.string(.object($0.state.fields))) }),
+                \(records.map { PGJSON(JSONWriter.string(.object($0.state.storedFieldClocks.mapValues { .string($0.description) }))) }),
+                \(records.map { $0.state.floor?.description }), \(records.map { $0.state.writeClock?.description }),
+                \(records.map { $0.state.deleteClock?.description }), \(records.map(\.updatedBy))::uuid[],
+                \(records.map { $0.state.publicVisibility.rawValue }), \(records.map { $0.state.visibility?.publicID }),
+                \(records.map { $0.state.visibility?.canFork == true }), \(records.map { $0.state.visibility?.clock.description }),
+                \(sorted.map(\.value.author)), \(records.map { $0.state.visibility?.listed != false }),
+                \(records.map { $0.state.fork?.publicID }), \(records.map { $0.state.fork?.clock.description }),
+                \(sorted.map(\.value.user)))
+                AS u(stored, space_id, collection, record_id, version, deleted, data, field_clocks, floor_clock, write_clock,
+                     delete_clock, updated_by, visibility, public_id, can_fork, visibility_clock, author, listed,
+                     forked_from, fork_clock, author_user)),
+            inserted AS (
               INSERT INTO records (space_id, collection, record_id, version, deleted, data, field_clocks,
                                    floor_clock, write_clock, delete_clock, updated_by, updated_at,
                                    visibility, public_id, can_fork, visibility_clock, published_at, author,
@@ -256,43 +286,32 @@ extension ApplyStore {
                      floor_clock, write_clock, delete_clock, updated_by, clock_timestamp(),
                      visibility, public_id, can_fork, visibility_clock,
                      CASE WHEN visibility = \(literal: hidden) THEN NULL ELSE clock_timestamp() END,
-                     CASE WHEN public_id IS NULL THEN NULL ELSE author END,
-                     listed, forked_from, fork_clock,
-                     CASE WHEN public_id IS NULL OR author IS NULL THEN NULL ELSE author_user END
-              FROM unnest(
-                \(sorted.map(\.key.space))::uuid[], \(sorted.map(\.key.key.collection)), \(sorted.map(\.key.key.id)),
-                \(records.map(\.version)), \(records.map(\.state.deleted)),
-                \(records.map { PGJSON(JSONWriter.string(.object($0.state.fields))) }),
-                \(records.map { PGJSON(JSONWriter.string(.object($0.state.fieldClocks.mapValues { .string($0.description) }))) }),
-                \(records.map { $0.state.floor?.description }), \(records.map { $0.state.writeClock?.description }),
-                \(records.map { $0.state.deleteClock?.description }), \(records.map(\.updatedBy))::uuid[],
-                \(records.map { $0.state.publicVisibility.rawValue }), \(records.map { $0.state.visibility?.publicID }),
-                \(records.map { $0.state.visibility?.canFork == true }), \(records.map { $0.state.visibility?.clock.description }),
-                \(sorted.map(\.value.author)), \(records.map { $0.state.visibility?.listed != false }),
-                \(records.map { $0.state.fork?.publicID }), \(records.map { $0.state.fork?.clock.description }),
-                \(sorted.map(\.value.user)))
-                AS u(space_id, collection, record_id, version, deleted, data, field_clocks, floor_clock, write_clock,
-                     delete_clock, updated_by, visibility, public_id, can_fork, visibility_clock, author, listed,
-                     forked_from, fork_clock, author_user)
-              ON CONFLICT (space_id, collection, record_id) DO UPDATE SET
-                updated_at = CASE WHEN records.version <> EXCLUDED.version THEN EXCLUDED.updated_at ELSE records.updated_at END,
-                updated_by = EXCLUDED.updated_by,
-                version = EXCLUDED.version, deleted = EXCLUDED.deleted, data = EXCLUDED.data,
-                field_clocks = EXCLUDED.field_clocks, floor_clock = EXCLUDED.floor_clock,
-                write_clock = EXCLUDED.write_clock, delete_clock = EXCLUDED.delete_clock,
-                visibility = EXCLUDED.visibility, can_fork = EXCLUDED.can_fork, visibility_clock = EXCLUDED.visibility_clock,
-                listed = EXCLUDED.listed, forked_from = EXCLUDED.forked_from, fork_clock = EXCLUDED.fork_clock,
-                published_at = CASE WHEN EXCLUDED.visibility = \(literal: hidden) THEN NULL
+                     shown_author, listed, forked_from, fork_clock, shown_author_user
+              FROM source WHERE NOT stored),
+            updated AS (
+              UPDATE records SET
+                updated_at = CASE WHEN records.version <> s.version THEN clock_timestamp() ELSE records.updated_at END,
+                updated_by = s.updated_by,
+                version = s.version, deleted = s.deleted, data = s.data,
+                field_clocks = s.field_clocks, floor_clock = s.floor_clock,
+                write_clock = s.write_clock, delete_clock = s.delete_clock,
+                visibility = s.visibility, can_fork = s.can_fork, visibility_clock = s.visibility_clock,
+                listed = s.listed, forked_from = s.forked_from, fork_clock = s.fork_clock,
+                published_at = CASE WHEN s.visibility = \(literal: hidden) THEN NULL
                                     WHEN records.visibility <> \(literal: hidden)
-                                         AND records.public_id IS NOT DISTINCT FROM EXCLUDED.public_id THEN records.published_at
-                                    ELSE EXCLUDED.updated_at END,
-                author = CASE WHEN records.public_id IS DISTINCT FROM EXCLUDED.public_id
-                              THEN coalesce(EXCLUDED.author, records.author)
-                              ELSE coalesce(records.author, EXCLUDED.author) END,
-                author_user = CASE WHEN (records.public_id IS DISTINCT FROM EXCLUDED.public_id AND EXCLUDED.author IS NOT NULL)
-                                        OR (records.public_id IS NOT DISTINCT FROM EXCLUDED.public_id AND records.author IS NULL)
-                                   THEN EXCLUDED.author_user ELSE records.author_user END,
-                public_id = EXCLUDED.public_id),
+                                         AND records.public_id IS NOT DISTINCT FROM s.public_id THEN records.published_at
+                                    ELSE clock_timestamp() END,
+                author = CASE WHEN records.public_id IS DISTINCT FROM s.public_id
+                              THEN coalesce(s.shown_author, records.author)
+                              ELSE coalesce(records.author, s.shown_author) END,
+                author_user = CASE WHEN (records.public_id IS DISTINCT FROM s.public_id AND s.shown_author IS NOT NULL)
+                                        OR (records.public_id IS NOT DISTINCT FROM s.public_id AND records.author IS NULL)
+                                   THEN s.shown_author_user ELSE records.author_user END,
+                public_id = s.public_id
+              FROM source s
+              WHERE s.stored AND records.space_id = s.space_id AND records.collection = s.collection
+                AND records.record_id = s.record_id
+              RETURNING 1),
             counter AS (
               UPDATE space_counters c SET counter = u.counter
               FROM unnest(\(counters.map(\.key))::uuid[], \(counters.map(\.value))) AS u(space_id, counter)
@@ -302,9 +321,15 @@ extension ApplyStore {
             FROM unnest(\(writes.jobs.map(\.id))::uuid[], \(writes.jobs.map(\.checkpoint)), \(writes.jobs.map { PGJSON($0.results) }))
               AS u(job_id, checkpoint, results)
             WHERE jobs.job_id = u.job_id
-            RETURNING jobs.job_id, extract(epoch FROM jobs.finished_at - jobs.created_at)::float8
+            RETURNING jobs.job_id, extract(epoch FROM jobs.finished_at - jobs.created_at)::float8,
+                      (SELECT count(*) FROM updated)
             """) {
-            let (id, latency) = try row.decode((String, Double).self)
+            let (id, latency, updated) = try row.decode((String, Double, Int).self)
+            guard updated == updates else {
+                throw PGError(
+                    code: .server, sqlState: "40001",
+                    message: "\(updates - updated) of the records read were gone at the write; applying again")
+            }
             latencies[id] = latency
         }
         return latencies

@@ -130,6 +130,9 @@ public struct ApplyStore: Sendable {
         var states = try loadState(connection, reads)
 
         var writes = StateWrites()
+        for (space, state) in states {
+            for key in state.records.keys { writes.stored.insert(SpaceKey(space: space, key: key)) }
+        }
         var forks: [(space: String, user: String, forked: Set<ForkedRecord>)] = []
         var applied: [String: Applied] = [:]
         for (job, stored) in jobs {
@@ -155,7 +158,7 @@ public struct ApplyStore: Sendable {
             states[job.space] = state
             counters[job.space] = outcome.counter
             writes.counters[job.space] = outcome.counter
-            writes.opIDs += outcome.remembered.map { (job.space, $0, job.id) }
+            writes.opIDs += outcome.remembered.map { (job.space, $0) }
             writes.jobs.append((job.id, outcome.counter, try OpResult.encodeStored(outcome.results)))
             forks.append((job.space, job.user, outcome.forked))
             applied[job.id] = Applied(
