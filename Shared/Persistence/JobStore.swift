@@ -41,8 +41,14 @@ public struct JobStore: Sendable {
         case existing(jobID: String, status: JobStatus, ops: Int)
         /// The Idempotency-Key was used before with a different body.
         case keyReused
-        /// The device was revoked (or its account deleted) while the push came in.
+        /// The device is not the user's (or does not exist).
+        case deviceNotFound
+        /// The device was revoked (or its account deleted).
         case deviceRevoked
+        /// The space pushed to does not exist, or the user is not a member.
+        case spaceNotFound
+        /// The user is a viewer of the space pushed to.
+        case spaceReadOnly
     }
 
     /// One push: a batch of one (see `create(batch:)`), so a single push and a group
@@ -61,10 +67,11 @@ public struct JobStore: Sendable {
 
     /// Several pushes in one transaction — group commit — each step one statement for all
     /// of them: the users' clock rows locked in user order (the lock a revocation and an
-    /// account deletion take too), idempotency keys looked up under those locks (a key
-    /// repeated within the batch answers with the first job), the devices checked under
-    /// them, the ops stamped in arrival order (HLC receive rule; clocks too far ahead
-    /// rejected), and every job, clock and last-seen written together. One outcome per
+    /// account deletion take too), the devices and roles checked under those locks (so the
+    /// gateway checks neither before), idempotency keys looked up under them (a key
+    /// repeated within the batch answers with the first job), the ops stamped in arrival
+    /// order (HLC receive rule; clocks too far ahead rejected), and every job, clock and
+    /// last-seen written together. One outcome per
     /// intake, in order. A database error rolls back all of them and is thrown: the caller
     /// then takes each push alone.
     public func create(batch intakes: [Intake]) async throws -> [IntakeOutcome] {
@@ -86,9 +93,52 @@ public struct JobStore: Sendable {
                 clocks[user] = HLCState(milliseconds: milliseconds, counter: counter)
                 spaces[user] = personal
             }
+            // The devices are checked under the clock locks, which a revocation and an
+            // account deletion take too: either it committed before — and no job is
+            // written — or it waits for these jobs and then sees (or erases) them. The
+            // role in a space pushed to is checked here too (and again by the worker under
+            // the space's counter lock, G6). Both come before the keys: a revoked device
+            // replaying a key is refused all the same.
+            var devices: [String: (user: String, active: Bool)] = [:]
+            for row in try connection.execute("""
+                SELECT device_id, user_id, revoked_at IS NULL FROM devices
+                WHERE device_id = ANY(\(Array(Set(intakes.compactMap { UUID(uuidString: $0.deviceID) }))))
+                """) {
+                let (id, user, active) = try row.decode((String, String, Bool).self)
+                devices[id] = (user, active)
+            }
+            struct Member: Hashable { let space: String, user: String }
+            let chosen = intakes.filter { $0.spaceID != nil }
+            var roles: [Member: SpaceRole] = [:]
+            if !chosen.isEmpty {
+                for row in try connection.execute("""
+                    SELECT m.space_id, m.user_id, m.role
+                    FROM space_members m JOIN unnest(\(chosen.map { UUID(uuidString: $0.spaceID!) }), \(chosen.map(\.user))) AS k(space_id, user_id)
+                      USING (space_id, user_id)
+                    """) {
+                    let (space, user, role) = try row.decode((String, String, String).self)
+                    roles[Member(space: space, user: user)] = SpaceRole(rawValue: role)
+                }
+            }
+            for (index, intake) in intakes.enumerated() {
+                switch devices[intake.deviceID.lowercased()] {
+                case let device? where device.user == intake.user:
+                    if !device.active { outcomes[index] = .deviceRevoked }
+                default:
+                    outcomes[index] = .deviceNotFound
+                }
+                if outcomes[index] == nil, let space = intake.spaceID {
+                    switch roles[Member(space: space.lowercased(), user: intake.user)] {
+                    case nil: outcomes[index] = .spaceNotFound
+                    case let role? where !role.canWrite: outcomes[index] = .spaceReadOnly
+                    default: break
+                    }
+                }
+            }
+
             // Keys are looked up under the clock locks: a push with the same key that
             // committed meanwhile is found, not inserted twice.
-            let keyed = intakes.indices.filter { intakes[$0].idempotencyKey != nil }
+            let keyed = intakes.indices.filter { intakes[$0].idempotencyKey != nil && outcomes[$0] == nil }
             if !keyed.isEmpty {
                 for row in try connection.execute("""
                     SELECT user_id, idempotency_key, job_id, status, op_count, request_hash
@@ -103,18 +153,6 @@ public struct JobStore: Sendable {
                     }
                 }
             }
-            // The devices are checked under the clock locks, which a revocation or an
-            // account deletion takes too: either it committed before — and no job is
-            // written — or it waits for these jobs and then sees (or erases) them.
-            struct Device: Hashable { let id: String, user: String }
-            let active = Set(try connection.execute("""
-                SELECT device_id, user_id FROM devices
-                WHERE device_id = ANY(\(Array(Set(intakes.compactMap { UUID(uuidString: $0.deviceID) })))) AND revoked_at IS NULL
-                """).map { row in
-                let (id, user) = try row.decode((String, String).self)
-                return Device(id: id, user: user)
-            })
-
             let now = Int64(Date().timeIntervalSince1970 * 1000)
             var jobs: [(id: UUID, intake: Intake, ops: [Op], space: String)] = []
             for (index, intake) in intakes.enumerated() where outcomes[index] == nil {
@@ -123,10 +161,7 @@ public struct JobStore: Sendable {
                         ? .existing(jobID: first.jobID, status: .queued, ops: first.ops) : .keyReused
                     continue
                 }
-                guard active.contains(Device(id: intake.deviceID.lowercased(), user: intake.user)), var clock = clocks[intake.user] else {
-                    outcomes[index] = .deviceRevoked
-                    continue
-                }
+                guard var clock = clocks[intake.user] else { continue }
                 let ops = Self.stamp(intake.ops, clock: &clock, now: now, deviceID: intake.deviceID, maxSkew: intake.maxClockSkewMilliseconds)
                 clocks[intake.user] = clock
                 let space: String

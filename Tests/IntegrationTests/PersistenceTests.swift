@@ -165,7 +165,7 @@ struct PersistenceTests {
         try await withStores { _, devices, jobs, _, _ in
             let alice = user()
             let device = try await devices.register(user: alice, name: "m", platform: "p", pushURL: nil, pushSecret: "s")
-            #expect(try await jobs.create(intake(user(), device.deviceID, [op(.delete, "x")])) == .deviceRevoked)
+            #expect(try await jobs.create(intake(user(), device.deviceID, [op(.delete, "x")])) == .deviceNotFound)
             _ = try await devices.revoke(user: alice, deviceID: device.deviceID)
             #expect(try await jobs.create(intake(alice, device.deviceID, [op(.delete, "x")])) == .deviceRevoked)
         }

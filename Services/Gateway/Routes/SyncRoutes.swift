@@ -58,18 +58,8 @@ struct SyncRoutes: Sendable {
         } catch {
             throw APIError.from(error)
         }
-        switch try await devices.state(user: claims.sub, deviceID: push.deviceID) {
-        case .notFound: throw APIError.notFound("No such device.")
-        case .revoked: throw APIError.forbidden("This device was revoked.")
-        case .active: break
-        }
-        if let space = push.spaceID {
-            switch try await spaces.role(user: claims.sub, space: space) {
-            case nil: throw APIError.notFound("No such space.")
-            case .viewer?: throw APIError.forbidden("A viewer of this space cannot push to it.")
-            default: break
-            }
-        }
+        // The device and the role in the space are checked by the intake, under the
+        // user's clock lock.
         let publicIDOps = push.ops.reduce(0) { $0 + ($1.type == .publish || $1.type == .fork ? 1 : 0) }
         if publicIDOps > 0 { try publicIDLimiter.check(claims.sub, limit: "public_ids", cost: publicIDOps) }
         let key = request.headers[.idempotencyKey]
@@ -80,12 +70,19 @@ struct SyncRoutes: Sendable {
         let outcome = try await intake.submit(JobStore.Intake(
             user: claims.sub, deviceID: Names.canonicalUUID(push.deviceID) ?? push.deviceID, ops: push.ops,
             idempotencyKey: key, requestHash: Digests.sha256Hex(body), traceID: traceID,
-            maxClockSkewMilliseconds: maxClockSkewMilliseconds, authorName: claims.name, spaceID: push.spaceID))
+            maxClockSkewMilliseconds: maxClockSkewMilliseconds, authorName: claims.name,
+            spaceID: push.spaceID.map { Names.canonicalUUID($0) ?? $0 }))
         switch outcome {
         case .keyReused:
             throw APIError.unprocessable("This Idempotency-Key was used with a different body.")
+        case .deviceNotFound:
+            throw APIError.notFound("No such device.")
         case .deviceRevoked:
             throw APIError.forbidden("This device was revoked.")
+        case .spaceNotFound:
+            throw APIError.notFound("No such space.")
+        case .spaceReadOnly:
+            throw APIError.forbidden("A viewer of this space cannot push to it.")
         case .existing(let jobID, let status, let ops):
             return try accepted(PushAccepted(jobID: jobID, status: status, ops: ops))
         case .created(let jobID, let ops):
