@@ -171,7 +171,7 @@ public struct JobStore: Sendable {
                     space = try SpaceStore.personalSpace(connection, user: intake.user)
                     spaces[intake.user] = space
                 }
-                let jobID = UUID()
+                let jobID = UUID.timeOrdered()
                 let jobText = jobID.uuidString.lowercased()
                 jobs.append((jobID, intake, ops, space))
                 if let key = intake.idempotencyKey {

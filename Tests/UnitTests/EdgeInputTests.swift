@@ -86,6 +86,16 @@ struct EdgeInputTests {
         #expect(!Names.isPlainText("a\u{7F}"))
     }
 
+    @Test func timeOrderedIDsAreVersion7AndSortByTime() {
+        let start = Date(timeIntervalSince1970: 1_795_521_600.735)
+        let ids = (0..<50).map { UUID.timeOrdered(at: start.addingTimeInterval(Double($0) * 0.002)) }
+        let texts = ids.map { $0.uuidString.lowercased() }
+        #expect(texts.allSatisfy { Array($0)[14] == "7" && "89ab".contains(Array($0)[19]) }, "\(texts[0])")
+        #expect(texts == texts.sorted(), "ids of later milliseconds sort later")
+        #expect(texts[0].hasPrefix("01a20d6d-5cd"), "\(texts[0]): the first 48 bits are the Unix milliseconds")
+        #expect(Set(texts).count == 50 && UUID.timeOrdered(at: start) != UUID.timeOrdered(at: start))
+    }
+
     @Test func hexIsLowercaseTwoDigitsAByteAndRoundTrips() {
         #expect(Hex.string([0x00, 0x0F, 0xA5, 0xFF]) == "000fa5ff")
         #expect(Hex.string([UInt8]()) == "")
