@@ -15,6 +15,7 @@ let package = Package(
         .executable(name: "fanout", targets: ["FanoutCommand"]),
         .executable(name: "purge", targets: ["PurgeCommand"]),
         .executable(name: "syncctl", targets: ["SyncctlCommand"]),
+        .executable(name: "syncline-bench", targets: ["SynclineBenchCommand"]),
         // The container image's one binary; the five commands above are links to it.
         .executable(name: "syncline", targets: ["SynclineCommand"]),
         .library(name: "SynclineClient", targets: ["SynclineClient"]),
@@ -87,32 +88,56 @@ let package = Package(
             name: "Persistence",
             dependencies: ["SyncModels", "PQBridge", .product(name: "Logging", package: "swift-log")],
             path: "Shared/Persistence", swiftSettings: strict),
-        // Configuration, logging, metrics, topology names, health endpoints.
+        // What every executable shares: configuration, logs and metrics, the failure policy
+        // of a job, rate limits, lifecycle helpers. No HTTP server.
         .target(
             name: "ServiceSupport",
             dependencies: [
                 "SyncModels", "Auth", "PQBridge", "AMQPBridge",
-                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
+            path: "Shared/ServiceSupport", swiftSettings: strict),
+        // Syncline's queues, exchanges and messages on the broker.
+        .target(
+            name: "BrokerTopology",
+            dependencies: [
+                "SyncModels", "Auth", "AMQPBridge",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Shared/BrokerTopology", swiftSettings: strict),
+        // For the services that serve HTTP: problem+json errors, authentication, CORS, the
+        // 405 table, health and metrics endpoints.
+        .target(
+            name: "HTTPSupport",
+            dependencies: [
+                "SyncModels", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport",
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
             ],
-            path: "Shared/ServiceSupport", swiftSettings: strict),
+            path: "Shared/HTTPSupport", swiftSettings: strict),
         // Operators' tools over dead letters and queues, shared by the gateway's admin API and syncctl.
         .target(
             name: "Operations",
-            dependencies: ["SyncModels", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport",
+            dependencies: ["SyncModels", "BrokerTopology", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport",
                            .product(name: "Logging", package: "swift-log")],
             path: "Shared/Operations", swiftSettings: strict),
         .target(
             name: "Gateway",
             dependencies: [
-                "SyncModels", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "Operations",
+                "SyncModels", "HTTPSupport", "BrokerTopology", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "Operations",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -127,7 +152,7 @@ let package = Package(
         .target(
             name: "Worker",
             dependencies: [
-                "SyncModels", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport",
+                "SyncModels", "HTTPSupport", "BrokerTopology", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -137,12 +162,13 @@ let package = Package(
         .target(
             name: "Fanout",
             dependencies: [
-                "SyncModels", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "URLSessionCancellation",
+                "SyncModels", "HTTPSupport", "BrokerTopology", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "URLSessionCancellation",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
                 .product(name: "NIOHTTPTypesHTTP1", package: "swift-nio-extras"),
@@ -155,7 +181,7 @@ let package = Package(
         .target(
             name: "Purge",
             dependencies: [
-                "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "Operations",
+                "HTTPSupport", "BrokerTopology", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "Operations",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
@@ -166,16 +192,27 @@ let package = Package(
         .target(
             name: "Syncctl",
             dependencies: [
-                "SyncModels", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "Operations",
-                "SynclineClient", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "SyncModels", "BrokerTopology", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "Operations",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Services/Syncctl", swiftSettings: strict),
+        // Load generators and measurements: a command of their own, apart from the operators'.
+        .target(
+            name: "Bench",
+            dependencies: [
+                "SyncModels", "Auth", "PQBridge", "Persistence", "ServiceSupport", "SynclineClient",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Services/Bench", swiftSettings: strict),
         // The executables: each runs one of the libraries above.
         .executableTarget(name: "GatewayCommand", dependencies: ["Gateway"], path: "Services/Commands/gateway", swiftSettings: strict),
         .executableTarget(name: "WorkerCommand", dependencies: ["Worker"], path: "Services/Commands/worker", swiftSettings: strict),
         .executableTarget(name: "FanoutCommand", dependencies: ["Fanout"], path: "Services/Commands/fanout", swiftSettings: strict),
         .executableTarget(name: "PurgeCommand", dependencies: ["Purge"], path: "Services/Commands/purge", swiftSettings: strict),
         .executableTarget(name: "SyncctlCommand", dependencies: ["Syncctl"], path: "Services/Commands/syncctl", swiftSettings: strict),
+        .executableTarget(
+            name: "SynclineBenchCommand", dependencies: ["Bench"], path: "Services/Commands/syncline-bench", swiftSettings: strict),
         .executableTarget(
             name: "SynclineCommand", dependencies: ["Gateway", "Worker", "Fanout", "Purge", "Syncctl"],
             path: "Services/Commands/syncline", swiftSettings: strict),
@@ -185,7 +222,9 @@ let package = Package(
         .testTarget(
             name: "UnitTests",
             dependencies: [
-                "SyncModels", "SynclineClient", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", .product(name: "Yams", package: "Yams"),
+                "SyncModels", "SynclineClient", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", "HTTPSupport", "BrokerTopology",
+                .product(name: "Yams", package: "Yams"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "JWTKit", package: "jwt-kit"), .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
             ],
@@ -197,7 +236,7 @@ let package = Package(
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
-                "SyncModels", "SynclineClient", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport",
+                "SyncModels", "SynclineClient", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", "BrokerTopology",
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "JWTKit", package: "jwt-kit"), .product(name: "Crypto", package: "swift-crypto"),

@@ -9,6 +9,8 @@ import PQBridge
 import Persistence
 import ServiceLifecycle
 import ServiceSupport
+import BrokerTopology
+import HTTPSupport
 
 /// Wires fanout: this replica's event queue and hub, the stream routes (SSE and
 /// WebSocket on one path), the webhook dispatcher, and the operations endpoints — as one
@@ -27,10 +29,11 @@ func buildFanout(configuration: Configuration, logger: Logger) async throws -> S
     let publisher = AMQPPublisher(endpoint: endpoint, topology: topology, confirmTimeout: 2, logger: logger)
     let consumer = AMQPConsumer(
         configuration: .init(endpoint: endpoint, topology: topology, queue: queue, prefetch: 256), logger: logger)
+    let background = BackgroundWork()
     let hub = Hub(
         queue: queue, publisher: publisher, consumer: consumer, registry: FanoutQueueStore(pool: pool),
         devices: DeviceStore(pool: pool), heartbeat: configuration.streamHeartbeat,
-        streamsPerUser: configuration.streamsPerUser, logger: logger)
+        streamsPerUser: configuration.streamsPerUser, background: background, logger: logger)
     let webhooks = WebhookDispatcher(
         events: AMQPConsumer(
             configuration: .init(endpoint: endpoint, topology: topology, queue: SynclineTopology.notifyEventsQueue, prefetch: 32),
@@ -69,5 +72,5 @@ func buildFanout(configuration: Configuration, logger: Logger) async throws -> S
         logger: logger)
     let closer = ResourceCloser { await publisher.shutdown() }
     return ServiceGroup(configuration: .init(
-        services: [pool, closer, app, webhooks, hub], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        services: [pool, closer, background, app, webhooks, hub], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
 }

@@ -6,6 +6,8 @@ import NIOConcurrencyHelpers
 import Persistence
 import ServiceLifecycle
 import ServiceSupport
+import BrokerTopology
+import HTTPSupport
 import SyncModels
 
 /// What a stream sends, one JSON object per message (SPEC §6).
@@ -86,6 +88,8 @@ final class Hub: Service, Sendable {
     private let registry: FanoutQueueStore
     private let devices: DeviceStore
     private let logger: Logger
+    /// Where an unbind runs after a user's last stream ended.
+    private let background: BackgroundWork
     private let connected = Meter(label: "syncline_stream_connections")
     private let delivered = Counter(label: "syncline_stream_messages_total")
 
@@ -96,7 +100,8 @@ final class Hub: Service, Sendable {
     let streamsPerUser: Int
 
     init(queue: String, publisher: AMQPPublisher, consumer: AMQPConsumer, registry: FanoutQueueStore, devices: DeviceStore,
-         heartbeat: Double, streamsPerUser: Int, logger: Logger) {
+         heartbeat: Double, streamsPerUser: Int, background: BackgroundWork, logger: Logger) {
+        self.background = background
         self.streamsPerUser = streamsPerUser
         self.registry = registry
         self.devices = devices
@@ -179,7 +184,7 @@ final class Hub: Service, Sendable {
         connected.decrement()
         if last {
             let binding = binding(user), publisher = self.publisher, logger = self.logger
-            Task {
+            background.submit {
                 do {
                     guard self.state.withLockedValue({ $0.users[user] == nil }) else { return }
                     try await publisher.setBindings([binding], bound: false)

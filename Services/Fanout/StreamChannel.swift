@@ -9,6 +9,7 @@ import NIOHTTPTypes
 import NIOHTTPTypesHTTP1
 import NIOWebSocket
 import ServiceSupport
+import HTTPSupport
 
 /// The fanout's connections: HTTP/1.1 (SSE, operations endpoints) and the WebSocket
 /// upgrade of `/v1/stream`.

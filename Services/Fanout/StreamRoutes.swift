@@ -8,6 +8,7 @@ import NIOCore
 import PQBridge
 import Persistence
 import ServiceSupport
+import HTTPSupport
 import SyncModels
 
 /// `GET /v1/stream?device_id=…[&space_id=…]`: Server-Sent Events for `Accept:

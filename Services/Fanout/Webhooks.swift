@@ -7,9 +7,11 @@ import FoundationNetworking
 import Logging
 import Metrics
 import NIOConcurrencyHelpers
+import NIOPosix
 import Persistence
 import ServiceLifecycle
 import ServiceSupport
+import BrokerTopology
 import SyncModels
 import URLSessionCancellation
 
@@ -180,11 +182,11 @@ struct WebhookDispatcher: Service {
         }
     }
 
-    /// DNS resolution blocks: done on a detached thread, never on an event loop.
+    /// DNS resolution blocks: done on NIO's shared thread pool, never on an event loop or
+    /// the cooperative pool (and not on a new thread per check). A pool that is shutting
+    /// down answers "private", which refuses the delivery.
     static func resolvesToPrivate(_ host: String) async -> Bool {
-        await withCheckedContinuation { continuation in
-            Thread.detachNewThread { continuation.resume(returning: WebhookAddresses.resolvesToPrivate(host: host)) }
-        }
+        (try? await NIOThreadPool.singleton.runIfActive { WebhookAddresses.resolvesToPrivate(host: host) }) ?? true
     }
 }
 

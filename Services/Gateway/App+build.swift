@@ -7,6 +7,8 @@ import Operations
 import PQBridge
 import Persistence
 import ServiceSupport
+import BrokerTopology
+import HTTPSupport
 
 /// Wires the gateway: stores over one pool, the publisher, the routes and the relay.
 func buildApplication(configuration: Configuration, logger: Logger) async throws -> some ApplicationProtocol {
@@ -19,6 +21,7 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
     let devices = DeviceStore(pool: pool)
     let jobs = JobStore(pool: pool)
     let marks = PublishedMarks()
+    let background = BackgroundWork()
     let views = ViewCounter(store: PublicStore(pool: pool), logger: logger)
 
     // A GET route answers HEAD too, with its header fields alone.
@@ -33,7 +36,8 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
     SyncRoutes(
         auth: auth, devices: devices, jobs: jobs, pulls: PullStore(pool: pool), spaces: SpaceStore(pool: pool),
         intake: IntakeBatcher(
-            jobs: jobs, publisher: publisher, marks: marks, slots: configuration.intakeConcurrency, logger: logger),
+            jobs: jobs, publisher: publisher, marks: marks, slots: configuration.intakeConcurrency, background: background,
+            logger: logger),
         maxClockSkewMilliseconds: Int64(configuration.maxClockSkew * 1000),
         limiter: RateLimiter(configuration.pushRateLimit), publicIDLimiter: RateLimiter(configuration.publicIDRateLimit)
     ).register(on: router)
@@ -43,7 +47,7 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
     let office = DeadLetterOffice(pool: pool, publisher: publisher, retryDelays: configuration.retryDelays, logger: logger)
     AccountRoutes(
         auth: auth, eraser: AccountEraser(pool: pool, publisher: publisher, office: office, logger: logger),
-        inlineBudget: configuration.accountDeletionInline
+        inlineBudget: configuration.accountDeletionInline, background: background
     ).register(on: router)
     AdminRoutes(
         auth: auth,
@@ -63,6 +67,7 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
         services: [
             pool,  // first, so stopped last
             ResourceCloser { await publisher.shutdown() },
+            background,  // stopped after the server: intake slots and erasures still running are waited for
             JobRelay(jobs: jobs, marks: marks, publisher: publisher, relayAfter: configuration.relayAfter, logger: logger),
             views,
         ],

@@ -4,6 +4,8 @@ import Metrics
 import NIOConcurrencyHelpers
 import Persistence
 import ServiceSupport
+import BrokerTopology
+import HTTPSupport
 
 /// Group commit at intake: a push that arrives while a slot is free is committed at once;
 /// pushes that arrive while every slot is committing wait, and go together in the next
@@ -22,11 +24,17 @@ final class IntakeBatcher: Sendable {
     private let publisher: AMQPPublisher
     private let marks: PublishedMarks
     private let logger: Logger
+    /// Where the slots run.
+    private let background: BackgroundWork
     private let batchSizes = Recorder(label: "syncline_intake_batch_size")
     private let fallbacks = Counter(label: "syncline_intake_batch_fallbacks_total")
     private let publishFailures = Counter(label: "syncline_publish_failures_total")
 
-    init(jobs: JobStore, publisher: AMQPPublisher, marks: PublishedMarks, slots: Int, maxBatch: Int = 64, logger: Logger) {
+    init(
+        jobs: JobStore, publisher: AMQPPublisher, marks: PublishedMarks, slots: Int, maxBatch: Int = 64,
+        background: BackgroundWork, logger: Logger
+    ) {
+        self.background = background
         self.dispatch = NIOLockedValueBox(BatchDispatch(maxBatch: maxBatch, slots: slots))
         self.jobs = jobs
         self.publisher = publisher
@@ -38,7 +46,17 @@ final class IntakeBatcher: Sendable {
     func submit(_ intake: JobStore.Intake) async throws -> JobStore.IntakeOutcome {
         try await withCheckedThrowingContinuation { reply in
             let batches = dispatch.withLockedValue { $0.arrived(Waiting(intake: intake, reply: reply)) }
-            for batch in batches { Task { await self.run(batch) } }
+            for batch in batches where !background.submit({ await self.run(batch) }) { refuse(batch) }
+        }
+    }
+
+    /// The gateway is stopping (which happens only once no request is left): the pushes,
+    /// and any that waited behind them, are answered 503 and nothing is written.
+    private func refuse(_ first: [Waiting]) {
+        var batch = first
+        while !batch.isEmpty {
+            for waiting in batch { waiting.reply.resume(throwing: APIError.unavailable("The gateway is stopping; retry.")) }
+            batch = dispatch.withLockedValue { $0.finished() }.first ?? []
         }
     }
 

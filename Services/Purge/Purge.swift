@@ -9,6 +9,9 @@ import PQBridge
 import Persistence
 import ServiceLifecycle
 import ServiceSupport
+import SyncModels
+import BrokerTopology
+import HTTPSupport
 
 /// Retention: `purge --once` for cron or a Kubernetes CronJob (exit status 0 when the run
 /// completed or another purge was already running, non-zero on failure), or

@@ -6,6 +6,7 @@ import Operations
 import PQBridge
 import Persistence
 import ServiceSupport
+import BrokerTopology
 import SyncModels
 
 /// Runs `body` with the same dead-letter tools the gateway's admin API uses, straight

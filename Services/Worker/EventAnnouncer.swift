@@ -4,6 +4,7 @@ import Metrics
 import NIOConcurrencyHelpers
 import ServiceLifecycle
 import ServiceSupport
+import BrokerTopology
 import SyncModels
 
 /// Tells fanout which jobs finished, after their commits, without holding a job slot

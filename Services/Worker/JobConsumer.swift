@@ -6,6 +6,7 @@ import PQBridge
 import Persistence
 import ServiceLifecycle
 import ServiceSupport
+import BrokerTopology
 import SyncModels
 
 /// Takes job messages off `sync.jobs` and applies each job in PostgreSQL, acking only

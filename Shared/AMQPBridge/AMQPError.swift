@@ -1,3 +1,5 @@
+import SyncModels
+
 /// A failure talking to the broker. Connection-level failures mean the connection is
 /// gone and must be reopened; all of them are worth retrying later.
 public struct AMQPError: Error, CustomStringConvertible, Sendable {
@@ -62,18 +64,6 @@ public struct AMQPEndpoint: Sendable, Equatable {
 
 extension String {
     fileprivate var removingPercentEncoding: String? {
-        var bytes: [UInt8] = []
-        var iterator = Array(utf8).makeIterator()
-        while let byte = iterator.next() {
-            if byte == UInt8(ascii: "%") {
-                guard let high = iterator.next(), let low = iterator.next(),
-                      let value = UInt8(String(decoding: [high, low], as: UTF8.self), radix: 16)
-                else { return nil }
-                bytes.append(value)
-            } else {
-                bytes.append(byte)
-            }
-        }
-        return String(decoding: bytes, as: UTF8.self)
+        PercentEncoding.decoded(self).map { String(decoding: $0, as: UTF8.self) }
     }
 }

@@ -5,6 +5,7 @@ import Logging
 import PQBridge
 import Persistence
 import ServiceSupport
+import BrokerTopology
 import SyncModels
 
 /// Deletes a user's account data everywhere Syncline holds it, for `DELETE /v1/me`,

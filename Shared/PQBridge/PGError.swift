@@ -29,14 +29,30 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
         self.message = message
     }
 
-    static let retryableStates: Set<String> = ["40001", "40P01", "55P03", "57P01", "57P02", "57P03", "53300"]
+    /// A statement that lost to another transaction: the same statement may well succeed
+    /// the next time. (The one list of these SQLSTATEs.)
+    public enum Conflict: String, Sendable {
+        case serializationFailure = "serialization_failure"
+        case deadlock
+        case lockNotAvailable = "lock_not_available"
+    }
+
+    static let conflicts: [String: Conflict] = ["40001": .serializationFailure, "40P01": .deadlock, "55P03": .lockNotAvailable]
+    /// The server shutting down or starting, or out of connection slots.
+    static let serverUnavailableStates: Set<String> = ["57P01", "57P02", "57P03", "53300"]
+
+    /// The conflict this error reports, if it is one.
+    public var conflict: Conflict? {
+        guard code == .server, let sqlState else { return nil }
+        return Self.conflicts[sqlState]
+    }
 
     public var isRetryable: Bool {
         switch code {
         case .connection, .timeout: return true
         case .server:
             guard let sqlState else { return false }
-            return sqlState.hasPrefix("08") || Self.retryableStates.contains(sqlState)
+            return sqlState.hasPrefix("08") || Self.serverUnavailableStates.contains(sqlState) || conflict != nil
         case .decoding, .closed, .invalidText, .cancelled: return false
         }
     }

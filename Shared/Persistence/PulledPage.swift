@@ -66,20 +66,22 @@ public struct PulledChange: Sendable, Equatable {
         func text(_ value: String?) {
             if let value { JSONWriter.writeString(value, into: &out) } else { out.append(contentsOf: Self.null) }
         }
+        // RecordView's wire shape, written as bytes: the data is copied, not re-encoded.
+        typealias Key = RecordView.CodingKeys
         out.append(UInt8(ascii: "{"))
-        key("collection", first: true); text(collection)
-        key("id"); text(id)
-        key("version"); out.append(contentsOf: String(version).utf8)
-        key("deleted"); out.append(contentsOf: deleted ? Self.true : Self.false)
-        key("data"); if let data { out.append(contentsOf: data.utf8) } else { out.append(contentsOf: Self.null) }
-        if let updatedAt { key("updated_at"); text(updatedAt) }
-        if let updatedBy { key("updated_by"); text(updatedBy) }
-        key("hlc"); text(hlc)
-        key("visibility"); text(visibility.rawValue)
-        key("public_id"); text(publicID)
-        key("can_fork"); out.append(contentsOf: canFork ? Self.true : Self.false)
-        key("published_at"); text(publishedAt)
-        key("forked_from"); text(forkedFrom)
+        key(Key.collection.rawValue, first: true); text(collection)
+        key(Key.id.rawValue); text(id)
+        key(Key.version.rawValue); out.append(contentsOf: String(version).utf8)
+        key(Key.deleted.rawValue); out.append(contentsOf: deleted ? Self.true : Self.false)
+        key(Key.data.rawValue); if let data { out.append(contentsOf: data.utf8) } else { out.append(contentsOf: Self.null) }
+        if let updatedAt { key(Key.updatedAt.rawValue); text(updatedAt) }
+        if let updatedBy { key(Key.updatedBy.rawValue); text(updatedBy) }
+        key(Key.hlc.rawValue); text(hlc)
+        key(Key.visibility.rawValue); text(visibility.rawValue)
+        key(Key.publicID.rawValue); text(publicID)
+        key(Key.canFork.rawValue); out.append(contentsOf: canFork ? Self.true : Self.false)
+        key(Key.publishedAt.rawValue); text(publishedAt)
+        key(Key.forkedFrom.rawValue); text(forkedFrom)
         out.append(UInt8(ascii: "}"))
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import SyncModels
 
 /// Test-only fault injection. Compiled into debug builds only — release builds, which
 /// `scripts/up` and the Docker image run, contain none — and off unless its environment

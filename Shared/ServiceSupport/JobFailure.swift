@@ -27,17 +27,15 @@ public enum JobFailure: Equatable, Sendable {
 
     /// PostgreSQL broke a deadlock by aborting this transaction.
     public static func isDeadlock(_ error: any Error) -> Bool {
-        (error as? PGError)?.sqlState == "40P01"
+        (error as? PGError)?.conflict == .deadlock
     }
 
     public static func classify(_ error: any Error) -> JobFailure {
         switch error {
         case let error as PGError:
             if error.isUnavailable { return .outage(reason: "database_unavailable") }
+            if let conflict = error.conflict { return .transient(reason: conflict.rawValue) }
             switch error.sqlState {
-            case "40001": return .transient(reason: "serialization_failure")
-            case "40P01": return .transient(reason: "deadlock")
-            case "55P03": return .transient(reason: "lock_not_available")
             case let state? where error.isRetryable: return .transient(reason: "database_\(state)")
             case _ where error.code == .decoding: return .permanent(reason: "invalid_payload")
             case let state?: return .permanent(reason: "database_error_\(state)")

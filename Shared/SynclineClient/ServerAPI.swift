@@ -83,18 +83,10 @@ struct ServerAPI: Sendable {
         return (try items.map(Self.record), cursor, hasMore)
     }
 
-    /// A pulled change, read without Codable (an initial sync reads many).
+    /// A pulled change.
     static func record(_ value: JSONValue) throws -> RecordView {
-        guard let fields = value.objectValue, let collection = fields["collection"]?.stringValue,
-              let id = fields["id"]?.stringValue, let version = fields["version"]?.intValue,
-              let deleted = fields["deleted"]?.boolValue
-        else { throw ClientError.server(status: 200, detail: "unreadable change") }
-        return RecordView(
-            collection: collection, id: id, version: version, deleted: deleted, data: fields["data"]?.objectValue,
-            hlc: fields["hlc"]?.stringValue,
-            visibility: fields["visibility"]?.stringValue.flatMap(RecordState.PublicVisibility.init(rawValue:)) ?? .private,
-            publicID: fields["public_id"]?.stringValue, canFork: fields["can_fork"]?.boolValue ?? false,
-            publishedAt: fields["published_at"]?.stringValue, forkedFrom: fields["forked_from"]?.stringValue)
+        guard let record = RecordView(json: value) else { throw ClientError.server(status: 200, detail: "unreadable change") }
+        return record
     }
 }
 

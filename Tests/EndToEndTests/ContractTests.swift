@@ -3,6 +3,7 @@ import Auth
 import Foundation
 import PQBridge
 import ServiceSupport
+import BrokerTopology
 import Testing
 import Yams
 

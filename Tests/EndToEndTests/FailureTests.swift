@@ -2,6 +2,7 @@ import AMQPBridge
 import Foundation
 import PQBridge
 import ServiceSupport
+import BrokerTopology
 import Testing
 
 /// Fault tests (issue 3): a steady load, a fault, healing, then 0 acknowledged ops lost,

@@ -2,6 +2,7 @@ import AMQPBridge
 import Foundation
 import PQBridge
 import ServiceSupport
+import BrokerTopology
 import SyncModels
 import Testing
 

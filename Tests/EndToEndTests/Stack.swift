@@ -7,6 +7,7 @@ import FoundationNetworking
 import Logging
 import PQBridge
 import ServiceSupport
+import BrokerTopology
 import Testing
 
 enum E2E {

@@ -1,6 +1,7 @@
 import AMQPBridge
 import Foundation
 import ServiceSupport
+import BrokerTopology
 import Testing
 
 /// The operator CLI against the same running stack.

@@ -1,5 +1,6 @@
 import Foundation
 import ServiceSupport
+import BrokerTopology
 import SyncModels
 import Testing
 import Yams

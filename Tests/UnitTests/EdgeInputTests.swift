@@ -1,5 +1,6 @@
 import Foundation
 import ServiceSupport
+import HTTPSupport
 import SyncModels
 import Testing
 

@@ -3,6 +3,7 @@ import HTTPTypes
 import Hummingbird
 import Operations
 import ServiceSupport
+import HTTPSupport
 import SyncModels
 
 /// `DELETE /v1/me` (the caller's account data goes: App Store guideline 5.1.1(v)) and
@@ -12,6 +13,7 @@ struct AccountRoutes: Sendable {
     let eraser: AccountEraser
     /// How long a deletion may run inside the request before it answers 202 and goes on.
     let inlineBudget: Double
+    let background: BackgroundWork
 
     func register(on router: Router<GatewayRequestContext>) {
         router.delete("/v1/me", use: delete)
@@ -26,13 +28,14 @@ struct AccountRoutes: Sendable {
         // 202 means: still in progress.
         let eraser = self.eraser, user = claims.sub, logger = context.logger
         let answer = try await view(user: user)
-        Task {
+        let started = background.submit {
             do {
                 _ = try await eraser.continueErasing(user: user, budget: .infinity)
             } catch {
                 logger.warning("account deletion interrupted; purge will finish it", metadata: ["error": "\(error)"])
             }
         }
+        if !started { logger.info("stopping; purge will finish the account deletion") }
         var headers = HTTPFields()
         headers[.location] = "/v1/me/deletion"
         return try jsonResponse(answer, status: .accepted, headers: headers)

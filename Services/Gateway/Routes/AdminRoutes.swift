@@ -2,6 +2,7 @@ import Auth
 import Foundation
 import Hummingbird
 import ServiceSupport
+import HTTPSupport
 import Operations
 import Persistence
 import SyncModels

@@ -3,6 +3,8 @@ import Auth
 import Foundation
 import Hummingbird
 import ServiceSupport
+import BrokerTopology
+import HTTPSupport
 import Persistence
 import SyncModels
 

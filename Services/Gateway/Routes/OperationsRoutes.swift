@@ -3,6 +3,7 @@ import Foundation
 import Hummingbird
 import PQBridge
 import ServiceSupport
+import HTTPSupport
 
 /// `/healthz`, `/readyz`, `/metrics` and `/openapi.yaml`.
 struct OperationsRoutes: Sendable {

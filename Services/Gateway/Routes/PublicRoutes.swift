@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import ServiceSupport
+import HTTPSupport
 import Persistence
 import SyncModels
 

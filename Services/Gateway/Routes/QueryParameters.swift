@@ -1,6 +1,7 @@
 import Foundation
 import Hummingbird
 import ServiceSupport
+import HTTPSupport
 import SyncModels
 
 extension Request {
@@ -34,7 +35,7 @@ extension Request {
             let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
             guard parts[0] == name else { continue }
             let raw = parts.count > 1 ? parts[1] : ""
-            guard let bytes = Self.formDecoded(raw), let text = String(validating: bytes, as: UTF8.self),
+            guard let bytes = PercentEncoding.decoded(raw, plusAsSpace: true), let text = String(validating: bytes, as: UTF8.self),
                   (1...maxLength).contains(text.unicodeScalars.count), Names.isPlainText(text)
             else {
                 throw APIError.badRequest("\(name) must be 1 to \(maxLength) characters of text.")
@@ -42,23 +43,5 @@ extension Request {
             return text
         }
         return nil
-    }
-
-    /// `application/x-www-form-urlencoded` decoding; nil for a malformed escape.
-    static func formDecoded(_ text: Substring) -> [UInt8]? {
-        var bytes: [UInt8] = []
-        var iterator = text.utf8.makeIterator()
-        while let byte = iterator.next() {
-            switch byte {
-            case UInt8(ascii: "+"): bytes.append(UInt8(ascii: " "))
-            case UInt8(ascii: "%"):
-                guard let high = iterator.next().flatMap(Hex.value), let low = iterator.next().flatMap(Hex.value) else {
-                    return nil
-                }
-                bytes.append(high << 4 | low)
-            default: bytes.append(byte)
-            }
-        }
-        return bytes
     }
 }

@@ -4,6 +4,8 @@ import Foundation
 import Hummingbird
 import Persistence
 import ServiceSupport
+import BrokerTopology
+import HTTPSupport
 import SyncModels
 
 /// Shared spaces: `/v1/spaces…` and `POST /v1/invitations/{code}/accept`. A space the

@@ -7,6 +7,7 @@ import Logging
 import Metrics
 import Persistence
 import ServiceSupport
+import HTTPSupport
 import SyncModels
 
 /// `POST /v1/sync/push`, `GET /v1/sync/jobs/{job_id}`, `GET /v1/sync/pull`.

@@ -37,7 +37,9 @@ public struct RecordView: Codable, Sendable, Equatable {
         self.forkedFrom = forkedFrom
     }
 
-    enum CodingKeys: String, CodingKey {
+    /// The field names of the wire shape: for the Codable forms, and for the pull's page
+    /// writer and the client's page reader, which skip Codable for speed.
+    public enum CodingKeys: String, CodingKey {
         case collection, id, version, deleted, data
         case updatedAt = "updated_at", updatedBy = "updated_by", hlc, visibility, publicID = "public_id"
         case canFork = "can_fork", publishedAt = "published_at", forkedFrom = "forked_from"
@@ -76,5 +78,24 @@ public struct RecordView: Codable, Sendable, Equatable {
         try container.encode(canFork, forKey: .canFork)
         try container.encode(publishedAt, forKey: .publishedAt)
         try container.encode(forkedFrom, forKey: .forkedFrom)
+    }
+}
+
+extension RecordView {
+    /// A record from parsed JSON, without Codable (a client's initial sync reads many); nil
+    /// when it is not one.
+    public init?(json value: JSONValue) {
+        typealias Key = CodingKeys
+        guard let fields = value.objectValue, let collection = fields[Key.collection.rawValue]?.stringValue,
+              let id = fields[Key.id.rawValue]?.stringValue, let version = fields[Key.version.rawValue]?.intValue,
+              let deleted = fields[Key.deleted.rawValue]?.boolValue
+        else { return nil }
+        self.init(
+            collection: collection, id: id, version: version, deleted: deleted, data: fields[Key.data.rawValue]?.objectValue,
+            updatedAt: fields[Key.updatedAt.rawValue]?.stringValue, updatedBy: fields[Key.updatedBy.rawValue]?.stringValue,
+            hlc: fields[Key.hlc.rawValue]?.stringValue,
+            visibility: fields[Key.visibility.rawValue]?.stringValue.flatMap(RecordState.PublicVisibility.init(rawValue:)) ?? .private,
+            publicID: fields[Key.publicID.rawValue]?.stringValue, canFork: fields[Key.canFork.rawValue]?.boolValue ?? false,
+            publishedAt: fields[Key.publishedAt.rawValue]?.stringValue, forkedFrom: fields[Key.forkedFrom.rawValue]?.stringValue)
     }
 }

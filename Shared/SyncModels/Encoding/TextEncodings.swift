@@ -57,3 +57,25 @@ public enum Hex {
         return out
     }
 }
+
+/// Percent-decoding (RFC 3986 §2.1): URL user info and paths, and with `+` as a space,
+/// `application/x-www-form-urlencoded` query values.
+public enum PercentEncoding {
+    /// The decoded bytes, or nil for a malformed escape.
+    public static func decoded(_ text: some StringProtocol, plusAsSpace: Bool = false) -> [UInt8]? {
+        var bytes: [UInt8] = []
+        var iterator = text.utf8.makeIterator()
+        while let byte = iterator.next() {
+            switch byte {
+            case UInt8(ascii: "+") where plusAsSpace: bytes.append(UInt8(ascii: " "))
+            case UInt8(ascii: "%"):
+                guard let high = iterator.next().flatMap(Hex.value), let low = iterator.next().flatMap(Hex.value) else {
+                    return nil
+                }
+                bytes.append(high << 4 | low)
+            default: bytes.append(byte)
+            }
+        }
+        return bytes
+    }
+}

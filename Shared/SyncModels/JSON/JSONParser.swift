@@ -102,14 +102,7 @@ public enum JSONParser {
             guard index + 4 <= bytes.count else { throw fail() }
             var value: UInt32 = 0
             for _ in 0..<4 {
-                let byte = bytes[index]
-                let digit: UInt8
-                switch byte {
-                case 48...57: digit = byte - 48
-                case 65...70: digit = byte - 55
-                case 97...102: digit = byte - 87
-                default: throw fail()
-                }
+                guard let digit = Hex.value(bytes[index]) else { throw fail() }
                 value = value << 4 | UInt32(digit)
                 index += 1
             }

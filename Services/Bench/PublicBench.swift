@@ -11,7 +11,7 @@ import SyncModels
 /// by tag, full-text search, and record reads (each read counts a view).
 struct PublicBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "bench-public",
+        commandName: "public",
         abstract: "Benchmark Discover (tag, search) and public reads over many published records (gateway + workers).")
 
     @Option(help: "Gateway base URL.") var url = "http://127.0.0.1:8080"
@@ -128,7 +128,7 @@ struct PublicBench: AsyncParsableCommand {
             }
             return jobID
         }
-        let unfinished = try await Bench.waitForJobs(jobs, pool: pool)
+        let unfinished = try await PushBench.waitForJobs(jobs, pool: pool)
         let published = try await Self.publishedCount(pool)
         await pool.shutdown()
         print(String(format: "bench-public: %d published in %.1f s", published, Date().timeIntervalSince(started)))

@@ -10,8 +10,8 @@ import SyncModels
 
 /// The load generator: registers devices, pushes as fast as possible or at a fixed rate,
 /// waits for every job, reports throughput and latencies, and checks the final state.
-struct Bench: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Benchmark a running stack (gateway + workers).")
+struct PushBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "push", abstract: "Benchmark pushes on a running stack (gateway + workers).")
 
     @Option(help: "Gateway base URL.") var url = "http://127.0.0.1:8080"
     @Option(help: "Users.") var users = 20
@@ -53,7 +53,7 @@ struct Bench: AsyncParsableCommand {
             seconds: seconds
         ) { connection, index in
             let target = targets[index % targets.count]
-            return try Bench.push(connection, target.token, target.device, user: target.user, ops: opsPerPush, sequence: index)
+            return try PushBench.push(connection, target.token, target.device, user: target.user, ops: opsPerPush, sequence: index)
         }
         let pushSeconds = Date().timeIntervalSince(started)
         let totalOps = samples.count * ops
@@ -65,7 +65,7 @@ struct Bench: AsyncParsableCommand {
         // Wait for every job, straight from the job rows.
         let pool = PGPool(url: configuration.databaseURL, size: 1, logger: Observability.bootstrap(service: "bench", level: .warning))
         let ids = samples.map(\.jobID)
-        let unfinished = try await Bench.waitForJobs(ids, pool: pool)
+        let unfinished = try await PushBench.waitForJobs(ids, pool: pool)
         let cpuAfter = Processes.cpuSeconds(Self.stackProcesses)
         let stats = try await pool.execute("""
             SELECT count(*) FILTER (WHERE status = \(JobStatus.succeeded)),
@@ -90,7 +90,7 @@ struct Bench: AsyncParsableCommand {
         var mismatches = 0
         for (user, count) in expected {
             let token = try await signer.sign(Claims(sub: user, exp: Int64(Date().timeIntervalSince1970) + 3600))
-            let pulled = try Bench.pullAll(RawHTTPConnection(host: host, port: UInt16(base.port ?? 80)), token: token).records
+            let pulled = try PushBench.pullAll(RawHTTPConnection(host: host, port: UInt16(base.port ?? 80)), token: token).records
             if pulled != count { mismatches += 1; print("state mismatch for \(user): pulled \(pulled), expected \(count)") }
         }
         print(mismatches == 0 ? "state: every user's pull holds exactly the records pushed" : "state: \(mismatches) users differ")
@@ -99,7 +99,7 @@ struct Bench: AsyncParsableCommand {
     }
 }
 
-extension Bench {
+extension PushBench {
     /// The processes whose CPU a run is charged with (every worker together; PostgreSQL's
     /// backends together; RabbitMQ's Erlang VM).
     static let stackProcesses: Set<String> = ["gateway", "worker", "postgres", "beam.smp"]
@@ -161,7 +161,7 @@ enum Processes {
     }
 }
 
-extension Bench {
+extension PushBench {
     /// Pulls from the start until `has_more` is false.
     static func pullAll(_ connection: RawHTTPConnection, token: String) throws -> (records: Int, pages: Int, bytes: Int) {
         var cursor = "0", records = 0, pages = 0, bytes = 0

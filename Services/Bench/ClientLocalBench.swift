@@ -7,7 +7,7 @@ import SynclineClient
 /// observed, and how long queries take, at several collection sizes.
 struct ClientLocalBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "bench-client-local",
+        commandName: "client-local",
         abstract: "Benchmark SynclineClient's local store: writes while queries are observed, queries with and without an index.")
 
     @Option(help: "Collection sizes, comma-separated.") var sizes = "1000,10000,100000"

@@ -1,6 +1,7 @@
 import Foundation
 import Metrics
 import NIOConcurrencyHelpers
+import ServiceSupport
 
 /// Token buckets by key (a user, a client address) for one replica. Buckets that have
 /// refilled are forgotten once more than `maxKeys` are held, at most once a second, so

@@ -17,7 +17,7 @@ import SyncModels
 /// push pokes all the other devices of every member.
 struct StreamBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "bench-streams", abstract: "Benchmark poke latency over many open streams (gateway + workers + fanout).")
+        commandName: "streams", abstract: "Benchmark poke latency over many open streams (gateway + workers + fanout).")
 
     @Option(help: "Gateway base URL.") var url = "http://127.0.0.1:8080"
     @Option(help: "Fanout base URL.") var fanout = "http://127.0.0.1:8081"
@@ -83,7 +83,7 @@ struct StreamBench: AsyncParsableCommand {
             let due = started.addingTimeInterval(Double(i) / rate)
             if due > Date() { try await Task.sleep(for: .seconds(due.timeIntervalSinceNow)) }
             let pusher = pushers[i % pushers.count]
-            let sample = try Bench.push(connection, pusher.token, pusher.device, user: pusher.user, ops: 1, sequence: i, space: space)
+            let sample = try PushBench.push(connection, pusher.token, pusher.device, user: pusher.user, ops: 1, sequence: i, space: space)
             jobs[sample.jobID] = space ?? pusher.user
         }
         try await Task.sleep(for: .seconds(2))  // let the last pokes arrive

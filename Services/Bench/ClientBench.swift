@@ -11,7 +11,7 @@ import SynclineClient
 /// empty client.
 struct ClientBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "bench-client", abstract: "Benchmark SynclineClient: offline writes, draining them, an initial sync.")
+        commandName: "client", abstract: "Benchmark SynclineClient: offline writes, draining them, an initial sync.")
 
     @Option(help: "Gateway base URL.") var url = "http://127.0.0.1:8080"
     @Option(help: "Ops written offline, then drained.") var ops = 10_000

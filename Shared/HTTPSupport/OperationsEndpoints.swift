@@ -1,6 +1,7 @@
 import Foundation
 import Hummingbird
 import ServiceLifecycle
+import ServiceSupport
 
 /// `/healthz` (alive), `/readyz` (every dependency reachable) and `/metrics`, the same in
 /// every long-running service.
@@ -26,18 +27,5 @@ public enum OperationsEndpoints {
                 status: .ok, headers: [.contentType: "text/plain; version=0.0.4"],
                 body: .init(byteBuffer: ByteBuffer(string: Observability.exposition())))
         }
-    }
-}
-
-/// Closes shared resources (broker connections) once every service listed after
-/// it in the group has stopped: the group shuts services down in reverse order.
-public struct ResourceCloser: Service {
-    let close: @Sendable () async -> Void
-
-    public init(close: @escaping @Sendable () async -> Void) { self.close = close }
-
-    public func run() async throws {
-        try? await gracefulShutdown()
-        await close()
     }
 }

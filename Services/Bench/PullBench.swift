@@ -12,7 +12,7 @@ import SyncModels
 /// and the gateway's resident memory.
 struct PullBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "bench-pull", abstract: "Benchmark full pulls (records/s, gateway memory).")
+        commandName: "pull", abstract: "Benchmark full pulls (records/s, gateway memory).")
 
     @Option(help: "Gateway base URL.") var url = "http://127.0.0.1:8080"
     @Option(help: "Records to pull.") var records = 100_000
@@ -51,7 +51,7 @@ struct PullBench: AsyncParsableCommand {
             written += count
         }
         let pool = PGPool(url: configuration.databaseURL, size: 1, logger: Logger(label: "bench"))
-        let unfinished = try await Bench.waitForJobs(jobs, pool: pool)
+        let unfinished = try await PushBench.waitForJobs(jobs, pool: pool)
         await pool.shutdown()
         guard unfinished == 0 else { throw ValidationError("\(unfinished) seeding jobs did not finish") }
         print(String(format: "bench-pull: %d records of about %d bytes seeded in %.1f s", records, recordBytes, Date().timeIntervalSince(seeded)))
@@ -63,7 +63,7 @@ struct PullBench: AsyncParsableCommand {
             let results = try await withThrowingTaskGroup(of: (Int, Int, Int).self) { group in
                 for _ in 0..<clients {
                     group.addTask {
-                        try Bench.pullAll(RawHTTPConnection(host: host, port: port), token: token)
+                        try PushBench.pullAll(RawHTTPConnection(host: host, port: port), token: token)
                     }
                 }
                 return try await group.reduce(into: [(Int, Int, Int)]()) { $0.append($1) }

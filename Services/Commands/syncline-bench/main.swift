@@ -1,0 +1,3 @@
+import Bench
+
+await SynclineBenchMain.run(arguments: Array(CommandLine.arguments.dropFirst()))
