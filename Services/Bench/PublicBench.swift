@@ -1,8 +1,8 @@
 import ArgumentParser
 import Auth
 import Foundation
-import Persistence
 import PQBridge
+import Persistence
 import ServiceSupport
 import SyncModels
 

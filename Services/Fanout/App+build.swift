@@ -1,16 +1,16 @@
 import AMQPBridge
 import Auth
+import BrokerTopology
 import Foundation
+import HTTPSupport
 import Hummingbird
 import HummingbirdCore
-import NIOCore
 import Logging
+import NIOCore
 import PQBridge
 import Persistence
 import ServiceLifecycle
 import ServiceSupport
-import BrokerTopology
-import HTTPSupport
 
 /// Wires fanout: this replica's event queue and hub, the stream routes (SSE and
 /// WebSocket on one path), the webhook dispatcher, and the operations endpoints — as one

@@ -1,13 +1,13 @@
 import AMQPBridge
+import BrokerTopology
 import Foundation
+import HTTPSupport
 import Logging
 import Metrics
 import NIOConcurrencyHelpers
 import Persistence
 import ServiceLifecycle
 import ServiceSupport
-import BrokerTopology
-import HTTPSupport
 import SyncModels
 
 /// What a stream sends, one JSON object per message (SPEC §6).

@@ -7,9 +7,9 @@ import NIOCore
 import NIOHTTP1
 import NIOHTTPTypes
 import NIOHTTPTypesHTTP1
+import HTTPSupport
 import NIOWebSocket
 import ServiceSupport
-import HTTPSupport
 
 /// The fanout's connections: HTTP/1.1 (SSE, operations endpoints) and the WebSocket
 /// upgrade of `/v1/stream`.

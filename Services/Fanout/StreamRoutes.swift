@@ -1,14 +1,14 @@
 import Auth
 import Foundation
+import HTTPSupport
 import HTTPTypes
 import Hummingbird
-import NIOWebSocket
 import Logging
 import NIOCore
+import NIOWebSocket
 import PQBridge
 import Persistence
 import ServiceSupport
-import HTTPSupport
 import SyncModels
 
 /// `GET /v1/stream?device_id=…[&space_id=…]`: Server-Sent Events for `Accept:

@@ -4,6 +4,7 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+import BrokerTopology
 import Logging
 import Metrics
 import NIOConcurrencyHelpers
@@ -11,7 +12,6 @@ import NIOPosix
 import Persistence
 import ServiceLifecycle
 import ServiceSupport
-import BrokerTopology
 import SyncModels
 import URLSessionCancellation
 

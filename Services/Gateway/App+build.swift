@@ -1,14 +1,14 @@
 import AMQPBridge
 import Auth
+import BrokerTopology
 import Foundation
+import HTTPSupport
 import Hummingbird
 import Logging
 import Operations
 import PQBridge
 import Persistence
 import ServiceSupport
-import BrokerTopology
-import HTTPSupport
 
 /// Wires the gateway: stores over one pool, the publisher, the routes and the relay.
 func buildApplication(configuration: Configuration, logger: Logger) async throws -> some ApplicationProtocol {

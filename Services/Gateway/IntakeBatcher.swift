@@ -1,11 +1,11 @@
 import AMQPBridge
+import BrokerTopology
+import HTTPSupport
 import Logging
 import Metrics
 import NIOConcurrencyHelpers
 import Persistence
 import ServiceSupport
-import BrokerTopology
-import HTTPSupport
 
 /// Group commit at intake: a push that arrives while a slot is free is committed at once;
 /// pushes that arrive while every slot is committing wait, and go together in the next

@@ -1,11 +1,11 @@
 import AMQPBridge
+import BrokerTopology
 import Logging
 import Metrics
 import NIOConcurrencyHelpers
 import Persistence
 import ServiceLifecycle
 import ServiceSupport
-import BrokerTopology
 
 /// Publishes committed jobs that nobody confirmed publishing — the broker was down, the
 /// publish failed, or a gateway died between commit and publish (G1). Several gateways

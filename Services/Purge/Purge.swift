@@ -1,6 +1,8 @@
 import AMQPBridge
 import ArgumentParser
+import BrokerTopology
 import Foundation
+import HTTPSupport
 import Hummingbird
 import Logging
 import Metrics
@@ -10,8 +12,6 @@ import Persistence
 import ServiceLifecycle
 import ServiceSupport
 import SyncModels
-import BrokerTopology
-import HTTPSupport
 
 /// Retention: `purge --once` for cron or a Kubernetes CronJob (exit status 0 when the run
 /// completed or another purge was already running, non-zero on failure), or

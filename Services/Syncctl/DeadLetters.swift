@@ -1,12 +1,12 @@
 import AMQPBridge
 import ArgumentParser
+import BrokerTopology
 import Foundation
 import Logging
 import Operations
 import PQBridge
 import Persistence
 import ServiceSupport
-import BrokerTopology
 import SyncModels
 
 /// Runs `body` with the same dead-letter tools the gateway's admin API uses, straight

@@ -1,11 +1,11 @@
 import AMQPBridge
+import BrokerTopology
+import HTTPSupport
 import Hummingbird
 import Logging
 import PQBridge
 import Persistence
 import ServiceSupport
-import BrokerTopology
-import HTTPSupport
 
 /// Wires the worker: consumers on `sync.jobs` and `sync.jobs.exhausted`, a pool sized for
 /// its transactions (and the exhausted consumer's four), a publisher for retries, dead

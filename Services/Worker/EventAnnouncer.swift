@@ -1,10 +1,10 @@
 import AMQPBridge
+import BrokerTopology
 import Logging
 import Metrics
 import NIOConcurrencyHelpers
 import ServiceLifecycle
 import ServiceSupport
-import BrokerTopology
 import SyncModels
 
 /// Tells fanout which jobs finished, after their commits, without holding a job slot

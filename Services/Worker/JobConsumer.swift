@@ -1,4 +1,5 @@
 import AMQPBridge
+import BrokerTopology
 import Foundation
 import Logging
 import Metrics
@@ -6,7 +7,6 @@ import PQBridge
 import Persistence
 import ServiceLifecycle
 import ServiceSupport
-import BrokerTopology
 import SyncModels
 
 /// Takes job messages off `sync.jobs` and applies each job in PostgreSQL, acking only

@@ -1,11 +1,11 @@
 import AMQPBridge
 import Auth
+import BrokerTopology
 import Foundation
 import Logging
 import PQBridge
 import Persistence
 import ServiceSupport
-import BrokerTopology
 import SyncModels
 
 /// Deletes a user's account data everywhere Syncline holds it, for `DELETE /v1/me`,

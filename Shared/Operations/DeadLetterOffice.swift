@@ -1,9 +1,9 @@
 import AMQPBridge
+import BrokerTopology
 import Logging
 import PQBridge
 import Persistence
 import ServiceSupport
-import BrokerTopology
 import SyncModels
 
 /// What an operator can do about dead letters and queues, in one place for the gateway's

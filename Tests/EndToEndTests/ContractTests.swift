@@ -1,9 +1,9 @@
 import AMQPBridge
 import Auth
+import BrokerTopology
 import Foundation
 import PQBridge
 import ServiceSupport
-import BrokerTopology
 import Testing
 import Yams
 

@@ -1,8 +1,8 @@
 import AMQPBridge
+import BrokerTopology
 import Foundation
 import PQBridge
 import ServiceSupport
-import BrokerTopology
 import Testing
 
 /// Fault tests (issue 3): a steady load, a fault, healing, then 0 acknowledged ops lost,

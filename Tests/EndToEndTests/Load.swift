@@ -1,8 +1,8 @@
 import AMQPBridge
+import BrokerTopology
 import Foundation
 import PQBridge
 import ServiceSupport
-import BrokerTopology
 import SyncModels
 import Testing
 

@@ -4,10 +4,10 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+import BrokerTopology
 import Logging
 import PQBridge
 import ServiceSupport
-import BrokerTopology
 import Testing
 
 enum E2E {

@@ -1,8 +1,8 @@
 import AMQPBridge
+import BrokerTopology
 import Foundation
 import PQBridge
 import ServiceSupport
-import BrokerTopology
 import Testing
 
 @Suite("End to end: push → job → worker → pull", .enabled(if: E2E.enabled), .serialized, .timeLimit(.minutes(3)))

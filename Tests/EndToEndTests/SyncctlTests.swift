@@ -1,7 +1,7 @@
 import AMQPBridge
+import BrokerTopology
 import Foundation
 import ServiceSupport
-import BrokerTopology
 import Testing
 
 /// The operator CLI against the same running stack.

@@ -1,6 +1,6 @@
+import BrokerTopology
 import Foundation
 import ServiceSupport
-import BrokerTopology
 import SyncModels
 import Testing
 import Yams

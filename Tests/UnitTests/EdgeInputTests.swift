@@ -1,6 +1,6 @@
 import Foundation
-import ServiceSupport
 import HTTPSupport
+import ServiceSupport
 import SyncModels
 import Testing
 

@@ -1,8 +1,8 @@
 import AMQPBridge
+import BrokerTopology
 import PQBridge
 import ServiceSupport
 import SyncModels
-import BrokerTopology
 import Testing
 
 /// The one place failures are classified, and the retry tiers they lead to.

@@ -1,9 +1,9 @@
 import Foundation
+import HTTPSupport
 import HTTPTypes
 import Hummingbird
 import Operations
 import ServiceSupport
-import HTTPSupport
 import SyncModels
 
 /// `DELETE /v1/me` (the caller's account data goes: App Store guideline 5.1.1(v)) and

@@ -1,10 +1,10 @@
 import Auth
 import Foundation
-import Hummingbird
-import ServiceSupport
 import HTTPSupport
+import Hummingbird
 import Operations
 import Persistence
+import ServiceSupport
 import SyncModels
 
 /// The admin API (SPEC §5): dead letters, bulk replay, audit log, queues, job rates, and

@@ -1,11 +1,11 @@
 import AMQPBridge
 import Auth
-import Foundation
-import Hummingbird
-import ServiceSupport
 import BrokerTopology
+import Foundation
 import HTTPSupport
+import Hummingbird
 import Persistence
+import ServiceSupport
 import SyncModels
 
 /// `POST/GET /v1/devices`, `DELETE /v1/devices/{device_id}`.

@@ -1,9 +1,9 @@
 import AMQPBridge
 import Foundation
+import HTTPSupport
 import Hummingbird
 import PQBridge
 import ServiceSupport
-import HTTPSupport
 
 /// `/healthz`, `/readyz`, `/metrics` and `/openapi.yaml`.
 struct OperationsRoutes: Sendable {

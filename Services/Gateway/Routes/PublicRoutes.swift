@@ -1,9 +1,9 @@
 import Foundation
+import HTTPSupport
 import HTTPTypes
 import Hummingbird
-import ServiceSupport
-import HTTPSupport
 import Persistence
+import ServiceSupport
 import SyncModels
 
 /// `GET /v1/public` and `GET /v1/public/{public_id}`: published records, no auth.

@@ -1,7 +1,7 @@
 import Foundation
+import HTTPSupport
 import Hummingbird
 import ServiceSupport
-import HTTPSupport
 import SyncModels
 
 extension Request {

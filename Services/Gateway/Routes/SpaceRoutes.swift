@@ -1,11 +1,11 @@
 import AMQPBridge
 import Auth
+import BrokerTopology
 import Foundation
+import HTTPSupport
 import Hummingbird
 import Persistence
 import ServiceSupport
-import BrokerTopology
-import HTTPSupport
 import SyncModels
 
 /// Shared spaces: `/v1/spaces…` and `POST /v1/invitations/{code}/accept`. A space the

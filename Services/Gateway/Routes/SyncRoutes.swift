@@ -1,13 +1,13 @@
 import AMQPBridge
 import Auth
 import Foundation
+import HTTPSupport
 import HTTPTypes
 import Hummingbird
 import Logging
 import Metrics
 import Persistence
 import ServiceSupport
-import HTTPSupport
 import SyncModels
 
 /// `POST /v1/sync/push`, `GET /v1/sync/jobs/{job_id}`, `GET /v1/sync/pull`.
