@@ -88,7 +88,7 @@ public struct PGBinds: Sendable {
     public mutating func append<Value: PGEncodable>(_ value: Value) -> String {
         types.append(Value.pgType.oid)
         offsets.append(bytes.count)
-        if (value as? any PGOptionalElement)?.isNone == true {
+        if value.isPGNull {
             lengths.append(-1)
             return "$\(types.count)"
         }
