@@ -17,7 +17,7 @@ import ServiceSupport
 /// service group. The hub
 /// comes last so that on SIGTERM it is stopped first: it ends every open stream, and then
 /// the HTTP server, which waits for open responses, can finish.
-func buildFanout(configuration: Configuration, logger: Logger) async throws -> ServiceGroup {
+func buildFanout(configuration: Configuration, settings: FanoutSettings, logger: Logger) async throws -> ServiceGroup {
     let verifier = try await configuration.tokenVerifier(logger: logger)
     let endpoint = try configuration.amqpEndpoint()
     let pool = PGPool(url: configuration.databaseURL, size: configuration.databasePoolSize, logger: logger)
@@ -32,8 +32,8 @@ func buildFanout(configuration: Configuration, logger: Logger) async throws -> S
     let background = BackgroundWork()
     let hub = Hub(
         queue: queue, publisher: publisher, consumer: consumer, registry: FanoutQueueStore(pool: pool),
-        devices: DeviceStore(pool: pool), heartbeat: configuration.streamHeartbeat,
-        streamsPerUser: configuration.streamsPerUser, background: background, logger: logger)
+        devices: DeviceStore(pool: pool), heartbeat: settings.streamHeartbeat,
+        streamsPerUser: settings.streamsPerUser, background: background, logger: logger)
     let webhooks = WebhookDispatcher(
         events: AMQPConsumer(
             configuration: .init(endpoint: endpoint, topology: topology, queue: SynclineTopology.notifyEventsQueue, prefetch: 32),
@@ -45,12 +45,12 @@ func buildFanout(configuration: Configuration, logger: Logger) async throws -> S
         configuration: configuration, logger: logger)
     let routes = StreamRoutes(
         auth: Authenticator(verifier: verifier, allowQueryToken: true), devices: DeviceStore(pool: pool),
-        pulls: PullStore(pool: pool), spaces: SpaceStore(pool: pool), hub: hub, limiter: RateLimiter(configuration.streamRateLimit))
+        pulls: PullStore(pool: pool), spaces: SpaceStore(pool: pool), hub: hub, limiter: RateLimiter(settings.streamRateLimit))
 
     let router = Router(context: BasicRequestContext.self, options: .autoGenerateHeadEndpoints)
     let methods = RouteMethods()
     router.addMiddleware {
-        CORSMiddleware(allowedOrigins: configuration.corsAllowedOrigins, methods: [.get])
+        CORSMiddleware(allowedOrigins: settings.http.corsAllowedOrigins, methods: [.get])
         ProblemMiddleware(routes: methods)
     }
     routes.registerHTTP(on: router)
@@ -60,7 +60,7 @@ func buildFanout(configuration: Configuration, logger: Logger) async throws -> S
     }
     methods.load(from: router)
 
-    let idleTimeout = TimeAmount.milliseconds(Int64(configuration.httpIdleTimeout * 1000))
+    let idleTimeout = TimeAmount.milliseconds(Int64(settings.http.idleTimeout * 1000))
     let app = Application(
         router: router,
         server: HTTPServerBuilder { responder in

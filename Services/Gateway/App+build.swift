@@ -11,7 +11,7 @@ import Persistence
 import ServiceSupport
 
 /// Wires the gateway: stores over one pool, the publisher, the routes and the relay.
-func buildApplication(configuration: Configuration, logger: Logger) async throws -> some ApplicationProtocol {
+func buildApplication(configuration: Configuration, settings: GatewaySettings, logger: Logger) async throws -> some ApplicationProtocol {
     let endpoint = try configuration.amqpEndpoint()
     let pool = PGPool(url: configuration.databaseURL, size: configuration.databasePoolSize, logger: logger)
     let publisher = AMQPPublisher(
@@ -28,7 +28,7 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
     let router = Router(context: GatewayRequestContext.self, options: .autoGenerateHeadEndpoints)
     let routes = RouteMethods()
     router.addMiddleware {
-        CORSMiddleware(allowedOrigins: configuration.corsAllowedOrigins, openPrefixes: ["/v1/public"])
+        CORSMiddleware(allowedOrigins: settings.http.corsAllowedOrigins, openPrefixes: ["/v1/public"])
         ProblemMiddleware(routes: routes)
         MetricsMiddleware()
     }
@@ -36,18 +36,18 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
     SyncRoutes(
         auth: auth, devices: devices, jobs: jobs, pulls: PullStore(pool: pool), spaces: SpaceStore(pool: pool),
         intake: IntakeBatcher(
-            jobs: jobs, publisher: publisher, marks: marks, slots: configuration.intakeConcurrency, background: background,
+            jobs: jobs, publisher: publisher, marks: marks, slots: settings.intakeConcurrency, background: background,
             logger: logger),
-        maxClockSkewMilliseconds: Int64(configuration.maxClockSkew * 1000),
-        limiter: RateLimiter(configuration.pushRateLimit), publicIDLimiter: RateLimiter(configuration.publicIDRateLimit)
+        maxClockSkewMilliseconds: Int64(settings.maxClockSkew * 1000),
+        limiter: RateLimiter(settings.pushRateLimit), publicIDLimiter: RateLimiter(settings.publicIDRateLimit)
     ).register(on: router)
-    PublicRoutes(records: PublicStore(pool: pool), views: views, limiter: RateLimiter(configuration.publicRateLimit))
+    PublicRoutes(records: PublicStore(pool: pool), views: views, limiter: RateLimiter(settings.publicRateLimit))
         .register(on: router)
     SpaceRoutes(auth: auth, spaces: SpaceStore(pool: pool), publisher: publisher).register(on: router)
     let office = DeadLetterOffice(pool: pool, publisher: publisher, retryDelays: configuration.retryDelays, logger: logger)
     AccountRoutes(
         auth: auth, eraser: AccountEraser(pool: pool, publisher: publisher, office: office, logger: logger),
-        inlineBudget: configuration.accountDeletionInline, background: background
+        inlineBudget: settings.accountDeletionInline, background: background
     ).register(on: router)
     AdminRoutes(
         auth: auth,
@@ -62,13 +62,13 @@ func buildApplication(configuration: Configuration, logger: Logger) async throws
         router: router,
         server: .http1(configuration: .init(
             additionalChannelHandlers: [ProtocolErrorProblemHandler()],
-            idleTimeout: .milliseconds(Int64(configuration.httpIdleTimeout * 1000)))),
+            idleTimeout: .milliseconds(Int64(settings.http.idleTimeout * 1000)))),
         configuration: .init(address: .hostname("0.0.0.0", port: configuration.port), serverName: "syncline-gateway"),
         services: [
             pool,  // first, so stopped last
             ResourceCloser { await publisher.shutdown() },
             background,  // stopped after the server: intake slots and erasures still running are waited for
-            JobRelay(jobs: jobs, marks: marks, publisher: publisher, relayAfter: configuration.relayAfter, logger: logger),
+            JobRelay(jobs: jobs, marks: marks, publisher: publisher, relayAfter: settings.relayAfter, logger: logger),
             views,
         ],
         logger: logger)

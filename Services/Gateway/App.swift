@@ -4,10 +4,11 @@ import ServiceSupport
 /// The `gateway` command (its own executable, or `syncline gateway` in the container image).
 public enum GatewayMain {
     public static func run(arguments: [String]) async {
-        let configuration = Configuration.forService("gateway", defaultPort: 8080, checksTokens: true)
+        let (configuration, settings) = Configuration.forService(
+            "gateway", defaultPort: 8080, checksTokens: true, settings: GatewaySettings.init)
         let logger = Observability.bootstrap(service: "gateway", level: configuration.logLevel)
         await ServiceExit.run("gateway", port: configuration.port) {
-            let app = try await buildApplication(configuration: configuration, logger: logger)
+            let app = try await buildApplication(configuration: configuration, settings: settings, logger: logger)
             try await app.runService()
         }
     }

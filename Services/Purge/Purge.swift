@@ -35,7 +35,13 @@ struct Purge: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let configuration = Configuration.forService("purge", defaultPort: 8082)
+        let (configuration, retention) = Configuration.forService("purge", defaultPort: 8082) { reader in
+            PurgeStore.Retention(
+                tombstones: try reader.duration("TOMBSTONE_RETENTION", "30d"), jobs: try reader.duration("JOB_RETENTION", "7d"),
+                deadLetters: try reader.duration("DEAD_LETTER_RETENTION", "30d"),
+                devices: try reader.duration("DEVICE_RETENTION", "90d"),
+                publicIDReservation: try reader.duration("PUBLIC_ID_RESERVATION", "1d"))
+        }
         let logger = Observability.bootstrap(service: "purge", level: configuration.logLevel)
         let pool = PGPool(url: configuration.databaseURL, size: 2, logger: logger)
         let publisher = AMQPPublisher(
@@ -46,10 +52,7 @@ struct Purge: AsyncParsableCommand {
             store: PurgeStore(pool: pool),
             office: office,
             eraser: AccountEraser(pool: pool, publisher: publisher, office: office, logger: logger),
-            retention: .init(
-                tombstones: configuration.tombstoneRetention, jobs: configuration.jobRetention,
-                deadLetters: configuration.deadLetterRetention, devices: configuration.deviceRetention,
-                publicIDReservation: configuration.publicIDReservation),
+            retention: retention,
             logger: logger)
         if once {
             do {

@@ -10,17 +10,17 @@ import ServiceSupport
 /// Wires the worker: consumers on `sync.jobs` and `sync.jobs.exhausted`, a pool sized for
 /// its transactions (and the exhausted consumer's four), a publisher for retries, dead
 /// letters and job events, and the operations endpoints.
-func buildWorker(configuration: Configuration, logger: Logger) throws -> some ApplicationProtocol {
+func buildWorker(configuration: Configuration, settings: WorkerSettings, logger: Logger) throws -> some ApplicationProtocol {
     let endpoint = try configuration.amqpEndpoint()
     let pool = PGPool(
-        url: configuration.databaseURL, size: min(configuration.databasePoolSize, configuration.workerConcurrency + 4),
+        url: configuration.databaseURL, size: min(configuration.databasePoolSize, settings.concurrency + 4),
         logger: logger)
     let topology = SynclineTopology.topology(retryDelays: configuration.retryDelays)
     let publisher = AMQPPublisher(endpoint: endpoint, topology: topology, logger: logger)
     let jobs = AMQPConsumer(
         configuration: .init(
             endpoint: endpoint, topology: topology, queue: SynclineTopology.jobsQueue,
-            prefetch: UInt16(configuration.workerPrefetch)),
+            prefetch: UInt16(settings.prefetch)),
         logger: logger)
     let exhausted = AMQPConsumer(
         configuration: .init(endpoint: endpoint, topology: topology, queue: SynclineTopology.exhaustedQueue, prefetch: 4),
@@ -44,7 +44,7 @@ func buildWorker(configuration: Configuration, logger: Logger) throws -> some Ap
             announcer,
             JobConsumer(
                 jobs: jobs, exhausted: exhausted, database: pool, store: ApplyStore(pool: pool), deadLetters: DeadLetterStore(pool: pool),
-                accounts: AccountStore(pool: pool), publisher: publisher, announcer: announcer, configuration: configuration,
+                accounts: AccountStore(pool: pool), publisher: publisher, announcer: announcer, configuration: configuration, settings: settings,
                 logger: logger),
         ],
         logger: logger)

@@ -4,10 +4,10 @@ import ServiceSupport
 /// The `worker` command (its own executable, or `syncline worker` in the container image).
 public enum WorkerMain {
     public static func run(arguments: [String]) async {
-        let configuration = Configuration.forService("worker", defaultPort: 8090)
+        let (configuration, settings) = Configuration.forService("worker", defaultPort: 8090, settings: WorkerSettings.init)
         let logger = Observability.bootstrap(service: "worker", level: configuration.logLevel)
         await ServiceExit.run("worker", port: configuration.port) {
-            let app = try buildWorker(configuration: configuration, logger: logger)
+            let app = try buildWorker(configuration: configuration, settings: settings, logger: logger)
             try await app.runService()
         }
     }

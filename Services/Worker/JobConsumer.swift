@@ -33,6 +33,7 @@ struct JobConsumer: Service {
     /// Job events go out through it, after the commit and off the job's slot.
     let announcer: EventAnnouncer
     let configuration: Configuration
+    let settings: WorkerSettings
     let logger: Logger
 
     private let processed = Counter(label: "syncline_jobs_processed_total", dimensions: [("outcome", "succeeded")])
@@ -51,8 +52,8 @@ struct JobConsumer: Service {
             await withTaskGroup(of: Void.self) { group in
                 group.addTask {
                     await jobs.handleInBatches(
-                        maxBatch: configuration.workerBatchJobs, maxWeight: configuration.workerBatchOps,
-                        slots: configuration.workerConcurrency, weight: SynclineTopology.opCount(inMessage:)
+                        maxBatch: settings.batchJobs, maxWeight: settings.batchOps,
+                        slots: settings.concurrency, weight: SynclineTopology.opCount(inMessage:)
                     ) { await handle(batch: $0) }
                 }
                 group.addTask { await exhausted.handleConcurrently(limit: 4) { await handleExhausted($0) } }

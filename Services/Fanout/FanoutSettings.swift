@@ -1,0 +1,19 @@
+import HTTPSupport
+import ServiceSupport
+
+/// What fanout reads besides the shared settings.
+struct FanoutSettings: Sendable {
+    var http: HTTPServerSettings
+    /// How often a stream without news gets a heartbeat.
+    var streamHeartbeat: Double
+    var streamRateLimit: RateLimit
+    /// The most streams one user may hold open on one fanout replica.
+    var streamsPerUser: Int
+
+    init(_ reader: EnvironmentReader) throws {
+        http = try HTTPServerSettings(reader)
+        streamHeartbeat = try reader.duration("STREAM_HEARTBEAT", "30s")
+        streamRateLimit = try reader.rate("RATE_LIMIT_STREAMS", "1/s,burst=10")
+        streamsPerUser = try reader.int("STREAMS_PER_USER", 20)
+    }
+}
