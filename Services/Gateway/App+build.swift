@@ -34,7 +34,7 @@ func buildApplication(configuration: Configuration, settings: GatewaySettings, l
     }
     DeviceRoutes(auth: auth, devices: devices, publisher: publisher, allowPrivateWebhooks: configuration.allowPrivateWebhooks).register(on: router)
     SyncRoutes(
-        auth: auth, devices: devices, jobs: jobs, pulls: PullStore(pool: pool), spaces: SpaceStore(pool: pool),
+        auth: auth, jobs: jobs, pulls: PullStore(pool: pool), spaces: SpaceStore(pool: pool),
         intake: IntakeBatcher(
             jobs: jobs, publisher: publisher, marks: marks, slots: settings.intakeConcurrency, background: background,
             logger: logger),

@@ -71,9 +71,8 @@ public struct JobStore: Sendable {
     /// gateway checks neither before), idempotency keys looked up under them (a key
     /// repeated within the batch answers with the first job), the ops stamped in arrival
     /// order (HLC receive rule; clocks too far ahead rejected), and every job, clock and
-    /// last-seen written together. One outcome per
-    /// intake, in order. A database error rolls back all of them and is thrown: the caller
-    /// then takes each push alone.
+    /// last-seen written together. One outcome per intake, in order. A database error
+    /// rolls back all of them and is thrown: the caller then takes each push alone.
     public func create(batch intakes: [Intake]) async throws -> [IntakeOutcome] {
         try await pool.transaction { connection in
             var outcomes = [IntakeOutcome?](repeating: nil, count: intakes.count)

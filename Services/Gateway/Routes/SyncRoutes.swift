@@ -13,7 +13,6 @@ import SyncModels
 /// `POST /v1/sync/push`, `GET /v1/sync/jobs/{job_id}`, `GET /v1/sync/pull`.
 struct SyncRoutes: Sendable {
     let auth: Authenticator
-    let devices: DeviceStore
     let jobs: JobStore
     let pulls: PullStore
     let spaces: SpaceStore
@@ -29,7 +28,7 @@ struct SyncRoutes: Sendable {
     private let pushedOps = Counter(label: "syncline_pushed_ops_total")
 
     init(
-        auth: Authenticator, devices: DeviceStore, jobs: JobStore, pulls: PullStore, spaces: SpaceStore, intake: IntakeBatcher,
+        auth: Authenticator, jobs: JobStore, pulls: PullStore, spaces: SpaceStore, intake: IntakeBatcher,
         maxClockSkewMilliseconds: Int64, limiter: RateLimiter, publicIDLimiter: RateLimiter
     ) {
         self.spaces = spaces
@@ -37,7 +36,6 @@ struct SyncRoutes: Sendable {
         self.publicIDLimiter = publicIDLimiter
         self.intake = intake
         self.auth = auth
-        self.devices = devices
         self.jobs = jobs
         self.pulls = pulls
         self.maxClockSkewMilliseconds = maxClockSkewMilliseconds
