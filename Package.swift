@@ -88,6 +88,18 @@ let package = Package(
             name: "Persistence",
             dependencies: ["SyncModels", "PQBridge", .product(name: "Logging", package: "swift-log")],
             path: "Shared/Persistence", swiftSettings: strict),
+        // Files' bytes: the PostgreSQL and directory stores, taking files in, removing garbage.
+        .target(
+            name: "BlobStorage",
+            dependencies: [
+                "SyncModels", "PQBridge", "Persistence", "ServiceSupport",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            path: "Shared/BlobStorage", swiftSettings: strict),
         // What every executable shares: configuration, logs and metrics, the failure policy
         // of a job, rate limits, lifecycle helpers. No HTTP server.
         .target(
@@ -132,12 +144,13 @@ let package = Package(
         .target(
             name: "Operations",
             dependencies: ["SyncModels", "BrokerTopology", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport",
-                           .product(name: "Logging", package: "swift-log")],
+                           "BlobStorage", .product(name: "Logging", package: "swift-log")],
             path: "Shared/Operations", swiftSettings: strict),
         .target(
             name: "Gateway",
             dependencies: [
                 "SyncModels", "HTTPSupport", "BrokerTopology", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "Operations",
+                "BlobStorage",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -181,7 +194,7 @@ let package = Package(
         .target(
             name: "Purge",
             dependencies: [
-                "HTTPSupport", "BrokerTopology", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "Operations",
+                "HTTPSupport", "BrokerTopology", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "Operations", "BlobStorage",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
@@ -193,6 +206,7 @@ let package = Package(
             name: "Syncctl",
             dependencies: [
                 "SyncModels", "BrokerTopology", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "Operations",
+                "BlobStorage",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Services/Syncctl", swiftSettings: strict),
@@ -231,7 +245,7 @@ let package = Package(
             path: "Tests/UnitTests", swiftSettings: strict),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["SyncModels", "PQBridge", "AMQPBridge", "Persistence"],
+            dependencies: ["SyncModels", "PQBridge", "AMQPBridge", "Persistence", "BlobStorage"],
             path: "Tests/IntegrationTests", swiftSettings: strict),
         .testTarget(
             name: "EndToEndTests",

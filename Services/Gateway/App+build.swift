@@ -1,5 +1,6 @@
 import AMQPBridge
 import Auth
+import BlobStorage
 import BrokerTopology
 import Foundation
 import HTTPSupport
@@ -22,6 +23,7 @@ func buildApplication(configuration: Configuration, settings: GatewaySettings, l
     let jobs = JobStore(pool: pool)
     let marks = PublishedMarks()
     let background = BackgroundWork()
+    let pushLimiter = RateLimiter(settings.pushRateLimit)
     let views = ViewCounter(store: PublicStore(pool: pool), logger: logger)
 
     // A GET route answers HEAD too, with its header fields alone.
@@ -39,14 +41,24 @@ func buildApplication(configuration: Configuration, settings: GatewaySettings, l
             jobs: jobs, publisher: publisher, marks: marks, slots: settings.intakeConcurrency, background: background,
             logger: logger),
         maxClockSkewMilliseconds: Int64(settings.maxClockSkew * 1000),
-        limiter: RateLimiter(settings.pushRateLimit), publicIDLimiter: RateLimiter(settings.publicIDRateLimit)
+        limiter: pushLimiter, publicIDLimiter: RateLimiter(settings.publicIDRateLimit)
     ).register(on: router)
-    PublicRoutes(records: PublicStore(pool: pool), views: views, limiter: RateLimiter(settings.publicRateLimit))
+    let publicLimiter = RateLimiter(settings.publicRateLimit)
+    PublicRoutes(records: PublicStore(pool: pool), views: views, limiter: publicLimiter).register(on: router)
+    let catalog = BlobCatalog(pool: pool)
+    let blobStores = try BlobStores(settings.blobStore, pool: pool)
+    let ingest = BlobIngest(catalog: catalog, stores: blobStores, maxBytes: settings.blobMaxBytes, spaceQuota: settings.spaceBlobQuota)
+    let blobs = BlobRoutes(
+        auth: auth, spaces: SpaceStore(pool: pool), catalog: catalog, stores: blobStores, ingest: ingest, limiter: pushLimiter,
+        publicLimiter: publicLimiter)
+    blobs.register(on: router)
+    UploadRoutes(auth: auth, catalog: catalog, ingest: ingest, blobs: blobs, limiter: pushLimiter).register(on: router)
+    let sweeper = BlobSweeper(catalog: catalog, stores: blobStores, logger: logger)
+    SpaceRoutes(auth: auth, spaces: SpaceStore(pool: pool), publisher: publisher, sweeper: sweeper, background: background)
         .register(on: router)
-    SpaceRoutes(auth: auth, spaces: SpaceStore(pool: pool), publisher: publisher).register(on: router)
     let office = DeadLetterOffice(pool: pool, publisher: publisher, retryDelays: configuration.retryDelays, logger: logger)
     AccountRoutes(
-        auth: auth, eraser: AccountEraser(pool: pool, publisher: publisher, office: office, logger: logger),
+        auth: auth, eraser: AccountEraser(pool: pool, publisher: publisher, office: office, sweeper: sweeper, logger: logger),
         inlineBudget: settings.accountDeletionInline, background: background
     ).register(on: router)
     AdminRoutes(

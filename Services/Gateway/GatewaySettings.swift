@@ -1,3 +1,4 @@
+import BlobStorage
 import HTTPSupport
 import ServiceSupport
 
@@ -17,6 +18,12 @@ struct GatewaySettings: Sendable {
     var relayAfter: Double
     /// How long `DELETE /v1/me` erases inside the request before it answers 202.
     var accountDeletionInline: Double
+    /// Where new files go (`BLOB_STORE`).
+    var blobStore: BlobStoreLocation
+    /// The largest file taken (`BLOB_MAX_BYTES`).
+    var blobMaxBytes: Int64
+    /// The bytes one space's files may take (`SPACE_BLOB_QUOTA`).
+    var spaceBlobQuota: Int64
 
     init(_ reader: EnvironmentReader) throws {
         http = try HTTPServerSettings(reader)
@@ -27,5 +34,8 @@ struct GatewaySettings: Sendable {
         publicIDRateLimit = try reader.rate("RATE_LIMIT_PUBLIC_IDS", "10/s,burst=500")
         relayAfter = try reader.duration("RELAY_AFTER", "2s")
         accountDeletionInline = try reader.duration("ACCOUNT_DELETION_INLINE", "2s")
+        blobStore = try reader.blobStore()
+        blobMaxBytes = try reader.bytes("BLOB_MAX_BYTES", "100MiB")
+        spaceBlobQuota = try reader.bytes("SPACE_BLOB_QUOTA", "5GiB")
     }
 }

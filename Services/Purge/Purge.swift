@@ -1,5 +1,6 @@
 import AMQPBridge
 import ArgumentParser
+import BlobStorage
 import BrokerTopology
 import Foundation
 import HTTPSupport
@@ -35,12 +36,14 @@ struct Purge: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let (configuration, retention) = Configuration.forService("purge", defaultPort: 8082) { reader in
-            PurgeStore.Retention(
+        let (configuration, (retention, blobStore)) = Configuration.forService("purge", defaultPort: 8082) { reader in
+            (PurgeStore.Retention(
                 tombstones: try reader.duration("TOMBSTONE_RETENTION", "30d"), jobs: try reader.duration("JOB_RETENTION", "7d"),
                 deadLetters: try reader.duration("DEAD_LETTER_RETENTION", "30d"),
                 devices: try reader.duration("DEVICE_RETENTION", "90d"),
-                publicIDReservation: try reader.duration("PUBLIC_ID_RESERVATION", "1d"))
+                publicIDReservation: try reader.duration("PUBLIC_ID_RESERVATION", "1d"),
+                blobs: try reader.duration("BLOB_RETENTION", "7d")),
+             try reader.blobStore())
         }
         let logger = Observability.bootstrap(service: "purge", level: configuration.logLevel)
         let pool = PGPool(url: configuration.databaseURL, size: 2, logger: logger)
@@ -48,10 +51,14 @@ struct Purge: AsyncParsableCommand {
             endpoint: try configuration.amqpEndpoint(),
             topology: SynclineTopology.topology(retryDelays: configuration.retryDelays), logger: logger)
         let office = DeadLetterOffice(pool: pool, publisher: publisher, retryDelays: configuration.retryDelays, logger: logger)
+        let catalog = BlobCatalog(pool: pool)
+        let sweeper = BlobSweeper(catalog: catalog, stores: try BlobStores(blobStore, pool: pool), logger: logger)
         let runner = PurgeRunner(
             store: PurgeStore(pool: pool),
             office: office,
-            eraser: AccountEraser(pool: pool, publisher: publisher, office: office, logger: logger),
+            eraser: AccountEraser(pool: pool, publisher: publisher, office: office, sweeper: sweeper, logger: logger),
+            sweeper: sweeper,
+            catalog: catalog,
             retention: retention,
             logger: logger)
         if once {
@@ -91,6 +98,8 @@ struct PurgeRunner: Sendable {
     let store: PurgeStore
     let office: DeadLetterOffice
     let eraser: AccountEraser
+    let sweeper: BlobSweeper
+    let catalog: BlobCatalog
     let retention: PurgeStore.Retention
     let logger: Logger
 
@@ -105,10 +114,13 @@ struct PurgeRunner: Sendable {
         if report.deadLetters > 0 { await office.reconcile() }
         let resumed = try await eraser.resumeUnfinished()
         if resumed > 0 { logger.info("finished account deletions a stopped process left", metadata: ["accounts": "\(resumed)"]) }
+        let removedObjects = try await sweeper.sweep()
+        Gauge(label: "syncline_blob_stored_bytes").record(try await catalog.storedBytes())
         for (kind, count) in [
             ("tombstones", report.tombstones), ("jobs", report.jobs), ("op_ids", report.opIDs),
             ("dead_letters", report.deadLetters), ("devices", report.devices),
-            ("released_public_ids", report.releasedPublicIDs), ("orphans", report.orphans),
+            ("released_public_ids", report.releasedPublicIDs), ("orphans", report.orphans), ("blobs", report.blobs),
+            ("blob_objects", removedObjects),
         ] {
             Counter(label: "syncline_purged_total", dimensions: [("kind", kind)]).increment(by: count)
         }
@@ -117,6 +129,7 @@ struct PurgeRunner: Sendable {
             "purged.tombstones": "\(report.tombstones)", "purged.jobs": "\(report.jobs)", "purged.op_ids": "\(report.opIDs)",
             "purged.dead_letters": "\(report.deadLetters)", "purged.devices": "\(report.devices)",
             "purged.released_public_ids": "\(report.releasedPublicIDs)", "purged.orphans": "\(report.orphans)",
+            "purged.blobs": "\(report.blobs)", "purged.blob_objects": "\(removedObjects)",
             "duration_ms": "\(Int(Date().timeIntervalSince(started) * 1000))",
         ])
         return report

@@ -1,5 +1,8 @@
 import ArgumentParser
+import BlobStorage
 import Operations
+import Persistence
+import ServiceSupport
 
 struct Users: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -11,8 +14,10 @@ struct Users: AsyncParsableCommand {
         @Argument(help: "The user id (the token's user claim).") var user: String
 
         func run() async throws {
+            let location = try EnvironmentReader().blobStore()
             try await withOperations { pool, publisher, office, logger in
-                _ = try await AccountEraser(pool: pool, publisher: publisher, office: office, logger: logger)
+                let sweeper = BlobSweeper(catalog: BlobCatalog(pool: pool), stores: try BlobStores(location, pool: pool), logger: logger)
+                _ = try await AccountEraser(pool: pool, publisher: publisher, office: office, sweeper: sweeper, logger: logger)
                     .erase(user: user, budget: .infinity)
             }
             print("deleted the account data of \(user)")

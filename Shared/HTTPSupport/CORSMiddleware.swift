@@ -10,10 +10,18 @@ public struct CORSMiddleware<Context: RequestContext>: RouterMiddleware {
     let anyOrigin: Bool
     let openPrefixes: [String]
     let allowMethods: String
-    static var allowHeaders: String { "Authorization, Content-Type, Idempotency-Key, traceparent, If-None-Match, Accept" }
-    static var exposeHeaders: String { "Location, Retry-After, ETag" }
+    /// Besides the API's own: `Range` and `If-Range` for files, and the tus headers, so
+    /// browser tus clients work unchanged.
+    static var allowHeaders: String {
+        "Authorization, Content-Type, Idempotency-Key, traceparent, If-None-Match, Accept, Range, If-Range, "
+            + "Tus-Resumable, Upload-Length, Upload-Metadata, Upload-Offset, X-HTTP-Method-Override"
+    }
+    static var exposeHeaders: String {
+        "Location, Retry-After, ETag, Content-Range, Content-Length, Accept-Ranges, "
+            + "Tus-Resumable, Tus-Version, Tus-Extension, Tus-Max-Size, Upload-Offset, Upload-Length"
+    }
 
-    public init(allowedOrigins: [String], openPrefixes: [String] = [], methods: [HTTPRequest.Method] = [.get, .post, .patch, .delete]) {
+    public init(allowedOrigins: [String], openPrefixes: [String] = [], methods: [HTTPRequest.Method] = [.get, .head, .post, .put, .patch, .delete]) {
         anyOrigin = allowedOrigins.contains("*")
         origins = Set(allowedOrigins)
         self.openPrefixes = openPrefixes

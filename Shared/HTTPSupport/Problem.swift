@@ -16,6 +16,10 @@ public struct APIError: HTTPResponseError, Sendable {
         case forbidden
         case notFound = "not_found"
         case payloadTooLarge = "payload_too_large"
+        case blobMissing = "blob_missing"
+        case hashMismatch = "hash_mismatch"
+        case rangeNotSatisfiable = "range_not_satisfiable"
+        case conflict
         case rateLimited = "rate_limited"
         case resyncRequired = "resync_required"
         case unavailable

@@ -1,5 +1,6 @@
 import AMQPBridge
 import Auth
+import BlobStorage
 import BrokerTopology
 import Foundation
 import Logging
@@ -15,10 +16,13 @@ public struct AccountEraser: Sendable {
     let accounts: AccountStore
     let publisher: AMQPPublisher
     let office: DeadLetterOffice
+    /// Removes the erased files from their store.
+    let sweeper: BlobSweeper
     let logger: Logger
 
-    public init(pool: PGPool, publisher: AMQPPublisher, office: DeadLetterOffice, logger: Logger) {
+    public init(pool: PGPool, publisher: AMQPPublisher, office: DeadLetterOffice, sweeper: BlobSweeper, logger: Logger) {
         self.accounts = AccountStore(pool: pool)
+        self.sweeper = sweeper
         self.publisher = publisher
         self.office = office
         self.logger = logger
@@ -43,6 +47,7 @@ public struct AccountEraser: Sendable {
         let hash = Self.userHash(user)
         try await accounts.finish(user: user, userHash: hash)
         await office.reconcile()
+        try await sweeper.sweep()
         logger.info("account deleted", metadata: ["user.hash": "\(hash.prefix(12))"])
         return true
     }

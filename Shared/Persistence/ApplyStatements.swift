@@ -142,6 +142,63 @@ extension ApplyStore {
         var opIDs: [(space: String, opID: String)] = []
         var counters: [String: Int64] = [:]
         var jobs: [(id: String, checkpoint: Int64, results: String)] = []
+        /// Per space and file, how many more (or fewer) records reference it.
+        var blobReferences: [SpaceBlob: Int] = [:]
+        /// Per space, the spaces it forked from: their files become its files too.
+        var forkedFrom: [String: Set<String>] = [:]
+    }
+
+    struct SpaceBlob: Hashable, Comparable {
+        let space: String
+        let sha256: String
+
+        static func < (lhs: SpaceBlob, rhs: SpaceBlob) -> Bool { (lhs.space, lhs.sha256) < (rhs.space, rhs.sha256) }
+    }
+
+    /// Counts the references each written record gained or lost (a record references a
+    /// file once however often its data names it), against the records as they were read.
+    static func countReferences(_ writes: inout StateWrites, before: [SpaceKey: Set<String>]) {
+        for (key, write) in writes.records {
+            let now = write.record.state.fields.referencedBlobs
+            let then = before[key] ?? []
+            guard now != then else { continue }
+            for sha256 in now.subtracting(then) { writes.blobReferences[SpaceBlob(space: key.space, sha256: sha256), default: 0] += 1 }
+            for sha256 in then.subtracting(now) { writes.blobReferences[SpaceBlob(space: key.space, sha256: sha256), default: 0] -= 1 }
+        }
+        writes.blobReferences = writes.blobReferences.filter { $0.value != 0 }
+    }
+
+    /// Writes the reference counts, in the record's transaction: a file whose count drops
+    /// to zero starts its retention; a forked record's files are first given to the
+    /// forker's space (the source's object, shared). Rows are locked in (space, hash)
+    /// order, as the intake's claim locks them.
+    static func saveReferences(_ connection: PGConnection, _ writes: StateWrites) throws {
+        guard !writes.blobReferences.isEmpty else { return }
+        for (space, sources) in writes.forkedFrom {
+            let gained = writes.blobReferences.filter { $0.key.space == space && $0.value > 0 }.map(\.key.sha256)
+            guard !gained.isEmpty else { continue }
+            try connection.execute("""
+                INSERT INTO blobs (space_id, sha256, object_id, store, size, content_type)
+                SELECT DISTINCT ON (sha256) \(space)::uuid, sha256, object_id, store, size, content_type FROM (
+                  SELECT sha256, object_id, store, size, content_type FROM blobs
+                  WHERE space_id = ANY(\(sources.compactMap { UUID(uuidString: $0) })) AND sha256 = ANY(\(gained.sorted()))
+                  ORDER BY space_id, sha256 FOR SHARE) s
+                ON CONFLICT (space_id, sha256) DO NOTHING
+                """)
+        }
+        let deltas = writes.blobReferences.sorted { $0.key < $1.key }
+        try connection.execute("""
+            WITH d AS (
+              SELECT * FROM unnest(\(deltas.map { UUID(uuidString: $0.key.space) }), \(deltas.map(\.key.sha256)),
+                                   \(deltas.map { Int32($0.value) })) AS d(space_id, sha256, delta)),
+            locked AS (
+              SELECT b.space_id, b.sha256, d.delta FROM blobs b JOIN d USING (space_id, sha256)
+              ORDER BY b.space_id, b.sha256 FOR NO KEY UPDATE OF b)
+            UPDATE blobs b SET ref_count = greatest(b.ref_count + l.delta, 0),
+              unreferenced_since = CASE WHEN b.ref_count + l.delta > 0 THEN NULL
+                                        ELSE coalesce(b.unreferenced_since, clock_timestamp()) END
+            FROM locked l WHERE b.space_id = l.space_id AND b.sha256 = l.sha256
+            """)
     }
 
     /// The spaces' members with their roles and the op_ids they have already seen (one
@@ -332,6 +389,7 @@ extension ApplyStore {
             }
             latencies[id] = latency
         }
+        try saveReferences(connection, writes)
         return latencies
     }
 }

@@ -130,8 +130,13 @@ public struct ApplyStore: Sendable {
         var states = try loadState(connection, reads)
 
         var writes = StateWrites()
+        var referencedBefore: [SpaceKey: Set<String>] = [:]
         for (space, state) in states {
-            for key in state.records.keys { writes.stored.insert(SpaceKey(space: space, key: key)) }
+            for (key, record) in state.records {
+                writes.stored.insert(SpaceKey(space: space, key: key))
+                let blobs = record.state.fields.referencedBlobs
+                if !blobs.isEmpty { referencedBefore[SpaceKey(space: space, key: key)] = blobs }
+            }
         }
         var forks: [(space: String, user: String, forked: Set<ForkedRecord>)] = []
         var applied: [String: Applied] = [:]
@@ -161,11 +166,14 @@ public struct ApplyStore: Sendable {
             writes.opIDs += outcome.remembered.map { (job.space, $0) }
             writes.jobs.append((job.id, outcome.counter, try OpResult.encodeStored(outcome.results)))
             forks.append((job.space, job.user, outcome.forked))
+            let forkedFrom = outcome.forked.compactMap(\.space).filter { $0 != job.space }
+            if !forkedFrom.isEmpty { writes.forkedFrom[job.space, default: []].formUnion(forkedFrom) }
             applied[job.id] = Applied(
                 user: job.user, deviceID: job.deviceID, checkpoint: outcome.counter,
                 hadRejectsOrConflicts: outcome.results.contains { $0.status == .rejected || $0.status == .conflict },
                 secondsSinceIntake: 0, space: job.space, members: state.members.keys.sorted())
         }
+        countReferences(&writes, before: referencedBefore)
         for (id, latency) in try save(connection, writes, attempt: attempt) { applied[id]?.secondsSinceIntake = latency }
         for fork in forks { try countForks(connection, space: fork.space, user: fork.user, forked: fork.forked) }
         return applied

@@ -49,6 +49,8 @@ public struct JobStore: Sendable {
         case spaceNotFound
         /// The user is a viewer of the space pushed to.
         case spaceReadOnly
+        /// Op `op` references a file (`sha256`) the space does not hold.
+        case blobMissing(op: Int, sha256: String)
     }
 
     /// One push: a batch of one (see `create(batch:)`), so a single push and a group
@@ -152,6 +154,7 @@ public struct JobStore: Sendable {
                     }
                 }
             }
+            try Self.claimBlobs(connection, intakes, spaces: spaces, outcomes: &outcomes)
             let now = Int64(Date().timeIntervalSince1970 * 1000)
             var jobs: [(id: UUID, intake: Intake, ops: [Op], space: String)] = []
             for (index, intake) in intakes.enumerated() where outcomes[index] == nil {
@@ -201,6 +204,44 @@ public struct JobStore: Sendable {
                     """)
             }
             return outcomes.map { $0 ?? .deviceRevoked }
+        }
+    }
+
+    /// Checks that every file the pushes reference is in the space pushed to, claiming it
+    /// there: its row's `claimed_at` moves to now, so purge, whose delete re-reads a row it
+    /// waited for, keeps it until the job is applied (and counts the reference). A push
+    /// with a missing file is refused whole (A1); pushes without references cost nothing.
+    static func claimBlobs(
+        _ connection: PGConnection, _ intakes: [Intake], spaces: [String: String], outcomes: inout [IntakeOutcome?]
+    ) throws {
+        var wanted: [(index: Int, op: Int, space: String, sha256: String)] = []
+        for (index, intake) in intakes.enumerated() where outcomes[index] == nil {
+            for (position, op) in intake.ops.enumerated() {
+                guard let data = op.data, data.values.contains(where: \.mayHoldBlobReference) else { continue }
+                for reference in JSONValue.object(data).blobReferences {
+                    // A first push to a personal space not made yet: it holds no file.
+                    wanted.append((index, position, intake.spaceID?.lowercased() ?? spaces[intake.user] ?? "", reference.sha256))
+                }
+            }
+        }
+        guard !wanted.isEmpty else { return }
+        struct Held: Hashable { let space: String, sha256: String }
+        var held = Set<Held>()
+        for row in try connection.execute("""
+            WITH k AS (
+              SELECT b.space_id, b.sha256 FROM blobs b
+              JOIN unnest(\(wanted.map { UUID(uuidString: $0.space) }), \(wanted.map(\.sha256))) AS w(space_id, sha256)
+                USING (space_id, sha256)
+              ORDER BY b.space_id, b.sha256 FOR NO KEY UPDATE OF b)
+            UPDATE blobs b SET claimed_at = clock_timestamp() FROM k
+            WHERE b.space_id = k.space_id AND b.sha256 = k.sha256
+            RETURNING b.space_id, b.sha256
+            """) {
+            let (space, sha256) = try row.decode((String, String).self)
+            held.insert(Held(space: space, sha256: sha256))
+        }
+        for item in wanted where outcomes[item.index] == nil && !held.contains(Held(space: item.space, sha256: item.sha256)) {
+            outcomes[item.index] = .blobMissing(op: item.op, sha256: item.sha256)
         }
     }
 

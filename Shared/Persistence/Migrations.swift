@@ -375,6 +375,84 @@ public enum Migrations {
             -- Which job remembered an op_id was never read.
             ALTER TABLE op_ids DROP COLUMN job_id;
             """),
+        Migration(version: 15, name: "attachments", sql: """
+            -- A space's files, by content. The bytes are an object in one store; a fork's
+            -- file points at its source's object.
+            CREATE TABLE blobs (
+              space_id           uuid NOT NULL REFERENCES spaces ON DELETE CASCADE,
+              sha256             text NOT NULL,
+              object_id          uuid NOT NULL,
+              store              text NOT NULL CHECK (store IN ('postgres', 'file')),
+              size               bigint NOT NULL,
+              content_type       text NOT NULL,
+              -- Records of the space (live or tombstones) whose data references it, kept by
+              -- the apply path in the record's transaction.
+              ref_count          integer NOT NULL DEFAULT 0,
+              unreferenced_since timestamptz DEFAULT clock_timestamp(),
+              -- The last push that referenced it: its job may not be applied yet.
+              claimed_at         timestamptz NOT NULL DEFAULT clock_timestamp(),
+              created_at         timestamptz NOT NULL DEFAULT clock_timestamp(),
+              PRIMARY KEY (space_id, sha256)
+            );
+            CREATE INDEX blobs_by_object ON blobs (object_id);
+            CREATE INDEX blobs_unreferenced ON blobs (unreferenced_since) WHERE ref_count = 0;
+
+            -- Bytes in the PostgreSQL store, in pieces; stored as they come (files are
+            -- mostly compressed already).
+            CREATE TABLE blob_chunks (
+              object_id    uuid NOT NULL,
+              start_offset bigint NOT NULL,
+              data         bytea NOT NULL,
+              PRIMARY KEY (object_id, start_offset)
+            );
+            ALTER TABLE blob_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
+
+            -- Objects to remove from their store once `not_before` has passed: those of
+            -- deleted files, and those still being written (due when abandoned).
+            CREATE TABLE blob_garbage (
+              object_id  uuid PRIMARY KEY,
+              sha256     text NOT NULL,
+              store      text NOT NULL,
+              not_before timestamptz NOT NULL
+            );
+            CREATE INDEX blob_garbage_due ON blob_garbage (not_before);
+
+            -- Resumable uploads (tus); the upload's id is the object its bytes go to.
+            CREATE TABLE blob_uploads (
+              upload_id    uuid PRIMARY KEY,
+              user_id      text NOT NULL,
+              space_id     uuid NOT NULL REFERENCES spaces ON DELETE CASCADE,
+              sha256       text NOT NULL,
+              content_type text NOT NULL,
+              length       bigint NOT NULL,
+              received     bigint NOT NULL DEFAULT 0,
+              finished     boolean NOT NULL DEFAULT false,
+              store        text NOT NULL,
+              expires_at   timestamptz NOT NULL
+            );
+            CREATE INDEX blob_uploads_by_expiry ON blob_uploads (expires_at);
+
+            -- However a file row goes (purge, a space's or an account's deletion), an object
+            -- nothing points at any more is garbage at once; so is an abandoned upload's.
+            CREATE FUNCTION syncline_blob_released() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+              IF NOT EXISTS (SELECT 1 FROM blobs WHERE object_id = OLD.object_id) THEN
+                INSERT INTO blob_garbage (object_id, sha256, store, not_before)
+                VALUES (OLD.object_id, OLD.sha256, OLD.store, clock_timestamp())
+                ON CONFLICT (object_id) DO UPDATE SET not_before = EXCLUDED.not_before;
+              END IF;
+              RETURN NULL;
+            END $$;
+            CREATE TRIGGER blobs_released AFTER DELETE ON blobs
+              FOR EACH ROW EXECUTE FUNCTION syncline_blob_released();
+            CREATE FUNCTION syncline_upload_ended() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+              UPDATE blob_garbage SET not_before = clock_timestamp() WHERE object_id = OLD.upload_id;
+              RETURN NULL;
+            END $$;
+            CREATE TRIGGER blob_uploads_ended AFTER DELETE ON blob_uploads
+              FOR EACH ROW EXECUTE FUNCTION syncline_upload_ended();
+            """),
     ]
 
     /// Applies every migration not yet applied. Safe to run from many processes at once.

@@ -20,8 +20,11 @@ public struct PurgeStore: Sendable {
         public var devices: Double
         /// How long a record without data keeps its public id.
         public var publicIDReservation: Double
+        /// How long a file no record of its space references is kept.
+        public var blobs: Double
 
-        public init(tombstones: Double, jobs: Double, deadLetters: Double, devices: Double, publicIDReservation: Double) {
+        public init(tombstones: Double, jobs: Double, deadLetters: Double, devices: Double, publicIDReservation: Double, blobs: Double) {
+            self.blobs = blobs
             self.tombstones = tombstones
             self.jobs = jobs
             self.deadLetters = deadLetters
@@ -38,12 +41,14 @@ public struct PurgeStore: Sendable {
         public var deadLetters = 0
         public var devices = 0
         public var releasedPublicIDs = 0
+        /// Files no record referenced for the retention (their bytes are the sweeper's).
+        public var blobs = 0
         /// Rows of spaces that no longer exist.
         public var orphans = 0
 
         public var description: String {
             "tombstones=\(tombstones) jobs=\(jobs) op_ids=\(opIDs) dead_letters=\(deadLetters) devices=\(devices) "
-                + "released_public_ids=\(releasedPublicIDs) orphans=\(orphans)"
+                + "released_public_ids=\(releasedPublicIDs) blobs=\(blobs) orphans=\(orphans)"
         }
     }
 
@@ -74,7 +79,18 @@ public struct PurgeStore: Sendable {
                 gone AS (
                   DELETE FROM records r USING doomed d
                   WHERE r.space_id = d.space_id AND r.collection = d.collection AND r.record_id = d.record_id
-                  RETURNING r.space_id, r.version, r.delete_clock COLLATE "C" AS delete_clock),
+                  RETURNING r.space_id, r.collection, r.record_id, r.data, r.version, r.delete_clock COLLATE "C" AS delete_clock),
+                -- The files the tombstones referenced lose a reference each (as the apply
+                -- path counts them: records per file).
+                references AS (
+                  SELECT space_id, sha256, count(*)::integer AS n FROM (
+                    SELECT DISTINCT g.space_id, g.collection, g.record_id, h #>> '{}' AS sha256
+                    FROM gone g, jsonb_path_query(g.data, 'lax $.**."$blob".sha256') h) x
+                  GROUP BY space_id, sha256),
+                released AS (
+                  UPDATE blobs b SET ref_count = greatest(b.ref_count - x.n, 0),
+                    unreferenced_since = CASE WHEN b.ref_count - x.n <= 0 THEN clock_timestamp() ELSE b.unreferenced_since END
+                  FROM references x WHERE b.space_id = x.space_id AND b.sha256 = x.sha256),
                 horizons AS (
                   SELECT space_id, max(version) AS version, max(delete_clock) AS clock FROM gone GROUP BY space_id),
                 raised AS (
@@ -126,6 +142,31 @@ public struct PurgeStore: Sendable {
                     WHERE revoked_at < clock_timestamp() - make_interval(secs => \(retention.devices))
                        OR last_seen_at < clock_timestamp() - make_interval(secs => \(retention.devices))
                     LIMIT \(batch) FOR UPDATE SKIP LOCKED)
+                  RETURNING 1)
+                SELECT count(*) FROM gone
+                """
+            }
+            // Files no record of their space referenced for the retention — live, tombstone,
+            // or in a job not applied yet (or dead, and so replayable). A push claims its
+            // files at intake and the apply path counts references under the row lock
+            // this delete takes, so neither races it. The bytes go with the sweeper.
+            let unreferenced = """
+                ref_count = 0
+                AND unreferenced_since < clock_timestamp() - make_interval(secs => \(retention.blobs))
+                AND claimed_at < clock_timestamp() - make_interval(secs => \(retention.blobs))
+                """
+            report.blobs = try drain { batch in """
+                WITH gone AS (
+                  DELETE FROM blobs b WHERE (space_id, sha256) IN (
+                    SELECT space_id, sha256 FROM blobs c
+                    WHERE \(sql: unreferenced)
+                      AND NOT EXISTS (
+                        SELECT 1 FROM jobs j WHERE j.space_id = c.space_id
+                          AND j.status IN (\(literal: JobStatus.queued), \(literal: JobStatus.processing),
+                                           \(literal: JobStatus.retrying), \(literal: JobStatus.dead))
+                          AND strpos(j.ops::text, c.sha256) > 0)
+                    LIMIT \(batch) FOR UPDATE SKIP LOCKED)
+                    AND \(sql: unreferenced)
                   RETURNING 1)
                 SELECT count(*) FROM gone
                 """

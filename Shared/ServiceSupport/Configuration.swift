@@ -41,6 +41,13 @@ public struct EnvironmentReader: Sendable {
         return limit
     }
 
+    public func bytes(_ name: String, _ fallback: String) throws(Configuration.Invalid) -> Int64 {
+        guard let bytes = ByteSizes.parse(value(name) ?? fallback) else {
+            throw Configuration.Invalid(description: "\(name) must be a size such as 100MiB, 5GiB or a number of bytes")
+        }
+        return bytes
+    }
+
     /// A comma-separated list, each item trimmed, empty items left out.
     public func list(_ name: String) -> [String] {
         (value(name) ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }

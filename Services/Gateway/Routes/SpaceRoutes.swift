@@ -1,4 +1,5 @@
 import AMQPBridge
+import BlobStorage
 import Auth
 import BrokerTopology
 import Foundation
@@ -15,6 +16,9 @@ struct SpaceRoutes: Sendable {
     let spaces: SpaceStore
     /// Tells fanout whose memberships ended, so streams narrowed to the space end.
     let publisher: AMQPPublisher
+    /// Removes a deleted space's files from their store, after the answer.
+    let sweeper: BlobSweeper
+    let background: BackgroundWork
 
     static let defaultInvitationSeconds = 7 * 24 * 3600
     static let maxInvitationSeconds = 30 * 24 * 3600
@@ -72,6 +76,10 @@ struct SpaceRoutes: Sendable {
         try Self.answer(change)
         let id = Names.canonicalUUID(space) ?? space
         await publisher.announce(members.map { SpaceLeftEvent(userID: $0, spaceID: id) }, logger: context.logger)
+        let logger = context.logger
+        _ = background.submit { [sweeper] in
+            do { try await sweeper.sweep() } catch { logger.warning("files of a deleted space wait for purge", metadata: ["error": "\(error)"]) }
+        }
         return Response(status: .noContent)
     }
 

@@ -82,6 +82,10 @@ struct SyncRoutes: Sendable {
             throw APIError.notFound("No such space.")
         case .spaceReadOnly:
             throw APIError.forbidden("A viewer of this space cannot push to it.")
+        case .blobMissing(let op, let sha256):
+            throw APIError(
+                status: .conflict, code: .blobMissing,
+                detail: "ops[\(op)] references the file \(sha256), which the space does not hold: upload it first.")
         case .existing(let jobID, let status, let ops):
             return try accepted(PushAccepted(jobID: jobID, status: status, ops: ops))
         case .created(let jobID, let ops):

@@ -24,3 +24,23 @@ public enum Durations {
         return "\(milliseconds)ms"
     }
 }
+
+/// Sizes as configuration spells them: `100MiB`, `5GiB`, `512KiB`, `10MB`, or bytes.
+public enum ByteSizes {
+    public static func parse(_ text: String) -> Int64? {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        let units: [(String, Int64)] = [
+            ("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("TiB", 1 << 40),
+            ("KB", 1000), ("MB", 1_000_000), ("GB", 1_000_000_000), ("TB", 1_000_000_000_000), ("B", 1),
+        ]
+        for (suffix, scale) in units where trimmed.hasSuffix(suffix) {
+            guard let number = Int64(trimmed.dropLast(suffix.count).trimmingCharacters(in: .whitespaces)), number > 0 else {
+                return nil
+            }
+            let (bytes, overflow) = number.multipliedReportingOverflow(by: scale)
+            return overflow ? nil : bytes
+        }
+        guard let number = Int64(trimmed), number > 0 else { return nil }
+        return number
+    }
+}

@@ -104,6 +104,9 @@ public enum PushValidation {
             if JSONValue.object(data).containsNUL {
                 throw OpProblem(text: "data must not contain the NUL character (\\u0000)")
             }
+            if let path = JSONValue.object(data).malformedBlobReferencePath("data") {
+                throw OpProblem(text: "\(path) must be a file reference: {\"sha256\": 64 lowercase hex digits, \"size\": bytes, \"content_type\": a media type}, alone in its object")
+            }
             let size = JSONWriter.bytes(.object(data)).count
             guard size <= Names.maxDataBytes else {
                 throw OpProblem(text: "data is \(size) bytes, more than \(Names.maxDataBytes)")

@@ -1,0 +1,160 @@
+import BlobStorage
+import Foundation
+import HTTPSupport
+import HTTPTypes
+import Hummingbird
+import Persistence
+import SyncModels
+
+/// Resumable uploads, tus 1.0 (core, creation, termination) at `/v1/uploads`:
+/// `Upload-Metadata` carries `sha256`, `space_id` (the personal space when absent) and
+/// `content_type`. The bytes go to the object a finished upload becomes, piece by piece;
+/// the last piece makes it the space's file as a `PUT` would.
+struct UploadRoutes: Sendable {
+    let auth: Authenticator
+    let catalog: BlobCatalog
+    let ingest: BlobIngest
+    let blobs: BlobRoutes
+    let limiter: RateLimiter
+    /// How long an upload may rest between requests.
+    static let expiresIn: Double = 24 * 3600
+    static let version = "1.0.0"
+
+    func register(on router: Router<GatewayRequestContext>) {
+        router.on("/v1/uploads", method: .options, use: options)
+        router.post("/v1/uploads", use: create)
+        router.head("/v1/uploads/:upload_id", use: status)
+        router.patch("/v1/uploads/:upload_id", use: append)
+        router.delete("/v1/uploads/:upload_id", use: terminate)
+    }
+
+    static var tusFields: HTTPFields { [.tusResumable: version, .cacheControl: "no-store"] }
+
+    @Sendable func options(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        var headers = Self.tusFields
+        headers[.tusVersion] = Self.version
+        headers[.tusExtension] = "creation,termination"
+        headers[.tusMaxSize] = String(ingest.maxBytes)
+        return Response(status: .noContent, headers: headers)
+    }
+
+    /// tus answers a client of another version with 412 and the version it speaks.
+    func checkVersion(_ request: Request) throws {
+        guard request.headers[.tusResumable] == Self.version else {
+            throw APIError(status: .preconditionFailed, code: .invalidRequest, detail: "Tus-Resumable must be \(Self.version).")
+        }
+    }
+
+    @Sendable func create(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        let claims = try await auth.user(request, context: context)
+        try checkVersion(request)
+        try limiter.check(claims.sub, limit: "push")
+        guard let lengthText = request.headers[.uploadLength], let length = Int64(lengthText), length >= 0,
+              lengthText.utf8.allSatisfy({ (48...57).contains($0) }) else {
+            throw APIError.badRequest("Upload-Length must be the file's size in bytes (deferred lengths are not supported).")
+        }
+        guard let metadata = request.headers[.uploadMetadata].flatMap(TusMetadata.parse) else {
+            throw APIError.badRequest("Upload-Metadata must carry sha256 (and may carry space_id and content_type), each Base64.")
+        }
+        guard let sha256 = metadata["sha256"], BlobReference.isValidSHA256(sha256) else {
+            throw APIError.badRequest("Upload-Metadata must carry sha256: the file's SHA-256, 64 lowercase hex digits.")
+        }
+        let contentType = try BlobRoutes.contentType(metadata["content_type"])
+        var named: String?
+        if let space = metadata["space_id"] {
+            guard let id = Names.canonicalUUID(space) else { throw APIError.badRequest("space_id must be a space's id.") }
+            named = id
+        }
+        let space = try await blobs.writableSpace(named, user: claims.sub)
+        try await blobs.checkRoom(for: length, in: space)
+        guard let upload = try await catalog.createUpload(
+            user: claims.sub, space: space, sha256: sha256, contentType: contentType, length: length,
+            store: ingest.writingStore, expiresIn: Self.expiresIn)
+        else { throw APIError.notFound("No such space.") }
+        var headers = Self.tusFields
+        headers[.location] = "/v1/uploads/\(upload.uploadID.uuidString.lowercased())"
+        headers[.uploadOffset] = "0"
+        // An empty file has no bytes to send: it is finished here.
+        if length == 0 {
+            _ = try blobs.answer(try await ingest.complete(upload), sha256: sha256, space: space)
+        }
+        return Response(status: .created, headers: headers)
+    }
+
+    @Sendable func status(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        let claims = try await auth.user(request, context: context)
+        try checkVersion(request)
+        var upload = try await find(context, user: claims.sub)
+        // Every byte in but not yet a file (the request that sent the last one ended
+        // first): it is finished now, so that the offset tells the truth.
+        if upload.received == upload.length, !upload.finished {
+            _ = try blobs.answer(try await ingest.complete(upload), sha256: upload.sha256, space: upload.spaceID.uuidString.lowercased())
+            upload = try await find(context, user: claims.sub)
+        }
+        var headers = Self.tusFields
+        headers[.uploadOffset] = String(upload.received)
+        headers[.uploadLength] = String(upload.length)
+        return Response(status: .ok, headers: headers)
+    }
+
+    @Sendable func append(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        let claims = try await auth.user(request, context: context)
+        try checkVersion(request)
+        try limiter.check(claims.sub, limit: "push")
+        guard request.headers[.contentType] == "application/offset+octet-stream" else {
+            throw APIError(
+                status: .unsupportedMediaType, code: .invalidRequest, detail: "A PATCH carries application/offset+octet-stream.")
+        }
+        let upload = try await find(context, user: claims.sub)
+        guard let offsetText = request.headers[.uploadOffset], let offset = Int64(offsetText), offset >= 0 else {
+            throw APIError.badRequest("Upload-Offset must be where the upload stands, in bytes.")
+        }
+        guard offset == upload.received else {
+            throw APIError(status: .conflict, code: .conflict, detail: "The upload stands at \(upload.received) bytes, not \(offset).")
+        }
+        var headers = Self.tusFields
+        if upload.finished {
+            headers[.uploadOffset] = String(upload.received)
+            return Response(status: .noContent, headers: headers)
+        }
+        switch try await ingest.append(upload, at: offset, body: request.body, expiresIn: Self.expiresIn) {
+        case .conflict:
+            throw APIError(status: .conflict, code: .conflict, detail: "Another request moved the upload's offset first.")
+        case .exceedsLength:
+            throw APIError(
+                status: .contentTooLarge, code: .payloadTooLarge, detail: "The upload's length is \(upload.length) bytes.")
+        case .advanced(let end):
+            if end == upload.length {
+                _ = try blobs.answer(try await ingest.complete(upload), sha256: upload.sha256, space: upload.spaceID.uuidString.lowercased())
+            }
+            headers[.uploadOffset] = String(end)
+            return Response(status: .noContent, headers: headers)
+        }
+    }
+
+    @Sendable func terminate(_ request: Request, context: GatewayRequestContext) async throws -> Response {
+        let claims = try await auth.user(request, context: context)
+        try checkVersion(request)
+        let upload = try await find(context, user: claims.sub)
+        try await ingest.end(upload)
+        return Response(status: .noContent, headers: Self.tusFields)
+    }
+
+    /// The caller's upload; 404 for anyone else's, an unknown one, or one expired.
+    func find(_ context: GatewayRequestContext, user: String) async throws -> BlobCatalog.Upload {
+        guard let upload = try await catalog.upload(id: try context.parameters.require("upload_id"), user: user) else {
+            throw APIError.notFound("No such upload.")
+        }
+        return upload
+    }
+}
+
+extension HTTPField.Name {
+    static let tusResumable = HTTPField.Name("Tus-Resumable")!
+    static let tusVersion = HTTPField.Name("Tus-Version")!
+    static let tusExtension = HTTPField.Name("Tus-Extension")!
+    static let tusMaxSize = HTTPField.Name("Tus-Max-Size")!
+    static let uploadLength = HTTPField.Name("Upload-Length")!
+    static let uploadMetadata = HTTPField.Name("Upload-Metadata")!
+    static let uploadOffset = HTTPField.Name("Upload-Offset")!
+}

@@ -1,0 +1,316 @@
+import Foundation
+import PQBridge
+import SyncModels
+
+/// What is known of files: which space holds which hash, in which object and store; the
+/// resumable uploads under way; the objects waiting to be removed. The bytes themselves
+/// are a `BlobStore`'s.
+public struct BlobCatalog: Sendable {
+    let pool: PGPool
+
+    public init(pool: PGPool) { self.pool = pool }
+
+    /// A file of a space.
+    public struct StoredBlob: Sendable, Equatable, Codable {
+        public let sha256: String
+        public let size: Int64
+        public let contentType: String
+        public let objectID: UUID
+        public let store: String
+
+        /// In the order of the columns read (`storedColumns`).
+        enum CodingKeys: String, CodingKey {
+            case sha256, size
+            case contentType = "content_type"
+            case objectID = "object_id"
+            case store
+        }
+
+        public init(sha256: String, size: Int64, contentType: String, objectID: UUID, store: String) {
+            self.sha256 = sha256
+            self.size = size
+            self.contentType = contentType
+            self.objectID = objectID
+            self.store = store
+        }
+    }
+
+    static let storedColumns = "sha256, size, content_type, object_id, store"
+
+    /// A new object about to be written: it is garbage, due once `abandonAfter` seconds
+    /// have passed, unless a finished upload makes it a file first.
+    public func beginObject(sha256: String, store: String, abandonAfter seconds: Double) async throws -> UUID {
+        let object = UUID()
+        try await pool.execute("""
+            INSERT INTO blob_garbage (object_id, sha256, store, not_before)
+            VALUES (\(object), \(sha256), \(store), clock_timestamp() + make_interval(secs => \(seconds)))
+            """)
+        return object
+    }
+
+    public enum Finished: Sendable, Equatable {
+        /// The space now holds the file (201).
+        case created(StoredBlob)
+        /// The space held it already (200); the new object is garbage.
+        case existing(StoredBlob)
+        /// The space's files would exceed the quota; the object is garbage.
+        case overQuota(used: Int64)
+        /// The space was deleted meanwhile.
+        case spaceGone
+        /// The object was removed as abandoned before it was finished.
+        case abandoned
+    }
+
+    /// Makes a written, sealed object the space's file `sha256` — unless the space holds
+    /// it already or it would take the space over `quota` bytes. Under the space's row
+    /// lock, so two uploads into one space count against the quota one after the other.
+    /// `upload`: the resumable upload this was, which ends here.
+    public func finish(
+        object: UUID, space: String, sha256: String, size: Int64, contentType: String, store: String, quota: Int64,
+        upload: UUID? = nil
+    ) async throws -> Finished {
+        guard let spaceID = UUID(uuidString: space) else { return .spaceGone }
+        return try await pool.transaction { connection in
+            func discard() throws {
+                try connection.execute("UPDATE blob_garbage SET not_before = clock_timestamp() WHERE object_id = \(object)")
+            }
+            // A finished upload stays until it expires, so that a client whose last answer
+            // was lost learns that it is done; a refused one ends.
+            func end(finished: Bool) throws {
+                guard let upload else { return }
+                if finished {
+                    try connection.execute("UPDATE blob_uploads SET finished = true WHERE upload_id = \(upload)")
+                } else {
+                    try connection.execute("DELETE FROM blob_uploads WHERE upload_id = \(upload)")
+                }
+            }
+            guard try !connection.execute("SELECT 1 FROM spaces WHERE space_id = \(spaceID) FOR NO KEY UPDATE").isEmpty else {
+                try discard()
+                try end(finished: false)
+                return .spaceGone
+            }
+            if let existing = try Self.find(connection, space: spaceID, sha256: sha256) {
+                try discard()
+                try end(finished: true)
+                return .existing(existing)
+            }
+            let used = try connection.execute("SELECT coalesce(sum(size), 0)::bigint FROM blobs WHERE space_id = \(spaceID)")
+                .first?.decode(Int64.self, at: 0) ?? 0
+            if used + size > quota {
+                try discard()
+                try end(finished: false)
+                return .overQuota(used: used)
+            }
+            guard try connection.execute("DELETE FROM blob_garbage WHERE object_id = \(object)").affectedRows == 1 else {
+                try end(finished: false)
+                return .abandoned
+            }
+            try connection.execute("""
+                INSERT INTO blobs (space_id, sha256, object_id, store, size, content_type)
+                VALUES (\(spaceID), \(sha256), \(object), \(store), \(size), \(contentType))
+                """)
+            try end(finished: true)
+            return .created(StoredBlob(sha256: sha256, size: size, contentType: contentType, objectID: object, store: store))
+        }
+    }
+
+    /// The space's file with this hash.
+    public func find(space: String, sha256: String) async throws -> StoredBlob? {
+        guard let id = UUID(uuidString: space) else { return nil }
+        return try await pool.withConnection { try Self.find($0, space: id, sha256: sha256) }
+    }
+
+    static func find(_ connection: PGConnection, space: UUID, sha256: String) throws -> StoredBlob? {
+        try connection.execute("""
+            SELECT \(sql: storedColumns) FROM blobs WHERE space_id = \(space) AND sha256 = \(sha256)
+            """).first?.decode(as: StoredBlob.self)
+    }
+
+    /// Bytes the space's files take.
+    public func usage(space: String) async throws -> Int64 {
+        guard let id = UUID(uuidString: space) else { return 0 }
+        return try await pool.execute("SELECT coalesce(sum(size), 0)::bigint FROM blobs WHERE space_id = \(id)")
+            .first?.decode(Int64.self, at: 0) ?? 0
+    }
+
+    /// A file that the public (or unlisted) record `publicID` references, from that
+    /// record's space; nil once it is unpublished or deleted.
+    public func publicBlob(publicID: String, sha256: String) async throws -> StoredBlob? {
+        guard let row = try await pool.execute("""
+            SELECT space_id, data FROM records
+            WHERE public_id = \(publicID) AND visibility <> \(literal: RecordState.PublicVisibility.private)
+            """).first else { return nil }
+        let (space, data) = try row.decode((UUID, PGJSON).self)
+        guard try JSONParser.parse(data.text).blobReferences.contains(where: { $0.sha256 == sha256 }) else { return nil }
+        return try await pool.withConnection { try Self.find($0, space: space, sha256: sha256) }
+    }
+
+    // MARK: - Resumable uploads
+
+    public struct Upload: Sendable, Equatable, Codable {
+        public let uploadID: UUID
+        public let userID: String
+        public let spaceID: UUID
+        public let sha256: String
+        public let contentType: String
+        public let length: Int64
+        public let received: Int64
+        public let finished: Bool
+        public let store: String
+
+        /// In the order of the columns read (`uploadColumns`).
+        enum CodingKeys: String, CodingKey {
+            case uploadID = "upload_id"
+            case userID = "user_id"
+            case spaceID = "space_id"
+            case sha256
+            case contentType = "content_type"
+            case length, received, finished, store
+        }
+    }
+
+    static let uploadColumns = "upload_id, user_id, space_id, sha256, content_type, length, received, finished, store"
+
+    /// A resumable upload; its object is garbage once it expires or ends unfinished.
+    public func createUpload(
+        user: String, space: String, sha256: String, contentType: String, length: Int64, store: String, expiresIn seconds: Double
+    ) async throws -> Upload? {
+        guard let spaceID = UUID(uuidString: space) else { return nil }
+        let id = UUID()
+        return try await pool.transaction { connection in
+            try connection.execute("""
+                INSERT INTO blob_garbage (object_id, sha256, store, not_before)
+                VALUES (\(id), \(sha256), \(store), clock_timestamp() + make_interval(secs => \(seconds)))
+                """)
+            return try connection.execute("""
+                INSERT INTO blob_uploads (upload_id, user_id, space_id, sha256, content_type, length, store, expires_at)
+                SELECT \(id), \(user), space_id, \(sha256), \(contentType), \(length), \(store),
+                       clock_timestamp() + make_interval(secs => \(seconds))
+                FROM spaces WHERE space_id = \(spaceID)
+                RETURNING \(sql: Self.uploadColumns)
+                """).first?.decode(as: Upload.self)
+        }
+    }
+
+    /// The user's upload, while it has not expired.
+    public func upload(id: String, user: String) async throws -> Upload? {
+        guard let uploadID = UUID(uuidString: id) else { return nil }
+        return try await pool.execute("""
+            SELECT \(sql: Self.uploadColumns) FROM blob_uploads
+            WHERE upload_id = \(uploadID) AND user_id = \(user) AND expires_at > clock_timestamp()
+            """).first?.decode(as: Upload.self)
+    }
+
+    /// Moves the upload's offset from `from` to `to` and its expiry forward; false when
+    /// another request moved it first, or it expired.
+    public func advance(upload: UUID, from: Int64, to: Int64, expiresIn seconds: Double) async throws -> Bool {
+        try await pool.transaction { connection in
+            let moved = try connection.execute("""
+                UPDATE blob_uploads SET received = \(to), expires_at = clock_timestamp() + make_interval(secs => \(seconds))
+                WHERE upload_id = \(upload) AND received = \(from) AND expires_at > clock_timestamp()
+                """).affectedRows == 1
+            if moved {
+                try connection.execute("""
+                    UPDATE blob_garbage SET not_before = clock_timestamp() + make_interval(secs => \(seconds))
+                    WHERE object_id = \(upload)
+                    """)
+            }
+            return moved
+        }
+    }
+
+    /// Ends an upload unfinished (tus termination); its object is garbage at once.
+    public func endUpload(_ upload: UUID) async throws {
+        try await pool.execute("DELETE FROM blob_uploads WHERE upload_id = \(upload)")
+    }
+
+    // MARK: - Removal
+
+    /// Objects in these stores due for removal.
+    public func dueGarbage(stores: [String], limit: Int) async throws -> [(object: UUID, sha256: String, store: String)] {
+        try await pool.execute("""
+            SELECT object_id, sha256, store FROM blob_garbage
+            WHERE not_before <= clock_timestamp() AND store = ANY(\(stores))
+            ORDER BY not_before LIMIT \(limit)
+            """).map { try $0.decode((UUID, String, String).self) }
+    }
+
+    /// Forgets a removed object, unless it became due again later (then it stays queued).
+    public func forgetGarbage(_ object: UUID) async throws {
+        try await pool.execute("DELETE FROM blob_garbage WHERE object_id = \(object) AND not_before <= clock_timestamp()")
+    }
+
+    /// Forgets an object removed because it will never be a file (a refused upload).
+    public func forgetDiscarded(_ object: UUID) async throws {
+        try await pool.execute("DELETE FROM blob_garbage WHERE object_id = \(object)")
+    }
+
+    /// Ends uploads past their expiry; their objects become garbage.
+    public func expireUploads() async throws -> Int {
+        try await pool.execute("DELETE FROM blob_uploads WHERE expires_at <= clock_timestamp()").affectedRows
+    }
+
+    /// Bytes of all objects stored, each counted once.
+    public func storedBytes() async throws -> Int64 {
+        try await pool.execute("""
+            SELECT coalesce(sum(size), 0)::bigint FROM (SELECT DISTINCT ON (object_id) size FROM blobs ORDER BY object_id) o
+            """).first?.decode(Int64.self, at: 0) ?? 0
+    }
+
+    // MARK: - Operators
+
+    public struct Listed: Sendable, Codable, Equatable {
+        public let sha256: String
+        public let size: Int64
+        public let contentType: String
+        public let objectID: UUID
+        public let store: String
+        public let refCount: Int
+        public let createdAt: String
+
+        /// In the order of the columns read.
+        enum CodingKeys: String, CodingKey {
+            case sha256, size
+            case contentType = "content_type"
+            case objectID = "object_id"
+            case store
+            case refCount = "ref_count"
+            case createdAt = "created_at"
+        }
+    }
+
+    /// A space's files, by hash.
+    public func list(space: String) async throws -> [Listed] {
+        guard let id = UUID(uuidString: space) else { return [] }
+        return try await pool.execute("""
+            SELECT sha256, size, content_type, object_id, store, ref_count, syncline_rfc3339(created_at)
+            FROM blobs WHERE space_id = \(id) ORDER BY sha256
+            """).map { try $0.decode(as: Listed.self) }
+    }
+
+    /// Objects in a store, one per object (a fork's file shares its source's).
+    public func objects(in store: String, limit: Int) async throws -> [(object: UUID, sha256: String, size: Int64)] {
+        try await pool.execute("""
+            SELECT DISTINCT ON (object_id) object_id, sha256, size FROM blobs WHERE store = \(store)
+            ORDER BY object_id LIMIT \(limit)
+            """).map { try $0.decode((UUID, String, Int64).self) }
+    }
+
+    /// Points every file of `object` at `copy`, an object written to `store` (begun with
+    /// `beginObject`); the old object becomes garbage. False when the files are gone.
+    public func move(object: UUID, to copy: UUID, in store: String) async throws -> Bool {
+        try await pool.transaction { connection in
+            guard let (sha256, old) = try connection.execute("""
+                SELECT sha256, store FROM blobs WHERE object_id = \(object) FOR UPDATE
+                """).first?.decode((String, String).self) else { return false }
+            try connection.execute("UPDATE blobs SET object_id = \(copy), store = \(store) WHERE object_id = \(object)")
+            try connection.execute("DELETE FROM blob_garbage WHERE object_id = \(copy)")
+            try connection.execute("""
+                INSERT INTO blob_garbage (object_id, sha256, store, not_before)
+                VALUES (\(object), \(sha256), \(old), clock_timestamp())
+                ON CONFLICT (object_id) DO UPDATE SET not_before = EXCLUDED.not_before
+                """)
+            return true
+        }
+    }
+}
