@@ -131,6 +131,8 @@ extension ApplyStore {
         var known = Set<String>()
         var records: [RecordKey: StoredRecord] = [:]
         var members: [String: SpaceRole] = [:]
+        /// The files each record counts towards (`records.blob_refs`).
+        var blobRefs: [RecordKey: Set<String>] = [:]
     }
 
     /// What a set of jobs writes: the records (with the author's name and user of the job
@@ -144,6 +146,8 @@ extension ApplyStore {
         var jobs: [(id: String, checkpoint: Int64, results: String)] = []
         /// Per space and file, how many more (or fewer) records reference it.
         var blobReferences: [SpaceBlob: Int] = [:]
+        /// The files each written record counts towards, as stored (`blob_refs`).
+        var blobRefs: [SpaceKey: Set<String>] = [:]
         /// Per space, the spaces it forked from: their files become its files too.
         var forkedFrom: [String: Set<String>] = [:]
     }
@@ -155,12 +159,15 @@ extension ApplyStore {
         static func < (lhs: SpaceBlob, rhs: SpaceBlob) -> Bool { (lhs.space, lhs.sha256) < (rhs.space, rhs.sha256) }
     }
 
-    /// Counts the references each written record gained or lost (a record references a
-    /// file once however often its data names it), against the records as they were read.
+    /// Counts the references each written record gained or lost, against what it counted
+    /// towards when read. A live record counts towards the files its data references (once
+    /// each, however often it names them); a tombstone keeps counting towards those its
+    /// data referenced when it was deleted, until purge removes it.
     static func countReferences(_ writes: inout StateWrites, before: [SpaceKey: Set<String>]) {
         for (key, write) in writes.records {
-            let now = write.record.state.fields.referencedBlobs
             let then = before[key] ?? []
+            let now = write.record.state.deleted ? then : write.record.state.fields.referencedBlobs
+            if !now.isEmpty { writes.blobRefs[key] = now }
             guard now != then else { continue }
             for sha256 in now.subtracting(then) { writes.blobReferences[SpaceBlob(space: key.space, sha256: sha256), default: 0] += 1 }
             for sha256 in then.subtracting(now) { writes.blobReferences[SpaceBlob(space: key.space, sha256: sha256), default: 0] -= 1 }
@@ -226,13 +233,14 @@ extension ApplyStore {
         for row in try connection.execute("""
             SELECT r.space_id, r.collection, r.record_id, r.version, r.data, r.field_clocks, r.floor_clock, r.write_clock,
                    r.delete_clock, r.updated_by, r.public_id, r.can_fork, r.visibility_clock, r.listed, r.forked_from,
-                   r.fork_clock, syncline_rfc3339(r.published_at)
+                   r.fork_clock, syncline_rfc3339(r.published_at), r.blob_refs
             FROM records r
             JOIN unnest(\(keys.map(\.space))::uuid[], \(keys.map(\.key.collection)), \(keys.map(\.key.id))) AS k(space_id, collection, record_id)
               USING (space_id, collection, record_id)
             """) {
             let record = try row.decode(as: RecordRow.self)
             states[record.space, default: SpaceState()].records[record.key] = try record.stored()
+            if let blobs = record.blobRefs, !blobs.isEmpty { states[record.space, default: SpaceState()].blobRefs[record.key] = Set(blobs) }
         }
         return states
     }
@@ -256,6 +264,7 @@ extension ApplyStore {
         let forkedFrom: String?
         let forkClock: String?
         let publishedAt: String?
+        let blobRefs: [String]?
 
         var key: RecordKey { RecordKey(collection: collection, id: id) }
 
@@ -330,20 +339,21 @@ extension ApplyStore {
                 \(records.map { $0.state.visibility?.canFork == true }), \(records.map { $0.state.visibility?.clock.description }),
                 \(sorted.map(\.value.author)), \(records.map { $0.state.visibility?.listed != false }),
                 \(records.map { $0.state.fork?.publicID }), \(records.map { $0.state.fork?.clock.description }),
-                \(sorted.map(\.value.user)))
+                \(sorted.map(\.value.user)),
+                \(sorted.map { writes.blobRefs[$0.key].map { $0.sorted().joined(separator: ",") } }))
                 AS u(stored, space_id, collection, record_id, version, deleted, data, field_clocks, floor_clock, write_clock,
                      delete_clock, updated_by, visibility, public_id, can_fork, visibility_clock, author, listed,
-                     forked_from, fork_clock, author_user)),
+                     forked_from, fork_clock, author_user, blob_refs)),
             inserted AS (
               INSERT INTO records (space_id, collection, record_id, version, deleted, data, field_clocks,
                                    floor_clock, write_clock, delete_clock, updated_by, updated_at,
                                    visibility, public_id, can_fork, visibility_clock, published_at, author,
-                                   listed, forked_from, fork_clock, author_user)
+                                   listed, forked_from, fork_clock, author_user, blob_refs)
               SELECT space_id, collection, record_id, version, deleted, data, field_clocks,
                      floor_clock, write_clock, delete_clock, updated_by, clock_timestamp(),
                      visibility, public_id, can_fork, visibility_clock,
                      CASE WHEN visibility = \(literal: hidden) THEN NULL ELSE clock_timestamp() END,
-                     shown_author, listed, forked_from, fork_clock, shown_author_user
+                     shown_author, listed, forked_from, fork_clock, shown_author_user, string_to_array(blob_refs, ',')
               FROM source WHERE NOT stored),
             updated AS (
               UPDATE records SET
@@ -354,6 +364,7 @@ extension ApplyStore {
                 write_clock = s.write_clock, delete_clock = s.delete_clock,
                 visibility = s.visibility, can_fork = s.can_fork, visibility_clock = s.visibility_clock,
                 listed = s.listed, forked_from = s.forked_from, fork_clock = s.fork_clock,
+                blob_refs = string_to_array(s.blob_refs, ','),
                 published_at = CASE WHEN s.visibility = \(literal: hidden) THEN NULL
                                     WHEN records.visibility <> \(literal: hidden)
                                          AND records.public_id IS NOT DISTINCT FROM s.public_id THEN records.published_at

@@ -132,11 +132,8 @@ public struct ApplyStore: Sendable {
         var writes = StateWrites()
         var referencedBefore: [SpaceKey: Set<String>] = [:]
         for (space, state) in states {
-            for (key, record) in state.records {
-                writes.stored.insert(SpaceKey(space: space, key: key))
-                let blobs = record.state.fields.referencedBlobs
-                if !blobs.isEmpty { referencedBefore[SpaceKey(space: space, key: key)] = blobs }
-            }
+            for key in state.records.keys { writes.stored.insert(SpaceKey(space: space, key: key)) }
+            for (key, blobs) in state.blobRefs { referencedBefore[SpaceKey(space: space, key: key)] = blobs }
         }
         var forks: [(space: String, user: String, forked: Set<ForkedRecord>)] = []
         var applied: [String: Applied] = [:]

@@ -395,6 +395,9 @@ public enum Migrations {
               PRIMARY KEY (space_id, sha256)
             );
             CREATE INDEX blobs_by_object ON blobs (object_id);
+            -- The files a record counts towards: those its data references, or, for a
+            -- tombstone, those its data referenced when it was deleted.
+            ALTER TABLE records ADD COLUMN blob_refs text[];
             CREATE INDEX blobs_unreferenced ON blobs (unreferenced_since) WHERE ref_count = 0;
 
             -- Bytes in the PostgreSQL store, in pieces; stored as they come (files are

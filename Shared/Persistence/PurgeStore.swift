@@ -79,18 +79,15 @@ public struct PurgeStore: Sendable {
                 gone AS (
                   DELETE FROM records r USING doomed d
                   WHERE r.space_id = d.space_id AND r.collection = d.collection AND r.record_id = d.record_id
-                  RETURNING r.space_id, r.collection, r.record_id, r.data, r.version, r.delete_clock COLLATE "C" AS delete_clock),
-                -- The files the tombstones referenced lose a reference each (as the apply
-                -- path counts them: records per file).
-                references AS (
-                  SELECT space_id, sha256, count(*)::integer AS n FROM (
-                    SELECT DISTINCT g.space_id, g.collection, g.record_id, h #>> '{}' AS sha256
-                    FROM gone g, jsonb_path_query(g.data, 'lax $.**."$blob".sha256') h) x
+                  RETURNING r.space_id, r.blob_refs, r.version, r.delete_clock COLLATE "C" AS delete_clock),
+                -- The files the tombstones still counted towards lose a reference each.
+                referencing AS (
+                  SELECT space_id, sha256, count(*)::integer AS n FROM gone, unnest(gone.blob_refs) AS sha256
                   GROUP BY space_id, sha256),
                 released AS (
                   UPDATE blobs b SET ref_count = greatest(b.ref_count - x.n, 0),
                     unreferenced_since = CASE WHEN b.ref_count - x.n <= 0 THEN clock_timestamp() ELSE b.unreferenced_since END
-                  FROM references x WHERE b.space_id = x.space_id AND b.sha256 = x.sha256),
+                  FROM referencing x WHERE b.space_id = x.space_id AND b.sha256 = x.sha256),
                 horizons AS (
                   SELECT space_id, max(version) AS version, max(delete_clock) AS clock FROM gone GROUP BY space_id),
                 raised AS (
