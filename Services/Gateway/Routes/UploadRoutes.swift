@@ -38,9 +38,13 @@ struct UploadRoutes: Sendable {
         return Response(status: .noContent, headers: headers)
     }
 
-    /// tus answers a client of another version with 412 and the version it speaks.
+    /// tus answers a client of another version with 412 and the version it speaks; a
+    /// request without the header is no tus request at all.
     func checkVersion(_ request: Request) throws {
-        guard request.headers[.tusResumable] == Self.version else {
+        guard let version = request.headers[.tusResumable] else {
+            throw APIError.badRequest("A tus request carries Tus-Resumable: \(Self.version).")
+        }
+        guard version == Self.version else {
             throw APIError(status: .preconditionFailed, code: .invalidRequest, detail: "Tus-Resumable must be \(Self.version).")
         }
     }
