@@ -66,6 +66,18 @@ struct DeploymentTests {
         #expect(seen.isSuperset(of: ["gateway", "worker", "fanout", "purge", "syncctl"]))
     }
 
+    /// With `BLOB_STORE=file:…`, every executable that writes or removes files sees the
+    /// same directory: one named volume, mounted where the setting points.
+    @Test func theFileStoreIsOneVolumeWhereverFilesAreWrittenOrRemoved() throws {
+        let services = try services()
+        for name in ["gateway", "purge"] {
+            let volumes = services[name]?["volumes"] as? [String] ?? []
+            #expect(volumes.contains("blobs:/var/lib/syncline/blobs"), "\(name): \(volumes)")
+        }
+        let text = try String(contentsOf: Self.root.appendingPathComponent("compose.yaml"), encoding: .utf8)
+        #expect(text.contains("file:/var/lib/syncline/blobs"))
+    }
+
     @Test func workersScale() throws {
         let worker = try #require(try services()["worker"])
         #expect(worker["container_name"] == nil)
