@@ -45,7 +45,10 @@ let package = Package(
         // The Swift package an offline-first app drops in: local store, outbox, sync.
         .target(
             name: "SynclineClient",
-            dependencies: ["SyncModels", "URLSessionCancellation", .product(name: "GRDB", package: "GRDB.swift")],
+            dependencies: [
+                "SyncModels", "URLSessionCancellation", .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
             path: "Shared/SynclineClient", swiftSettings: strict),
         // HS256 JWTs, minted by syncctl and verified by the services.
         .target(

@@ -45,6 +45,7 @@ extension LocalStore {
                 """, arguments: [Int64(cursor) ?? 0])
             touched.formUnion(reached.map { RecordKey(collection: $0["collection"], id: $0["record_id"]) })
             try Self.run(db, sql: "DELETE FROM outbox WHERE state = 'confirmed' AND checkpoint <= ?", arguments: [Int64(cursor) ?? 0])
+            try Self.run(db, sql: "DELETE FROM outbox_blobs WHERE NOT EXISTS (SELECT 1 FROM outbox o WHERE o.op_id = outbox_blobs.op_id)")
             if !hasMore, try Self.string(db, sql: "SELECT value FROM meta WHERE key = 'resync'") != nil {
                 let stale = try Self.rows(db, sql: "SELECT collection, id FROM server_records WHERE generation < ?", arguments: [generation])
                 touched.formUnion(stale.map { RecordKey(collection: $0["collection"], id: $0["id"]) })

@@ -24,13 +24,20 @@ extension LocalStore {
                 let opIDs = try Self.strings(db, sql: "SELECT op_id FROM outbox WHERE batch_id = ? ORDER BY seq", arguments: [id])
                 return Batch(id: id, idempotencyKey: row["idempotency_key"], body: row["body"], opIDs: opIDs)
             }
-            let rows = try Self.rows(
-                db, sql: "SELECT op_id, op, size FROM outbox WHERE state = 'pending' ORDER BY seq LIMIT ?", arguments: [maxOps])
+            // An op waits for its files: the batch ends before the first op referencing a
+            // file this device has not uploaded yet (order is kept).
+            let rows = try Self.rows(db, sql: """
+                SELECT op_id, op, size, EXISTS (
+                  SELECT 1 FROM outbox_blobs ob JOIN blobs b USING (sha256)
+                  WHERE ob.op_id = outbox.op_id AND b.state <> 'stored') AS waiting
+                FROM outbox WHERE state = 'pending' ORDER BY seq LIMIT ?
+                """, arguments: [maxOps])
             let scope = space.map { #","space_id":"\#($0)""# } ?? ""
             let envelope = 64 + device.utf8.count + scope.utf8.count
             var chosen: [(id: String, op: String)] = []
             var bytes = envelope
             for row in rows {
+                if row["waiting"] as Bool { break }
                 let size: Int = row["size"]
                 if !chosen.isEmpty && bytes + size + 1 > maxBytes { break }
                 chosen.append((row["op_id"], row["op"]))

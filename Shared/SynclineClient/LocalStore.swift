@@ -73,6 +73,18 @@ final class LocalStore: @unchecked Sendable {
         migrator.registerMigration("v2: set-aside edits show") { db in
             try db.execute(sql: "ALTER TABLE records ADD COLUMN set_aside_reason TEXT")
         }
+        migrator.registerMigration("v3: attachments") { db in
+            try db.execute(sql: """
+                -- Files this device holds (in the folder beside the database): its own, to
+                -- upload ('pending') or uploaded ('stored'), refused by the server
+                -- ('refused'), and downloaded ones ('stored'), least recently used first out.
+                CREATE TABLE blobs (
+                  sha256 TEXT PRIMARY KEY, size INTEGER NOT NULL, content_type TEXT NOT NULL, state TEXT NOT NULL,
+                  upload_url TEXT, reason TEXT, last_used REAL NOT NULL);
+                -- Which files each op in the outbox references: an op waits for its files.
+                CREATE TABLE outbox_blobs (op_id TEXT NOT NULL, sha256 TEXT NOT NULL, PRIMARY KEY (op_id, sha256));
+                """)
+        }
         try migrator.migrate(database)
         let scope = space ?? "personal"
         try database.write { db in
@@ -92,7 +104,9 @@ final class LocalStore: @unchecked Sendable {
         try database.write { db in
             let collections = Set(try Self.strings(db, sql: "SELECT DISTINCT collection FROM records"))
             let lost = try Self.strings(db, sql: "SELECT op_id FROM outbox WHERE state IN \(Self.unconfirmedStates) ORDER BY seq")
-            for table in ["server_records", "records", "outbox", "batches"] { try db.execute(sql: "DELETE FROM \(table)") }
+            for table in ["server_records", "records", "outbox", "batches", "outbox_blobs", "blobs"] {
+                try db.execute(sql: "DELETE FROM \(table)")
+            }
             for key in ["cursor", "resync", "generation"] { try Self.setMeta(db, key, nil) }
             try Self.setMeta(db, "gone", "1")
             return (collections, lost)
@@ -176,6 +190,11 @@ final class LocalStore: @unchecked Sendable {
                 INSERT INTO outbox (op_id, collection, record_id, op, size, state, created_at)
                 VALUES (?, ?, ?, ?, ?, 'pending', ?)
                 """, arguments: [op.opID, op.collection, op.id, text, text.utf8.count, now.timeIntervalSince1970])
+            if let data = op.data, data.values.contains(where: \.mayHoldBlobReference) {
+                for sha256 in data.referencedBlobs {
+                    try Self.run(db, sql: "INSERT OR IGNORE INTO outbox_blobs (op_id, sha256) VALUES (?, ?)", arguments: [op.opID, sha256])
+                }
+            }
             try Self.refresh(db, RecordKey(collection: op.collection, id: op.id))
             return op
         }

@@ -121,9 +121,12 @@ extension SyncClient {
         if store.spaceGone { throw ClientError.spaceGone }
         try store.checkpointIfLarge()
         let device = try await registeredDevice()
+        let uploadFailure = try await uploadPending()
         try await pushAll(device: device)
         let jobsInFlight = try await followJobs()
         if pullWanted { try await pullAll() }
+        // The ops waiting for a file that could not be sent wait for the next pass.
+        if let uploadFailure { throw Retry(reason: uploadFailure, after: nil) }
         lastSyncAt = configuration.now()
         lastError = nil
         return jobsInFlight
@@ -166,6 +169,18 @@ extension SyncClient {
                 try store.batchAccepted(batch, jobID: jobID)
             case 400, 422:
                 try setAside(batch, index: Self.opIndex(in: answer.detail), reason: Self.withoutOpIndex(answer.detail))
+            case 409 where answer.json?.objectValue?["code"]?.stringValue == "blob_missing":
+                // The server lacks a file an op references (purged, or never sent): sent
+                // again when this device holds it, else the op is set aside.
+                let index = Self.opIndex(in: answer.detail)
+                let sha256 = answer.detail.split(separator: " ").first { BlobReference.isValidSHA256($0.trimmingCharacters(in: .punctuationCharacters)) }
+                    .map { $0.trimmingCharacters(in: .punctuationCharacters) }
+                if let sha256, try store.blobMissing(sha256) {
+                    try store.batchDissolved(batch)
+                    if let failure = try await uploadPending() { throw Retry(reason: failure, after: nil) }
+                } else {
+                    try setAside(batch, index: index, reason: answer.detail)
+                }
             case 403 where configuration.spaceID != nil:
                 // A viewer's edits: the server will not take them while the role lasts.
                 try setAside(batch, index: nil, reason: answer.detail)

@@ -268,9 +268,11 @@ public actor SyncClient {
 
     static func status(_ store: LocalStore, _ snapshot: StatusSnapshot, now: Date) throws -> SyncStatus {
         let counts = try store.status()
+        let uploads = try store.pendingUploadTotals()
         return SyncStatus(
             pendingOps: counts.pending, oldestPendingAge: counts.oldest.map { now.timeIntervalSince1970 - $0 },
-            lastSyncAt: snapshot.lastSyncAt, lastError: snapshot.lastError, setAsideOps: counts.setAside, live: snapshot.live)
+            lastSyncAt: snapshot.lastSyncAt, lastError: snapshot.lastError, setAsideOps: counts.setAside, live: snapshot.live,
+            pendingUploads: uploads.count, pendingUploadBytes: uploads.bytes)
     }
 
     /// The status may have changed: `statusUpdates` gets it if it did.
@@ -289,6 +291,7 @@ public actor SyncClient {
             return status.pendingOps != last.pendingOps || (status.oldestPendingAge == nil) != (last.oldestPendingAge == nil)
                 || status.lastSyncAt != last.lastSyncAt || status.lastError != last.lastError
                 || status.setAsideOps != last.setAsideOps || status.live != last.live
+                || status.pendingUploads != last.pendingUploads || status.pendingUploadBytes != last.pendingUploadBytes
         }
     }
 

@@ -53,6 +53,13 @@ public enum SyncEvent: Sendable, Equatable {
     /// (it was deleted, or this user was removed): they are lost with the space. Comes
     /// just before `.spaceGone`.
     case editsLost(spaceID: String, opIDs: [String])
+    /// An upload's progress: `sent` of `total` bytes of the file `sha256`.
+    case uploadProgress(sha256: String, sent: Int64, total: Int64)
+    /// The server holds the file: the ops referencing it go with the next push.
+    case uploaded(sha256: String)
+    /// The server refused the file (too large, over the space's quota): the ops that
+    /// reference it are set aside with `reason` (each also reported by `.setAside`).
+    case uploadRefused(sha256: String, reason: String)
 }
 
 /// Why an edit has not synced yet: what the app can show its user.
@@ -71,6 +78,9 @@ public struct SyncStatus: Sendable, Equatable {
     public let setAsideOps: Int
     /// Whether the live stream is connected.
     public let live: Bool
+    /// Files of this device waiting to be uploaded, and their bytes.
+    public let pendingUploads: Int
+    public let pendingUploadBytes: Int64
 }
 
 /// An op the server refused, kept for the app.
@@ -107,13 +117,18 @@ public struct ClientConfiguration: Sendable {
     public var now: @Sendable () -> Date
     /// Indexes on record fields, for the queries the app runs often (see `LocalIndex`).
     public var indexes: [LocalIndex]
+    /// The most bytes of downloaded (and uploaded) files kept on the device; files waiting
+    /// to be uploaded are kept whatever their size.
+    public var blobCacheBytes: Int64
 
     public init(
         gatewayURL: URL, fanoutURL: URL? = nil, databasePath: String, spaceID: String? = nil, deviceID: String? = nil,
         tokenProvider: @escaping @Sendable (_ refresh: Bool) async throws -> String,
         deviceName: String = "device", platform: String = "swift", pollInterval: Double? = 30,
-        heartbeatInterval: Double = 30, now: @escaping @Sendable () -> Date = { Date() }, indexes: [LocalIndex] = []
+        heartbeatInterval: Double = 30, now: @escaping @Sendable () -> Date = { Date() }, indexes: [LocalIndex] = [],
+        blobCacheBytes: Int64 = 512 << 20
     ) {
+        self.blobCacheBytes = blobCacheBytes
         self.gatewayURL = gatewayURL
         self.fanoutURL = fanoutURL
         self.databasePath = databasePath

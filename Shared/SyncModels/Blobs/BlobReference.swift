@@ -44,6 +44,12 @@ public struct BlobReference: Sendable, Hashable, Codable {
         return parts.count == 2 && token(parts[0]) && token(parts[1])
     }
 
+    /// Reads a reference as it sits in record data (`{"$blob": {…}}`); nil for anything else.
+    public init?(json: JSONValue) {
+        guard let fields = json.objectValue, fields.count == 1, let inner = fields[Self.key] else { return nil }
+        self.init(inner)
+    }
+
     /// Reads one `$blob` value; nil when it is not a well-formed reference.
     init?(_ value: JSONValue) {
         guard let fields = value.objectValue, fields.count == 3,

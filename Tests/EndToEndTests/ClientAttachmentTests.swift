@@ -1,0 +1,68 @@
+import Foundation
+import SyncModels
+import SynclineClient
+import Testing
+
+/// SynclineClient's attachments against the real stack: a file attached offline travels
+/// after a restart, before the record that references it; a refused file blocks nothing.
+@Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
+struct ClientAttachmentTests {
+    static func photo(_ count: Int) -> Data { Data((0..<count).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 9) }) }
+
+    @Test func aPhotoAttachedOfflineArrivesWithItsFileAfterARestart() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let user = ClientTests.user()
+            let directory = E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()
+            let path = "\(directory)/attach-\(UUID().uuidString.prefix(8)).sqlite"
+            // Offline: the gateway's address answers nothing.
+            let offline = try SyncClient(ClientConfiguration(
+                gatewayURL: URL(string: "http://127.0.0.1:9")!, databasePath: path, tokenProvider: { _ in await E2E.token(user) },
+                pollInterval: nil))
+            let photo = Self.photo(5 * 1024 * 1024 + 321)
+            let ref = try await offline.attach(data: photo, contentType: "image/jpeg")
+            try await offline.upsert("recipes", id: "r1", data: ["title": "Soup", "photo": ref.json])
+            let waiting = try await offline.status()
+            #expect(waiting.pendingUploads == 1 && waiting.pendingUploadBytes == Int64(photo.count) && waiting.pendingOps == 1)
+            #expect(try await offline.blob(ref) == URL(fileURLWithPath: path + ".blobs/\(ref.sha256)"), "its own file, at once")
+
+            // The app restarts, online.
+            let phone = try ClientTests.device(stack, user: user, path: path)
+            await phone.client.start()
+            try await phone.client.sync()
+            let synced = try await phone.client.status()
+            #expect(synced.pendingUploads == 0 && synced.pendingOps == 0)
+            let progress = await phone.log.events.compactMap { event -> Int64? in
+                if case .uploadProgress(_, let sent, _) = event { return sent }
+                return nil
+            }
+            #expect(progress.contains(4 * 1024 * 1024), "sent with tus, in pieces: \(progress)")
+
+            // The other device gets the record, and the file with it.
+            let laptop = try ClientTests.device(stack, user: user)
+            try await laptop.client.sync()
+            let record = try #require(try await laptop.client.record("recipes", id: "r1"))
+            let pulled = try #require(record.data["photo"].flatMap(BlobRef.init(json:)))
+            #expect(pulled == ref)
+            let file = try await laptop.client.blob(pulled)
+            #expect(try Data(contentsOf: file) == photo)
+            await phone.client.stop()
+        }
+    }
+
+    @Test func aFileTheServerRefusesSetsAsideItsOpsAndBlocksNothing() async throws {
+        try await Stack.with(workers: 1, environment: ["BLOB_MAX_BYTES": "1MiB"]) { stack in
+            let user = ClientTests.user()
+            let phone = try ClientTests.device(stack, user: user)
+            let large = Self.photo(2 * 1024 * 1024)
+            let ref = try await phone.client.attach(data: large, contentType: "image/png")
+            let refusedOp = try await phone.client.upsert("recipes", id: "big", data: ["photo": ref.json])
+            try await phone.client.upsert("recipes", id: "later", data: ["title": "Bread"])
+            try await phone.client.sync()
+            #expect(try await ClientTests.server(stack, user, "recipes") == ["later": ["title": "Bread"]])
+            let aside = try await phone.client.setAside()
+            #expect(aside.map(\.opID) == [refusedOp] && aside.first?.reason.contains("at most") == true, "\(aside)")
+            #expect(await phone.log.events.contains(.uploadRefused(sha256: ref.sha256, reason: aside.first?.reason ?? "")))
+            #expect(try await phone.client.status().pendingUploads == 0)
+        }
+    }
+}
