@@ -39,10 +39,11 @@ struct WebClientTests {
         let token: String
     }
 
-    static func withPage(fanouts: Int = 0, _ body: (Page) async throws -> Void) async throws {
+    static func withPage(fanouts: Int = 0, environment: [String: String] = [:], _ body: (Page) async throws -> Void) async throws {
         let site = try await serve()
         defer { site.stop() }
-        try await Stack.with(workers: 1, fanouts: fanouts, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
+        let env = environment.merging(["CORS_ALLOWED_ORIGINS": site.base]) { $1 }
+        try await Stack.with(workers: 1, fanouts: fanouts, environment: env) { stack in
             let user = "web-\(UUID().uuidString.prefix(6))"
             let token = await E2E.token(user)
             let browser = try Browser()

@@ -1,10 +1,15 @@
 import { Backoff, retryAfterSeconds } from "./backoff.js";
+import { blobRefOf, isContentType, sha256Hex, type BlobRef } from "./blobs.js";
 import { halved, maxOpsPerPush, maxPushBytes } from "./batching.js";
 import type { JSONObject } from "./json.js";
 import type { Op, OpType, RecordView } from "./op.js";
 import { canonicalJSON } from "./json.js";
 import { matches, type QueryOptions, type Where } from "./query.js";
-import { LocalStore, type Changed, type OutboxEntry, type ShownRecord } from "./store.js";
+import { LocalStore, type Changed, type LocalBlob, type OutboxEntry, type ShownRecord } from "./store.js";
+
+/** Files up to this size are uploaded in one `PUT`; larger ones with tus, in pieces, resumed after a reload. */
+const resumableUploadThreshold = 4 * 1024 * 1024;
+const uploadPieceBytes = 4 * 1024 * 1024;
 
 export interface ClientOptions {
   gatewayURL: string;
@@ -25,6 +30,8 @@ export interface ClientOptions {
    * with a limit, reading no more than the limit.
    */
   indexes?: (string | string[])[];
+  /** The most bytes of downloaded (and uploaded) files kept in IndexedDB (absent: 256 MiB); files waiting to be uploaded stay whatever their size. */
+  blobCacheBytes?: number;
 }
 
 /** A query: `observe(query, callback)`. */
@@ -55,6 +62,9 @@ export interface SyncStatus {
   setAsideOps: number;
   live: boolean;
   leader: boolean;
+  /** Files of this device waiting to be uploaded, and their bytes. */
+  pendingUploads: number;
+  pendingUploadBytes: number;
 }
 
 export interface SetAsideOp {
@@ -105,6 +115,7 @@ interface Answer {
   json: any;
   detail: string;
   retryAfter?: number;
+  headers: Headers;
 }
 
 function shown<T extends JSONObject>(row: ShownRecord): LocalRecord<T> {
@@ -452,11 +463,130 @@ export class SyncClient {
   }
 
   async status(): Promise<SyncStatus> {
-    const counts = await this.store.status();
+    const [counts, uploads] = await Promise.all([this.store.status(), this.store.pendingUploadTotals()]);
     return {
       pendingOps: counts.pending, oldestPendingAge: counts.oldest === null ? null : (Date.now() - counts.oldest) / 1000,
       lastSyncAt: this.lastSyncAt, lastError: this.lastError, setAsideOps: counts.setAside, live: this.live, leader: this.leader,
+      pendingUploads: uploads.count, pendingUploadBytes: uploads.bytes,
     };
+  }
+
+  // MARK: - Files
+
+  /**
+   * Keeps `file` in IndexedDB as a file of this device's and queues its upload; put
+   * `blobValue(ref)` anywhere in a record's data. Works offline; the ops that reference it
+   * are pushed only after it is uploaded.
+   */
+  async attach(file: Blob, contentType: string = file.type || "application/octet-stream"): Promise<BlobRef> {
+    if (await this.store.meta<boolean>("gone")) throw new SpaceGoneError();
+    if (!isContentType(contentType)) throw new Error(`content type ${contentType} is not a media type such as image/jpeg`);
+    const ref: BlobRef = { sha256: await sha256Hex(await file.arrayBuffer()), size: file.size, content_type: contentType };
+    await this.store.addOwnBlob(ref, file, Date.now());
+    this.wakeUp();
+    return ref;
+  }
+
+  /**
+   * The file as a `Blob` (for `URL.createObjectURL`): at once when this browser holds it,
+   * else downloaded now, checked against its hash, and kept in a cache bounded by
+   * `blobCacheBytes` (least recently used out first).
+   */
+  async blob(ref: BlobRef | { $blob: BlobRef }): Promise<Blob> {
+    const file = "$blob" in ref ? blobRefOf(ref as never) : ref;
+    if (!file) throw new Error("not a file reference");
+    const known = await this.store.localBlob(file.sha256);
+    if (known) {
+      await this.store.touchBlob(file.sha256, Date.now());
+      return known.blob;
+    }
+    const space = this.options.spaceID ? `?space_id=${encodeURIComponent(this.options.spaceID)}` : "";
+    const response = await this.fetchWithToken("GET", `/v1/blobs/${file.sha256}${space}`);
+    if (response.status !== 200) throw new Error(`download answered ${response.status}: ${(await response.text()).slice(0, 300)}`);
+    const bytes = await response.arrayBuffer();
+    if ((await sha256Hex(bytes)) !== file.sha256) throw new Error("the file downloaded does not match its hash");
+    const blob = new Blob([bytes], { type: file.content_type });
+    await this.store.addDownloadedBlob(file, blob, Date.now());
+    await this.store.evictBlobs(this.options.blobCacheBytes ?? 256 * 1024 * 1024);
+    return blob;
+  }
+
+  /**
+   * Uploads every file waiting, oldest first: `PUT` up to 4 MiB, tus in 4 MiB pieces above
+   * (resumed from the kept upload URL). A file the server refuses sets aside the ops that
+   * reference it; one failing for now holds back only the ops from its first referencing op
+   * on. Returns the first such failure.
+   */
+  private async uploadPending(): Promise<string | null> {
+    for (const aside of await this.store.blobsRefused(null, "")) this.emit("setAside", aside);
+    let failure: string | null = null;
+    for (const file of await this.store.pendingBlobs()) {
+      try {
+        const answer = file.size > resumableUploadThreshold ? await this.uploadResumably(file) : await this.uploadWhole(file);
+        if (answer.status === 200 || answer.status === 201 || answer.status === 204) {
+          await this.store.blobUploaded(file.sha256);
+          this.emit("uploaded", { sha256: file.sha256 });
+        } else if (answer.status === 413 || answer.status === 422) {
+          const aside = await this.store.blobsRefused(file.sha256, answer.detail);
+          this.emit("uploadRefused", { sha256: file.sha256, reason: answer.detail });
+          for (const op of aside) this.emit("setAside", op);
+          this.changedAll();
+        } else {
+          failure ??= `upload answered ${answer.status}: ${answer.detail}`;
+        }
+      } catch (error) {
+        failure ??= error instanceof Error ? error.message : String(error);
+      }
+    }
+    return failure;
+  }
+
+  private spaceQuery(): string {
+    return this.options.spaceID ? `?space_id=${encodeURIComponent(this.options.spaceID)}` : "";
+  }
+
+  private async uploadWhole(file: LocalBlob): Promise<Answer> {
+    this.emit("uploadProgress", { sha256: file.sha256, sent: 0, total: file.size });
+    const answer = await this.send("PUT", `/v1/blobs/${file.sha256}${this.spaceQuery()}`, file.blob, { "Content-Type": file.content_type });
+    if (answer.status === 200 || answer.status === 201) this.emit("uploadProgress", { sha256: file.sha256, sent: file.size, total: file.size });
+    return answer;
+  }
+
+  private async uploadResumably(file: LocalBlob): Promise<Answer> {
+    const tus = { "Tus-Resumable": "1.0.0" };
+    let location = file.upload_url;
+    let offset = 0;
+    if (location) {
+      const head = await this.send("HEAD", location, undefined, tus);
+      const at = Number(head.headers.get("Upload-Offset"));
+      if (head.status === 200 && Number.isInteger(at)) offset = at;
+      else location = null;
+    }
+    if (!location) {
+      const b64 = (text: string) => btoa(text);
+      let metadata = `sha256 ${b64(file.sha256)},content_type ${b64(file.content_type)}`;
+      if (this.options.spaceID) metadata += `,space_id ${b64(this.options.spaceID)}`;
+      const created = await this.send("POST", "/v1/uploads", undefined, { ...tus, "Upload-Length": String(file.size), "Upload-Metadata": metadata });
+      const url = created.headers.get("Location");
+      if (created.status !== 201 || !url) return created;
+      location = url;
+      await this.store.setUploadURL(file.sha256, url);
+    }
+    let last: Answer = { status: 204, json: null, detail: "", headers: new Headers() };
+    while (offset < file.size) {
+      this.emit("uploadProgress", { sha256: file.sha256, sent: offset, total: file.size });
+      last = await this.send("PATCH", location, file.blob.slice(offset, offset + uploadPieceBytes), {
+        ...tus, "Upload-Offset": String(offset), "Content-Type": "application/offset+octet-stream",
+      });
+      const at = Number(last.headers.get("Upload-Offset"));
+      if (last.status !== 204 || !Number.isInteger(at)) {
+        if (last.status === 404 || last.status === 409) await this.store.setUploadURL(file.sha256, null);
+        return last;
+      }
+      offset = at;
+    }
+    this.emit("uploadProgress", { sha256: file.sha256, sent: file.size, total: file.size });
+    return last;
   }
 
   async setAside(): Promise<SetAsideOp[]> {
@@ -680,22 +810,26 @@ export class SyncClient {
     if (await this.store.meta<boolean>("gone")) throw new SpaceGoneError();
     const device = await this.registeredDevice();
     if (this.leader) void this.openStream(device);
+    const uploadFailure = await this.uploadPending();
     await this.pushAll(device);
     const jobsInFlight = await this.followJobs();
     if (this.pullWanted) await this.pullAll();
+    // The ops waiting for a file that could not be sent wait for the next pass.
+    if (uploadFailure) throw new Retry(uploadFailure);
     return jobsInFlight;
   }
 
   // MARK: - HTTP
 
-  private async send(method: string, path: string, body?: string, headers: Record<string, string> = {}): Promise<Answer> {
+  /** A request with the bearer token (asked again once after a 401); a JSON body unless `Content-Type` says otherwise. */
+  private async fetchWithToken(method: string, path: string, body?: string | Blob, headers: Record<string, string> = {}): Promise<Response> {
     let refresh = false;
     for (;;) {
       const token = await this.options.tokenProvider(refresh);
       let response: Response;
       try {
         response = await fetch(this.options.gatewayURL + path, {
-          method, body, headers: { ...headers, Authorization: `Bearer ${token}`, ...(body ? { "Content-Type": "application/json" } : {}) },
+          method, body, headers: { ...(typeof body === "string" ? { "Content-Type": "application/json" } : {}), ...headers, Authorization: `Bearer ${token}` },
         });
       } catch (error) {
         throw new Retry(`cannot reach the server: ${error instanceof Error ? error.message : String(error)}`);
@@ -704,11 +838,19 @@ export class SyncClient {
         refresh = true;
         continue;
       }
-      const text = await response.text();
-      let json: any = null;
-      try { json = text ? JSON.parse(text) : null; } catch { /* not JSON */ }
-      return { status: response.status, json, detail: json?.detail ?? text.slice(0, 500), retryAfter: retryAfterSeconds(response.headers.get("Retry-After")) };
+      return response;
     }
+  }
+
+  private async send(method: string, path: string, body?: string | Blob, headers: Record<string, string> = {}): Promise<Answer> {
+    const response = await this.fetchWithToken(method, path, body, headers);
+    const text = await response.text();
+    let json: any = null;
+    try { json = text ? JSON.parse(text) : null; } catch { /* not JSON */ }
+    return {
+      status: response.status, json, detail: json?.detail ?? text.slice(0, 500), retryAfter: retryAfterSeconds(response.headers.get("Retry-After")),
+      headers: response.headers,
+    };
   }
 
   private async registeredDevice(): Promise<string> {
@@ -734,6 +876,16 @@ export class SyncClient {
         await this.store.batchAccepted(batch, answer.json.job_id);
       } else if (answer.status === 400 || answer.status === 422 || (answer.status === 403 && this.options.spaceID)) {
         await this.refused(batch, answer.status === 403 ? null : opIndex(answer.detail), withoutOpIndex(answer.detail));
+      } else if (answer.status === 409 && answer.json?.code === "blob_missing") {
+        // The server lacks a file an op references: sent again when this browser holds it, else the op is set aside.
+        const sha = /[0-9a-f]{64}/.exec(answer.detail)?.[0];
+        if (sha && await this.store.blobMissing(sha)) {
+          await this.store.batchDissolved(batch);
+          const failure = await this.uploadPending();
+          if (failure) throw new Retry(failure);
+        } else {
+          await this.refused(batch, opIndex(answer.detail), withoutOpIndex(answer.detail));
+        }
       } else if (answer.status === 404 && this.options.spaceID) {
         // The space may be gone: the pull tells (a 404 there drops it).
         await this.pullAll();

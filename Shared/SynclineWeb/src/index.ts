@@ -15,3 +15,5 @@ export type { ClientOptions, LocalRecord, Query, SetAsideOp, Space, SyncStatus }
 export { matches, ordered, sortKey, compareKeys } from "./query.js";
 export { StorageBlockedError } from "./store.js";
 export type { Condition, QueryOptions, Where } from "./query.js";
+export { blobValue, blobRefOf, referencedBlobs, isContentType, sha256Hex } from "./blobs.js";
+export type { BlobRef } from "./blobs.js";

@@ -1,4 +1,5 @@
 import { batchSize, pushBody } from "./batching.js";
+import { referencedBlobs, type BlobRef } from "./blobs.js";
 import { ClockState } from "./hlc.js";
 import { request, transaction } from "./idb.js";
 import type { JSONObject } from "./json.js";
@@ -32,6 +33,21 @@ export interface OutboxEntry {
   checkpoint?: number | null;
   reason?: string | null;
   created_at: number;
+  /** The files the op references: it waits for them to be uploaded. */
+  blobs?: string[];
+}
+
+/**
+ * A file this device holds: its own, waiting to be uploaded (`pending`) or uploaded
+ * (`stored`), refused by the server (`refused`), or downloaded (`stored`), with when it was
+ * last used (the cache drops the least recently used first).
+ */
+export interface LocalBlob extends BlobRef {
+  state: "pending" | "stored" | "refused";
+  blob: Blob;
+  upload_url: string | null;
+  reason: string | null;
+  last_used: number;
 }
 
 /** A record as the app sees it. */
@@ -113,7 +129,7 @@ export interface Changed extends Key {
   row?: ShownRecord | null;
 }
 
-const all = ["meta", "records", "outbox", "batches"];
+const all = ["meta", "records", "outbox", "batches", "blobs"];
 
 export class LocalStore {
   private db: IDBDatabase | null;
@@ -146,7 +162,7 @@ export class LocalStore {
     const wanted = new Set(indexed.map(LocalStore.indexName));
     const look = db.transaction("records");
     const present = new Set(Array.from(look.objectStore("records").indexNames).filter((index) => index.startsWith(indexPrefix)));
-    if (wanted.size !== present.size || [...wanted].some((index) => !present.has(index))) {
+    if (wanted.size !== present.size || [...wanted].some((index) => !present.has(index)) || !db.objectStoreNames.contains("blobs")) {
       const next = db.version + 1;
       // Closed with a transaction still running, the connection would hold up the upgrade.
       await new Promise((resolve) => { look.oncomplete = look.onabort = resolve; });
@@ -176,6 +192,7 @@ export class LocalStore {
         outbox.createIndex("batch_id", "batch_id");
         db.createObjectStore("batches", { keyPath: "batch_id" });
       }
+      if (!db.objectStoreNames.contains("blobs")) db.createObjectStore("blobs", { keyPath: "sha256" }).createIndex("state", "state");
       if (version === undefined) return;
       const records = tx.objectStore("records");
       for (const index of Array.from(records.indexNames)) {
@@ -318,6 +335,8 @@ export class LocalStore {
         op_id: stamped.op_id, collection: stamped.collection, id: stamped.id, op: stamped,
         state: "pending", batch_id: null, job_id: null, checkpoint: null, reason: null, created_at: now,
       };
+      const blobs = referencedBlobs(stamped.data);
+      if (blobs.length > 0) entry.blobs = blobs;
       tx.objectStore("outbox").add(entry);
       return { op: stamped, row: this.show(tx, op, known.server, [...known.entries, entry]) };
     });
@@ -524,13 +543,23 @@ export class LocalStore {
 
   /** The batch to send: one formed earlier and not yet answered, else a new one of the oldest pending ops. */
   async nextBatch(deviceID: string, maxOps: number, maxBytes: number, spaceID?: string): Promise<Batch | null> {
-    return this.run(["outbox", "batches"], "readwrite", async (tx) => {
+    return this.run(["outbox", "batches", "blobs"], "readwrite", async (tx) => {
       const batches = (await request(tx.objectStore("batches").getAll())) as Batch[];
       const open = batches.find((batch) => batch.job_id === null);
       if (open) return open;
       const outbox = tx.objectStore("outbox");
       // The oldest first: an index keeps rows of one key in primary-key (seq) order.
-      const waiting = (await request(outbox.index("state").getAll("pending", maxOps))) as OutboxEntry[];
+      let waiting = (await request(outbox.index("state").getAll("pending", maxOps))) as OutboxEntry[];
+      // An op waits for its files: the batch ends before the first op referencing one not
+      // uploaded yet (order is kept).
+      const files = tx.objectStore("blobs");
+      for (let i = 0; i < waiting.length; i++) {
+        const states = await Promise.all((waiting[i].blobs ?? []).map((sha) => request(files.get(sha)) as Promise<LocalBlob | undefined>));
+        if (states.some((file) => file !== undefined && file.state !== "stored")) {
+          waiting = waiting.slice(0, i);
+          break;
+        }
+      }
       const chosen = waiting.slice(0, batchSize(deviceID, waiting.map((entry) => entry.op), maxBytes, maxOps, spaceID));
       if (chosen.length === 0) return null;
       const ops = chosen.map((entry) => entry.op);
@@ -659,11 +688,119 @@ export class LocalStore {
     return this.run(all, "readwrite", async (tx) => {
       const entries = (await request(tx.objectStore("outbox").getAll())) as OutboxEntry[];
       const lost = entries.filter((entry) => unconfirmed.includes(entry.state)).sort((a, b) => (a.seq ?? 0) - (b.seq ?? 0)).map((entry) => entry.op_id);
-      for (const store of ["records", "outbox", "batches"]) tx.objectStore(store).clear();
+      for (const store of ["records", "outbox", "batches", "blobs"]) tx.objectStore(store).clear();
       const meta = tx.objectStore("meta");
       for (const key of ["cursor", "resync", "generation"]) meta.delete(key);
       meta.put(true, "gone");
       return lost;
+    });
+  }
+
+  // MARK: - Files
+
+  /** Keeps a file of this device's own: it waits to be uploaded, unless it is known to be on the server. */
+  async addOwnBlob(ref: BlobRef, blob: Blob, now: number): Promise<void> {
+    await this.run(["blobs"], "readwrite", async (tx) => {
+      const files = tx.objectStore("blobs");
+      const known = (await request(files.get(ref.sha256))) as LocalBlob | undefined;
+      const state = known?.state === "stored" ? "stored" : "pending";
+      const file: LocalBlob = { ...ref, state, blob, upload_url: known?.upload_url ?? null, reason: null, last_used: now };
+      files.put(file);
+    });
+  }
+
+  async addDownloadedBlob(ref: BlobRef, blob: Blob, now: number): Promise<void> {
+    await this.run(["blobs"], "readwrite", async (tx) => {
+      const file: LocalBlob = { ...ref, state: "stored", blob, upload_url: null, reason: null, last_used: now };
+      tx.objectStore("blobs").put(file);
+    });
+  }
+
+  async localBlob(sha256: string): Promise<LocalBlob | undefined> {
+    return this.run(["blobs"], "readonly", (tx) => request(tx.objectStore("blobs").get(sha256)) as Promise<LocalBlob | undefined>);
+  }
+
+  async touchBlob(sha256: string, now: number): Promise<void> {
+    await this.updateBlob(sha256, (file) => ({ ...file, last_used: now }));
+  }
+
+  async setUploadURL(sha256: string, url: string | null): Promise<void> {
+    await this.updateBlob(sha256, (file) => ({ ...file, upload_url: url }));
+  }
+
+  async blobUploaded(sha256: string): Promise<void> {
+    await this.updateBlob(sha256, (file) => ({ ...file, state: "stored", upload_url: null }));
+  }
+
+  private async updateBlob(sha256: string, change: (file: LocalBlob) => LocalBlob): Promise<void> {
+    await this.run(["blobs"], "readwrite", async (tx) => {
+      const files = tx.objectStore("blobs");
+      const file = (await request(files.get(sha256))) as LocalBlob | undefined;
+      if (file) files.put(change(file));
+    });
+  }
+
+  /** Files waiting to be uploaded, least recently used first. */
+  async pendingBlobs(): Promise<LocalBlob[]> {
+    return this.run(["blobs"], "readonly", async (tx) =>
+      ((await request(tx.objectStore("blobs").index("state").getAll("pending"))) as LocalBlob[]).sort((a, b) => a.last_used - b.last_used));
+  }
+
+  async pendingUploadTotals(): Promise<{ count: number; bytes: number }> {
+    const pending = await this.pendingBlobs();
+    return { count: pending.length, bytes: pending.reduce((sum, file) => sum + file.size, 0) };
+  }
+
+  /**
+   * The server refused the file (`sha256`, when given): every pending op that references a
+   * refused file is set aside with its reason. Returns them.
+   */
+  async blobsRefused(sha256: string | null, reason: string): Promise<{ opID: string; reason: string }[]> {
+    return this.run(all, "readwrite", async (tx) => {
+      const files = tx.objectStore("blobs");
+      if (sha256) {
+        const file = (await request(files.get(sha256))) as LocalBlob | undefined;
+        if (file) files.put({ ...file, state: "refused", reason, upload_url: null });
+      }
+      const refused = new Map(((await request(files.index("state").getAll("refused"))) as LocalBlob[]).map((file) => [file.sha256, file.reason ?? reason]));
+      const outbox = tx.objectStore("outbox");
+      const aside: OutboxEntry[] = [];
+      for (const entry of (await request(outbox.index("state").getAll("pending"))) as OutboxEntry[]) {
+        const hit = (entry.blobs ?? []).find((sha) => refused.has(sha));
+        if (!hit) continue;
+        const why = refused.get(hit)!;
+        outbox.put({ ...entry, state: "set_aside", reason: why });
+        aside.push({ ...entry, reason: why });
+      }
+      await this.refreshOps(tx, aside);
+      return aside.map((entry) => ({ opID: entry.op_id, reason: entry.reason ?? reason }));
+    });
+  }
+
+  /** The server lacks a file an op references (409 `blob_missing`): uploaded again when this device holds it. */
+  async blobMissing(sha256: string): Promise<boolean> {
+    return this.run(["blobs"], "readwrite", async (tx) => {
+      const files = tx.objectStore("blobs");
+      const file = (await request(files.get(sha256))) as LocalBlob | undefined;
+      if (!file || file.state === "refused") return false;
+      files.put({ ...file, state: "pending", upload_url: null });
+      return true;
+    });
+  }
+
+  /** Drops the least recently used stored files until they take at most `maxBytes` (files waiting to be uploaded stay). */
+  async evictBlobs(maxBytes: number): Promise<string[]> {
+    return this.run(["blobs"], "readwrite", async (tx) => {
+      const files = tx.objectStore("blobs");
+      const stored = ((await request(files.index("state").getAll("stored"))) as LocalBlob[]).sort((a, b) => b.last_used - a.last_used);
+      let kept = 0;
+      const gone: string[] = [];
+      for (const file of stored) {
+        if (kept + file.size <= maxBytes) kept += file.size;
+        else gone.push(file.sha256);
+      }
+      for (const sha of gone) files.delete(sha);
+      return gone;
     });
   }
 
