@@ -219,6 +219,7 @@ let package = Package(
             dependencies: [
                 "SyncModels", "Auth", "PQBridge", "Persistence", "ServiceSupport", "SynclineClient",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Services/Bench", swiftSettings: strict),
