@@ -152,20 +152,40 @@ public struct BlobIngest: Sendable {
         }
     }
 
+    /// Pieces written at once: while one is stored, the next is written too (two cores of
+    /// PostgreSQL, or of the disk) and the body keeps coming.
+    static let piecesInFlight = 2
+
     /// Writes `body` in pieces from `offset`; returns the bytes written, or nil once they
     /// would exceed `limit` (what was written stays, for the caller to discard).
-    /// `afterPiece` is told where each written piece ends, and may stop the writing.
+    /// `afterPiece` is told, in order, where each written piece ends, and may stop the
+    /// writing.
     private func write<Body: AsyncSequence>(
         _ body: Body, to object: UUID, in store: any BlobStore, at offset: Int64, limit: Int64,
         onBytes: (ByteBuffer) -> Void, afterPiece: (Int64) async throws -> Bool = { _ in true }
     ) async throws -> Int64? where Body.Element == ByteBuffer {
+        var inFlight: [(task: Task<Void, any Error>, end: Int64)] = []
+        defer { for item in inFlight { item.task.cancel() } }
+        /// Waits for the oldest piece; false when `afterPiece` stops the writing.
+        func settleOldest() async throws -> Bool {
+            let oldest = inFlight.removeFirst()
+            try await oldest.task.value
+            return try await afterPiece(oldest.end)
+        }
+        func send(_ piece: Data, at position: Int64) async throws -> Bool {
+            inFlight.append((Task { try await store.write(piece, object: object, at: position) }, position + Int64(piece.count)))
+            return inFlight.count < Self.piecesInFlight ? true : try await settleOldest()
+        }
         var piece = Data()
         piece.reserveCapacity(BlobChunking.bytes)
         var position = offset
         var total: Int64 = 0
         for try await buffer in body {
             total += Int64(buffer.readableBytes)
-            if total > limit { return nil }
+            if total > limit {
+                while !inFlight.isEmpty { _ = try? await inFlight.removeFirst().task.value }
+                return nil
+            }
             onBytes(buffer)
             var rest = buffer
             while rest.readableBytes > 0 {
@@ -173,17 +193,19 @@ public struct BlobIngest: Sendable {
                 rest.withUnsafeReadableBytes { piece.append(contentsOf: $0.prefix(take)) }
                 rest.moveReaderIndex(forwardBy: take)
                 if piece.count == BlobChunking.bytes {
-                    try await store.write(piece, object: object, at: position)
-                    position += Int64(piece.count)
-                    piece.removeAll(keepingCapacity: true)
-                    guard try await afterPiece(position) else { return total }
+                    let full = piece
+                    piece = Data()
+                    piece.reserveCapacity(BlobChunking.bytes)
+                    guard try await send(full, at: position) else { return total }
+                    position += Int64(full.count)
                 }
             }
         }
         if !piece.isEmpty {
-            try await store.write(piece, object: object, at: position)
-            position += Int64(piece.count)
-            guard try await afterPiece(position) else { return total }
+            guard try await send(piece, at: position) else { return total }
+        }
+        while !inFlight.isEmpty {
+            guard try await settleOldest() else { return total }
         }
         return total
     }

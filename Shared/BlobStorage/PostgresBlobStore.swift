@@ -1,27 +1,42 @@
 import Foundation
 import PQBridge
 
-/// Files in PostgreSQL: an object is rows of `blob_chunks`, one per piece, each written in
-/// a statement of its own, so a file is never whole in memory and a long upload holds no
-/// connection between pieces.
+/// Files in PostgreSQL: an object is rows of `blob_chunks` of at most `rowBytes` each,
+/// stored in the table's own pages (no TOAST: a 1 MiB value would be cut into 512 TOAST
+/// rows, each with an index entry — measured 1.5 times slower to insert). A piece of up to
+/// `BlobChunking.bytes` is one statement that PostgreSQL cuts into rows, so a file is never
+/// whole in memory and a long upload holds no connection between pieces.
 public struct PostgresBlobStore: BlobStore {
     let pool: PGPool
+
+    /// A row and its page header fit one 8 KiB page.
+    static let rowBytes = 8000
 
     public init(pool: PGPool) { self.pool = pool }
 
     public var kind: BlobStoreKind { .postgres }
 
     public func truncate(object: UUID, to offset: Int64) async throws {
+        // Pieces are written whole, one statement each, and offsets only ever stand at a
+        // piece's end: no row straddles `offset`.
         try await pool.execute("DELETE FROM blob_chunks WHERE object_id = \(object) AND start_offset >= \(offset)")
     }
 
+    /// Committed without waiting for the WAL to reach the disk: the commit that makes the
+    /// object a file (or advances an upload) waits, and it flushes every earlier record.
     public func write(_ bytes: Data, object: UUID, at offset: Int64) async throws {
         guard !bytes.isEmpty else { return }
-        try await pool.execute(
-            "INSERT INTO blob_chunks (object_id, start_offset, data) VALUES (\(object), \(offset), \(bytes))")
+        let rowBytes = Int32(Self.rowBytes)
+        try await pool.transaction { connection in
+            try connection.execute("SET LOCAL synchronous_commit = off")
+            try connection.execute("""
+                INSERT INTO blob_chunks (object_id, start_offset, data)
+                SELECT \(object), \(offset) + n::bigint * \(rowBytes), substring(p.bytes FROM n * \(rowBytes) + 1 FOR \(rowBytes))
+                FROM (SELECT \(bytes)::bytea AS bytes) p, generate_series(0, (length(p.bytes) - 1) / \(rowBytes)) AS n
+                """)
+        }
     }
 
-    /// Every piece was committed as it was written.
     public func sync(object: UUID) async throws {}
 
     /// The rows are the object, sealed or not.
@@ -31,16 +46,19 @@ public struct PostgresBlobStore: BlobStore {
         object: UUID, sha256: String, sealed: Bool, range: Range<Int64>, into consume: (Data) async throws -> Void
     ) async throws {
         var position = range.lowerBound
-        // No piece is longer than `BlobChunking.bytes`: the one holding `position` starts
-        // less than that before it.
-        var after = position - Int64(BlobChunking.bytes)
+        // No row is longer than `rowBytes`: the one holding `position` starts less than that
+        // before it. A query reads about a piece's worth of rows.
+        var after = position - Int64(Self.rowBytes)
+        let perQuery = BlobChunking.bytes / Self.rowBytes + 1
         while position < range.upperBound {
             let rows = try await pool.execute("""
                 SELECT start_offset, data FROM blob_chunks
                 WHERE object_id = \(object) AND start_offset > \(after) AND start_offset < \(range.upperBound)
-                ORDER BY start_offset LIMIT 4
+                ORDER BY start_offset LIMIT \(perQuery)
                 """)
             if rows.isEmpty { throw BlobStoreError.missingBytes(object: object, at: position) }
+            var piece = Data()
+            piece.reserveCapacity(BlobChunking.bytes + Self.rowBytes)
             for row in rows {
                 let (start, data) = try row.decode((Int64, Data).self)
                 after = start
@@ -49,10 +67,11 @@ public struct PostgresBlobStore: BlobStore {
                 guard start <= position else { throw BlobStoreError.missingBytes(object: object, at: position) }
                 let from = Int(position - start)
                 let to = Int(min(end, range.upperBound) - start)
-                try await consume(data.subdata(in: data.startIndex + from..<data.startIndex + to))
+                piece.append(data.subdata(in: data.startIndex + from..<data.startIndex + to))
                 position = start + Int64(to)
-                if position >= range.upperBound { return }
+                if position >= range.upperBound { break }
             }
+            try await consume(piece)
         }
     }
 

@@ -400,15 +400,16 @@ public enum Migrations {
             ALTER TABLE records ADD COLUMN blob_refs text[];
             CREATE INDEX blobs_unreferenced ON blobs (unreferenced_since) WHERE ref_count = 0;
 
-            -- Bytes in the PostgreSQL store, in pieces; stored as they come (files are
-            -- mostly compressed already).
+            -- Bytes in the PostgreSQL store, in rows of at most 8,000 bytes kept in the
+            -- table's own pages, as they come (no TOAST, no compression: files are mostly
+            -- compressed already).
             CREATE TABLE blob_chunks (
               object_id    uuid NOT NULL,
               start_offset bigint NOT NULL,
               data         bytea NOT NULL,
               PRIMARY KEY (object_id, start_offset)
             );
-            ALTER TABLE blob_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
+            ALTER TABLE blob_chunks ALTER COLUMN data SET STORAGE PLAIN;
 
             -- Objects to remove from their store once `not_before` has passed: those of
             -- deleted files, and those still being written (due when abandoned).

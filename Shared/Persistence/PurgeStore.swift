@@ -157,10 +157,15 @@ public struct PurgeStore: Sendable {
                   DELETE FROM blobs b WHERE (space_id, sha256) IN (
                     SELECT space_id, sha256 FROM blobs c
                     WHERE \(sql: unreferenced)
+                      -- Unfinished jobs are few (the jobs_unfinished index holds them); dead
+                      -- ones that can be replayed are found through their dead letters.
                       AND NOT EXISTS (
                         SELECT 1 FROM jobs j WHERE j.space_id = c.space_id
                           AND j.status IN (\(literal: JobStatus.queued), \(literal: JobStatus.processing),
-                                           \(literal: JobStatus.retrying), \(literal: JobStatus.dead))
+                                           \(literal: JobStatus.retrying))
+                          AND strpos(j.ops::text, c.sha256) > 0)
+                      AND NOT EXISTS (
+                        SELECT 1 FROM dead_letters d JOIN jobs j USING (job_id) WHERE d.space_id = c.space_id
                           AND strpos(j.ops::text, c.sha256) > 0)
                     LIMIT \(batch) FOR UPDATE SKIP LOCKED)
                     AND \(sql: unreferenced)
