@@ -154,7 +154,7 @@ public struct BlobIngest: Sendable {
 
     /// Pieces written at once: while one is stored, the next is written too (two cores of
     /// PostgreSQL, or of the disk) and the body keeps coming.
-    static let piecesInFlight = 2
+    static let piecesInFlight = 4
 
     /// Writes `body` in pieces from `offset`; returns the bytes written, or nil once they
     /// would exceed `limit` (what was written stays, for the caller to discard).
