@@ -32,9 +32,7 @@ struct Blobs: AsyncParsableCommand {
                 let verifier = BlobVerifier(stores: try BlobStores(location, pool: pool))
                 var damaged = 0
                 for file in try await catalog.list(space: space) {
-                    let blob = BlobCatalog.StoredBlob(
-                        sha256: file.sha256, size: file.size, contentType: file.contentType, objectID: file.objectID, store: file.store)
-                    if let problem = await verifier.problem(with: blob) {
+                    if let problem = await verifier.problem(with: file.blob) {
                         print("\(file.sha256) damaged: \(problem)")
                         damaged += 1
                     } else {
@@ -53,6 +51,7 @@ struct Blobs: AsyncParsableCommand {
             discussion: "Set BLOB_STORE to the target afterwards, so that new files go there too.")
         @Option(help: "The target: postgres, or file:<absolute directory>.") var to: String
         @Option(help: "The directory of the file store, when moving from it to postgres.") var fromDirectory: String?
+        @Option(help: "Only this space's files (default: every file).") var space: String?
 
         func run() async throws {
             guard let target = BlobStoreLocation(to) else { throw ValidationError("--to must be postgres or file:<absolute directory>") }
@@ -70,11 +69,13 @@ struct Blobs: AsyncParsableCommand {
                     destination = try DirectoryBlobStore(root: URL(fileURLWithPath: path))
                 }
                 let catalog = BlobCatalog(pool: pool)
-                let moved = try await BlobMigration(catalog: catalog, from: from, to: destination).run()
+                let moved = try await BlobMigration(catalog: catalog, from: from, to: destination).run(space: space)
                 try await BlobSweeper(catalog: catalog, stores: BlobStores(writing: destination, others: [from]), logger: logger).sweep()
                 return moved
             }
             print("moved \(moved.objects) files (\(moved.bytes) bytes) to \(to)")
+            for (sha256, error) in moved.unreadable { print("\(sha256) not moved: \(error)") }
+            if !moved.unreadable.isEmpty { throw ExitCode.failure }
         }
     }
 }

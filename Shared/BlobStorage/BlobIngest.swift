@@ -180,34 +180,45 @@ public struct BlobIngest: Sendable {
         piece.reserveCapacity(BlobChunking.bytes)
         var position = offset
         var total: Int64 = 0
-        for try await buffer in body {
-            total += Int64(buffer.readableBytes)
-            if total > limit {
-                while !inFlight.isEmpty { _ = try? await inFlight.removeFirst().task.value }
-                return nil
+        do {
+            return try await readBody()
+        } catch {
+            // The body was cut: the whole pieces already sent are kept (and counted), in order.
+            while !inFlight.isEmpty {
+                guard (try? await settleOldest()) == true else { break }
             }
-            onBytes(buffer)
-            var rest = buffer
-            while rest.readableBytes > 0 {
-                let take = min(rest.readableBytes, BlobChunking.bytes - piece.count)
-                rest.withUnsafeReadableBytes { piece.append(contentsOf: $0.prefix(take)) }
-                rest.moveReaderIndex(forwardBy: take)
-                if piece.count == BlobChunking.bytes {
-                    let full = piece
-                    piece = Data()
-                    piece.reserveCapacity(BlobChunking.bytes)
-                    guard try await send(full, at: position) else { return total }
-                    position += Int64(full.count)
+            throw error
+        }
+        func readBody() async throws -> Int64? {
+            for try await buffer in body {
+                total += Int64(buffer.readableBytes)
+                if total > limit {
+                    while !inFlight.isEmpty { _ = try? await inFlight.removeFirst().task.value }
+                    return nil
+                }
+                onBytes(buffer)
+                var rest = buffer
+                while rest.readableBytes > 0 {
+                    let take = min(rest.readableBytes, BlobChunking.bytes - piece.count)
+                    rest.withUnsafeReadableBytes { piece.append(contentsOf: $0.prefix(take)) }
+                    rest.moveReaderIndex(forwardBy: take)
+                    if piece.count == BlobChunking.bytes {
+                        let full = piece
+                        piece = Data()
+                        piece.reserveCapacity(BlobChunking.bytes)
+                        guard try await send(full, at: position) else { return total }
+                        position += Int64(full.count)
+                    }
                 }
             }
+            if !piece.isEmpty {
+                guard try await send(piece, at: position) else { return total }
+            }
+            while !inFlight.isEmpty {
+                guard try await settleOldest() else { return total }
+            }
+            return total
         }
-        if !piece.isEmpty {
-            guard try await send(piece, at: position) else { return total }
-        }
-        while !inFlight.isEmpty {
-            guard try await settleOldest() else { return total }
-        }
-        return total
     }
 
     /// Removes an object that will not be a file, at once.

@@ -18,26 +18,42 @@ public struct BlobMigration: Sendable {
         self.to = to
     }
 
-    /// Moves every object; returns how many objects and bytes moved.
-    public func run(batch: Int = 100) async throws -> (objects: Int, bytes: Int64) {
-        var objects = 0
-        var bytes: Int64 = 0
+    public struct Moved: Sendable {
+        public var objects = 0
+        public var bytes: Int64 = 0
+        /// Objects that could not be read from the old store (left where they are).
+        public var unreadable: [(sha256: String, error: String)] = []
+    }
+
+    /// Moves every object (of one space's files, when given); one that cannot be read is
+    /// left where it is and reported, and the others still move.
+    public func run(space: String? = nil, batch: Int = 100) async throws -> Moved {
+        var moved = Moved()
+        var after: UUID?
         while true {
-            let pending = try await catalog.objects(in: from.kind.rawValue, limit: batch)
-            if pending.isEmpty { return (objects, bytes) }
+            let pending = try await catalog.objects(in: from.kind.rawValue, space: space, after: after, limit: batch)
+            if pending.isEmpty { return moved }
             for item in pending {
+                after = item.object
                 let copy = try await catalog.beginObject(sha256: item.sha256, store: to.kind.rawValue, abandonAfter: 3600)
-                var position: Int64 = 0
-                try await from.read(object: item.object, sha256: item.sha256, sealed: true, range: 0..<item.size) { piece in
-                    try await to.write(piece, object: copy, at: position)
-                    position += Int64(piece.count)
+                do {
+                    var position: Int64 = 0
+                    try await from.read(object: item.object, sha256: item.sha256, sealed: true, range: 0..<item.size) { piece in
+                        try await to.write(piece, object: copy, at: position)
+                        position += Int64(piece.count)
+                    }
+                    try await to.seal(object: copy, sha256: item.sha256)
+                } catch {
+                    try? await to.remove(object: copy, sha256: item.sha256)
+                    try await catalog.forgetDiscarded(copy)
+                    moved.unreadable.append((item.sha256, "\(error)"))
+                    continue
                 }
-                try await to.seal(object: copy, sha256: item.sha256)
                 if try await catalog.move(object: item.object, to: copy, in: to.kind.rawValue) {
                     try await from.remove(object: item.object, sha256: item.sha256)
                     try await catalog.forgetGarbage(item.object)
-                    objects += 1
-                    bytes += item.size
+                    moved.objects += 1
+                    moved.bytes += item.size
                 } else {
                     try await to.remove(object: copy, sha256: item.sha256)
                     try await catalog.forgetDiscarded(copy)

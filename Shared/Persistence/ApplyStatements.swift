@@ -148,6 +148,9 @@ extension ApplyStore {
         var blobReferences: [SpaceBlob: Int] = [:]
         /// The files each written record counts towards, as stored (`blob_refs`).
         var blobRefs: [SpaceKey: Set<String>] = [:]
+        /// Written records whose data holds an object or an array, so may reference a file
+        /// (the others reference none: most writes cost no walk).
+        var mayReference = Set<SpaceKey>()
         /// Per space, the spaces it forked from: their files become its files too.
         var forkedFrom: [String: Set<String>] = [:]
     }
@@ -164,7 +167,9 @@ extension ApplyStore {
     /// each, however often it names them); a tombstone keeps counting towards those its
     /// data referenced when it was deleted, until purge removes it.
     static func countReferences(_ writes: inout StateWrites, before: [SpaceKey: Set<String>]) {
-        for (key, write) in writes.records {
+        let candidates = before.isEmpty ? writes.mayReference : writes.mayReference.union(before.keys)
+        for key in candidates {
+            guard let write = writes.records[key] else { continue }
             let then = before[key] ?? []
             let now = write.record.state.deleted ? then : write.record.state.fields.referencedBlobs
             if !now.isEmpty { writes.blobRefs[key] = now }
@@ -172,7 +177,7 @@ extension ApplyStore {
             for sha256 in now.subtracting(then) { writes.blobReferences[SpaceBlob(space: key.space, sha256: sha256), default: 0] += 1 }
             for sha256 in then.subtracting(now) { writes.blobReferences[SpaceBlob(space: key.space, sha256: sha256), default: 0] -= 1 }
         }
-        writes.blobReferences = writes.blobReferences.filter { $0.value != 0 }
+        if !writes.blobReferences.isEmpty { writes.blobReferences = writes.blobReferences.filter { $0.value != 0 } }
     }
 
     /// Writes the reference counts, in the record's transaction: a file whose count drops
@@ -340,7 +345,9 @@ extension ApplyStore {
                 \(sorted.map(\.value.author)), \(records.map { $0.state.visibility?.listed != false }),
                 \(records.map { $0.state.fork?.publicID }), \(records.map { $0.state.fork?.clock.description }),
                 \(sorted.map(\.value.user)),
-                \(sorted.map { writes.blobRefs[$0.key].map { $0.sorted().joined(separator: ",") } }))
+                \(writes.blobRefs.isEmpty
+                    ? [String?](repeating: nil, count: sorted.count)
+                    : sorted.map { writes.blobRefs[$0.key].map { $0.sorted().joined(separator: ",") } }))
                 AS u(stored, space_id, collection, record_id, version, deleted, data, field_clocks, floor_clock, write_clock,
                      delete_clock, updated_by, visibility, public_id, can_fork, visibility_clock, author, listed,
                      forked_from, fork_clock, author_user, blob_refs)),

@@ -155,7 +155,11 @@ public struct ApplyStore: Sendable {
                 deviceID: job.deviceID, publicIDOwners: owners, purgeClock: purgeClocks[job.space],
                 forkSources: sources[job.id] ?? [:])
             state.records = outcome.records
-            for (key, record) in outcome.changed { writes.records[SpaceKey(space: job.space, key: key)] = (record, job.author, job.user) }
+            for (key, record) in outcome.changed {
+                let spaceKey = SpaceKey(space: job.space, key: key)
+                writes.records[spaceKey] = (record, job.author, job.user)
+                if record.state.fields.values.contains(where: \.mayHoldBlobReference) { writes.mayReference.insert(spaceKey) }
+            }
             state.known.formUnion(outcome.remembered)
             states[job.space] = state
             counters[job.space] = outcome.counter

@@ -277,6 +277,11 @@ public struct BlobCatalog: Sendable {
             case refCount = "ref_count"
             case createdAt = "created_at"
         }
+
+        /// The file as the stores know it.
+        public var blob: StoredBlob {
+            StoredBlob(sha256: sha256, size: size, contentType: contentType, objectID: objectID, store: store)
+        }
     }
 
     /// A space's files, by hash.
@@ -288,10 +293,15 @@ public struct BlobCatalog: Sendable {
             """).map { try $0.decode(as: Listed.self) }
     }
 
-    /// Objects in a store, one per object (a fork's file shares its source's).
-    public func objects(in store: String, limit: Int) async throws -> [(object: UUID, sha256: String, size: Int64)] {
+    /// Objects in a store (of one space's files, when given), one per object (a fork's file
+    /// shares its source's), in object order after `after`.
+    public func objects(
+        in store: String, space: String? = nil, after: UUID?, limit: Int
+    ) async throws -> [(object: UUID, sha256: String, size: Int64)] {
         try await pool.execute("""
-            SELECT DISTINCT ON (object_id) object_id, sha256, size FROM blobs WHERE store = \(store)
+            SELECT DISTINCT ON (object_id) object_id, sha256, size FROM blobs
+            WHERE store = \(store) AND (\(space.flatMap(UUID.init(uuidString:)))::uuid IS NULL OR space_id = \(space.flatMap(UUID.init(uuidString:))))
+              AND object_id > \(after ?? UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)))
             ORDER BY object_id LIMIT \(limit)
             """).map { try $0.decode((UUID, String, Int64).self) }
     }

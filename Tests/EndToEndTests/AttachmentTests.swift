@@ -413,4 +413,59 @@ struct AttachmentTests {
         }
         await pool.shutdown()
     }
+
+    /// `syncctl blobs`: list and verify a space's files, and move them between the stores
+    /// while the gateway (reading both, as `BLOB_STORE=file:…` does) serves them.
+    @Test func syncctlListsVerifiesAndMovesFilesBetweenStores() async throws {
+        let (env, directory) = Self.environment(.file)
+        let dir = try #require(directory)
+        try await Stack.with(workers: 1, environment: env) { stack in
+            let api = stack.client
+            let token = await E2E.token("operator-\(UUID().uuidString.prefix(6))")
+            let small = Self.randomBytes(3000), large = Self.randomBytes(2 * 1024 * 1024 + 17)
+            for file in [small, large] { #expect(try await Self.put(api, token, file).status == 201) }
+            let space = try #require(try await api.request("GET", "/v1/spaces", token: token).json["items"] as? [[String: Any]])
+                .first { $0["personal"] as? Bool == true }?["space_id"] as? String
+            let output = FileManager.default.temporaryDirectory.appendingPathComponent("syncctl-\(UUID().uuidString).txt").path
+            defer { try? FileManager.default.removeItem(atPath: output) }
+            func syncctl(_ arguments: String) -> (Int32, String) {
+                let status = E2E.shell("BLOB_STORE='file:\(dir)' \(E2E.binaries)/syncctl blobs \(arguments) > \(output) 2>&1")
+                return (status, (try? String(contentsOfFile: output, encoding: .utf8)) ?? "")
+            }
+            func stores() throws -> [String] {
+                let (status, text) = syncctl("list --space \(space!)")
+                #expect(status == 0, "\(text)")
+                let items = try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [[String: Any]] ?? []
+                return items.compactMap { $0["store"] as? String }
+            }
+            func readable() async throws {
+                for file in [small, large] {
+                    #expect(try await api.request("GET", "/v1/blobs/\(Self.sha256(file))", token: token).body == file)
+                }
+            }
+            #expect(try stores() == ["file", "file"])
+            let (verified, report) = syncctl("verify --space \(try #require(space))")
+            #expect(verified == 0 && report.contains(" ok "), "\(report)")
+
+            let (toPostgres, moved) = syncctl("migrate --to postgres --from-directory \(dir) --space \(space!)")
+            #expect(toPostgres == 0 && moved.contains("moved 2 files"), "\(moved)")
+            #expect(try stores() == ["postgres", "postgres"])
+            try await readable()
+            let sealed = try FileManager.default.contentsOfDirectory(atPath: dir).filter { $0.count == 2 }
+                .flatMap { (try? FileManager.default.contentsOfDirectory(atPath: "\(dir)/\($0)")) ?? [] }
+            #expect(sealed.isEmpty, "the moved files left the directory: \(sealed)")
+
+            let (toFile, back) = syncctl("migrate --to file:\(dir) --space \(space!)")
+            #expect(toFile == 0 && back.contains("moved 2 files"), "\(back)")
+            #expect(try stores() == ["file", "file"])
+            try await readable()
+
+            // A damaged file is found.
+            let sha = Self.sha256(small)
+            let name = try #require(try FileManager.default.contentsOfDirectory(atPath: "\(dir)/\(sha.prefix(2))").first { $0.hasPrefix(sha) })
+            try Data("damaged".utf8).write(to: URL(fileURLWithPath: "\(dir)/\(sha.prefix(2))/\(name)"))
+            let (damaged, found) = syncctl("verify --space \(space!)")
+            #expect(damaged != 0 && found.contains("\(sha) damaged"), "\(found)")
+        }
+    }
 }
