@@ -105,7 +105,15 @@ extension LocalStore {
     /// Sets aside the pending ops that reference a refused file (written after it was
     /// refused, or put back by `retry`).
     func setAsideOpsOfRefusedBlobs() throws -> [(opID: String, reason: String)] {
-        try database.write { db in
+        // Every sync pass asks: a read answers when there is nothing to do, as there mostly is.
+        let waiting = try database.read { db in
+            try Self.row(db, sql: """
+                SELECT 1 FROM outbox_blobs ob JOIN blobs b USING (sha256)
+                WHERE b.state = 'refused' AND ob.op_id IN (SELECT op_id FROM outbox WHERE state = 'pending') LIMIT 1
+                """) != nil
+        }
+        guard waiting else { return [] }
+        return try database.write { db in
             let rows = try Self.rows(db, sql: """
                 SELECT o.op_id, b.reason FROM outbox o JOIN outbox_blobs ob USING (op_id) JOIN blobs b USING (sha256)
                 WHERE o.state = 'pending' AND b.state = 'refused'
