@@ -1,3 +1,5 @@
+import Foundation
+
 /// A `Range` request header (RFC 9110 §14) against a body of `size` bytes. One range is
 /// served; a header asking for several, or that cannot be read, is ignored (the whole
 /// body is sent), as the RFC allows.
@@ -12,7 +14,7 @@ public enum ByteRangeRequest: Equatable, Sendable {
             self = .whole
             return
         }
-        let spec = header.dropFirst("bytes=".count).trimmingCharacters(in: [" ", "\t"])
+        let spec = header.dropFirst("bytes=".count).trimmingCharacters(in: .whitespaces)
         let bounds = spec.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
         guard bounds.count == 2, bounds.allSatisfy({ $0.utf8.allSatisfy { (48...57).contains($0) } && $0.utf8.count <= 18 }) else {
             self = .whole
@@ -30,17 +32,4 @@ public enum ByteRangeRequest: Equatable, Sendable {
             self = .whole
         }
     }
-}
-
-extension Substring {
-    fileprivate func trimmingCharacters(in set: Set<Character>) -> Substring {
-        var text = self
-        while let first = text.first, set.contains(first) { text.removeFirst() }
-        while let last = text.last, set.contains(last) { text.removeLast() }
-        return text
-    }
-}
-
-extension String {
-    fileprivate func trimmingCharacters(in set: Set<Character>) -> Substring { self[...].trimmingCharacters(in: set) }
 }

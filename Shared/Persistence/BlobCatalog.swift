@@ -134,15 +134,15 @@ public struct BlobCatalog: Sendable {
     }
 
     /// A file that the public (or unlisted) record `publicID` references, from that
-    /// record's space; nil once it is unpublished or deleted.
+    /// record's space; nil once it is unpublished or deleted. (A published record holds
+    /// data, so its `blob_refs` are what its data references.)
     public func publicBlob(publicID: String, sha256: String) async throws -> StoredBlob? {
-        guard let row = try await pool.execute("""
-            SELECT space_id, data FROM records
-            WHERE public_id = \(publicID) AND visibility <> \(literal: RecordState.PublicVisibility.private)
-            """).first else { return nil }
-        let (space, data) = try row.decode((UUID, PGJSON).self)
-        guard try JSONParser.parse(data.text).blobReferences.contains(where: { $0.sha256 == sha256 }) else { return nil }
-        return try await pool.withConnection { try Self.find($0, space: space, sha256: sha256) }
+        try await pool.execute("""
+            SELECT \(sql: Self.storedColumns)
+            FROM records r JOIN blobs b ON b.space_id = r.space_id AND b.sha256 = \(sha256)
+            WHERE r.public_id = \(publicID) AND r.visibility <> \(literal: RecordState.PublicVisibility.private)
+              AND \(sha256) = ANY(r.blob_refs)
+            """).first?.decode(as: StoredBlob.self)
     }
 
     // MARK: - Resumable uploads

@@ -217,10 +217,9 @@ public struct JobStore: Sendable {
         var wanted: [(index: Int, op: Int, space: String, sha256: String)] = []
         for (index, intake) in intakes.enumerated() where outcomes[index] == nil {
             for (position, op) in intake.ops.enumerated() {
-                guard let data = op.data, data.values.contains(where: \.mayHoldBlobReference) else { continue }
-                for reference in JSONValue.object(data).blobReferences {
+                for sha256 in op.data?.referencedBlobs ?? [] {
                     // A first push to a personal space not made yet: it holds no file.
-                    wanted.append((index, position, intake.spaceID?.lowercased() ?? spaces[intake.user] ?? "", reference.sha256))
+                    wanted.append((index, position, intake.spaceID?.lowercased() ?? spaces[intake.user] ?? "", sha256))
                 }
             }
         }

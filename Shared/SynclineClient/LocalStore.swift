@@ -190,10 +190,8 @@ final class LocalStore: @unchecked Sendable {
                 INSERT INTO outbox (op_id, collection, record_id, op, size, state, created_at)
                 VALUES (?, ?, ?, ?, ?, 'pending', ?)
                 """, arguments: [op.opID, op.collection, op.id, text, text.utf8.count, now.timeIntervalSince1970])
-            if let data = op.data, data.values.contains(where: \.mayHoldBlobReference) {
-                for sha256 in data.referencedBlobs {
-                    try Self.run(db, sql: "INSERT OR IGNORE INTO outbox_blobs (op_id, sha256) VALUES (?, ?)", arguments: [op.opID, sha256])
-                }
+            for sha256 in op.data?.referencedBlobs ?? [] {
+                try Self.run(db, sql: "INSERT OR IGNORE INTO outbox_blobs (op_id, sha256) VALUES (?, ?)", arguments: [op.opID, sha256])
             }
             try Self.refresh(db, RecordKey(collection: op.collection, id: op.id))
             return op

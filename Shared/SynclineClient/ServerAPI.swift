@@ -21,7 +21,10 @@ struct ServerAPI: Sendable {
         /// A problem's `detail`, else the body as text.
         var detail: String { json?.objectValue?["detail"]?.stringValue ?? String(decoding: body.prefix(500), as: UTF8.self) }
         /// Seconds from `Retry-After` (delta-seconds form).
-        var retryAfter: Double? { headers.first { $0.key.lowercased() == "retry-after" }.flatMap { Double($0.value) } }
+        var retryAfter: Double? { header("Retry-After").flatMap(Double.init) }
+
+        /// A header field's value, whatever the case of its name.
+        func header(_ name: String) -> String? { headers.first { $0.key.lowercased() == name.lowercased() }?.value }
     }
 
     func send(_ method: String, _ path: String, body: Data? = nil, headers: [String: String] = [:]) async throws -> Answer {

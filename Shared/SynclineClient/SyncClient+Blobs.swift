@@ -230,7 +230,3 @@ extension SyncClient {
 
 /// A file referenced from record data (`ref.json` is what goes in the data).
 public typealias BlobRef = BlobReference
-
-extension ServerAPI.Answer {
-    func header(_ name: String) -> String? { headers.first { $0.key.lowercased() == name.lowercased() }?.value }
-}

@@ -40,7 +40,7 @@ struct AttachmentRulesTests {
         for good in ["image/jpeg", "application/pdf", "text/plain; charset=utf-8", "application/vnd.api+json"] {
             #expect(BlobReference.isValidContentType(good), "\(good)")
         }
-        for bad in ["", "image", "image/", "/png", "image/png/x", "imäge/png", "a b/c", String(repeating: "a", count: 300) + "/b"] {
+        for bad in ["", "image", "image/", "/png", "image/png/x", "imäge/png", "a b/c", ";;;", "; image/png", String(repeating: "a", count: 300) + "/b"] {
             #expect(!BlobReference.isValidContentType(bad), "\(bad)")
         }
     }

@@ -133,8 +133,7 @@ struct BlobRoutes: Sendable {
         var headers = HTTPFields()
         headers[.eTag] = etag
         headers[.cacheControl] = cacheControl
-        if let match = request.headers[.ifNoneMatch],
-           match.split(separator: ",").contains(where: { let tag = $0.trimmingCharacters(in: .whitespaces); return tag == etag || tag == "W/\(etag)" || tag == "*" }) {
+        if request.ifNoneMatch(etag) {
             return Response(status: .notModified, headers: headers)
         }
         headers[.contentType] = blob.contentType

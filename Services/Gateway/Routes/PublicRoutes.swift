@@ -49,7 +49,7 @@ struct PublicRoutes: Sendable {
         headers[.eTag] = etag
         headers[.cacheControl] = "no-cache"
         // A reader revalidating their copy has seen it already: a 304 counts no view.
-        if let match = request.headers[.ifNoneMatch], match.split(separator: ",").contains(where: { $0.trimmingCharacters(in: .whitespaces) == etag || $0 == "*" }) {
+        if request.ifNoneMatch(etag) {
             return Response(status: .notModified, headers: headers)
         }
         record.viewCount += Int64(views.count(publicID, reader: context.clientAddress))

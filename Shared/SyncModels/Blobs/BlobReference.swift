@@ -1,3 +1,5 @@
+import Foundation
+
 /// A file referenced from a record's data: `{"$blob": {"sha256", "size", "content_type"}}`,
 /// anywhere in the data. Files are stored by content (SHA-256) per space.
 public struct BlobReference: Sendable, Hashable, Codable {
@@ -34,7 +36,9 @@ public struct BlobReference: Sendable, Hashable, Codable {
     public static func isValidContentType(_ text: String) -> Bool {
         let bytes = text.utf8
         guard (3...maxContentTypeBytes).contains(bytes.count), bytes.allSatisfy({ (0x20...0x7E).contains($0) }) else { return false }
-        let mediaType = text.split(separator: ";", maxSplits: 1)[0].trimmingWhitespace
+        // `;;;` splits into an empty media type, not into nothing.
+        let mediaType = text.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false)[0]
+            .trimmingCharacters(in: .whitespaces)
         let parts = mediaType.split(separator: "/", omittingEmptySubsequences: false)
         let token: (Substring) -> Bool = { part in
             !part.isEmpty && part.utf8.allSatisfy { byte in
@@ -58,15 +62,6 @@ public struct BlobReference: Sendable, Hashable, Codable {
               let contentType = fields["content_type"]?.stringValue, Self.isValidContentType(contentType)
         else { return nil }
         self.init(sha256: sha256, size: size, contentType: contentType)
-    }
-}
-
-extension Substring {
-    var trimmingWhitespace: Substring {
-        var text = self
-        while text.first == " " || text.first == "\t" { text.removeFirst() }
-        while text.last == " " || text.last == "\t" { text.removeLast() }
-        return text
     }
 }
 
