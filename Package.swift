@@ -241,6 +241,7 @@ let package = Package(
             name: "UnitTests",
             dependencies: [
                 "SyncModels", "SynclineClient", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", "HTTPSupport", "BrokerTopology",
+                .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "JWTKit", package: "jwt-kit"), .product(name: "Crypto", package: "swift-crypto"),
@@ -249,7 +250,9 @@ let package = Package(
             path: "Tests/UnitTests", swiftSettings: strict),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["SyncModels", "PQBridge", "AMQPBridge", "Persistence", "BlobStorage"],
+            dependencies: [
+                "SyncModels", "PQBridge", "AMQPBridge", "Persistence", "BlobStorage", .product(name: "NIOCore", package: "swift-nio"),
+            ],
             path: "Tests/IntegrationTests", swiftSettings: strict),
         .testTarget(
             name: "EndToEndTests",

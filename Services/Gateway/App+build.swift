@@ -34,6 +34,9 @@ func buildApplication(configuration: Configuration, settings: GatewaySettings, l
         ProblemMiddleware(routes: routes)
         MetricsMiddleware()
     }
+    if let filesOrigin = settings.publicFilesOrigin {
+        router.add(middleware: PublicFilesOriginMiddleware(filesOrigin: filesOrigin))
+    }
     DeviceRoutes(auth: auth, devices: devices, publisher: publisher, allowPrivateWebhooks: configuration.allowPrivateWebhooks).register(on: router)
     SyncRoutes(
         auth: auth, jobs: jobs, pulls: PullStore(pool: pool), spaces: SpaceStore(pool: pool),
@@ -50,12 +53,19 @@ func buildApplication(configuration: Configuration, settings: GatewaySettings, l
     let ingest = BlobIngest(catalog: catalog, stores: blobStores, maxBytes: settings.blobMaxBytes, spaceQuota: settings.spaceBlobQuota)
     let blobs = BlobRoutes(
         auth: auth, spaces: SpaceStore(pool: pool), catalog: catalog, stores: blobStores, ingest: ingest, limiter: pushLimiter,
-        publicLimiter: publicLimiter)
+        publicLimiter: publicLimiter, downloadsPerUser: ConcurrencyLimiter(limit: settings.downloadsPerUser),
+        downloadsPerAddress: ConcurrencyLimiter(limit: settings.downloadsPerAddress),
+        uploadsPerUser: ConcurrencyLimiter(limit: settings.uploadsPerUser))
     blobs.register(on: router)
-    UploadRoutes(auth: auth, catalog: catalog, ingest: ingest, blobs: blobs, limiter: pushLimiter).register(on: router)
+    UploadRoutes(
+        auth: auth, catalog: catalog, ingest: ingest, blobs: blobs, limiter: pushLimiter, expiresIn: settings.uploadExpiry,
+        openPerUser: settings.openUploadsPerUser
+    ).register(on: router)
     let sweeper = BlobSweeper(catalog: catalog, stores: blobStores, logger: logger)
-    SpaceRoutes(auth: auth, spaces: SpaceStore(pool: pool), publisher: publisher, sweeper: sweeper, background: background)
-        .register(on: router)
+    SpaceRoutes(
+        auth: auth, spaces: SpaceStore(pool: pool), publisher: publisher, sweeper: sweeper, background: background,
+        maxOpenInvitations: settings.maxOpenInvitations
+    ).register(on: router)
     let office = DeadLetterOffice(pool: pool, publisher: publisher, retryDelays: configuration.retryDelays, logger: logger)
     AccountRoutes(
         auth: auth, eraser: AccountEraser(pool: pool, publisher: publisher, office: office, sweeper: sweeper, logger: logger),
@@ -73,7 +83,7 @@ func buildApplication(configuration: Configuration, settings: GatewaySettings, l
     return Application(
         router: router,
         server: .http1(configuration: .init(
-            additionalChannelHandlers: [ProtocolErrorProblemHandler()],
+            additionalChannelHandlers: [ProtocolErrorProblemHandler(), TransferGuardHandler(limits: settings.transferLimits)],
             idleTimeout: .milliseconds(Int64(settings.http.idleTimeout * 1000)))),
         configuration: .init(address: .hostname("0.0.0.0", port: configuration.port), serverName: "syncline-gateway"),
         services: [

@@ -24,6 +24,23 @@ struct GatewaySettings: Sendable {
     var blobMaxBytes: Int64
     /// The bytes one space's files may take (`SPACE_BLOB_QUOTA`).
     var spaceBlobQuota: Int64
+    /// How long a response may wait on a client that reads nothing, and the bytes a second
+    /// a request body must keep coming at (`TRANSFER_STALL_TIMEOUT`, `UPLOAD_MIN_RATE`).
+    var transferLimits: TransferGuard.Limits
+    /// Downloads of files at once, per user and per client address for public files
+    /// (`DOWNLOADS_PER_USER`, `DOWNLOADS_PER_ADDRESS`); uploads at once per user
+    /// (`UPLOADS_PER_USER`).
+    var downloadsPerUser: Int
+    var downloadsPerAddress: Int
+    var uploadsPerUser: Int
+    /// Unfinished tus uploads a user may have open, and how long one may rest
+    /// (`OPEN_UPLOADS_PER_USER`, `UPLOAD_EXPIRY`).
+    var openUploadsPerUser: Int
+    var uploadExpiry: Double
+    /// Open invitations a space may hold at once (`MAX_OPEN_INVITATIONS`).
+    var maxOpenInvitations: Int
+    /// The origin public files are served from (`PUBLIC_FILES_ORIGIN`); nil: the API's.
+    var publicFilesOrigin: PublicFilesOrigin?
 
     init(_ reader: EnvironmentReader) throws {
         http = try HTTPServerSettings(reader)
@@ -37,5 +54,15 @@ struct GatewaySettings: Sendable {
         blobStore = try reader.blobStore()
         blobMaxBytes = try reader.bytes("BLOB_MAX_BYTES", "100MiB")
         spaceBlobQuota = try reader.bytes("SPACE_BLOB_QUOTA", "5GiB")
+        transferLimits = TransferGuard.Limits(
+            stallTimeout: try reader.duration("TRANSFER_STALL_TIMEOUT", "30s"),
+            minimumRate: Double(try reader.bytes("UPLOAD_MIN_RATE", "1KiB")))
+        downloadsPerUser = try reader.int("DOWNLOADS_PER_USER", 8)
+        downloadsPerAddress = try reader.int("DOWNLOADS_PER_ADDRESS", 8)
+        uploadsPerUser = try reader.int("UPLOADS_PER_USER", 4)
+        openUploadsPerUser = try reader.int("OPEN_UPLOADS_PER_USER", 20)
+        uploadExpiry = try reader.duration("UPLOAD_EXPIRY", "1h")
+        maxOpenInvitations = try reader.int("MAX_OPEN_INVITATIONS", 100)
+        publicFilesOrigin = try reader.publicFilesOrigin()
     }
 }

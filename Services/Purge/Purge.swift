@@ -36,14 +36,15 @@ struct Purge: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let (configuration, (retention, blobStore)) = Configuration.forService("purge", defaultPort: 8082) { reader in
+        let (configuration, (retention, blobStore, sweepInterval)) = Configuration.forService("purge", defaultPort: 8082) { reader in
             (PurgeStore.Retention(
                 tombstones: try reader.duration("TOMBSTONE_RETENTION", "30d"), jobs: try reader.duration("JOB_RETENTION", "7d"),
                 deadLetters: try reader.duration("DEAD_LETTER_RETENTION", "30d"),
                 devices: try reader.duration("DEVICE_RETENTION", "90d"),
                 publicIDReservation: try reader.duration("PUBLIC_ID_RESERVATION", "1d"),
                 blobs: try reader.duration("BLOB_RETENTION", "7d")),
-             try reader.blobStore())
+             try reader.blobStore(),
+             try reader.duration("BLOB_SWEEP_INTERVAL", "1m"))
         }
         let logger = Observability.bootstrap(service: "purge", level: configuration.logLevel)
         let pool = PGPool(url: configuration.databaseURL, size: 2, logger: logger)
@@ -87,6 +88,7 @@ struct Purge: AsyncParsableCommand {
                 pool,
                 ResourceCloser { await publisher.shutdown() },
                 PurgeLoop(runner: runner, interval: Durations.parse(every!)!),
+                GarbageSweepLoop(sweeper: sweeper, interval: sweepInterval, logger: logger),
             ],
             logger: logger)
         await ServiceExit.run("purge", port: configuration.port) { try await app.runService() }
@@ -151,6 +153,28 @@ struct PurgeLoop: Service {
                 runner.logger.error("purge failed; next run at the next interval", metadata: ["error": "\(error)"])
             }
             try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .seconds(interval)) }
+        }
+    }
+}
+
+/// Between purges, removes the objects other processes queued for removal (`blob_garbage`)
+/// every `BLOB_SWEEP_INTERVAL`: a gateway that deletes a space or an account removes what
+/// its own stores hold at once, and the bytes in a store only purge knows (a directory the
+/// gateway is not given) go within this interval, not at the next purge.
+struct GarbageSweepLoop: Service {
+    let sweeper: BlobSweeper
+    let interval: Double
+    let logger: Logger
+
+    func run() async throws {
+        while !Task.isShuttingDownGracefully && !Task.isCancelled {
+            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .seconds(interval)) }
+            guard !Task.isShuttingDownGracefully && !Task.isCancelled else { return }
+            do {
+                try await sweeper.sweep()
+            } catch {
+                logger.warning("removing queued blob objects failed; retried at the next sweep", metadata: ["error": "\(error)"])
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import NIOCore
+import PQBridge
 import Persistence
 import SyncModels
 
@@ -38,12 +39,14 @@ public struct BlobIngest: Sendable {
         /// The space's files would exceed the quota.
         case overQuota
         case spaceGone
+        /// The uploader can no longer write to the space.
+        case notWritable
         /// Took so long that the object was removed as abandoned.
         case abandoned
     }
 
-    /// Stores one whole file sent as `body`.
-    public func put<Body: AsyncSequence>(space: String, sha256: String, contentType: String, body: Body) async throws -> Outcome
+    /// Stores one whole file sent as `body` by `user`.
+    public func put<Body: AsyncSequence>(space: String, user: String, sha256: String, contentType: String, body: Body) async throws -> Outcome
     where Body.Element == ByteBuffer {
         let store = stores.writing
         let object = try await catalog.beginObject(sha256: sha256, store: store.kind.rawValue, abandonAfter: Self.putAbandonedAfter)
@@ -59,7 +62,8 @@ public struct BlobIngest: Sendable {
                 try await discard(object, sha256: sha256, in: store)
                 return .mismatch(actual: actual)
             }
-            return try await finish(object: object, in: store, space: space, sha256: sha256, size: size, contentType: contentType)
+            return try await finish(
+                object: object, in: store, space: space, user: user, sha256: sha256, size: size, contentType: contentType)
         } catch {
             try? await discard(object, sha256: sha256, in: store)
             throw error
@@ -87,13 +91,20 @@ public struct BlobIngest: Sendable {
         try await store.truncate(object: upload.uploadID, to: offset)
         var position = offset
         var lost = false
-        let written = try await write(body, to: upload.uploadID, in: store, at: offset, limit: upload.length - offset) { _ in } afterPiece: { end in
-            guard try await catalog.advance(upload: upload.uploadID, from: position, to: end, expiresIn: expiresIn) else {
-                lost = true
-                return false
+        let written: Int64?
+        do {
+            written = try await write(body, to: upload.uploadID, in: store, at: offset, limit: upload.length - offset) { _ in } afterPiece: { end in
+                guard try await catalog.advance(upload: upload.uploadID, from: position, to: end, expiresIn: expiresIn) else {
+                    lost = true
+                    return false
+                }
+                position = end
+                return true
             }
-            position = end
-            return true
+        } catch let error as PGError where error.isUniqueViolation {
+            // A request cut earlier (its client gone, its last piece still being stored)
+            // wrote the same piece first: that request moved the offset, not this one.
+            return .conflict
         }
         if lost { return .conflict }
         try await store.sync(object: upload.uploadID)
@@ -117,8 +128,8 @@ public struct BlobIngest: Sendable {
             return .mismatch(actual: actual)
         }
         return try await finish(
-            object: upload.uploadID, in: store, space: upload.spaceID.uuidString.lowercased(), sha256: upload.sha256,
-            size: upload.length, contentType: upload.contentType, upload: upload.uploadID)
+            object: upload.uploadID, in: store, space: upload.spaceID.uuidString.lowercased(), user: upload.userID,
+            sha256: upload.sha256, size: upload.length, contentType: upload.contentType, upload: upload.uploadID)
     }
 
     /// Ends a resumable upload unfinished (tus termination): its bytes are removed at once.
@@ -129,12 +140,13 @@ public struct BlobIngest: Sendable {
     }
 
     private func finish(
-        object: UUID, in store: any BlobStore, space: String, sha256: String, size: Int64, contentType: String, upload: UUID? = nil
+        object: UUID, in store: any BlobStore, space: String, user: String, sha256: String, size: Int64, contentType: String,
+        upload: UUID? = nil
     ) async throws -> Outcome {
         try await store.seal(object: object, sha256: sha256)
         let finished = try await catalog.finish(
-            object: object, space: space, sha256: sha256, size: size, contentType: contentType, store: store.kind.rawValue,
-            quota: spaceQuota, upload: upload)
+            object: object, space: space, user: user, sha256: sha256, size: size, contentType: contentType,
+            store: store.kind.rawValue, quota: spaceQuota, upload: upload)
         switch finished {
         case .created(let blob):
             return .created(blob)
@@ -147,6 +159,9 @@ public struct BlobIngest: Sendable {
         case .spaceGone:
             try await discard(object, sha256: sha256, in: store)
             return .spaceGone
+        case .notWritable:
+            try await discard(object, sha256: sha256, in: store)
+            return .notWritable
         case .abandoned:
             return .abandoned
         }
@@ -176,8 +191,8 @@ public struct BlobIngest: Sendable {
             inFlight.append((Task { try await store.write(piece, object: object, at: position) }, position + Int64(piece.count)))
             return inFlight.count < Self.piecesInFlight ? true : try await settleOldest()
         }
+        // Grown as bytes arrive: an upload that trickles holds what it sent, not a piece.
         var piece = Data()
-        piece.reserveCapacity(BlobChunking.bytes)
         var position = offset
         var total: Int64 = 0
         do {
@@ -205,7 +220,6 @@ public struct BlobIngest: Sendable {
                     if piece.count == BlobChunking.bytes {
                         let full = piece
                         piece = Data()
-                        piece.reserveCapacity(BlobChunking.bytes)
                         guard try await send(full, at: position) else { return total }
                         position += Int64(full.count)
                     }

@@ -21,8 +21,11 @@ public protocol BlobStore: Sendable {
     func sync(object: UUID) async throws
     /// Makes a whole, durable object readable as the file with this hash.
     func seal(object: UUID, sha256: String) async throws
-    /// Reads `range` of an object, sealed or not, in pieces of at most `BlobChunking.bytes`.
-    func read(object: UUID, sha256: String, sealed: Bool, range: Range<Int64>, into consume: (Data) async throws -> Void) async throws
+    /// Reads `range` of an object, sealed or not, in pieces of about `pieceBytes` (a piece
+    /// of the PostgreSQL store may run to the end of its last row).
+    func read(
+        object: UUID, sha256: String, sealed: Bool, range: Range<Int64>, pieceBytes: Int, into consume: (Data) async throws -> Void
+    ) async throws
     /// Removes an object, sealed or not; nothing when it is gone already.
     func remove(object: UUID, sha256: String) async throws
 }
@@ -31,6 +34,16 @@ public protocol BlobStore: Sendable {
 /// is a hundred statements or system calls, small enough that a request holds little.
 public enum BlobChunking {
     public static let bytes = 1 << 20
+    /// The pieces a download is read in: what a reader that stops reading holds in the
+    /// gateway's memory, beside the connection's own buffer.
+    public static let servingBytes = 32 << 10
+}
+
+extension BlobStore {
+    /// Reads `range` in pieces of `BlobChunking.bytes`.
+    public func read(object: UUID, sha256: String, sealed: Bool, range: Range<Int64>, into consume: (Data) async throws -> Void) async throws {
+        try await read(object: object, sha256: sha256, sealed: sealed, range: range, pieceBytes: BlobChunking.bytes, into: consume)
+    }
 }
 
 /// The stores a process can read from, and the one new files go to (`BLOB_STORE`).

@@ -72,7 +72,11 @@ public struct DirectoryBlobStore: BlobStore {
         let staged = stagingPath(object)
         let sealed = sealedPath(object, sha256: sha256)
         try await blocking {
-            try Self.fsync(staged)
+            // An empty file was never written to: its staging file is made here.
+            let fd = open(staged, O_WRONLY | O_CREAT | O_CLOEXEC, 0o640)
+            guard fd >= 0 else { throw Self.failure("open", staged) }
+            defer { close(fd) }
+            guard Glibc.fsync(fd) == 0 else { throw Self.failure("fsync", staged) }
             let folder = (sealed as NSString).deletingLastPathComponent
             if mkdir(folder, 0o750) != 0 && errno != EEXIST { throw Self.failure("mkdir", folder) }
             guard rename(staged, sealed) == 0 else { throw Self.failure("rename", staged) }
@@ -81,8 +85,9 @@ public struct DirectoryBlobStore: BlobStore {
     }
 
     public func read(
-        object: UUID, sha256: String, sealed: Bool, range: Range<Int64>, into consume: (Data) async throws -> Void
+        object: UUID, sha256: String, sealed: Bool, range: Range<Int64>, pieceBytes: Int, into consume: (Data) async throws -> Void
     ) async throws {
+        guard !range.isEmpty else { return }
         let path = sealed ? sealedPath(object, sha256: sha256) : stagingPath(object)
         let fd = try await blocking {
             let fd = open(path, O_RDONLY | O_CLOEXEC)
@@ -92,7 +97,7 @@ public struct DirectoryBlobStore: BlobStore {
         defer { close(fd) }
         var position = range.lowerBound
         while position < range.upperBound {
-            let count = Int(min(Int64(BlobChunking.bytes), range.upperBound - position))
+            let count = Int(min(Int64(pieceBytes), range.upperBound - position))
             let at = position
             let piece = try await blocking {
                 var data = Data(count: count)

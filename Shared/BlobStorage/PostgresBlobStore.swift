@@ -43,13 +43,13 @@ public struct PostgresBlobStore: BlobStore {
     public func seal(object: UUID, sha256: String) async throws {}
 
     public func read(
-        object: UUID, sha256: String, sealed: Bool, range: Range<Int64>, into consume: (Data) async throws -> Void
+        object: UUID, sha256: String, sealed: Bool, range: Range<Int64>, pieceBytes: Int, into consume: (Data) async throws -> Void
     ) async throws {
         var position = range.lowerBound
         // No row is longer than `rowBytes`: the one holding `position` starts less than that
-        // before it. A query reads about a piece's worth of rows.
+        // before it. A query reads a piece's worth of rows.
         var after = position - Int64(Self.rowBytes)
-        let perQuery = BlobChunking.bytes / Self.rowBytes + 1
+        let perQuery = max(1, (pieceBytes + Self.rowBytes - 1) / Self.rowBytes)
         while position < range.upperBound {
             let rows = try await pool.execute("""
                 SELECT start_offset, data FROM blob_chunks
@@ -58,7 +58,7 @@ public struct PostgresBlobStore: BlobStore {
                 """)
             if rows.isEmpty { throw BlobStoreError.missingBytes(object: object, at: position) }
             var piece = Data()
-            piece.reserveCapacity(BlobChunking.bytes + Self.rowBytes)
+            piece.reserveCapacity(perQuery * Self.rowBytes)
             for row in rows {
                 let (start, data) = try row.decode((Int64, Data).self)
                 after = start

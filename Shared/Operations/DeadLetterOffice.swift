@@ -30,7 +30,7 @@ public struct DeadLetterOffice: Sendable {
         self.logger = logger
     }
 
-    public func list(queue: String = "sync", filter: DeadLetterFilter, limit: Int, cursor: DeadLetterStore.Cursor?) async throws -> DeadLetterPage {
+    public func list(queue: String = "sync", filter: DeadLetterFilter, limit: Int, cursor: PageCursor?) async throws -> DeadLetterPage {
         try await deadLetters.list(queue: queue, filter: filter, limit: limit, cursor: cursor)
     }
 

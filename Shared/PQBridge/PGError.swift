@@ -38,6 +38,9 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
     }
 
     static let conflicts: [String: Conflict] = ["40001": .serializationFailure, "40P01": .deadlock, "55P03": .lockNotAvailable]
+    /// A row that another transaction inserted first (unique_violation).
+    public var isUniqueViolation: Bool { code == .server && sqlState == "23505" }
+
     /// The server shutting down or starting, or out of connection slots.
     static let serverUnavailableStates: Set<String> = ["57P01", "57P02", "57P03", "53300"]
 

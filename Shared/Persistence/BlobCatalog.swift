@@ -57,16 +57,19 @@ public struct BlobCatalog: Sendable {
         case overQuota(used: Int64)
         /// The space was deleted meanwhile.
         case spaceGone
+        /// The uploader can no longer write to the space (removed, or made a viewer).
+        case notWritable
         /// The object was removed as abandoned before it was finished.
         case abandoned
     }
 
-    /// Makes a written, sealed object the space's file `sha256` — unless the space holds
-    /// it already or it would take the space over `quota` bytes. Under the space's row
-    /// lock, so two uploads into one space count against the quota one after the other.
-    /// `upload`: the resumable upload this was, which ends here.
+    /// Makes a written, sealed object the space's file `sha256` — unless `user` can no
+    /// longer write to the space, the space holds it already, or it would take the space
+    /// over `quota` bytes (counting the other open uploads' declared lengths). Under the
+    /// space's row lock, so two uploads into one space count against the quota one after
+    /// the other. `upload`: the resumable upload this was, which ends here.
     public func finish(
-        object: UUID, space: String, sha256: String, size: Int64, contentType: String, store: String, quota: Int64,
+        object: UUID, space: String, user: String, sha256: String, size: Int64, contentType: String, store: String, quota: Int64,
         upload: UUID? = nil
     ) async throws -> Finished {
         guard let spaceID = UUID(uuidString: space) else { return .spaceGone }
@@ -89,13 +92,17 @@ public struct BlobCatalog: Sendable {
                 try end(finished: false)
                 return .spaceGone
             }
+            guard try Self.canWrite(connection, user: user, space: spaceID) else {
+                try discard()
+                try end(finished: false)
+                return .notWritable
+            }
             if let existing = try Self.find(connection, space: spaceID, sha256: sha256) {
                 try discard()
                 try end(finished: true)
                 return .existing(existing)
             }
-            let used = try connection.execute("SELECT coalesce(sum(size), 0)::bigint FROM blobs WHERE space_id = \(spaceID)")
-                .first?.decode(Int64.self, at: 0) ?? 0
+            let used = try Self.usage(connection, space: spaceID, excluding: upload)
             if used + size > quota {
                 try discard()
                 try end(finished: false)
@@ -126,11 +133,29 @@ public struct BlobCatalog: Sendable {
             """).first?.decode(as: StoredBlob.self)
     }
 
-    /// Bytes the space's files take.
+    /// Bytes the space's files take, and its open uploads will.
     public func usage(space: String) async throws -> Int64 {
         guard let id = UUID(uuidString: space) else { return 0 }
-        return try await pool.execute("SELECT coalesce(sum(size), 0)::bigint FROM blobs WHERE space_id = \(id)")
-            .first?.decode(Int64.self, at: 0) ?? 0
+        return try await pool.withConnection { try Self.usage($0, space: id, excluding: nil) }
+    }
+
+    /// The space's files' sizes and its open uploads' declared lengths (but `upload`'s).
+    static func usage(_ connection: PGConnection, space: UUID, excluding upload: UUID?) throws -> Int64 {
+        // No upload has the nil UUID.
+        let excluded = upload ?? UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
+        return try connection.execute("""
+            SELECT ((SELECT coalesce(sum(size), 0) FROM blobs WHERE space_id = \(space))
+                  + (SELECT coalesce(sum(length), 0) FROM blob_uploads
+                     WHERE space_id = \(space) AND NOT finished AND expires_at > clock_timestamp() AND upload_id <> \(excluded)))::bigint
+            """).first?.decode(Int64.self, at: 0) ?? 0
+    }
+
+    /// Whether `user` is a member of the space who may add to it.
+    static func canWrite(_ connection: PGConnection, user: String, space: UUID) throws -> Bool {
+        guard let role = try connection.execute("SELECT role FROM space_members WHERE space_id = \(space) AND user_id = \(user)")
+            .first?.decode(String.self, at: 0)
+        else { return false }
+        return SpaceRole(rawValue: role)?.canWrite ?? false
     }
 
     /// A file that the public (or unlisted) record `publicID` references, from that
@@ -171,24 +196,45 @@ public struct BlobCatalog: Sendable {
 
     static let uploadColumns = "upload_id, user_id, space_id, sha256, content_type, length, received, finished, store"
 
-    /// A resumable upload; its object is garbage once it expires or ends unfinished.
+    public enum CreatedUpload: Sendable, Equatable {
+        case created(Upload)
+        case spaceGone
+        /// The space's files and open uploads would exceed the quota with this one.
+        case overQuota
+        /// The user has `openUploadsPerUser` open already.
+        case tooManyOpen
+    }
+
+    /// A resumable upload; its object is garbage once it expires or ends unfinished. Its
+    /// declared length counts against the space's quota while it is open, under the
+    /// space's row lock; a user has at most `maxOpen` open at once.
     public func createUpload(
-        user: String, space: String, sha256: String, contentType: String, length: Int64, store: String, expiresIn seconds: Double
-    ) async throws -> Upload? {
-        guard let spaceID = UUID(uuidString: space) else { return nil }
+        user: String, space: String, sha256: String, contentType: String, length: Int64, store: String, expiresIn seconds: Double,
+        quota: Int64, maxOpen: Int
+    ) async throws -> CreatedUpload {
+        guard let spaceID = UUID(uuidString: space) else { return .spaceGone }
         let id = UUID()
         return try await pool.transaction { connection in
+            guard try !connection.execute("SELECT 1 FROM spaces WHERE space_id = \(spaceID) FOR NO KEY UPDATE").isEmpty else {
+                return .spaceGone
+            }
+            if try Self.usage(connection, space: spaceID, excluding: nil) + length > quota { return .overQuota }
+            let open = try connection.execute("""
+                SELECT count(*) FROM blob_uploads WHERE user_id = \(user) AND NOT finished AND expires_at > clock_timestamp()
+                """).first?.decode(Int64.self, at: 0) ?? 0
+            if open >= maxOpen { return .tooManyOpen }
             try connection.execute("""
                 INSERT INTO blob_garbage (object_id, sha256, store, not_before)
                 VALUES (\(id), \(sha256), \(store), clock_timestamp() + make_interval(secs => \(seconds)))
                 """)
-            return try connection.execute("""
+            let upload = try connection.execute("""
                 INSERT INTO blob_uploads (upload_id, user_id, space_id, sha256, content_type, length, store, expires_at)
                 SELECT \(id), \(user), space_id, \(sha256), \(contentType), \(length), \(store),
                        clock_timestamp() + make_interval(secs => \(seconds))
                 FROM spaces WHERE space_id = \(spaceID)
                 RETURNING \(sql: Self.uploadColumns)
                 """).first?.decode(as: Upload.self)
+            return upload.map { CreatedUpload.created($0) } ?? .spaceGone
         }
     }
 

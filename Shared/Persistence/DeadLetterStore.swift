@@ -88,46 +88,22 @@ public struct DeadLetterStore: Sendable {
     }
 
     /// Newest first, `limit` at a time; `cursor` is the previous page's `next_cursor`.
-    public func list(queue: String, filter: DeadLetterFilter, limit: Int, cursor: Cursor?) async throws -> DeadLetterPage {
+    public func list(queue: String, filter: DeadLetterFilter, limit: Int, cursor: PageCursor?) async throws -> DeadLetterPage {
         var binds = PGBinds()
         var sql = "SELECT \(Self.itemColumns) FROM dead_letters d WHERE queue = \(binds.append(queue))"
         if let cursor {
-            let after = PGTimestamp(microsecondsSince2000: cursor.deadAtMicroseconds - PGTimestamp.unixOffset)
+            let after = PGTimestamp(microsecondsSince2000: cursor.atMicroseconds - PGTimestamp.unixOffset)
             sql += " AND (dead_at, dead_letter_id) < (\(binds.append(after)), \(binds.append(cursor.id))::uuid)"
         }
         sql += " AND \(Self.conditions(filter, &binds)) ORDER BY dead_at DESC, dead_letter_id DESC LIMIT \(binds.append(limit + 1))"
         let rows = try await pool.execute(PGQuery(unsafeSQL: sql, binds: binds))
         let items = try rows.prefix(limit).map(Self.item)
         let next = try rows.count > limit
-            ? Cursor(
-                deadAtMicroseconds: rows[limit - 1].decode(PGTimestamp.self, at: 10).microseconds + PGTimestamp.unixOffset,
+            ? PageCursor(
+                atMicroseconds: rows[limit - 1].decode(PGTimestamp.self, at: 10).microseconds + PGTimestamp.unixOffset,
                 id: rows[limit - 1].decode(String.self, at: 0)).text
             : nil
         return DeadLetterPage(items: items, nextCursor: next)
-    }
-
-    /// A position in the list: the last item's exact time and id.
-    /// Where a page ends: `<dead_at in microseconds since 1970>_<dead_letter_id>`. Any
-    /// text of that shape is a valid position (the page after it), so a cursor is checked
-    /// by its shape alone and never reaches PostgreSQL as something it could refuse.
-    public struct Cursor: Sendable, Equatable {
-        public let deadAtMicroseconds: Int64
-        public let id: String
-
-        public init?(text: String) {
-            let parts = text.split(separator: "_", omittingEmptySubsequences: false)
-            guard parts.count == 2, (1...16).contains(parts[0].utf8.count), parts[0].utf8.allSatisfy({ (48...57).contains($0) }),
-                  let microseconds = Int64(parts[0]), let id = Names.canonicalUUID(String(parts[1]))
-            else { return nil }
-            self.init(deadAtMicroseconds: microseconds, id: id)
-        }
-
-        init(deadAtMicroseconds: Int64, id: String) {
-            self.deadAtMicroseconds = deadAtMicroseconds
-            self.id = id
-        }
-
-        public var text: String { "\(deadAtMicroseconds)_\(id)" }
     }
 
     /// One dead letter with its message, the job's ops and its attempts.

@@ -58,7 +58,7 @@ public struct JobStore: Sendable {
     public func create(_ intake: Intake) async throws -> IntakeOutcome {
         do {
             return try await create(batch: [intake])[0]
-        } catch let error as PGError where error.sqlState == "23505" && intake.idempotencyKey != nil {
+        } catch let error as PGError where error.isUniqueViolation && intake.idempotencyKey != nil {
             // A request with the same key committed between this one's lookup and insert:
             // answer with its job.
             return try await pool.withConnection { connection in

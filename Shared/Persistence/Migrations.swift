@@ -457,6 +457,22 @@ public enum Migrations {
             CREATE TRIGGER blob_uploads_ended AFTER DELETE ON blob_uploads
               FOR EACH ROW EXECUTE FUNCTION syncline_upload_ended();
             """),
+        Migration(version: 16, name: "uploads follow write access", sql: """
+            -- A member who can no longer write to a space (removed, gone with their account,
+            -- demoted to viewer) has their unfinished uploads into it ended, however that
+            -- happened; the uploads' objects are garbage at once.
+            CREATE FUNCTION syncline_member_lost_write() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+              IF TG_OP = 'DELETE' OR NEW.role = 'viewer' THEN
+                DELETE FROM blob_uploads WHERE space_id = OLD.space_id AND user_id = OLD.user_id AND NOT finished;
+              END IF;
+              RETURN NULL;
+            END $$;
+            CREATE TRIGGER space_members_lost_write AFTER DELETE OR UPDATE OF role ON space_members
+              FOR EACH ROW EXECUTE FUNCTION syncline_member_lost_write();
+            -- The trigger's lookup, and a user's open uploads counted against their cap.
+            CREATE INDEX blob_uploads_by_user ON blob_uploads (user_id, space_id);
+            """),
     ]
 
     /// Applies every migration not yet applied. Safe to run from many processes at once.

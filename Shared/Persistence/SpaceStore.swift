@@ -78,6 +78,8 @@ extension SpaceStore {
         case forbidden
         /// The last owner would leave or lose ownership: 409.
         case lastOwner
+        /// The space holds as many open invitations as it may: 429.
+        case tooManyInvitations
     }
 
     public func create(user: String, name: String) async throws -> SpaceView {
@@ -181,14 +183,21 @@ extension SpaceStore {
 
     /// The owner makes `code` (the caller draws it at random) a single-use invitation for
     /// `role`, valid for `seconds`; only its SHA-256 is stored.
+    /// An owner invites; a space has at most `maxOpen` open invitations (counted under its
+    /// lock).
     public func invite(
-        user: String, space: String, role: SpaceRole, seconds: Int, code: String
+        user: String, space: String, role: SpaceRole, seconds: Int, code: String, maxOpen: Int
     ) async throws -> (Change, InvitationView?) {
         guard let id = Names.canonicalUUID(space) else { return (.notFound, nil) }
         return try await pool.transaction { connection in
             guard let mine = try Self.lock(connection, space: id, user: user) else { return (.notFound, nil) }
             // A personal space takes no members.
             guard mine.role == .owner, !mine.personal else { return (.forbidden, nil) }
+            let open = try connection.execute("""
+                SELECT count(*) FROM space_invitations
+                WHERE space_id = \(id)::uuid AND used_at IS NULL AND expires_at > clock_timestamp()
+                """).first?.decode(Int64.self, at: 0) ?? 0
+            guard open < maxOpen else { return (.tooManyInvitations, nil) }
             guard let row = try connection.execute("""
                 INSERT INTO space_invitations (code_hash, space_id, role, created_by, expires_at)
                 VALUES (encode(sha256(convert_to(\(code), 'UTF8')), 'hex'), \(id)::uuid, \(role), \(user),
@@ -240,23 +249,34 @@ extension SpaceStore {
     }
 
     /// The space's open invitations (not used, not expired), for its owners; never a code.
-    public func invitations(user: String, space: String) async throws -> (Change, [OpenInvitationView]) {
-        guard let id = Names.canonicalUUID(space), let role = try await role(user: user, space: id) else { return (.notFound, []) }
-        guard role == .owner else { return (.forbidden, []) }
-        return try await pool.withConnection { connection in
-            let items = try connection.execute("""
-                SELECT invitation_id, role, created_by, syncline_rfc3339(created_at), syncline_rfc3339(expires_at)
-                FROM space_invitations
-                WHERE space_id = \(id)::uuid AND used_at IS NULL AND expires_at > clock_timestamp()
-                ORDER BY created_at, invitation_id
-                """).map { row in
-                let (invitationID, role, createdBy, createdAt, expiresAt) = try row.decode((String, String, String, String, String).self)
-                return OpenInvitationView(
-                    invitationID: invitationID, role: SpaceRole(rawValue: role) ?? .viewer, createdBy: createdBy,
-                    createdAt: createdAt, expiresAt: expiresAt)
-            }
-            return (.done, items)
+    /// The space's open invitations, oldest first, `limit` at a time after `cursor`.
+    public func invitations(user: String, space: String, limit: Int, cursor: PageCursor?) async throws -> (Change, InvitationList) {
+        let none = InvitationList(items: [], nextCursor: nil)
+        guard let id = Names.canonicalUUID(space), let role = try await role(user: user, space: id) else { return (.notFound, none) }
+        guard role == .owner else { return (.forbidden, none) }
+        let after = cursor.map { PGTimestamp(microsecondsSince2000: $0.atMicroseconds - PGTimestamp.unixOffset) }
+            ?? PGTimestamp(microsecondsSince2000: .min)
+        let afterID = cursor.flatMap { UUID(uuidString: $0.id) } ?? UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
+        let rows = try await pool.execute("""
+            SELECT invitation_id, role, created_by, syncline_rfc3339(created_at), syncline_rfc3339(expires_at), created_at
+            FROM space_invitations
+            WHERE space_id = \(id)::uuid AND used_at IS NULL AND expires_at > clock_timestamp()
+              AND (created_at, invitation_id) > (\(after), \(afterID))
+            ORDER BY created_at, invitation_id
+            LIMIT \(limit + 1)
+            """)
+        let items = try rows.prefix(limit).map { row in
+            let (invitationID, role, createdBy, createdAt, expiresAt) = try row.decode((String, String, String, String, String).self)
+            return OpenInvitationView(
+                invitationID: invitationID, role: SpaceRole(rawValue: role) ?? .viewer, createdBy: createdBy,
+                createdAt: createdAt, expiresAt: expiresAt)
         }
+        let next = try rows.count > limit
+            ? PageCursor(
+                atMicroseconds: rows[limit - 1].decode(PGTimestamp.self, at: 5).microseconds + PGTimestamp.unixOffset,
+                id: rows[limit - 1].decode(String.self, at: 0)).text
+            : nil
+        return (.done, InvitationList(items: items, nextCursor: next))
     }
 
     /// An owner revokes an open invitation: its code no longer works.

@@ -13,6 +13,8 @@ extension SyncClient {
     static let resumableUploadThreshold: Int64 = 4 << 20
     static let uploadPieceBytes = 4 << 20
     static let downloadPieceBytes: Int64 = 4 << 20
+    /// How long a download waits out 429s (the user's downloads at once) before it fails.
+    static let downloadWaitLimit: Double = 60
 
     /// Keeps `data` as a file of this device's and queues its upload; put the returned
     /// reference (`ref.json`) anywhere in a record's data. Works offline.
@@ -100,7 +102,17 @@ extension SyncClient {
             let path = "/v1/blobs/\(reference.sha256)" + (configuration.spaceID.map { "?space_id=\($0)" } ?? "")
             repeat {
                 let last = min(received + Self.downloadPieceBytes, reference.size) - 1
-                let answer = try await api.send("GET", path, headers: reference.size > 0 ? ["Range": "bytes=\(received)-\(last)"] : [:])
+                let headers = reference.size > 0 ? ["Range": "bytes=\(received)-\(last)"] : [:]
+                var answer = try await api.send("GET", path, headers: headers)
+                // Too many downloads of this user's at once (an app fetching a screenful of
+                // pictures): wait as told and ask again.
+                var waited = 0.0
+                while answer.status == 429, waited < Self.downloadWaitLimit {
+                    let pause = min(answer.retryAfter ?? 1, Self.downloadWaitLimit - waited)
+                    try await Task.sleep(for: .seconds(pause))
+                    waited += pause
+                    answer = try await api.send("GET", path, headers: headers)
+                }
                 guard answer.status == 206 || answer.status == 200 else {
                     throw ClientError.server(status: answer.status, detail: answer.detail)
                 }

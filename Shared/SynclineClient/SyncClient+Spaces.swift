@@ -45,10 +45,19 @@ extension SyncClient {
             InvitationView.self, "POST", "/v1/spaces/\(Self.pathSegment(spaceID))/invitations", body: .object(body), expected: 201)
     }
 
-    /// The space's open invitations, for its owners (never their codes).
+    /// The space's open invitations, for its owners (never their codes), every page.
     public func invitations(in spaceID: String) async throws -> [OpenInvitationView] {
-        try await api.decode(
-            InvitationList.self, "GET", "/v1/spaces/\(Self.pathSegment(spaceID))/invitations", expected: 200).items
+        var items: [OpenInvitationView] = []
+        var cursor: String?
+        repeat {
+            let page = try await api.decode(
+                InvitationList.self, "GET",
+                "/v1/spaces/\(Self.pathSegment(spaceID))/invitations?limit=500" + (cursor.map { "&cursor=\($0)" } ?? ""),
+                expected: 200)
+            items += page.items
+            cursor = page.nextCursor
+        } while cursor != nil
+        return items
     }
 
     /// An owner revokes an open invitation: its code stops working.

@@ -56,9 +56,10 @@ struct AdminPageTests {
             try browser.waitFor("!document.querySelector(\"\(row)\")")
             try browser.screenshot(to: "\(output)/admin-page-after-replay.png")
             #expect(try await api.awaitJob(token, jobID)["status"] as? String == "succeeded")
-            // The token stayed in the tab's session storage, not in a cookie or the URL.
-            #expect(try browser.evaluate("sessionStorage.getItem('syncline.adminToken') !== null") as? Bool == true)
+            // The token stayed in the page's memory: not in web storage, a cookie or the URL.
+            #expect(try browser.evaluate("sessionStorage.length + localStorage.length") as? Int == 0)
             #expect(try browser.evaluate("document.cookie") as? String == "")
+            #expect(try browser.evaluate("location.href.includes('ey')") as? Bool == false)
         }
     }
 }

@@ -125,6 +125,13 @@ final class Browser: @unchecked Sendable {
         return Tab(targetID: targetID, sessionID: sessionID ?? "")
     }
 
+    /// Loads `url` in the tab driven now, as a user typing it into the address bar.
+    func navigate(_ url: String) throws {
+        try send("Page.navigate", ["url": url])
+        usleep(300_000)
+        try waitFor("document.readyState === 'complete'")
+    }
+
     /// Drives `tab` from now on.
     func use(_ tab: Tab) { sessionID = tab.sessionID }
 

@@ -168,4 +168,33 @@ struct SpaceAttackTests {
             #expect(raced > 0)
         }
     }
+
+    /// A space holds at most MAX_OPEN_INVITATIONS open invitations (429 above), and the
+    /// owner lists them in pages.
+    @Test func openInvitationsAreCappedAndListedInPages() async throws {
+        try await Stack.with(workers: 0, environment: ["MAX_OPEN_INVITATIONS": "5"]) { stack in
+            let api = stack.client
+            let owner = try await SpaceTests.member(api, "owner")
+            let space = try await Self.space(api, owner: owner, with: [])
+            for _ in 0..<5 { _ = try await Self.invite(api, space: space, by: owner, role: "viewer") }
+            let sixth = try await api.json("POST", "/v1/spaces/\(space)/invitations", token: owner.token, ["role": "viewer"])
+            #expect(sixth.status == 429 && sixth.json["code"] as? String == "rate_limited", "\(sixth.text)")
+            var seen: [String] = []
+            var cursor: String?
+            repeat {
+                let page = try await api.request(
+                    "GET", "/v1/spaces/\(space)/invitations?limit=2" + (cursor.map { "&cursor=\($0)" } ?? ""), token: owner.token)
+                #expect(page.status == 200)
+                let items = page.json["items"] as? [[String: Any]] ?? []
+                #expect(items.count <= 2)
+                seen += items.compactMap { $0["invitation_id"] as? String }
+                #expect(page.json.keys.contains("next_cursor"))
+                cursor = page.json["next_cursor"] as? String
+            } while cursor != nil && seen.count < 10
+            #expect(seen.count == 5 && Set(seen).count == 5, "\(seen)")
+            #expect(try await api.request("GET", "/v1/spaces/\(space)/invitations?cursor=nope", token: owner.token).status == 400)
+            #expect(try await api.request("DELETE", "/v1/spaces/\(space)/invitations/\(seen[0])", token: owner.token).status == 204)
+            _ = try await Self.invite(api, space: space, by: owner, role: "editor")
+        }
+    }
 }

@@ -86,9 +86,12 @@ enum E2E {
         return connection
     }
 
-    /// A TCP connection to 127.0.0.1:`port`, or nil; the caller closes it.
-    static func connectLoopback(port: Int) -> Int32? {
+    /// A TCP connection to 127.0.0.1:`port`, or nil; the caller closes it. With
+    /// `receiveBuffer`, the kernel keeps at most about that much of what the server sends
+    /// until it is read.
+    static func connectLoopback(port: Int, receiveBuffer: Int32? = nil) -> Int32? {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
+        if var size = receiveBuffer { setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size)) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(port).bigEndian)

@@ -6,13 +6,15 @@ final class StaticFileServer: @unchecked Sendable {
     // @unchecked: used by one test at a time; `pid` is written once in init.
     let directory: String
     let port: Int
+    /// Where the server logs every request it answers.
+    let log: String
     private var pid: pid_t = 0
 
     init() async throws {
         directory = NSTemporaryDirectory() + "syncline-static-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         port = E2E.freePort()
-        let log = (E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()) + "/static-\(port).log"
+        log = (E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()) + "/static-\(port).log"
         let command = "exec python3 -m http.server \(port) --bind 127.0.0.1 --directory \(directory) >>\(log) 2>&1"
         let arguments: [String] = ["/bin/sh", "-c", command]
         let argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
@@ -33,6 +35,15 @@ final class StaticFileServer: @unchecked Sendable {
         let temporary = target.deletingLastPathComponent().appendingPathComponent(".\(target.lastPathComponent).tmp").path
         try text.write(toFile: temporary, atomically: false, encoding: .utf8)
         _ = rename(temporary, target.path)
+    }
+
+    /// The paths asked for so far, in order.
+    var requestedPaths: [String] {
+        let lines = (try? String(contentsOfFile: log, encoding: .utf8))?.split(separator: "\n") ?? []
+        return lines.compactMap { line in
+            guard let start = line.range(of: "\"GET ")?.upperBound, let end = line[start...].firstIndex(of: " ") else { return nil }
+            return String(line[start..<end])
+        }
     }
 
     func stop() {

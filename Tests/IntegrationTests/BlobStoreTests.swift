@@ -1,5 +1,6 @@
 import BlobStorage
 import Foundation
+import NIOCore
 import PQBridge
 import Persistence
 import Testing
@@ -69,6 +70,36 @@ struct BlobStoreTests {
             try await store.write(resumed, object: object, at: 1000)
             #expect(try await readAll(store, object, sealed: false, 0..<1700) == kept + resumed)
             try await store.remove(object: object, sha256: "ab" + String(repeating: "0", count: 62))
+        }
+    }
+
+    /// A client killed mid-upload resumes while the gateway still stores the cut request's
+    /// last piece: when that piece lands first, the resumed request is a conflict (409, the
+    /// client asks for the offset again), never a failure.
+    @Test func aPieceStoredFirstByACutRequestIsAConflict() async throws {
+        try await withPool(size: 4) { pool in
+            _ = try await Migrations.apply(on: pool, logger: TestEnvironment.logger)
+            let user = "tus-\(UUID().uuidString.prefix(8))"
+            let space = try await SpaceStore(pool: pool).personalSpace(user: user)
+            let catalog = BlobCatalog(pool: pool)
+            let store = PostgresBlobStore(pool: pool)
+            let ingest = BlobIngest(catalog: catalog, stores: BlobStores(writing: store), maxBytes: 1 << 30, spaceQuota: 1 << 40)
+            let piece = Self.bytes(BlobChunking.bytes, seed: 7)
+            guard case .created(let upload) = try await catalog.createUpload(
+                user: user, space: space, sha256: "cd" + String(repeating: "0", count: 62), contentType: "application/octet-stream",
+                length: Int64(piece.count * 2), store: "postgres", expiresIn: 3600, quota: 1 << 40, maxOpen: 10)
+            else {
+                Issue.record("the upload was not created")
+                return
+            }
+            let (body, feed) = AsyncStream<ByteBuffer>.makeStream()
+            let resumed = Task { try await ingest.append(upload, at: 0, body: body, expiresIn: 3600) }
+            try await Task.sleep(for: .milliseconds(500))  // the resumed request has truncated past its offset
+            try await store.write(piece, object: upload.uploadID, at: 0)  // the cut request's piece lands
+            feed.yield(ByteBuffer(bytes: piece))
+            feed.finish()
+            #expect(try await resumed.value == .conflict)
+            try await ingest.end(upload)
         }
     }
 }

@@ -39,9 +39,9 @@ struct AdminRoutes: Sendable {
         let queue = query["queue"].map(String.init) ?? "sync"
         guard queue == "sync" || queue == "notify" else { throw APIError.badRequest("queue must be sync or notify.") }
         let limit = try request.integerParameter("limit", in: 1...500, default: 50)
-        var cursor: DeadLetterStore.Cursor?
+        var cursor: PageCursor?
         if let text = query["cursor"].map(String.init) {
-            guard let parsed = DeadLetterStore.Cursor(text: text) else { throw APIError.badRequest("cursor must be a next_cursor from an earlier page.") }
+            guard let parsed = PageCursor(text: text) else { throw APIError.badRequest("cursor must be a next_cursor from an earlier page.") }
             cursor = parsed
         }
         let filter = try Self.filter(

@@ -20,6 +20,11 @@ struct BlobRoutes: Sendable {
     /// The push bucket: an upload costs a token, as a push does.
     let limiter: RateLimiter
     let publicLimiter: RateLimiter
+    /// Downloads at once per user, and per client address for public files; uploads
+    /// (`PUT` and tus `PATCH`) at once per user.
+    let downloadsPerUser: ConcurrencyLimiter
+    let downloadsPerAddress: ConcurrencyLimiter
+    let uploadsPerUser: ConcurrencyLimiter
 
     /// The same answer, byte for byte, for a hash the space lacks, a space that does not
     /// exist and one the caller is not a member of: no answer tells whether anyone holds
@@ -37,13 +42,15 @@ struct BlobRoutes: Sendable {
     @Sendable func put(_ request: Request, context: GatewayRequestContext) async throws -> Response {
         let claims = try await auth.user(request, context: context)
         try limiter.check(claims.sub, limit: "push")
+        let slot = try uploadsPerUser.check(claims.sub, limit: "uploads")
+        defer { slot.release() }
         let sha256 = try Self.hash(context)
         let space = try await writableSpace(try request.spaceParameter(), user: claims.sub)
         let contentType = try Self.contentType(request.headers[.contentType])
         if let length = request.headers[.contentLength].flatMap({ Int64($0) }) {
             try await checkRoom(for: length, in: space)
         }
-        let outcome = try await ingest.put(space: space, sha256: sha256, contentType: contentType, body: request.body)
+        let outcome = try await ingest.put(space: space, user: claims.sub, sha256: sha256, contentType: contentType, body: request.body)
         return try answer(outcome, sha256: sha256, space: space)
     }
 
@@ -72,10 +79,15 @@ struct BlobRoutes: Sendable {
             throw Self.overQuota(ingest.spaceQuota)
         case .spaceGone:
             throw APIError.notFound("No such space.")
+        case .notWritable:
+            throw Self.notWritable
         case .abandoned:
             throw APIError(status: .requestTimeout, code: .invalidRequest, detail: "The upload took too long; send it again.")
         }
     }
+
+    /// The uploader was removed from the space, or made a viewer, while the file came in.
+    static let notWritable = APIError.forbidden("You can no longer add files to this space; nothing was stored.")
 
     static func tooLarge(_ limit: Int64) -> APIError {
         APIError(status: .contentTooLarge, code: .payloadTooLarge, detail: "A file may have at most \(limit) bytes.")
@@ -109,7 +121,9 @@ struct BlobRoutes: Sendable {
             space = try await spaces.personalSpace(user: claims.sub)
         }
         guard let blob = try await catalog.find(space: space, sha256: sha256) else { throw Self.noSuchFile }
-        return try serve(blob, request: request, cacheControl: "private, max-age=31536000, immutable")
+        return try serve(
+            blob, request: request, cacheControl: "private, max-age=31536000, immutable",
+            downloads: (downloadsPerUser, claims.sub))
     }
 
     /// No token, any origin; only while the record is public and references the file.
@@ -121,11 +135,17 @@ struct BlobRoutes: Sendable {
             throw Self.noSuchFile
         }
         // Revalidated on every use, so that unpublishing stops it at once.
-        return try serve(blob, request: request, cacheControl: "public, no-cache")
+        return try serve(blob, request: request, cacheControl: "public, no-cache", downloads: (downloadsPerAddress, context.clientAddress))
     }
 
-    /// The file, whole or the part a `Range` asks for, or 304 when the reader has it.
-    func serve(_ blob: BlobCatalog.StoredBlob, request: Request, cacheControl: String) throws -> Response {
+    /// The file, whole or the part a `Range` asks for, or 304 when the reader has it; never
+    /// as a page that runs (StoredFileHeaders).
+    /// A body takes one of `downloads`' slots for its key until it is written, and is read
+    /// in small pieces, each written once the client has taken the last: a reader that
+    /// stops reading holds little, and is closed by the transfer guard.
+    func serve(
+        _ blob: BlobCatalog.StoredBlob, request: Request, cacheControl: String, downloads: (limiter: ConcurrencyLimiter, key: String)
+    ) throws -> Response {
         guard let kind = BlobStoreKind(rawValue: blob.store), let store = stores.store(kind) else {
             throw APIError.unavailable("The store holding this file is not configured on this gateway.")
         }
@@ -133,6 +153,7 @@ struct BlobRoutes: Sendable {
         var headers = HTTPFields()
         headers[.eTag] = etag
         headers[.cacheControl] = cacheControl
+        StoredFileHeaders.apply(contentType: blob.contentType, to: &headers)
         if request.ifNoneMatch(etag) {
             return Response(status: .notModified, headers: headers)
         }
@@ -161,10 +182,14 @@ struct BlobRoutes: Sendable {
         let length = range.upperBound - range.lowerBound
         headers[.contentLength] = String(length)
         if request.method == .head { return Response(status: status, headers: headers) }
+        let slot = try downloads.limiter.check(downloads.key, limit: "downloads")
         BlobMetrics.downloads.increment()
         let readRange = range
         return Response(status: status, headers: headers, body: ResponseBody(contentLength: Int(length)) { writer in
-            try await store.read(object: blob.objectID, sha256: blob.sha256, sealed: true, range: readRange) { piece in
+            defer { slot.release() }
+            try await store.read(
+                object: blob.objectID, sha256: blob.sha256, sealed: true, range: readRange, pieceBytes: BlobChunking.servingBytes
+            ) { piece in
                 try await writer.write(ByteBuffer(data: piece))
                 BlobMetrics.downloadedBytes.increment(by: piece.count)
             }
@@ -218,7 +243,7 @@ enum BlobMetrics {
         case .existing: label = "existing"
         case .mismatch: label = "hash_mismatch"
         case .tooLarge, .overQuota: label = "too_large"
-        case .spaceGone, .abandoned: label = "abandoned"
+        case .spaceGone, .notWritable, .abandoned: label = "abandoned"
         }
         Counter(label: "syncline_blob_uploads_total", dimensions: [("outcome", label)]).increment()
     }

@@ -19,6 +19,8 @@ struct SpaceRoutes: Sendable {
     /// Removes a deleted space's files from their store, after the answer.
     let sweeper: BlobSweeper
     let background: BackgroundWork
+    /// Open invitations a space may hold at once (`MAX_OPEN_INVITATIONS`).
+    let maxOpenInvitations: Int
 
     static let defaultInvitationSeconds = 7 * 24 * 3600
     static let maxInvitationSeconds = 30 * 24 * 3600
@@ -52,6 +54,10 @@ struct SpaceRoutes: Sendable {
             throw APIError(
                 status: .conflict, code: .invalidRequest,
                 detail: "The last owner cannot leave or stop being owner; make another member owner first.")
+        case .tooManyInvitations:
+            throw APIError(
+                status: .tooManyRequests, code: .rateLimited,
+                detail: "This space has as many open invitations as it may; revoke one, or wait for one to be used or expire.")
         }
     }
 
@@ -123,7 +129,7 @@ struct SpaceRoutes: Sendable {
         }
         let (change, invitation) = try await spaces.invite(
             user: claims.sub, space: try context.parameters.require("space_id"), role: role, seconds: seconds,
-            code: Secrets.random())
+            code: Secrets.random(), maxOpen: maxOpenInvitations)
         try Self.answer(change)
         guard let invitation else { throw APIError.notFound("No such space.") }
         return try jsonResponse(invitation, status: .created)
@@ -131,9 +137,16 @@ struct SpaceRoutes: Sendable {
 
     @Sendable func invitations(_ request: Request, context: GatewayRequestContext) async throws -> Response {
         let claims = try await auth.user(request, context: context)
-        let (change, items) = try await spaces.invitations(user: claims.sub, space: try context.parameters.require("space_id"))
+        let limit = try request.integerParameter("limit", in: 1...500, default: 100)
+        var cursor: PageCursor?
+        if let text = request.uri.queryParameters["cursor"].map(String.init) {
+            guard let parsed = PageCursor(text: text) else { throw APIError.badRequest("cursor must be a next_cursor from an earlier page.") }
+            cursor = parsed
+        }
+        let (change, page) = try await spaces.invitations(
+            user: claims.sub, space: try context.parameters.require("space_id"), limit: limit, cursor: cursor)
         try Self.answer(change)
-        return try jsonResponse(InvitationList(items: items))
+        return try jsonResponse(page)
     }
 
     @Sendable func revokeInvitation(_ request: Request, context: GatewayRequestContext) async throws -> Response {

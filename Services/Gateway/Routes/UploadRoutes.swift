@@ -16,8 +16,10 @@ struct UploadRoutes: Sendable {
     let ingest: BlobIngest
     let blobs: BlobRoutes
     let limiter: RateLimiter
-    /// How long an upload may rest between requests.
-    static let expiresIn: Double = 24 * 3600
+    /// How long an upload may rest between requests (`UPLOAD_EXPIRY`).
+    let expiresIn: Double
+    /// Unfinished uploads a user may have open at once (`OPEN_UPLOADS_PER_USER`).
+    let openPerUser: Int
     static let version = "1.0.0"
 
     func register(on router: Router<GatewayRequestContext>) {
@@ -70,11 +72,20 @@ struct UploadRoutes: Sendable {
             named = id
         }
         let space = try await blobs.writableSpace(named, user: claims.sub)
-        try await blobs.checkRoom(for: length, in: space)
-        guard let upload = try await catalog.createUpload(
+        if length > ingest.maxBytes { throw BlobRoutes.tooLarge(ingest.maxBytes) }
+        let upload: BlobCatalog.Upload
+        switch try await catalog.createUpload(
             user: claims.sub, space: space, sha256: sha256, contentType: contentType, length: length,
-            store: ingest.writingStore, expiresIn: Self.expiresIn)
-        else { throw APIError.notFound("No such space.") }
+            store: ingest.writingStore, expiresIn: expiresIn, quota: ingest.spaceQuota, maxOpen: openPerUser)
+        {
+        case .created(let created): upload = created
+        case .spaceGone: throw APIError.notFound("No such space.")
+        case .overQuota: throw BlobRoutes.overQuota(ingest.spaceQuota)
+        case .tooManyOpen:
+            throw APIError(
+                status: .tooManyRequests, code: .rateLimited,
+                detail: "At most \(openPerUser) unfinished uploads at once; finish or end one first.", retryAfterSeconds: 60)
+        }
         var headers = Self.tusFields
         headers[.location] = "/v1/uploads/\(upload.uploadID.uuidString.lowercased())"
         headers[.uploadOffset] = "0"
@@ -105,11 +116,15 @@ struct UploadRoutes: Sendable {
         let claims = try await auth.user(request, context: context)
         try checkVersion(request)
         try limiter.check(claims.sub, limit: "push")
+        let slot = try blobs.uploadsPerUser.check(claims.sub, limit: "uploads")
+        defer { slot.release() }
         guard request.headers[.contentType] == "application/offset+octet-stream" else {
             throw APIError(
                 status: .unsupportedMediaType, code: .invalidRequest, detail: "A PATCH carries application/offset+octet-stream.")
         }
         let upload = try await find(context, user: claims.sub)
+        // Write access is checked on every piece, not only at creation.
+        _ = try await blobs.writableSpace(upload.spaceID.uuidString.lowercased(), user: claims.sub)
         guard let offsetText = request.headers[.uploadOffset], let offset = Int64(offsetText), offset >= 0 else {
             throw APIError.badRequest("Upload-Offset must be where the upload stands, in bytes.")
         }
@@ -121,7 +136,7 @@ struct UploadRoutes: Sendable {
             headers[.uploadOffset] = String(upload.received)
             return Response(status: .noContent, headers: headers)
         }
-        switch try await ingest.append(upload, at: offset, body: request.body, expiresIn: Self.expiresIn) {
+        switch try await ingest.append(upload, at: offset, body: request.body, expiresIn: expiresIn) {
         case .conflict:
             throw APIError(status: .conflict, code: .conflict, detail: "Another request moved the upload's offset first.")
         case .exceedsLength:

@@ -49,24 +49,7 @@ public struct DeadLetterItem: Codable, Sendable, Equatable {
     }
 }
 
-public struct DeadLetterPage: Codable, Sendable {
-    public var items: [DeadLetterItem]
-    public var nextCursor: String?
-
-    public init(items: [DeadLetterItem], nextCursor: String?) {
-        self.items = items
-        self.nextCursor = nextCursor
-    }
-
-    enum CodingKeys: String, CodingKey { case items, nextCursor = "next_cursor" }
-
-    /// `next_cursor` is null on the last page, never absent.
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(items, forKey: .items)
-        try container.encode(nextCursor, forKey: .nextCursor)
-    }
-}
+public typealias DeadLetterPage = Page<DeadLetterItem>
 
 /// One dead letter with what an operator needs to decide: the message as received, the
 /// job's ops decoded, and every attempt with its error.

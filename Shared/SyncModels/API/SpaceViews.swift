@@ -81,10 +81,8 @@ public struct OpenInvitationView: Codable, Sendable, Equatable {
     }
 }
 
-public struct InvitationList: Codable, Sendable, Equatable {
-    public var items: [OpenInvitationView]
-    public init(items: [OpenInvitationView]) { self.items = items }
-}
+/// A page of a space's open invitations, oldest first.
+public typealias InvitationList = Page<OpenInvitationView>
 
 public struct SpaceList: Codable, Sendable, Equatable {
     public var items: [SpaceView]

@@ -501,7 +501,14 @@ export class SyncClient {
       return known.blob;
     }
     const space = this.options.spaceID ? `?space_id=${encodeURIComponent(this.options.spaceID)}` : "";
-    const response = await this.fetchWithToken("GET", `/v1/blobs/${file.sha256}${space}`);
+    let response = await this.fetchWithToken("GET", `/v1/blobs/${file.sha256}${space}`);
+    // Too many downloads of this user's at once (a page of pictures): wait as told, ask again.
+    for (let waited = 0; response.status === 429 && waited < 60; ) {
+      const pause = Math.min(Number(response.headers.get("Retry-After")) || 1, 60 - waited);
+      await new Promise((resolve) => setTimeout(resolve, pause * 1000));
+      waited += pause;
+      response = await this.fetchWithToken("GET", `/v1/blobs/${file.sha256}${space}`);
+    }
     if (response.status !== 200) throw new Error(`download answered ${response.status}: ${(await response.text()).slice(0, 300)}`);
     const bytes = await response.arrayBuffer();
     if ((await sha256Hex(bytes)) !== file.sha256) throw new Error("the file downloaded does not match its hash");
