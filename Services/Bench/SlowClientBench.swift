@@ -12,6 +12,7 @@ import ServiceSupport
 /// are held (`--hold` seconds, less than its TRANSFER_STALL_TIMEOUT) and after they are
 /// gone. Run the gateway with DOWNLOADS_PER_USER and UPLOADS_PER_USER above the counts, so
 /// that every connection is admitted: this measures what one admitted connection costs.
+/// `--readers 0` or `--uploaders 0` measures the other kind alone, on a fresh gateway.
 struct SlowClientBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "slow-clients", abstract: "Gateway memory under readers that read nothing and uploads that trickle.")
@@ -36,6 +37,15 @@ struct SlowClientBench: AsyncParsableCommand {
         let (_, status) = try await onThread { try BlobTransfer.upload(host: host, port: port, token: token, file: file) }
         guard status == 201 || status == 200 else { throw ValidationError("the file's upload answered \(status)") }
 
+        if readers > 0 {
+            try await measureReaders(sampler, host: host, port: port, token: token, file: file)
+        }
+        if uploaders > 0 {
+            try await measureUploaders(sampler, host: host, port: port, token: token)
+        }
+    }
+
+    func measureReaders(_ sampler: RSSSampler, host: String, port: UInt16, token: String, file: GeneratedFile) async throws {
         try await measure("\(readers) readers of a \(mb) MB file that read nothing", sampler) {
             try (0..<readers).map { _ in
                 let fd = try BlobTransfer.connect(host: host, port: port)
@@ -44,7 +54,9 @@ struct SlowClientBench: AsyncParsableCommand {
                 return fd
             }
         } trickle: { _ in }
+    }
 
+    func measureUploaders(_ sampler: RSSSampler, host: String, port: UInt16, token: String) async throws {
         try await measure("\(uploaders) uploads that send a byte every 2 s", sampler) {
             try (0..<uploaders).map { _ in
                 let fd = try BlobTransfer.connect(host: host, port: port)
