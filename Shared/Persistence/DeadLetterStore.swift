@@ -92,16 +92,13 @@ public struct DeadLetterStore: Sendable {
         var binds = PGBinds()
         var sql = "SELECT \(Self.itemColumns) FROM dead_letters d WHERE queue = \(binds.append(queue))"
         if let cursor {
-            let after = PGTimestamp(microsecondsSince2000: cursor.atMicroseconds - PGTimestamp.unixOffset)
-            sql += " AND (dead_at, dead_letter_id) < (\(binds.append(after)), \(binds.append(cursor.id))::uuid)"
+            sql += " AND (dead_at, dead_letter_id) < (\(binds.append(cursor.time)), \(binds.append(cursor.id))::uuid)"
         }
         sql += " AND \(Self.conditions(filter, &binds)) ORDER BY dead_at DESC, dead_letter_id DESC LIMIT \(binds.append(limit + 1))"
         let rows = try await pool.execute(PGQuery(unsafeSQL: sql, binds: binds))
         let items = try rows.prefix(limit).map(Self.item)
         let next = try rows.count > limit
-            ? PageCursor(
-                atMicroseconds: rows[limit - 1].decode(PGTimestamp.self, at: 10).microseconds + PGTimestamp.unixOffset,
-                id: rows[limit - 1].decode(String.self, at: 0)).text
+            ? PageCursor(rows[limit - 1].decode(PGTimestamp.self, at: 10), id: rows[limit - 1].decode(String.self, at: 0)).text
             : nil
         return DeadLetterPage(items: items, nextCursor: next)
     }

@@ -1,3 +1,4 @@
+import PQBridge
 import SyncModels
 
 /// Where a page of a list ordered by time and id ends: `<microseconds since 1970>_<id>`,
@@ -20,6 +21,14 @@ public struct PageCursor: Sendable, Equatable {
         self.atMicroseconds = atMicroseconds
         self.id = id
     }
+
+    /// Where the page ends: its last item's time and id.
+    init(_ time: PGTimestamp, id: String) {
+        self.init(atMicroseconds: time.microseconds + PGTimestamp.unixOffset, id: id)
+    }
+
+    /// The time, for binding into the next page's query.
+    var time: PGTimestamp { PGTimestamp(microsecondsSince2000: atMicroseconds - PGTimestamp.unixOffset) }
 
     public var text: String { "\(atMicroseconds)_\(id)" }
 }

@@ -254,8 +254,7 @@ extension SpaceStore {
         let none = InvitationList(items: [], nextCursor: nil)
         guard let id = Names.canonicalUUID(space), let role = try await role(user: user, space: id) else { return (.notFound, none) }
         guard role == .owner else { return (.forbidden, none) }
-        let after = cursor.map { PGTimestamp(microsecondsSince2000: $0.atMicroseconds - PGTimestamp.unixOffset) }
-            ?? PGTimestamp(microsecondsSince2000: .min)
+        let after = cursor?.time ?? PGTimestamp(microsecondsSince2000: .min)  // -infinity
         let afterID = cursor.flatMap { UUID(uuidString: $0.id) } ?? UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
         let rows = try await pool.execute("""
             SELECT invitation_id, role, created_by, syncline_rfc3339(created_at), syncline_rfc3339(expires_at), created_at
@@ -272,9 +271,7 @@ extension SpaceStore {
                 createdAt: createdAt, expiresAt: expiresAt)
         }
         let next = try rows.count > limit
-            ? PageCursor(
-                atMicroseconds: rows[limit - 1].decode(PGTimestamp.self, at: 5).microseconds + PGTimestamp.unixOffset,
-                id: rows[limit - 1].decode(String.self, at: 0)).text
+            ? PageCursor(rows[limit - 1].decode(PGTimestamp.self, at: 5), id: rows[limit - 1].decode(String.self, at: 0)).text
             : nil
         return (.done, InvitationList(items: items, nextCursor: next))
     }
