@@ -48,7 +48,7 @@ struct GatewaySettings: Sendable {
         maxClockSkew = try reader.duration("MAX_CLOCK_SKEW", "5m")
         pushRateLimit = try reader.rate("RATE_LIMIT_PUSH", "20/s,burst=40")
         publicRateLimit = try reader.rate("RATE_LIMIT_PUBLIC", "50/s,burst=100")
-        publicIDRateLimit = try reader.rate("RATE_LIMIT_PUBLIC_IDS", "10/s,burst=500")
+        publicIDRateLimit = try reader.rate("RATE_LIMIT_PUBLIC_IDS", "10/s,burst=100")
         relayAfter = try reader.duration("RELAY_AFTER", "2s")
         accountDeletionInline = try reader.duration("ACCOUNT_DELETION_INLINE", "2s")
         blobStore = try reader.blobStore()

@@ -31,7 +31,28 @@ public final class RateLimiter: Sendable {
     /// pass once the bucket has refilled): nil when allowed, else the whole seconds to wait.
     public func acquire(_ key: String, cost requested: Double = 1) -> Int? {
         guard !limit.isOff else { return nil }
-        let now = clock(), limit = self.limit, cost = min(requested, limit.burst)
+        let limit = self.limit, cost = min(requested, limit.burst)
+        return withBucket(key) { bucket in
+            guard bucket.tokens >= cost else { return max(1, Int(((cost - bucket.tokens) / limit.rate).rounded(.up))) }
+            bucket.tokens -= cost
+            return nil
+        }
+    }
+
+    /// Takes as many of `wanted` whole tokens for `key` as it holds, and returns how many
+    /// it took: for requests whose items are each allowed or refused on their own.
+    public func take(_ key: String, upTo wanted: Int) -> Int {
+        guard !limit.isOff else { return wanted }
+        return withBucket(key) { bucket in
+            let taken = min(wanted, Int(bucket.tokens.rounded(.down)))
+            bucket.tokens -= Double(taken)
+            return taken
+        }
+    }
+
+    /// Runs `body` on `key`'s bucket, refilled to now, under the lock.
+    private func withBucket<T>(_ key: String, _ body: (inout Bucket) -> T) -> T {
+        let now = clock(), limit = self.limit
         return state.withLockedValue { state in
             if state.buckets.count > Self.maxKeys, now >= state.nextSweep {
                 state.nextSweep = now + 1
@@ -43,9 +64,7 @@ public final class RateLimiter: Sendable {
             bucket.tokens = min(limit.burst, bucket.tokens + max(0, now - bucket.at) * limit.rate)
             bucket.at = max(bucket.at, now)
             defer { state.buckets[key] = bucket }
-            guard bucket.tokens >= cost else { return max(1, Int(((cost - bucket.tokens) / limit.rate).rounded(.up))) }
-            bucket.tokens -= cost
-            return nil
+            return body(&bucket)
         }
     }
 }

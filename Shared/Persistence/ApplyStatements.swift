@@ -57,36 +57,69 @@ extension ApplyStore {
     /// (nil) one of another space. Each id is locked for the rest of the transaction first,
     /// in order, so two users publishing the same id at once are serialized and exactly one
     /// gets it.
-    static func publicIDOwners(_ connection: PGConnection, space: String, ops: [Op]) throws -> [String: RecordKey?] {
+    ///
+    /// A record of another space that holds its id without data (a publication waiting for
+    /// its record, or a deleted record) shows readers nothing, so it must not tell a
+    /// publisher anything either: it yields the id, as purge would release it, and the id
+    /// counts as free. Its space's counter is taken first, without waiting — a space being
+    /// applied right now (by another worker, or earlier in this transaction: `busySpaces`)
+    /// keeps its id for now.
+    static func publicIDOwners(
+        _ connection: PGConnection, space: String, ops: [Op], busySpaces: Set<String>
+    ) throws -> [String: RecordKey?] {
         let ids = Array(Set(ops.filter { $0.type == .publish && $0.rejected == nil }.compactMap(\.publicID))).sorted()
         guard !ids.isEmpty else { return [:] }
         try connection.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended('syncline.public_id:' || id, 0)) FROM unnest(\(ids)) AS id")
         var owners: [String: RecordKey?] = [:]
+        var withoutData: [String: String] = [:]  // public id → its holder's space
         for row in try connection.execute(
-            "SELECT public_id, space_id, collection, record_id FROM records WHERE public_id = ANY(\(ids))"
+            "SELECT public_id, space_id, collection, record_id, visibility FROM records WHERE public_id = ANY(\(ids))"
         ) {
-            let (publicID, owner, collection, id) = try row.decode((String, String, String, String).self)
-            owners[publicID] = .some(owner == space ? RecordKey(collection: collection, id: id) : nil)
+            let (publicID, owner, collection, id, visibility) = try row.decode((String, String, String, String, String).self)
+            if owner == space {
+                owners[publicID] = .some(RecordKey(collection: collection, id: id))
+            } else if visibility == RecordState.PublicVisibility.private.rawValue, !busySpaces.contains(owner) {
+                withoutData[publicID] = owner
+            } else {
+                owners[publicID] = .some(nil)
+            }
+        }
+        guard !withoutData.isEmpty else { return owners }
+        let idle = Set(try connection.execute("""
+            SELECT space_id FROM space_counters WHERE space_id = ANY(\(Array(Set(withoutData.values)).sorted())::uuid[])
+            ORDER BY space_id FOR UPDATE SKIP LOCKED
+            """).map { try $0.decode(String.self, at: 0) })
+        let yielded = withoutData.filter { idle.contains($0.value) }.keys.sorted()
+        for (publicID, holder) in withoutData where !idle.contains(holder) { owners[publicID] = .some(nil) }
+        if !yielded.isEmpty {
+            try connection.execute("""
+                UPDATE records SET public_id = NULL
+                WHERE public_id = ANY(\(yielded)) AND visibility = \(literal: RecordState.PublicVisibility.private)
+                """)
         }
         return owners
     }
 
     /// What each public id the job's fork ops name holds: a record of this space (the
-    /// applier reads it as the job leaves it), or another space's readable record.
+    /// applier reads it as the job leaves it), or another space's readable record. Ops
+    /// already rejected (beyond the pusher's budget) look nothing up.
     static func forkSources(_ connection: PGConnection, space: String, ops: [Op]) throws -> [String: ForkSource] {
-        let ids = Array(Set(ops.filter { $0.type == .fork }.compactMap(\.publicID)))
+        let ids = Array(Set(ops.filter { $0.type == .fork && $0.rejected == nil }.compactMap(\.publicID)))
         guard !ids.isEmpty else { return [:] }
         var sources: [String: ForkSource] = [:]
         for row in try connection.execute("""
-            SELECT public_id, space_id, collection, record_id, data, can_fork FROM records
+            SELECT public_id, space_id, collection, record_id, data, can_fork, visibility FROM records
             WHERE public_id = ANY(\(ids)) AND (space_id = \(space)::uuid OR visibility <> \(literal: RecordState.PublicVisibility.private))
             """) {
-            let (publicID, owner, collection, id, data, canFork) = try row.decode((String, String, String, String, String, Bool).self)
+            let (publicID, owner, collection, id, data, canFork, visibility) =
+                try row.decode((String, String, String, String, String, Bool, String).self)
             let key = RecordKey(collection: collection, id: id)
             sources[publicID] = owner == space
                 ? .own(key)
-                : .other(space: owner, key: key, data: try JSONParser.parse(data).objectValue ?? [:], canFork: canFork)
+                : .other(
+                    space: owner, key: key, data: try JSONParser.parse(data).objectValue ?? [:], canFork: canFork,
+                    listed: visibility == RecordState.PublicVisibility.public.rawValue)
         }
         return sources
     }
@@ -286,9 +319,7 @@ extension ApplyStore {
                 visibility: visibilityClock.flatMap(Stamp.init(stored:)).map {
                     RecordState.Visibility(publicID: publicID, canFork: canFork, listed: listed, clock: $0)
                 },
-                fork: forkClock.flatMap(Stamp.init(stored:)).flatMap { clock in
-                    forkedFrom.map { RecordState.Fork(publicID: $0, clock: clock) }
-                })
+                fork: forkClock.flatMap(Stamp.init(stored:)).map { RecordState.Fork(publicID: forkedFrom, clock: $0) })
             return StoredRecord(key: key, version: version, state: state, updatedBy: updatedBy, publishedAt: publishedAt)
         }
     }

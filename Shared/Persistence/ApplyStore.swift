@@ -145,7 +145,7 @@ public struct ApplyStore: Sendable {
             if state.members[job.user]?.canWrite != true {
                 for index in ops.indices where ops[index].rejected == nil { ops[index].rejected = RejectReason.forbidden }
             }
-            let owners = try publicIDOwners(connection, space: job.space, ops: ops)
+            let owners = try publicIDOwners(connection, space: job.space, ops: ops, busySpaces: Set(counters.keys))
             // The space's records are handed over, not shared, so the merge updates them in
             // place instead of copying them for every job.
             let records = state.records

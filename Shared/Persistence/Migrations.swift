@@ -473,6 +473,14 @@ public enum Migrations {
             -- The trigger's lookup, and a user's open uploads counted against their cap.
             CREATE INDEX blob_uploads_by_user ON blob_uploads (user_id, space_id);
             """),
+        Migration(version: 17, name: "forks name no unlisted source", sql: """
+            -- A fork names its source only where its readers could read the source anyway:
+            -- forks of another space's unlisted record stop passing on its id.
+            UPDATE records r SET forked_from = NULL
+            WHERE r.forked_from IS NOT NULL AND EXISTS (
+              SELECT 1 FROM records s
+              WHERE s.public_id = r.forked_from AND s.space_id <> r.space_id AND s.visibility = 'unlisted');
+            """),
     ]
 
     /// Applies every migration not yet applied. Safe to run from many processes at once.

@@ -97,35 +97,98 @@ struct PublicAbuseTests {
         }
     }
 
-    /// Publish and fork ops cost tokens of a per-user budget (a push over it gets 429 and
-    /// creates no job), and an id held by a publish without data is released by purge.
-    @Test func publicIDsCannotBeProbedInBulkNorHoarded() async throws {
+    static func publishUnlisted(_ api: APIClient, _ member: Member, publicID: String) async throws {
+        let pushed = try await SpaceTests.push(api, member, space: nil, [
+            SpaceTests.upsert("secret", ["title": "Unlisted"]),
+            ["op_id": newOpID(), "type": "publish", "collection": "lists", "id": "secret", "public_id": publicID, "listed": false],
+        ])
+        _ = try await api.awaitJob(member.token, try #require(pushed.json["job_id"] as? String, "\(pushed.text)"))
+    }
+
+    /// Publish and fork ops take tokens of a per-user budget one by one: the ops left
+    /// without one are rejected `rate_limited` without being looked up, so a guess that
+    /// names an existing unlisted record copies nothing.
+    @Test func publicIDsCannotBeProbedInBulk() async throws {
         try await Stack.with(workers: 1, environment: ["RATE_LIMIT_PUBLIC_IDS": "1/m,burst=5"]) { stack in
             let api = stack.client
+            let owner = try await SpaceTests.member(api, "owner")
+            let unlisted = "unlisted-\(UUID().uuidString.prefix(8).lowercased())"
+            try await Self.publishUnlisted(api, owner, publicID: unlisted)
+
             let prober = try await SpaceTests.member(api, "prober")
-            let guesses = (0..<6).map {
-                ["op_id": newOpID(), "type": "fork", "collection": "lists", "id": "g\($0)", "public_id": "guess-\($0)-x"] as [String: Any]
+            let ids = (0..<5).map { "guess-\($0)-x" } + [unlisted, "guess-6-x"]
+            let guesses = ids.enumerated().map {
+                ["op_id": newOpID(), "type": "fork", "collection": "lists", "id": "g\($0.offset)", "public_id": $0.element] as [String: Any]
             }
-            #expect(try await SpaceTests.push(api, prober, space: nil, Array(guesses.prefix(5))).status == 202)
-            let refused = try await SpaceTests.push(api, prober, space: nil, Array(guesses.suffix(1)))
-            #expect(refused.status == 429 && refused.json["code"] as? String == "rate_limited", "\(refused.status) \(refused.text)")
-            #expect(Int(refused.header("Retry-After") ?? "") ?? 0 >= 1)
+            let pushed = try await SpaceTests.push(api, prober, space: nil, guesses)
+            #expect(pushed.status == 202, "\(pushed.text)")
+            let job = try await api.awaitJob(prober.token, try #require(pushed.json["job_id"] as? String))
+            let reasons = (job["results"] as? [[String: Any]])?.map { $0["reason"] as? String }
+            #expect(reasons == Array(repeating: "not_found", count: 5) + ["rate_limited", "rate_limited"], "\(job)")
+            #expect(try await api.pullAll(prober.token).changes.isEmpty, "a refused guess copied the unlisted record")
             // Other users have budgets of their own.
             let other = try await SpaceTests.member(api, "other")
-            #expect(try await SpaceTests.push(api, other, space: nil, Array(guesses.suffix(1))).status == 202)
+            #expect(try await Self.fork(api, other, publicID: unlisted) == "applied")
+        }
+    }
 
-            // A publish without data holds its id until purge releases it.
+    /// An id held by a publish without data tells another space nothing: their publish
+    /// takes it as if it were free. Within its own space it holds until purge releases it.
+    @Test func anIDWithoutDataIsFreeToOthersAndReleasedByPurge() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let api = stack.client
             let hoarder = try await SpaceTests.member(api, "hoarder"), author = try await SpaceTests.member(api, "author")
             let publicID = "hoarded-\(UUID().uuidString.prefix(8).lowercased())"
             _ = try await Self.publish(api, hoarder, id: "nothing", publicID: publicID, data: nil)
             let taken = try await Self.publish(api, author, id: "real", publicID: publicID)
-            #expect((taken["results"] as? [[String: Any]])?.last?["reason"] as? String == "public_id_taken")
+            #expect((taken["results"] as? [[String: Any]])?.last?["status"] as? String == "applied", "\(taken)")
+            #expect(try await api.request("GET", "/v1/public/\(publicID)").json["data"] as? [String: String] == ["title": "Checklist"])
+            // The hoarder's data arrives later: their record stays private.
+            let late = try await SpaceTests.push(api, hoarder, space: nil, [SpaceTests.upsert("nothing", ["title": "Late"])])
+            _ = try await api.awaitJob(hoarder.token, try #require(late.json["job_id"] as? String, "\(late.text)"))
+            let hoarded = latestState(try await api.pullAll(hoarder.token).changes)["lists/nothing"]
+            #expect(hoarded?["data"] as? [String: String] == ["title": "Late"])
+            #expect(hoarded?["visibility"] as? String == "private" && hoarded?["public_id"] is NSNull, "\(hoarded ?? [:])")
+            #expect(try await api.request("GET", "/v1/public/\(publicID)").json["data"] as? [String: String] == ["title": "Checklist"])
+
+            // Within one space an id without data holds until purge releases it.
+            let own = "own-\(publicID)"
+            _ = try await Self.publish(api, author, id: "waiting", publicID: own, data: nil)
+            let held = try await Self.publish(api, author, id: "second", publicID: own)
+            #expect((held["results"] as? [[String: Any]])?.last?["reason"] as? String == "public_id_taken")
             try await Task.sleep(for: .milliseconds(1500))
             let status = E2E.shell("PUBLIC_ID_RESERVATION=1s \(E2E.binaries)/purge --once > /dev/null 2>&1")
             #expect(status == 0)
-            let released = try await Self.publish(api, author, id: "real", publicID: publicID)
+            let released = try await Self.publish(api, author, id: "second", publicID: own)
             #expect((released["results"] as? [[String: Any]])?.last?["status"] as? String == "applied", "\(released)")
-            #expect(try await api.request("GET", "/v1/public/\(publicID)").status == 200)
+            #expect(try await api.request("GET", "/v1/public/\(own)").status == 200)
+        }
+    }
+
+    /// A fork of another space's unlisted record does not pass its id on to whoever reads
+    /// the fork; a fork of a public record names it.
+    @Test func aForkNamesOnlyASourceItsReadersCouldRead() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let api = stack.client
+            let owner = try await SpaceTests.member(api, "owner")
+            let unlisted = "unlisted-\(UUID().uuidString.prefix(8).lowercased())"
+            try await Self.publishUnlisted(api, owner, publicID: unlisted)
+            let (_, listed) = try await Self.publishedList(api, idPrefix: "listed")
+
+            let forker = try await SpaceTests.member(api, "forker")
+            let pushed = try await SpaceTests.push(api, forker, space: nil, [
+                ["op_id": newOpID(), "type": "fork", "collection": "lists", "id": "from-unlisted", "public_id": unlisted],
+                ["op_id": newOpID(), "type": "fork", "collection": "lists", "id": "from-listed", "public_id": listed],
+                ["op_id": newOpID(), "type": "publish", "collection": "lists", "id": "from-unlisted", "public_id": "fork-\(unlisted)"],
+            ])
+            let job = try await api.awaitJob(forker.token, try #require(pushed.json["job_id"] as? String, "\(pushed.text)"))
+            #expect((job["results"] as? [[String: Any]])?.map { $0["status"] as? String } == ["applied", "applied", "applied"])
+            let pulled = latestState(try await api.pullAll(forker.token).changes)
+            #expect(pulled["lists/from-unlisted"]?["data"] as? [String: String] == ["title": "Unlisted"])
+            #expect(pulled["lists/from-unlisted"]?["forked_from"] is NSNull, "\(pulled["lists/from-unlisted"] ?? [:])")
+            #expect(pulled["lists/from-listed"]?["forked_from"] as? String == listed)
+            let read = try await api.request("GET", "/v1/public/fork-\(unlisted)")
+            #expect(read.status == 200 && read.json["forked_from"] is NSNull && !read.text.contains("\"\(unlisted)\""), "\(read.text)")
         }
     }
 }

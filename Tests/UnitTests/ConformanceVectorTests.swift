@@ -148,7 +148,7 @@ enum ConformanceVectors {
             "shown": true, "deleted": .bool(state.deleted), "data": state.visibleData.map(JSONValue.object) ?? .null,
             "visibility": .string(visibility.rawValue), "public_id": state.shownPublicID.map(JSONValue.string) ?? .null,
             "can_fork": .bool(visibility != .private && state.visibility?.canFork == true),
-            "forked_from": state.fork.map { .string($0.publicID) } ?? .null,
+            "forked_from": state.fork?.publicID.map(JSONValue.string) ?? .null,
         ]
     }
 

@@ -123,6 +123,18 @@ struct EdgeInputTests {
         #expect(limiter.acquire("a") != nil)
     }
 
+    @Test func aBucketGivesWhatItHoldsToARequestOfManyItems() {
+        final class Clock: @unchecked Sendable { var now = 0.0 }
+        let clock = Clock()
+        let limiter = RateLimiter(RateLimit(rate: 2, burst: 5), clock: { clock.now })
+        #expect(limiter.take("a", upTo: 3) == 3)
+        #expect(limiter.take("a", upTo: 3) == 2)
+        #expect(limiter.take("a", upTo: 3) == 0)
+        clock.now = 1
+        #expect(limiter.take("a", upTo: 10) == 2)
+        #expect(RateLimiter(RateLimit("off")!).take("a", upTo: 1_000) == 1_000)
+    }
+
     /// Two requests at once may read the clock in one order and take the lock in the
     /// other: the later reading must not cost the earlier one a token.
     @Test func aClockReadingOlderThanTheBucketTakesNothingAway() {

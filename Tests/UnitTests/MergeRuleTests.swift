@@ -267,6 +267,32 @@ struct MergeRuleTests {
         #expect(replica.state("copy")?.fields["note"] == "mine")
     }
 
+    /// An unlisted record is as private as its id: a fork copies it but passes the id on
+    /// to nobody who reads the fork. A record of the fork's own space is named either way.
+    @Test func aForkNamesOnlyASourceItsReadersCouldReadAnyway() {
+        var replica = Replica()
+        replica.foreignSources = ["secret-link": foreignSource(["title": "Unlisted"], listed: false)]
+        #expect(replica.apply([fork(1, "secret-link", at: 1, id: "copy")]).map(\.status) == [.applied])
+        #expect(replica.state("copy")?.fields == ["title": "Unlisted"])
+        #expect(replica.records[RecordKey(collection: "todos", id: "copy")]?.view.forkedFrom == nil)
+        #expect(replica.state("copy")?.fork?.clock.hlc == clock(1), "the fork still orders later forks")
+
+        replica.apply([upsert(2, ["title": "ours"], at: 2, id: "a"), publish(3, "own-unlisted", at: 3, id: "a", listed: false)])
+        replica.apply([fork(4, "own-unlisted", at: 4, id: "copy")])
+        #expect(replica.records[RecordKey(collection: "todos", id: "copy")]?.view.forkedFrom == "own-unlisted")
+    }
+
+    /// An op refused before the merge (beyond the pusher's budget) copies nothing, even
+    /// when its source exists.
+    @Test func aForkRefusedAtIntakeCopiesNothing() {
+        var replica = Replica()
+        replica.foreignSources = ["exists": foreignSource(["title": "x"])]
+        var refused = fork(1, "exists", at: 1)
+        refused.rejected = RejectReason.rateLimited
+        #expect(replica.apply([refused]).map(\.reason) == [RejectReason.rateLimited])
+        #expect(replica.records.isEmpty && replica.forked.isEmpty && replica.known.isEmpty)
+    }
+
     @Test func aForkOfAnUnknownOrLockedRecordIsRejectedAndNotRemembered() {
         var replica = Replica()
         replica.foreignSources = ["locked": foreignSource(["title": "x"], canFork: false)]

@@ -21,7 +21,8 @@ struct SyncRoutes: Sendable {
     let maxClockSkewMilliseconds: Int64
     let limiter: RateLimiter
     /// Publish and fork ops, a token each: a public id's existence costs a guesser as
-    /// much here as through `GET /v1/public/{public_id}`.
+    /// much here as through `GET /v1/public/{public_id}`. An op beyond the budget is
+    /// `rejected` (`rate_limited`) without its id being looked up, whether it is taken or not.
     let publicIDLimiter: RateLimiter
 
     private let pushes = Counter(label: "syncline_pushes_total")
@@ -51,7 +52,7 @@ struct SyncRoutes: Sendable {
         let claims = try await auth.user(request, context: context)
         try limiter.check(claims.sub, limit: "push")
         let body = Data(buffer: try await request.body.collect(upTo: Names.maxBodyBytes))
-        let push: PushRequest
+        var push: PushRequest
         do {
             push = try PushValidation.parse(body)
         } catch {
@@ -59,8 +60,7 @@ struct SyncRoutes: Sendable {
         }
         // The device and the role in the space are checked by the intake, under the
         // user's clock lock.
-        let publicIDOps = push.ops.reduce(0) { $0 + ($1.type == .publish || $1.type == .fork ? 1 : 0) }
-        if publicIDOps > 0 { try publicIDLimiter.check(claims.sub, limit: "public_ids", cost: publicIDOps) }
+        refuseNamingOpsBeyondBudget(&push.ops, user: claims.sub)
         let key = request.headers[.idempotencyKey]
         if let key, !(1...255).contains(key.utf8.count) || !key.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) {
             throw APIError.badRequest("Idempotency-Key must be 1 to 255 visible ASCII characters.")
@@ -93,6 +93,18 @@ struct SyncRoutes: Sendable {
             pushedOps.increment(by: ops)
             return try accepted(PushAccepted(jobID: jobID, status: .queued, ops: ops))
         }
+    }
+
+    /// Takes a token of the user's public-id budget for each publish and fork op, in
+    /// order; the ops it has no token for are rejected as `rate_limited`.
+    private func refuseNamingOpsBeyondBudget(_ ops: inout [Op], user: String) {
+        let naming = ops.indices.filter { ops[$0].type == .publish || ops[$0].type == .fork }
+        guard !naming.isEmpty else { return }
+        let allowed = publicIDLimiter.take(user, upTo: naming.count)
+        guard allowed < naming.count else { return }
+        for index in naming[allowed...] { ops[index].rejected = RejectReason.rateLimited }
+        Counter(label: "syncline_rate_limited_total", dimensions: [("limit", "public_ids")])
+            .increment(by: naming.count - allowed)
     }
 
     private func accepted(_ body: PushAccepted) throws -> Response {

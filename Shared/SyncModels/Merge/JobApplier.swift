@@ -45,8 +45,8 @@ public enum ForkSource: Sendable, Equatable {
     /// A record of the forking user, to be loaded with the job's records: the applier reads
     /// it as this job has left it.
     case own(RecordKey)
-    /// A record of another space that readers can see (public or unlisted).
-    case other(space: String, key: RecordKey, data: [String: JSONValue], canFork: Bool)
+    /// A record of another space that readers can see: public (`listed`) or unlisted.
+    case other(space: String, key: RecordKey, data: [String: JSONValue], canFork: Bool, listed: Bool)
 }
 
 /// A record forked by a job, for counting forks once per forking user.
@@ -120,7 +120,7 @@ public struct JobApplier {
                 results.append(OpResult(opID: op.opID, status: .rejected, reason: RejectReason.publicIDTaken))
                 continue
             }
-            var copied: (document: [String: JSONValue], source: ForkedRecord)?
+            var copied: Copied?
             if op.type == .fork {
                 switch Self.forkable(op.publicID ?? "", in: forkSources, records: records) {
                 case .failure(let reason):
@@ -143,7 +143,7 @@ public struct JobApplier {
             }
             let before = record.state
             if let copied {  // a fork
-                record.state.fork(copied.document, from: op.publicID ?? "", at: op.stamp)
+                record.state.fork(copied.document, from: copied.namedID, at: op.stamp)
                 forked.insert(copied.source)
             } else {
                 record.state.apply(op)
@@ -174,19 +174,35 @@ public struct JobApplier {
         static let notForkable = ForkRefusal(reason: RejectReason.notForkable)
     }
 
+    /// What a fork copies: the source's data, the source, and the public id the fork may
+    /// name as `forked_from`.
+    struct Copied {
+        let document: [String: JSONValue]
+        let source: ForkedRecord
+        /// The source's id when the fork's readers could read it anyway: a record of the
+        /// same space, or one listed publicly. An unlisted record of another space is as
+        /// private as its id, so the fork does not pass the id on (nil).
+        let namedID: String?
+    }
+
     /// The data a fork of `publicID` copies, or why it cannot. A record of this user that
     /// holds the id (loaded, or published earlier in this job) is read as the job has left
     /// it so far; it must be readable (public or unlisted) under that id.
     static func forkable(
         _ publicID: String, in sources: [String: ForkSource], records: [RecordKey: StoredRecord]
-    ) -> Result<(document: [String: JSONValue], source: ForkedRecord), ForkRefusal> {
+    ) -> Result<Copied, ForkRefusal> {
         if let own = records.values.first(where: { $0.state.visibility?.publicID == publicID }) {
             guard own.state.shownPublicID == publicID else { return .failure(.notFound) }
             return own.state.visibility?.canFork == true
-                ? .success((own.state.fields, ForkedRecord(space: nil, key: own.key))) : .failure(.notForkable)
+                ? .success(Copied(document: own.state.fields, source: ForkedRecord(space: nil, key: own.key), namedID: publicID))
+                : .failure(.notForkable)
         }
-        guard case .other(let space, let key, let data, let canFork)? = sources[publicID] else { return .failure(.notFound) }
-        return canFork ? .success((data, ForkedRecord(space: space, key: key))) : .failure(.notForkable)
+        guard case .other(let space, let key, let data, let canFork, let listed)? = sources[publicID] else {
+            return .failure(.notFound)
+        }
+        return canFork
+            ? .success(Copied(document: data, source: ForkedRecord(space: space, key: key), namedID: listed ? publicID : nil))
+            : .failure(.notForkable)
     }
 
     /// Ops the applier refuses by rule rather than by merge.

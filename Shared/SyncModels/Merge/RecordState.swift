@@ -37,10 +37,12 @@ public struct RecordState: Sendable, Equatable {
 
     /// The public record a fork copied, as of which stamp.
     public struct Fork: Sendable, Equatable {
-        public var publicID: String
+        /// The source's public id; nil when the fork's readers could not have known it (an
+        /// unlisted record of another space).
+        public var publicID: String?
         public var clock: Stamp
 
-        public init(publicID: String, clock: Stamp) {
+        public init(publicID: String?, clock: Stamp) {
             self.publicID = publicID
             self.clock = clock
         }
@@ -156,8 +158,8 @@ public struct RecordState: Sendable, Equatable {
     }
 
     /// Copies a public record's data as an upsert at `stamp` would, and records where it
-    /// came from (the newest fork wins).
-    public mutating func fork(_ document: [String: JSONValue], from publicID: String, at stamp: Stamp) {
+    /// came from (the newest fork wins; nil: a source it must not name).
+    public mutating func fork(_ document: [String: JSONValue], from publicID: String?, at stamp: Stamp) {
         upsert(document, at: stamp)
         if let fork, stamp < fork.clock { return }
         fork = Fork(publicID: publicID, clock: stamp)

@@ -159,6 +159,9 @@ public enum RejectReason {
     public static let stale = "stale"
     /// A publish names a public id another record holds.
     public static let publicIDTaken = "public_id_taken"
+    /// A publish or fork beyond the pusher's budget of ops that name public ids: it was
+    /// not looked up. Pushing it again later may apply it.
+    public static let rateLimited = "rate_limited"
     /// A fork names a public id that no readable record holds.
     public static let notFound = "not_found"
     /// A fork names a record whose publisher does not let others fork it.
