@@ -55,7 +55,8 @@ func buildApplication(configuration: Configuration, settings: GatewaySettings, l
         auth: auth, spaces: SpaceStore(pool: pool), catalog: catalog, stores: blobStores, ingest: ingest, limiter: pushLimiter,
         publicLimiter: publicLimiter, downloadsPerUser: ConcurrencyLimiter(limit: settings.downloadsPerUser),
         downloadsPerAddress: ConcurrencyLimiter(limit: settings.downloadsPerAddress),
-        uploadsPerUser: ConcurrencyLimiter(limit: settings.uploadsPerUser))
+        uploadsPerUser: ConcurrencyLimiter(limit: settings.uploadsPerUser),
+        downloadPieces: DownloadPieces(budget: settings.downloadBuffer))
     blobs.register(on: router)
     UploadRoutes(
         auth: auth, catalog: catalog, ingest: ingest, blobs: blobs, limiter: pushLimiter, expiresIn: settings.uploadExpiry,
@@ -83,7 +84,9 @@ func buildApplication(configuration: Configuration, settings: GatewaySettings, l
     return Application(
         router: router,
         server: .http1(configuration: .init(
-            additionalChannelHandlers: [ProtocolErrorProblemHandler(), TransferGuardHandler(limits: settings.transferLimits)],
+            additionalChannelHandlers: [
+                ProtocolErrorProblemHandler(), TransferGuardHandler(limits: settings.transferLimits), WriteGateHandler(),
+            ],
             idleTimeout: .milliseconds(Int64(settings.http.idleTimeout * 1000)))),
         configuration: .init(address: .hostname("0.0.0.0", port: configuration.port), serverName: "syncline-gateway"),
         services: [

@@ -6,10 +6,13 @@ import NIOCore
 struct GatewayRequestContext: RequestContext, RemoteAddressRequestContext {
     var coreContext: CoreRequestContextStorage
     let remoteAddress: SocketAddress?
+    /// The connection, for what a response needs of it beyond the writer (its `WriteGate`).
+    let channel: any Channel
 
     init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)
         remoteAddress = source.channel.remoteAddress
+        channel = source.channel
     }
 
     /// The address a per-client limit counts against (the connection's peer: behind a

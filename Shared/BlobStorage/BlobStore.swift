@@ -1,4 +1,6 @@
 import Foundation
+import NIOCore
+import NIOFoundationCompat
 import PQBridge
 import ServiceSupport
 
@@ -22,9 +24,11 @@ public protocol BlobStore: Sendable {
     /// Makes a whole, durable object readable as the file with this hash.
     func seal(object: UUID, sha256: String) async throws
     /// Reads `range` of an object, sealed or not, in pieces of about `pieceBytes` (a piece
-    /// of the PostgreSQL store may run to the end of its last row).
+    /// of the PostgreSQL store may run to the end of its last row), each in a buffer of its
+    /// own that the consumer may keep: a download hands it to the connection as it is.
     func read(
-        object: UUID, sha256: String, sealed: Bool, range: Range<Int64>, pieceBytes: Int, into consume: (Data) async throws -> Void
+        object: UUID, sha256: String, sealed: Bool, range: Range<Int64>, pieceBytes: Int,
+        into consume: (ByteBuffer) async throws -> Void
     ) async throws
     /// Removes an object, sealed or not; nothing when it is gone already.
     func remove(object: UUID, sha256: String) async throws
@@ -34,15 +38,17 @@ public protocol BlobStore: Sendable {
 /// is a hundred statements or system calls, small enough that a request holds little.
 public enum BlobChunking {
     public static let bytes = 1 << 20
-    /// The pieces a download is read in: what a reader that stops reading holds in the
-    /// gateway's memory, beside the connection's own buffer.
-    public static let servingBytes = 32 << 10
+    /// The pieces a download is read in. A reader that stops reading holds about two of
+    /// them in the gateway's memory, beside what its connection queues.
+    public static let servingBytes = 16 << 10
 }
 
 extension BlobStore {
     /// Reads `range` in pieces of `BlobChunking.bytes`.
     public func read(object: UUID, sha256: String, sealed: Bool, range: Range<Int64>, into consume: (Data) async throws -> Void) async throws {
-        try await read(object: object, sha256: sha256, sealed: sealed, range: range, pieceBytes: BlobChunking.bytes, into: consume)
+        try await read(object: object, sha256: sha256, sealed: sealed, range: range, pieceBytes: BlobChunking.bytes) {
+            try await consume(Data(buffer: $0, byteTransferStrategy: .noCopy))
+        }
     }
 }
 

@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import NIOPosix
 
 #if canImport(Glibc)
@@ -85,7 +86,8 @@ public struct DirectoryBlobStore: BlobStore {
     }
 
     public func read(
-        object: UUID, sha256: String, sealed: Bool, range: Range<Int64>, pieceBytes: Int, into consume: (Data) async throws -> Void
+        object: UUID, sha256: String, sealed: Bool, range: Range<Int64>, pieceBytes: Int,
+        into consume: (ByteBuffer) async throws -> Void
     ) async throws {
         guard !range.isEmpty else { return }
         let path = sealed ? sealedPath(object, sha256: sha256) : stagingPath(object)
@@ -100,14 +102,17 @@ public struct DirectoryBlobStore: BlobStore {
             let count = Int(min(Int64(pieceBytes), range.upperBound - position))
             let at = position
             let piece = try await blocking {
-                var data = Data(count: count)
-                let read = data.withUnsafeMutableBytes { pread(fd, $0.baseAddress!, count, off_t(at)) }
+                var piece = ByteBufferAllocator().buffer(capacity: count)
+                var read = 0
+                piece.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { bytes in
+                    read = pread(fd, bytes.baseAddress!, count, off_t(at))
+                    return max(0, read)
+                }
                 guard read > 0 else { throw read == 0 ? BlobStoreError.missingBytes(object: object, at: at) : Self.failure("read", path) }
-                data.count = read
-                return data
+                return piece
             }
+            position += Int64(piece.readableBytes)
             try await consume(piece)
-            position += Int64(piece.count)
         }
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import PQBridge
 
 /// Files in PostgreSQL: an object is rows of `blob_chunks` of at most `rowBytes` each,
@@ -43,7 +44,8 @@ public struct PostgresBlobStore: BlobStore {
     public func seal(object: UUID, sha256: String) async throws {}
 
     public func read(
-        object: UUID, sha256: String, sealed: Bool, range: Range<Int64>, pieceBytes: Int, into consume: (Data) async throws -> Void
+        object: UUID, sha256: String, sealed: Bool, range: Range<Int64>, pieceBytes: Int,
+        into consume: (ByteBuffer) async throws -> Void
     ) async throws {
         var position = range.lowerBound
         // No row is longer than `rowBytes`: the one holding `position` starts less than that
@@ -51,25 +53,28 @@ public struct PostgresBlobStore: BlobStore {
         var after = position - Int64(Self.rowBytes)
         let perQuery = max(1, (pieceBytes + Self.rowBytes - 1) / Self.rowBytes)
         while position < range.upperBound {
-            let rows = try await pool.execute("""
-                SELECT start_offset, data FROM blob_chunks
-                WHERE object_id = \(object) AND start_offset > \(after) AND start_offset < \(range.upperBound)
-                ORDER BY start_offset LIMIT \(perQuery)
-                """)
-            if rows.isEmpty { throw BlobStoreError.missingBytes(object: object, at: position) }
-            var piece = Data()
-            piece.reserveCapacity(perQuery * Self.rowBytes)
-            for row in rows {
-                let (start, data) = try row.decode((Int64, Data).self)
-                after = start
-                let end = start + Int64(data.count)
-                guard end > position else { continue }
-                guard start <= position else { throw BlobStoreError.missingBytes(object: object, at: position) }
-                let from = Int(position - start)
-                let to = Int(min(end, range.upperBound) - start)
-                piece.append(data.subdata(in: data.startIndex + from..<data.startIndex + to))
-                position = start + Int64(to)
-                if position >= range.upperBound { break }
+            // The rows are let go before the piece is handed on: a reader that stops
+            // reading holds the piece alone.
+            var piece = ByteBufferAllocator().buffer(capacity: perQuery * Self.rowBytes)
+            do {
+                let rows = try await pool.execute("""
+                    SELECT start_offset, data FROM blob_chunks
+                    WHERE object_id = \(object) AND start_offset > \(after) AND start_offset < \(range.upperBound)
+                    ORDER BY start_offset LIMIT \(perQuery)
+                    """)
+                if rows.isEmpty { throw BlobStoreError.missingBytes(object: object, at: position) }
+                for row in rows {
+                    let (start, data) = try row.decode((Int64, Data).self)
+                    after = start
+                    let end = start + Int64(data.count)
+                    guard end > position else { continue }
+                    guard start <= position else { throw BlobStoreError.missingBytes(object: object, at: position) }
+                    let from = Int(position - start)
+                    let to = Int(min(end, range.upperBound) - start)
+                    piece.writeBytes(data[(data.startIndex + from)..<(data.startIndex + to)])
+                    position = start + Int64(to)
+                    if position >= range.upperBound { break }
+                }
             }
             try await consume(piece)
         }

@@ -25,6 +25,8 @@ struct BlobRoutes: Sendable {
     let downloadsPerUser: ConcurrencyLimiter
     let downloadsPerAddress: ConcurrencyLimiter
     let uploadsPerUser: ConcurrencyLimiter
+    /// The size of each download's pieces, from a budget every download shares.
+    let downloadPieces: DownloadPieces
 
     /// The same answer, byte for byte, for a hash the space lacks, a space that does not
     /// exist and one the caller is not a member of: no answer tells whether anyone holds
@@ -121,8 +123,8 @@ struct BlobRoutes: Sendable {
             space = try await spaces.personalSpace(user: claims.sub)
         }
         guard let blob = try await catalog.find(space: space, sha256: sha256) else { throw Self.noSuchFile }
-        return try serve(
-            blob, request: request, cacheControl: "private, max-age=31536000, immutable",
+        return try await serve(
+            blob, request: request, context: context, cacheControl: "private, max-age=31536000, immutable",
             downloads: (downloadsPerUser, claims.sub))
     }
 
@@ -135,17 +137,21 @@ struct BlobRoutes: Sendable {
             throw Self.noSuchFile
         }
         // Revalidated on every use, so that unpublishing stops it at once.
-        return try serve(blob, request: request, cacheControl: "public, no-cache", downloads: (downloadsPerAddress, context.clientAddress))
+        return try await serve(
+            blob, request: request, context: context, cacheControl: "public, no-cache",
+            downloads: (downloadsPerAddress, context.clientAddress))
     }
 
     /// The file, whole or the part a `Range` asks for, or 304 when the reader has it; never
     /// as a page that runs (StoredFileHeaders).
-    /// A body takes one of `downloads`' slots for its key until it is written, and is read
-    /// in small pieces, each written once the client has taken the last: a reader that
-    /// stops reading holds little, and is closed by the transfer guard.
+    /// A body takes one of `downloads`' slots for its key until it is written. It is read a
+    /// piece at a time, the next once the socket has taken the last (`WriteGate`), in
+    /// pieces that grow while the client keeps up (`DownloadPieces`): a reader that stops
+    /// reading holds one piece, and is closed by the transfer guard.
     func serve(
-        _ blob: BlobCatalog.StoredBlob, request: Request, cacheControl: String, downloads: (limiter: ConcurrencyLimiter, key: String)
-    ) throws -> Response {
+        _ blob: BlobCatalog.StoredBlob, request: Request, context: GatewayRequestContext, cacheControl: String,
+        downloads: (limiter: ConcurrencyLimiter, key: String)
+    ) async throws -> Response {
         guard let kind = BlobStoreKind(rawValue: blob.store), let store = stores.store(kind) else {
             throw APIError.unavailable("The store holding this file is not configured on this gateway.")
         }
@@ -185,13 +191,35 @@ struct BlobRoutes: Sendable {
         let slot = try downloads.limiter.check(downloads.key, limit: "downloads")
         BlobMetrics.downloads.increment()
         let readRange = range
+        let gate = await WriteGate.of(context.channel)
+        let pieces = downloadPieces
         return Response(status: status, headers: headers, body: ResponseBody(contentLength: Int(length)) { writer in
             defer { slot.release() }
-            try await store.read(
-                object: blob.objectID, sha256: blob.sha256, sealed: true, range: readRange, pieceBytes: BlobChunking.servingBytes
-            ) { piece in
-                try await writer.write(ByteBuffer(data: piece))
-                BlobMetrics.downloadedBytes.increment(by: piece.count)
+            var pace = DownloadPieces.Pace()
+            var position = readRange.lowerBound
+            // The piece handed over last, which the socket may not have taken yet: its
+            // share of the budget is given back once the next one has been handed over.
+            var unwritten = 0
+            defer { pieces.giveBack(unwritten) }
+            while position < readRange.upperBound {
+                let pieceBytes = pieces.take(pace.next)
+                var handedOver = false
+                defer { if !handedOver { pieces.giveBack(pieceBytes) } }
+                let part = position..<min(readRange.upperBound, position + Int64(pieceBytes))
+                try await store.read(object: blob.objectID, sha256: blob.sha256, sealed: true, range: part, pieceBytes: pieceBytes) {
+                    piece in
+                    position += Int64(piece.readableBytes)
+                    BlobMetrics.downloadedBytes.increment(by: piece.readableBytes)
+                    gate?.handOver(piece.readableBytes)
+                    try await writer.write(piece)
+                    // Every piece but this one is written; this one is, while the next is read.
+                    pace.pieceWritten(keptUp: await gate?.wait(untilAtMost: piece.readableBytes) ?? false)
+                    if !handedOver {  // (a store may hand one piece over in parts)
+                        pieces.giveBack(unwritten)
+                        unwritten = pieceBytes
+                        handedOver = true
+                    }
+                }
             }
             try await writer.finish(nil)
         })

@@ -1,0 +1,135 @@
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTPTypes
+
+/// The response body bytes a connection has been handed and not yet written to its
+/// socket, for a writer that must not run ahead of its client.
+///
+/// A channel's writability cannot bound that: a writer on another thread learns of it a
+/// hop later, and meanwhile hands over as many pieces as it can read. So the writer counts
+/// what it hands over (`handOver`), the connection's `WriteGateHandler` counts what the
+/// socket has taken (or the connection failed), and `wait(untilAtMost:)` returns once no
+/// more than that many bytes are still waiting — or the connection has closed — telling
+/// whether the client kept up: whether the socket took each piece as it was flushed, or
+/// some had to wait for the client to read.
+public final class WriteGate: Sendable {
+    private struct State {
+        var waiting = 0
+        var closed = false
+        /// The handler is flushing: a write completing now went straight to the socket.
+        var flushing = false
+        /// A counted write completed later than its flush since the last `wait`.
+        var fellBehind = false
+        var waiters: [(limit: Int, continuation: CheckedContinuation<Void, Never>)] = []
+    }
+
+    private let state = NIOLockedValueBox(State())
+
+    public init() {}
+
+    /// The bytes handed over and not yet written.
+    public var waitingBytes: Int { state.withLockedValue { $0.waiting } }
+
+    /// Counts body bytes about to be written to the connection (before the write).
+    public func handOver(_ bytes: Int) {
+        state.withLockedValue { $0.waiting += bytes }
+    }
+
+    /// Returns once at most `limit` bytes wait to be written, or the connection is closed:
+    /// whether the client kept up since the last wait (nothing written later than flushed).
+    @discardableResult
+    public func wait(untilAtMost limit: Int) async -> Bool {
+        await withCheckedContinuation { continuation in
+            let ready = state.withLockedValue { state in
+                guard state.waiting > limit, !state.closed else { return true }
+                state.waiters.append((limit, continuation))
+                return false
+            }
+            if ready { continuation.resume() }
+        }
+        return state.withLockedValue { state in
+            defer { state.fellBehind = false }
+            return !state.fellBehind && !state.closed
+        }
+    }
+
+    func flushing(_ flushing: Bool) {
+        state.withLockedValue { $0.flushing = flushing }
+    }
+
+    func written(_ bytes: Int) {
+        resume { state in
+            if !state.flushing { state.fellBehind = true }
+            state.waiting = max(0, state.waiting - bytes)
+            let waiting = state.waiting
+            return { waiting <= $0 }
+        }
+    }
+
+    func close() {
+        resume { state in
+            state.closed = true
+            return { _ in true }
+        }
+    }
+
+    /// Changes the state, then resumes the waiters whose limit `change`'s answer accepts.
+    private func resume(after change: (inout State) -> (Int) -> Bool) {
+        let ready = state.withLockedValue { state in
+            let isReady = change(&state)
+            let ready = state.waiters.filter { isReady($0.limit) }.map(\.continuation)
+            state.waiters.removeAll { isReady($0.limit) }
+            return ready
+        }
+        for continuation in ready { continuation.resume() }
+    }
+}
+
+/// Keeps a connection's `WriteGate`: placed after the HTTP codec, it counts each body
+/// part of a response as written when its write completes, and closes the gate with the
+/// connection. Body parts nobody handed over (every response but a gated download) are
+/// not counted.
+public final class WriteGateHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    public typealias InboundIn = HTTPRequestPart
+    public typealias OutboundIn = HTTPResponsePart
+    public typealias OutboundOut = HTTPResponsePart
+
+    public let gate = WriteGate()
+
+    public init() {}
+
+    public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        guard case .body(let buffer) = unwrapOutboundIn(data), gate.waitingBytes > 0 else {
+            return context.write(data, promise: promise)
+        }
+        let bytes = buffer.readableBytes
+        let promise = promise ?? context.eventLoop.makePromise()
+        promise.futureResult.whenComplete { [gate] _ in gate.written(bytes) }
+        context.write(data, promise: promise)
+    }
+
+    public func flush(context: ChannelHandlerContext) {
+        guard gate.waitingBytes > 0 else { return context.flush() }
+        gate.flushing(true)
+        context.flush()
+        gate.flushing(false)
+    }
+
+    public func channelInactive(context: ChannelHandlerContext) {
+        gate.close()
+        context.fireChannelInactive()
+    }
+
+    public func handlerRemoved(context: ChannelHandlerContext) {
+        gate.close()
+    }
+}
+
+extension WriteGate {
+    /// The gate of a connection whose pipeline has a `WriteGateHandler`; nil without one.
+    public static func of(_ channel: any Channel) async -> WriteGate? {
+        try? await channel.eventLoop.submit {
+            try channel.pipeline.syncOperations.handler(type: WriteGateHandler.self).gate
+        }.get()
+    }
+}
