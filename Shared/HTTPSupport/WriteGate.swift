@@ -9,17 +9,11 @@ import NIOHTTPTypes
 /// hop later, and meanwhile hands over as many pieces as it can read. So the writer counts
 /// what it hands over (`handOver`), the connection's `WriteGateHandler` counts what the
 /// socket has taken (or the connection failed), and `wait(untilAtMost:)` returns once no
-/// more than that many bytes are still waiting — or the connection has closed — telling
-/// whether the client kept up: whether the socket took each piece as it was flushed, or
-/// some had to wait for the client to read.
+/// more than that many bytes are still waiting — or the connection has closed.
 public final class WriteGate: Sendable {
     private struct State {
         var waiting = 0
         var closed = false
-        /// The handler is flushing: a write completing now went straight to the socket.
-        var flushing = false
-        /// A counted write completed later than its flush since the last `wait`.
-        var fellBehind = false
         var waiters: [(limit: Int, continuation: CheckedContinuation<Void, Never>)] = []
     }
 
@@ -35,10 +29,8 @@ public final class WriteGate: Sendable {
         state.withLockedValue { $0.waiting += bytes }
     }
 
-    /// Returns once at most `limit` bytes wait to be written, or the connection is closed:
-    /// whether the client kept up since the last wait (nothing written later than flushed).
-    @discardableResult
-    public func wait(untilAtMost limit: Int) async -> Bool {
+    /// Returns once at most `limit` bytes wait to be written, or the connection is closed.
+    public func wait(untilAtMost limit: Int) async {
         await withCheckedContinuation { continuation in
             let ready = state.withLockedValue { state in
                 guard state.waiting > limit, !state.closed else { return true }
@@ -47,19 +39,10 @@ public final class WriteGate: Sendable {
             }
             if ready { continuation.resume() }
         }
-        return state.withLockedValue { state in
-            defer { state.fellBehind = false }
-            return !state.fellBehind && !state.closed
-        }
-    }
-
-    func flushing(_ flushing: Bool) {
-        state.withLockedValue { $0.flushing = flushing }
     }
 
     func written(_ bytes: Int) {
         resume { state in
-            if !state.flushing { state.fellBehind = true }
             state.waiting = max(0, state.waiting - bytes)
             let waiting = state.waiting
             return { waiting <= $0 }
@@ -106,13 +89,6 @@ public final class WriteGateHandler: ChannelDuplexHandler, RemovableChannelHandl
         let promise = promise ?? context.eventLoop.makePromise()
         promise.futureResult.whenComplete { [gate] _ in gate.written(bytes) }
         context.write(data, promise: promise)
-    }
-
-    public func flush(context: ChannelHandlerContext) {
-        guard gate.waitingBytes > 0 else { return context.flush() }
-        gate.flushing(true)
-        context.flush()
-        gate.flushing(false)
     }
 
     public func channelInactive(context: ChannelHandlerContext) {

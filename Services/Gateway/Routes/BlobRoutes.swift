@@ -194,7 +194,11 @@ struct BlobRoutes: Sendable {
         let gate = await WriteGate.of(context.channel)
         let pieces = downloadPieces
         return Response(status: status, headers: headers, body: ResponseBody(contentLength: Int(length)) { writer in
-            defer { slot.release() }
+            pieces.downloadStarted()
+            defer {
+                slot.release()
+                if pieces.downloadEnded() { HeapTrim.returnFreeMemory() }
+            }
             var pace = DownloadPieces.Pace()
             var position = readRange.lowerBound
             // The piece handed over last, which the socket may not have taken yet: its
@@ -213,7 +217,9 @@ struct BlobRoutes: Sendable {
                     gate?.handOver(piece.readableBytes)
                     try await writer.write(piece)
                     // Every piece but this one is written; this one is, while the next is read.
-                    pace.pieceWritten(keptUp: await gate?.wait(untilAtMost: piece.readableBytes) ?? false)
+                    let waitStarted = ContinuousClock.now
+                    await gate?.wait(untilAtMost: piece.readableBytes)
+                    pace.pieceWritten(waited: gate == nil ? .seconds(1) : ContinuousClock.now - waitStarted)
                     if !handedOver {  // (a store may hand one piece over in parts)
                         pieces.giveBack(unwritten)
                         unwritten = pieceBytes
