@@ -84,6 +84,7 @@ let package = Package(
                 "SyncModels",
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
             ],
             path: "Shared/AMQPBridge", swiftSettings: strict),
         // Migrations and the SQL of the sync domain.

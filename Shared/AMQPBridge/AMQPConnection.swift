@@ -84,7 +84,7 @@ final class AMQPConnection {
 
     static let rpcTimeoutSeconds = 10
 
-    init(endpoint: AMQPEndpoint, heartbeatSeconds: Int, connectTimeout: TimeInterval = 3) throws(AMQPError) {
+    init(node endpoint: AMQPEndpoint.Node, heartbeatSeconds: Int, connectTimeout: TimeInterval = 3) throws(AMQPError) {
         guard let state = amqp_new_connection() else { throw AMQPError(.connection, "out of memory") }
         self.state = state
         guard let socket = amqp_tcp_socket_new(state) else {
@@ -116,6 +116,23 @@ final class AMQPConnection {
 
     deinit {
         if let state { amqp_destroy_connection(state) }
+    }
+
+    /// A connection to the first of `endpoint`'s nodes that answers, trying them in turn
+    /// from `first`; with the index of its node.
+    static func open(
+        _ endpoint: AMQPEndpoint, from first: Int, heartbeatSeconds: Int
+    ) throws(AMQPError) -> (connection: AMQPConnection, node: Int) {
+        var failures: [String] = []
+        for step in 0..<endpoint.nodes.count {
+            let index = (first + step) % endpoint.nodes.count
+            do {
+                return (try AMQPConnection(node: endpoint.nodes[index], heartbeatSeconds: heartbeatSeconds), index)
+            } catch {
+                failures.append(error.message)
+            }
+        }
+        throw AMQPError(.connection, failures.joined(separator: "; "))
     }
 
     var isOpen: Bool { state != nil }

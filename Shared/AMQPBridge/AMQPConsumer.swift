@@ -135,6 +135,7 @@ public final class AMQPConsumer: Sendable {
     private func runLoop() {
         var connection: AMQPConnection?
         var loop = ConsumerLoop()
+        var nodes = BrokerNodes(configuration.endpoint, role: "consumer")
         defer {
             connection?.close()
             shared.withLockedValue { $0.connected = false }
@@ -154,10 +155,17 @@ public final class AMQPConsumer: Sendable {
                     waitForWake(seconds: seconds)
                 case .connect(let generation):
                     do {
-                        let fresh = try AMQPConnection(
-                            endpoint: configuration.endpoint, heartbeatSeconds: configuration.heartbeatSeconds)
-                        try fresh.declare(configuration.topology)
-                        try fresh.consume(queue: configuration.queue, prefetch: configuration.prefetch, consumerTag: configuration.consumerTag)
+                        let (fresh, node) = try AMQPConnection.open(
+                            configuration.endpoint, from: nodes.next, heartbeatSeconds: configuration.heartbeatSeconds)
+                        do {
+                            try fresh.declare(configuration.topology)
+                            try fresh.consume(queue: configuration.queue, prefetch: configuration.prefetch, consumerTag: configuration.consumerTag)
+                        } catch {
+                            fresh.abandon()
+                            nodes.failed(at: node)
+                            throw error
+                        }
+                        nodes.connected(to: node, logger: logger)
                         connection = fresh
                         loop.connected()
                         shared.withLockedValue {
@@ -181,6 +189,7 @@ public final class AMQPConsumer: Sendable {
                         logger.warning("AMQP consumer connection lost", metadata: ["error": "\(error)"])
                         live.abandon()
                         connection = nil
+                        nodes.lost()
                         loop.connectionLost()
                         shared.withLockedValue { $0.connected = false }
                         break actions

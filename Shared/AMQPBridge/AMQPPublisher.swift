@@ -19,6 +19,9 @@ public final class AMQPPublisher: Sendable {
         var backoff = Backoff(base: 0.25, cap: 5, jitter: false)
         /// A failure to connect was logged and no connection has been made since.
         var outageLogged = false
+        var nodes: BrokerNodes
+
+        init(nodes: BrokerNodes) { self.nodes = nodes }
     }
 
     private struct Waiting {
@@ -28,14 +31,13 @@ public final class AMQPPublisher: Sendable {
 
     private let waiting = NIOLockedValueBox(Waiting())
     private let thread = NIOThreadPool(numberOfThreads: 1)
-    private let owned = Owned()
-    private let endpoint: AMQPEndpoint
+    private let owned: Owned
     private let topology: AMQPTopology
     private let confirmTimeout: TimeInterval
     private let logger: Logger
 
     public init(endpoint: AMQPEndpoint, topology: AMQPTopology, confirmTimeout: TimeInterval = 5, logger: Logger) {
-        self.endpoint = endpoint
+        owned = Owned(nodes: BrokerNodes(endpoint, role: "publisher"))
         self.topology = topology
         self.confirmTimeout = confirmTimeout
         self.logger = logger
@@ -117,11 +119,11 @@ public final class AMQPPublisher: Sendable {
     }
 
     private func onThread<T: Sendable>(_ body: @escaping @Sendable (AMQPConnection) throws -> T) async throws -> T {
-        let owned = self.owned, endpoint = self.endpoint, topology = self.topology, logger = self.logger
+        let owned = self.owned, topology = self.topology, logger = self.logger
         return try await thread.runIfActive {
             for attempt in 0..<2 {
                 let reused = owned.connection != nil
-                let connection = try Self.connection(owned, endpoint, topology, logger)
+                let connection = try Self.connection(owned, topology, logger)
                 do {
                     return try body(connection)
                 } catch let error as AMQPError {
@@ -129,6 +131,7 @@ public final class AMQPPublisher: Sendable {
                     // connection may simply have gone stale, so try once more on a new one.
                     connection.abandon()
                     owned.connection = nil
+                    if error.code == .connection { owned.nodes.lost() }
                     logger.warning("AMQP publish failed", metadata: ["error": "\(error)"])
                     if !reused || attempt == 1 || error.code == .notConfirmed { throw error }
                 }
@@ -138,20 +141,26 @@ public final class AMQPPublisher: Sendable {
     }
 
     private static func connection(
-        _ owned: Owned, _ endpoint: AMQPEndpoint, _ topology: AMQPTopology, _ logger: Logger
+        _ owned: Owned, _ topology: AMQPTopology, _ logger: Logger
     ) throws -> AMQPConnection {
         if let connection = owned.connection { return connection }
         guard Date() >= owned.retryAfter else {
             throw AMQPError(.connection, "broker unavailable; next attempt in \(Int(owned.retryAfter.timeIntervalSinceNow * 1000)) ms")
         }
         do {
-            let connection = try AMQPConnection(endpoint: endpoint, heartbeatSeconds: 0)
-            try connection.declare(topology)
-            try connection.enableConfirms()
+            let (connection, node) = try AMQPConnection.open(owned.nodes.endpoint, from: owned.nodes.next, heartbeatSeconds: 0)
+            do {
+                try connection.declare(topology)
+                try connection.enableConfirms()
+            } catch {
+                connection.abandon()
+                owned.nodes.failed(at: node)
+                throw error
+            }
             owned.connection = connection
             owned.backoff.reset()
             owned.outageLogged = false
-            logger.info("AMQP publisher connected", metadata: ["amqp.host": "\(endpoint.host)"])
+            owned.nodes.connected(to: node, logger: logger)
             return connection
         } catch {
             owned.retryAfter = Date().addingTimeInterval(owned.backoff.next())

@@ -38,9 +38,6 @@ public protocol BlobStore: Sendable {
 /// is a hundred statements or system calls, small enough that a request holds little.
 public enum BlobChunking {
     public static let bytes = 1 << 20
-    /// The pieces a download is read in. A reader that stops reading holds about two of
-    /// them in the gateway's memory, beside what its connection queues.
-    public static let servingBytes = 16 << 10
 }
 
 extension BlobStore {

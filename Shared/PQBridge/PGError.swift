@@ -41,6 +41,10 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
     /// A row that another transaction inserted first (unique_violation).
     public var isUniqueViolation: Bool { code == .server && sqlState == "23505" }
 
+    /// A write refused because the server is read-only (read_only_sql_transaction): the
+    /// connection reached a standby, or a primary that has since been demoted.
+    public var isReadOnlyServer: Bool { code == .server && sqlState == "25006" }
+
     /// The server shutting down or starting, or out of connection slots.
     static let serverUnavailableStates: Set<String> = ["57P01", "57P02", "57P03", "53300"]
 
@@ -56,6 +60,7 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
         case .server:
             guard let sqlState else { return false }
             return sqlState.hasPrefix("08") || Self.serverUnavailableStates.contains(sqlState) || conflict != nil
+                || isReadOnlyServer
         case .decoding, .closed, .invalidText, .cancelled: return false
         }
     }
@@ -63,7 +68,7 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
     /// The database is unreachable (as opposed to refusing one statement).
     public var isUnavailable: Bool {
         code == .connection || code == .closed || code == .timeout
-            || (sqlState.map { $0.hasPrefix("08") || $0.hasPrefix("57P") || $0 == "53300" } ?? false)
+            || (sqlState.map { $0.hasPrefix("08") || $0.hasPrefix("57P") || $0 == "53300" } ?? false) || isReadOnlyServer
     }
 
     /// What failed; for a connection, libpq's reason too (`database "x" does not exist`,

@@ -109,7 +109,9 @@ public final class PGPool: Sendable {
                 let value = try body(connection)
                 connection.rollBack()
                 return value
-            } catch let error as PGError where error.code == .connection {
+            } catch let error as PGError where error.code == .connection || error.isReadOnlyServer {
+                // A server that turned read-only is a former primary after a failover: the
+                // next connection (libpq's `target_session_attrs=read-write`) finds the new one.
                 connection.close()
                 throw error
             } catch {

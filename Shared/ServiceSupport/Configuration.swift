@@ -139,7 +139,8 @@ public struct Configuration: Sendable {
     /// The broker endpoint from `AMQP_URL`.
     public func amqpEndpoint() throws(Invalid) -> AMQPEndpoint {
         guard let endpoint = AMQPEndpoint(url: amqpURL) else {
-            throw Invalid(description: "AMQP_URL must look like amqp://user:pass@host:5672/vhost")
+            throw Invalid(description:
+                "AMQP_URL must look like amqp://user:pass@host:5672/vhost, or list a cluster's nodes so, separated by commas, with one vhost")
         }
         return endpoint
     }

@@ -31,13 +31,40 @@ struct AMQPBridgeTests {
     }
 
     @Test func endpointParsing() {
-        let parsed = AMQPEndpoint(url: "amqp://u%40x:p%2Fw@broker:5673/my%2Fvhost")
+        let parsed = AMQPEndpoint(url: "amqp://u%40x:p%2Fw@broker:5673/my%2Fvhost")?.nodes.first
         #expect(parsed?.user == "u@x")
         #expect(parsed?.password == "p/w")
         #expect(parsed?.host == "broker" && parsed?.port == 5673)
         #expect(parsed?.vhost == "my/vhost")
         #expect(AMQPEndpoint(url: "amqp://h")?.vhost == "/")
         #expect(AMQPEndpoint(url: "http://h") == nil)
+        let cluster = AMQPEndpoint(url: "amqp://a:b@r1:5701/v, amqp://a:b@r2:5702/v,amqp://a:b@r3/v")
+        #expect(cluster?.nodes.map(\.description) == ["r1:5701", "r2:5702", "r3:5672"])
+        #expect(AMQPEndpoint(url: "amqp://r1/v,amqp://r2/w") == nil, "every node serves one virtual host")
+        #expect(AMQPEndpoint(url: "amqp://r1/v,http://r2/v") == nil)
+    }
+
+    /// The publisher and a consumer reach the live node of a list, past dead ones.
+    @Test func aClientMovesPastADeadNode() async throws {
+        let node = try #require(endpoint.nodes.first)
+        let dead = "amqp://\(node.user):\(node.password)@127.0.0.1:1/\(node.vhost.replacingOccurrences(of: "/", with: "%2F"))"
+        let live = "amqp://\(node.user):\(node.password)@\(node.host):\(node.port)/\(node.vhost.replacingOccurrences(of: "/", with: "%2F"))"
+        // The first node tried is a random one: with seven dead nodes of eight, a client
+        // that could not move past a dead node fails here seven times in eight.
+        let cluster = try #require(AMQPEndpoint(url: (Array(repeating: dead, count: 7) + [live]).joined(separator: ",")))
+        let queue = "test.bridge.\(UUID().uuidString)"
+        let publisher = AMQPPublisher(endpoint: cluster, topology: topology(queue), logger: TestEnvironment.logger)
+        try await publisher.publish([message(queue, "over the live node")])
+        let consumer = AMQPConsumer(
+            configuration: .init(endpoint: cluster, topology: topology(queue), queue: queue, prefetch: 1),
+            logger: TestEnvironment.logger)
+        consumer.start()
+        let delivered = await next(consumer)
+        #expect(delivered.map { String(decoding: $0.body, as: UTF8.self) } == "over the live node")
+        if let delivered { consumer.ack(delivered) }
+        await consumer.close()
+        try await publisher.deleteQueue(queue)
+        await publisher.shutdown()
     }
 
     @Test func confirmedPublishThenManualAck() async throws {
