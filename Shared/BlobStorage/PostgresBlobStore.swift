@@ -49,9 +49,10 @@ public struct PostgresBlobStore: BlobStore {
     ) async throws {
         var position = range.lowerBound
         // No row is longer than `rowBytes`: the one holding `position` starts less than that
-        // before it. A query reads a piece's worth of rows.
+        // before it. A query reads a piece's worth of rows, and one more, so that a piece
+        // that starts inside a row still comes from one query.
         var after = position - Int64(Self.rowBytes)
-        let perQuery = max(1, (pieceBytes + Self.rowBytes - 1) / Self.rowBytes)
+        let perQuery = max(1, (pieceBytes + Self.rowBytes - 1) / Self.rowBytes) + 1
         while position < range.upperBound {
             // The rows are let go before the piece is handed on: a reader that stops
             // reading holds the piece alone.
@@ -71,7 +72,7 @@ public struct PostgresBlobStore: BlobStore {
                     guard start <= position else { throw BlobStoreError.missingBytes(object: object, at: position) }
                     let from = Int(position - start)
                     let to = Int(min(end, range.upperBound) - start)
-                    piece.writeBytes(data[(data.startIndex + from)..<(data.startIndex + to)])
+                    data.withUnsafeBytes { piece.writeBytes(UnsafeRawBufferPointer(rebasing: $0[from..<to])) }
                     position = start + Int64(to)
                     if position >= range.upperBound { break }
                 }
