@@ -23,9 +23,9 @@ public protocol BlobStore: Sendable {
     func sync(object: UUID) async throws
     /// Makes a whole, durable object readable as the file with this hash.
     func seal(object: UUID, sha256: String) async throws
-    /// Reads `range` of an object, sealed or not, in pieces of about `pieceBytes` (a piece
-    /// of the PostgreSQL store may run to the end of its last row), each in a buffer of its
-    /// own that the consumer may keep: a download hands it to the connection as it is.
+    /// Reads `range` of an object, sealed or not, in pieces of at most `pieceBytes`, each in
+    /// a buffer of its own that the consumer may keep: a download hands it to the
+    /// connection as it is.
     func read(
         object: UUID, sha256: String, sealed: Bool, range: Range<Int64>, pieceBytes: Int,
         into consume: (ByteBuffer) async throws -> Void

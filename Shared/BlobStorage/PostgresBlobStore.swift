@@ -48,19 +48,20 @@ public struct PostgresBlobStore: BlobStore {
         into consume: (ByteBuffer) async throws -> Void
     ) async throws {
         var position = range.lowerBound
-        // No row is longer than `rowBytes`: the one holding `position` starts less than that
-        // before it. A query reads a piece's worth of rows, and one more, so that a piece
-        // that starts inside a row still comes from one query.
-        var after = position - Int64(Self.rowBytes)
         let perQuery = max(1, (pieceBytes + Self.rowBytes - 1) / Self.rowBytes) + 1
         while position < range.upperBound {
-            // The rows are let go before the piece is handed on: a reader that stops
-            // reading holds the piece alone.
-            var piece = ByteBufferAllocator().buffer(capacity: perQuery * Self.rowBytes)
-            do {
+            let pieceEnd = min(range.upperBound, position + Int64(pieceBytes))
+            var piece = ByteBufferAllocator().buffer(capacity: Int(pieceEnd - position))
+            // No row is longer than `rowBytes`: the one holding `position` starts less than
+            // that before it. A query reads a piece's worth of rows and one more, so that a
+            // piece starting inside a row comes from one query.
+            var after = position - Int64(Self.rowBytes)
+            while position < pieceEnd {
+                // The rows are let go before the piece is handed on: a reader that stops
+                // reading holds the piece alone.
                 let rows = try await pool.execute("""
                     SELECT start_offset, data FROM blob_chunks
-                    WHERE object_id = \(object) AND start_offset > \(after) AND start_offset < \(range.upperBound)
+                    WHERE object_id = \(object) AND start_offset > \(after) AND start_offset < \(pieceEnd)
                     ORDER BY start_offset LIMIT \(perQuery)
                     """)
                 if rows.isEmpty { throw BlobStoreError.missingBytes(object: object, at: position) }
@@ -71,10 +72,10 @@ public struct PostgresBlobStore: BlobStore {
                     guard end > position else { continue }
                     guard start <= position else { throw BlobStoreError.missingBytes(object: object, at: position) }
                     let from = Int(position - start)
-                    let to = Int(min(end, range.upperBound) - start)
+                    let to = Int(min(end, pieceEnd) - start)
                     data.withUnsafeBytes { piece.writeBytes(UnsafeRawBufferPointer(rebasing: $0[from..<to])) }
                     position = start + Int64(to)
-                    if position >= range.upperBound { break }
+                    if position >= pieceEnd { break }
                 }
             }
             try await consume(piece)

@@ -52,6 +52,15 @@ struct BlobStoreTests {
                 let part = try await readAll(store, object, sealed: true, range)
                 #expect(part == whole.subdata(in: Int(range.lowerBound)..<Int(range.upperBound)), "\(range)")
             }
+            // Small pieces that start inside the store's rows, as a download reads them.
+            var pieces: [Int] = []
+            var part = Data()
+            try await store.read(object: object, sha256: sha, sealed: true, range: 5_000..<200_000, pieceBytes: 16_384) {
+                pieces.append($0.readableBytes)
+                part.append(contentsOf: $0.readableBytesView)
+            }
+            #expect(part == whole.subdata(in: 5_000..<200_000))
+            #expect(pieces.allSatisfy { $0 <= 16_384 } && pieces.count == (195_000 + 16_383) / 16_384, "\(pieces)")
             try await store.remove(object: object, sha256: sha)
             try await store.remove(object: object, sha256: sha)
             await #expect(throws: (any Error).self) { _ = try await readAll(store, object, sealed: true, 0..<1) }
