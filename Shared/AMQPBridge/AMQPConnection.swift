@@ -118,23 +118,6 @@ final class AMQPConnection {
         if let state { amqp_destroy_connection(state) }
     }
 
-    /// A connection to the first of `endpoint`'s nodes that answers, trying them in turn
-    /// from `first`; with the index of its node.
-    static func open(
-        _ endpoint: AMQPEndpoint, from first: Int, heartbeatSeconds: Int
-    ) throws(AMQPError) -> (connection: AMQPConnection, node: Int) {
-        var failures: [String] = []
-        for step in 0..<endpoint.nodes.count {
-            let index = (first + step) % endpoint.nodes.count
-            do {
-                return (try AMQPConnection(node: endpoint.nodes[index], heartbeatSeconds: heartbeatSeconds), index)
-            } catch {
-                failures.append(error.message)
-            }
-        }
-        throw AMQPError(.connection, failures.joined(separator: "; "))
-    }
-
     var isOpen: Bool { state != nil }
 
     func close() {

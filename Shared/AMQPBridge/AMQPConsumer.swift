@@ -155,17 +155,12 @@ public final class AMQPConsumer: Sendable {
                     waitForWake(seconds: seconds)
                 case .connect(let generation):
                     do {
-                        let (fresh, node) = try AMQPConnection.open(
-                            configuration.endpoint, from: nodes.next, heartbeatSeconds: configuration.heartbeatSeconds)
-                        do {
+                        let fresh = try nodes.connect(
+                            heartbeatSeconds: configuration.heartbeatSeconds, logger: logger
+                        ) { fresh throws(AMQPError) in
                             try fresh.declare(configuration.topology)
                             try fresh.consume(queue: configuration.queue, prefetch: configuration.prefetch, consumerTag: configuration.consumerTag)
-                        } catch {
-                            fresh.abandon()
-                            nodes.failed(at: node)
-                            throw error
                         }
-                        nodes.connected(to: node, logger: logger)
                         connection = fresh
                         loop.connected()
                         shared.withLockedValue {

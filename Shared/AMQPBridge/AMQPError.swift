@@ -73,9 +73,13 @@ public struct AMQPEndpoint: Sendable, Equatable {
     public let nodes: [Node]
 
     public init?(url: String) {
-        let nodes = url.split(separator: ",").map { Node(url: $0.trimmingCharacters(in: .whitespaces)) }
-        guard !nodes.isEmpty, let first = nodes.first ?? nil, nodes.allSatisfy({ $0?.vhost == first.vhost }) else { return nil }
-        self.nodes = nodes.compactMap { $0 }
+        var nodes: [Node] = []
+        for part in url.split(separator: ",") {
+            guard let node = Node(url: part.trimmingCharacters(in: .whitespaces)) else { return nil }
+            nodes.append(node)
+        }
+        guard let first = nodes.first, nodes.allSatisfy({ $0.vhost == first.vhost }) else { return nil }
+        self.nodes = nodes
     }
 
     /// The first node's virtual host: every node's.

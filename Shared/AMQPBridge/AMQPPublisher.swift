@@ -148,19 +148,13 @@ public final class AMQPPublisher: Sendable {
             throw AMQPError(.connection, "broker unavailable; next attempt in \(Int(owned.retryAfter.timeIntervalSinceNow * 1000)) ms")
         }
         do {
-            let (connection, node) = try AMQPConnection.open(owned.nodes.endpoint, from: owned.nodes.next, heartbeatSeconds: 0)
-            do {
+            let connection = try owned.nodes.connect(heartbeatSeconds: 0, logger: logger) { connection throws(AMQPError) in
                 try connection.declare(topology)
                 try connection.enableConfirms()
-            } catch {
-                connection.abandon()
-                owned.nodes.failed(at: node)
-                throw error
             }
             owned.connection = connection
             owned.backoff.reset()
             owned.outageLogged = false
-            owned.nodes.connected(to: node, logger: logger)
             return connection
         } catch {
             owned.retryAfter = Date().addingTimeInterval(owned.backoff.next())

@@ -10,7 +10,7 @@ struct BrokerNodes {
     let endpoint: AMQPEndpoint
     let role: String
     /// Where the next connection attempt starts.
-    private(set) var next: Int
+    private var next: Int
     private var connected: Int?
 
     init(_ endpoint: AMQPEndpoint, role: String) {
@@ -19,8 +19,36 @@ struct BrokerNodes {
         next = Int.random(in: 0..<endpoint.nodes.count)
     }
 
-    /// A connection was opened to `node`.
-    mutating func connected(to node: Int, logger: Logger) {
+    /// A connection to the first node that answers, trying them in turn from `next`, set up
+    /// by `setUp` (declaring the topology, opening a consumer). A node where setting up
+    /// fails is passed over by the next attempt.
+    mutating func connect(
+        heartbeatSeconds: Int, logger: Logger, setUp: (AMQPConnection) throws(AMQPError) -> Void
+    ) throws(AMQPError) -> AMQPConnection {
+        var failures: [String] = []
+        for step in 0..<endpoint.nodes.count {
+            let node = (next + step) % endpoint.nodes.count
+            let connection: AMQPConnection
+            do {
+                connection = try AMQPConnection(node: endpoint.nodes[node], heartbeatSeconds: heartbeatSeconds)
+            } catch {
+                failures.append(error.message)
+                continue
+            }
+            do {
+                try setUp(connection)
+            } catch {
+                connection.abandon()
+                next = (node + 1) % endpoint.nodes.count
+                throw error
+            }
+            connected(to: node, logger: logger)
+            return connection
+        }
+        throw AMQPError(.connection, failures.joined(separator: "; "))
+    }
+
+    private mutating func connected(to node: Int, logger: Logger) {
         let previous = connected
         connected = node
         next = node
@@ -41,9 +69,4 @@ struct BrokerNodes {
         next = ((connected ?? next) + 1) % endpoint.nodes.count
     }
 
-    /// A connection to `node` opened but could not be set up (declaring the topology, or
-    /// opening a consumer): the next attempt starts at the following node.
-    mutating func failed(at node: Int) {
-        next = (node + 1) % endpoint.nodes.count
-    }
 }

@@ -15,6 +15,9 @@ public final class WriteGate: Sendable {
         var waiting = 0
         var closed = false
         var waiters: [(limit: Int, continuation: CheckedContinuation<Void, Never>)] = []
+
+        /// Whether a writer waiting until at most `limit` bytes wait may go on.
+        func allows(_ limit: Int) -> Bool { closed || waiting <= limit }
     }
 
     private let state = NIOLockedValueBox(State())
@@ -33,7 +36,7 @@ public final class WriteGate: Sendable {
     public func wait(untilAtMost limit: Int) async {
         await withCheckedContinuation { continuation in
             let ready = state.withLockedValue { state in
-                guard state.waiting > limit, !state.closed else { return true }
+                guard !state.allows(limit) else { return true }
                 state.waiters.append((limit, continuation))
                 return false
             }
@@ -42,26 +45,19 @@ public final class WriteGate: Sendable {
     }
 
     func written(_ bytes: Int) {
-        resume { state in
-            state.waiting = max(0, state.waiting - bytes)
-            let waiting = state.waiting
-            return { waiting <= $0 }
-        }
+        resumeWaiters { $0.waiting = max(0, $0.waiting - bytes) }
     }
 
     func close() {
-        resume { state in
-            state.closed = true
-            return { _ in true }
-        }
+        resumeWaiters { $0.closed = true }
     }
 
-    /// Changes the state, then resumes the waiters whose limit `change`'s answer accepts.
-    private func resume(after change: (inout State) -> (Int) -> Bool) {
+    /// Changes the state, then resumes the waiters it now allows to go on.
+    private func resumeWaiters(after change: (inout State) -> Void) {
         let ready = state.withLockedValue { state in
-            let isReady = change(&state)
-            let ready = state.waiters.filter { isReady($0.limit) }.map(\.continuation)
-            state.waiters.removeAll { isReady($0.limit) }
+            change(&state)
+            let ready = state.waiters.filter { state.allows($0.limit) }.map(\.continuation)
+            state.waiters = state.waiters.filter { !state.allows($0.limit) }
             return ready
         }
         for continuation in ready { continuation.resume() }

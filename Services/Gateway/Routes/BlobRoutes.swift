@@ -201,31 +201,31 @@ struct BlobRoutes: Sendable {
             }
             var pace = DownloadPieces.Pace()
             var position = readRange.lowerBound
-            // The piece handed over last, which the socket may not have taken yet: its
-            // share of the budget is given back once the next one has been handed over.
-            var unwritten = 0
-            defer { pieces.giveBack(unwritten) }
+            // The piece handed over last, which the socket may not have taken yet.
+            var previous = 0
+            defer { pieces.giveBack(previous) }
             while position < readRange.upperBound {
                 let pieceBytes = pieces.take(pace.next)
-                var handedOver = false
-                defer { if !handedOver { pieces.giveBack(pieceBytes) } }
                 let part = position..<min(readRange.upperBound, position + Int64(pieceBytes))
-                try await store.read(object: blob.objectID, sha256: blob.sha256, sealed: true, range: part, pieceBytes: pieceBytes) {
-                    piece in
-                    position += Int64(piece.readableBytes)
-                    BlobMetrics.downloadedBytes.increment(by: piece.readableBytes)
-                    gate?.handOver(piece.readableBytes)
-                    try await writer.write(piece)
-                    // Every piece but this one is written; this one is, while the next is read.
-                    let waitStarted = ContinuousClock.now
-                    await gate?.wait(untilAtMost: piece.readableBytes)
-                    pace.pieceWritten(waited: gate == nil ? .seconds(1) : ContinuousClock.now - waitStarted)
-                    if !handedOver {  // (a store may hand one piece over in parts)
-                        pieces.giveBack(unwritten)
-                        unwritten = pieceBytes
-                        handedOver = true
+                do {
+                    try await store.read(
+                        object: blob.objectID, sha256: blob.sha256, sealed: true, range: part, pieceBytes: pieceBytes
+                    ) { piece in
+                        position += Int64(piece.readableBytes)
+                        BlobMetrics.downloadedBytes.increment(by: piece.readableBytes)
+                        gate?.handOver(piece.readableBytes)
+                        try await writer.write(piece)
+                        // Every piece but this one is written; this one is, while the next is read.
+                        let waitStarted = ContinuousClock.now
+                        await gate?.wait(untilAtMost: piece.readableBytes)
+                        pace.pieceWritten(waited: gate == nil ? .seconds(1) : ContinuousClock.now - waitStarted)
                     }
+                } catch {
+                    pieces.giveBack(pieceBytes)
+                    throw error
                 }
+                pieces.giveBack(previous)
+                previous = pieceBytes
             }
             try await writer.finish(nil)
         })
