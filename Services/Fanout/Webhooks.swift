@@ -22,7 +22,7 @@ import URLSessionCancellation
 /// 2. `notify.deliveries`: one POST each, concurrently (a slow or dead receiver holds only
 ///    its own delivery, for at most the request timeout). A failure waits in the retry
 ///    queue of its tier; after `MAX_ATTEMPTS` it is a dead letter (`queue=notify`) parked
-///    in `notify.dlq`. The attempt count travels in the message's own header.
+///    in `notify.dead-letters`. The attempt count travels in the message's own header.
 struct WebhookDispatcher: Service {
     let events: AMQPConsumer
     let deliveries: AMQPConsumer
@@ -161,7 +161,7 @@ struct WebhookDispatcher: Service {
         }
     }
 
-    /// Records the dead letter (`queue=notify`), parks the message in `notify.dlq`, acks.
+    /// Records the dead letter (`queue=notify`), parks the message in `notify.dead-letters`, acks.
     private func park(_ message: AMQPDelivery, delivery: WebhookDelivery?, reason: String, error: String, attempts: Int) async {
         let id = SynclineTopology.deadLetterID(jobID: nil, body: message.body)
         do {

@@ -113,7 +113,7 @@ struct PurgeRunner: Sendable {
             Counter(label: "syncline_purge_runs_total", dimensions: [("outcome", "skipped")]).increment()
             return nil
         }
-        if report.deadLetters > 0 { await office.reconcile() }
+        if report.deadLetters > 0 { await office.reconcile() } else { await office.moveRetiredQueues() }
         let resumed = try await eraser.resumeUnfinished()
         if resumed > 0 { logger.info("finished account deletions a stopped process left", metadata: ["accounts": "\(resumed)"]) }
         let removedObjects = try await sweeper.sweep()

@@ -17,7 +17,7 @@ import SyncModels
 /// - failed transiently → the attempt is recorded, a copy waits in the retry queue of its
 ///   tier (`sync.retry.<delay>`, which dead-letters back to `sync.jobs`), then ack;
 /// - failed `MAX_ATTEMPTS` times, permanently, or not a job at all → recorded as a dead
-///   letter (the job `dead`), parked in `sync.jobs.dlq` with a confirm, then ack;
+///   letter (the job `dead`), parked in `sync.jobs.dead-letters` with a confirm, then ack;
 /// - PostgreSQL unreachable → wait for it, take the attempt back, hand the message back.
 ///
 /// It also consumes `sync.jobs.exhausted`, where the broker puts a message it redelivered
@@ -286,7 +286,7 @@ struct JobConsumer: Service {
         }
     }
 
-    /// Records the dead letter (the job `dead`), parks the message in `sync.jobs.dlq` with
+    /// Records the dead letter (the job `dead`), parks the message in `sync.jobs.dead-letters` with
     /// a confirm, then acks — so a dead letter is never only in one place for long, and
     /// never lost.
     /// A message naming no job row: a job erased with its account is dropped (it must not

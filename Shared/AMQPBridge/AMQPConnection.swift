@@ -200,6 +200,28 @@ final class AMQPConnection {
         return QueueStats(name: name, messages: Int(ok.pointee.message_count), consumers: Int(ok.pointee.consumer_count))
     }
 
+    /// A queue's depth and consumers, or nil when no queue has that name. The broker
+    /// closes the channel on a missing queue; it is opened again, so the connection stays
+    /// usable (with confirms, if they were on).
+    func queueStatsIfPresent(_ name: String) throws(AMQPError) -> QueueStats? {
+        do {
+            return try queueStats(name)
+        } catch where error.code == .closedByServer(404) {
+            try reopenChannel()
+            return nil
+        }
+    }
+
+    /// Answers the broker's channel.close and opens the channel again.
+    private func reopenChannel() throws(AMQPError) {
+        let state = try live()
+        var closeOK = amqp_channel_close_ok_t(dummy: 0)
+        try checkStatus(amqp_send_method(state, channel, AMQP_CHANNEL_CLOSE_OK_METHOD, &closeOK), "channel.close-ok")
+        amqp_channel_open(state, channel)
+        try check(amqp_get_rpc_reply(state), "channel.open")
+        if confirmsEnabled { try enableConfirms() }
+    }
+
     func bind(queue: String, exchange: String, routingKey: String) throws(AMQPError) {
         let state = try live()
         let arena = CArena()
@@ -309,32 +331,40 @@ final class AMQPConnection {
 
     // MARK: sweeping a queue
 
+    /// The next ready message of `queue`, taken unacked (basic.get), or nil when it is empty.
+    private func get(_ queue: String) throws(AMQPError) -> AMQPDelivery? {
+        let state = try live()
+        let arena = CArena()
+        let reply = amqp_basic_get(state, channel, arena.bytes(queue), 0)
+        try check(reply, "basic.get \(queue)")
+        guard reply.reply.id == AMQP_BASIC_GET_OK_METHOD, let decoded = reply.reply.decoded else { return nil }
+        let tag = decoded.assumingMemoryBound(to: amqp_basic_get_ok_t.self).pointee.delivery_tag
+        var message = amqp_message_t()
+        try check(amqp_read_message(state, channel, &message, 0), "reading \(queue)")
+        defer {
+            amqp_destroy_message(&message)
+            amqp_maybe_release_buffers(state)
+        }
+        let properties = message.properties
+        let hasID = properties._flags & UInt32(AMQP_BASIC_MESSAGE_ID_FLAG) != 0
+        let hasHeaders = properties._flags & UInt32(AMQP_BASIC_HEADERS_FLAG) != 0
+        return AMQPDelivery(
+            body: message.body.byteArray,
+            messageID: hasID ? properties.message_id.swiftString : nil,
+            headers: hasHeaders ? decodeTable(properties.headers) : [:],
+            redelivered: false, exchange: "", routingKey: queue, deliveryTag: tag, generation: 0)
+    }
+
     /// Reads the ready messages of `queue` one by one (basic.get, at most `limit`), acks
     /// those `remove` picks and hands every other one back in its place (basic.nack with
     /// requeue), so an operator's tool can take single messages out of a parked queue.
     func sweep(queue: String, limit: Int, remove: (AMQPDelivery) -> Bool) throws(AMQPError) -> SweepResult {
         let state = try live()
-        let arena = CArena()
         var result = SweepResult(examined: 0, removed: 0)
         var lastKept: UInt64?
         var removedTags: [UInt64] = []
-        while result.examined < limit {
-            let reply = amqp_basic_get(state, channel, arena.bytes(queue), 0)
-            try check(reply, "basic.get \(queue)")
-            guard reply.reply.id == AMQP_BASIC_GET_OK_METHOD, let decoded = reply.reply.decoded else { break }
-            let tag = decoded.assumingMemoryBound(to: amqp_basic_get_ok_t.self).pointee.delivery_tag
-            var message = amqp_message_t()
-            try check(amqp_read_message(state, channel, &message, 0), "reading \(queue)")
-            let properties = message.properties
-            let hasID = properties._flags & UInt32(AMQP_BASIC_MESSAGE_ID_FLAG) != 0
-            let hasHeaders = properties._flags & UInt32(AMQP_BASIC_HEADERS_FLAG) != 0
-            let delivery = AMQPDelivery(
-                body: message.body.byteArray,
-                messageID: hasID ? properties.message_id.swiftString : nil,
-                headers: hasHeaders ? decodeTable(properties.headers) : [:],
-                redelivered: false, exchange: "", routingKey: queue, deliveryTag: tag, generation: 0)
-            amqp_destroy_message(&message)
-            amqp_maybe_release_buffers(state)
+        while result.examined < limit, let delivery = try get(queue) {
+            let tag = delivery.deliveryTag
             result.examined += 1
             if remove(delivery) { removedTags.append(tag) } else { lastKept = tag }
         }
@@ -347,6 +377,26 @@ final class AMQPConnection {
         // reads the queue's depth.
         _ = try queueStats(queue)
         return result
+    }
+
+    /// Moves every ready message of `source` into the queue `destination` (through the
+    /// default exchange), body, id and headers unchanged: each batch is published and
+    /// confirmed before it is acked, so a failure in between leaves copies in both queues,
+    /// never a message in neither. Returns how many moved.
+    func moveMessages(from source: String, to destination: String, timeout: TimeInterval) throws(AMQPError) -> Int {
+        let state = try live()
+        var moved = 0
+        while true {
+            var batch: [AMQPDelivery] = []
+            while batch.count < 100, let delivery = try get(source) { batch.append(delivery) }
+            guard let last = batch.last else { return moved }
+            let copies = batch.map {
+                OutgoingMessage(exchange: "", routingKey: destination, body: $0.body, messageID: $0.messageID, headers: $0.headers)
+            }
+            try publishConfirmed(copies, timeout: timeout)
+            try checkStatus(amqp_basic_ack(state, channel, last.deliveryTag, 1), "basic.ack")
+            moved += batch.count
+        }
     }
 
     // MARK: consuming

@@ -89,6 +89,18 @@ public final class AMQPPublisher: Sendable {
         try await onThread { connection in try connection.sweep(queue: queue, limit: limit, remove: remove) }
     }
 
+    /// A queue's depth and consumers, or nil when the broker has no queue of that name.
+    public func queueStatsIfPresent(_ name: String) async throws -> QueueStats? {
+        try await onThread { connection in try connection.queueStatsIfPresent(name) }
+    }
+
+    /// Moves every ready message of one queue into another, each confirmed there before it
+    /// leaves (see `AMQPConnection.moveMessages`). Publishing waits meanwhile.
+    public func moveMessages(from source: String, to destination: String) async throws -> Int {
+        let timeout = confirmTimeout
+        return try await onThread { connection in try connection.moveMessages(from: source, to: destination, timeout: timeout) }
+    }
+
     /// Adds (or, with `bound: false`, removes) bindings, in order, over this connection.
     public func setBindings(_ bindings: [AMQPTopology.Binding], bound: Bool) async throws {
         guard !bindings.isEmpty else { return }

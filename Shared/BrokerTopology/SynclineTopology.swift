@@ -11,7 +11,7 @@ import SyncModels
 ///        │ TTL expired             ▼
 ///     sync.retry.<delay> ◄─┐    sync.dlx ──► sync.jobs.exhausted ──► workers mark the job dead
 ///     (one queue per tier) │       │
-///              workers ────┘       └───────► sync.jobs.dlq (classic) ◄── workers, after MAX_ATTEMPTS
+///              workers ────┘       └───────► sync.jobs.dead-letters ◄── workers, after MAX_ATTEMPTS
 ///
 /// Every queue the broker dead-letters from names an exchange that exists and routes, and
 /// quorum queues dead-letter at-least-once, so the broker never drops a job by itself.
@@ -22,12 +22,15 @@ public enum SynclineTopology {
     public static let jobsQueue = "sync.jobs"
     public static let jobsRoutingKey = "sync.jobs"
     public static let deadLetterExchange = "sync.dlx"
-    /// Parked messages, one per dead letter an operator has not acted on. A classic queue:
-    /// admin tools read it with basic.get and hand back what they keep, and a quorum queue
-    /// would count those returns against a delivery limit (20 by default from RabbitMQ 4.0)
-    /// and finally drop the message.
-    public static let deadLetterQueue = "sync.jobs.dlq"
+    /// Parked messages, one per dead letter an operator has not acted on. A quorum queue,
+    /// so that it lives on every node of a cluster and no single node's death stops the
+    /// services from declaring their topology. Admin tools read it with basic.get and hand
+    /// back what they keep; each return counts as a delivery, hence a delivery limit no
+    /// sweep reaches (RabbitMQ 4 would otherwise drop a message after 20).
+    public static let deadLetterQueue = "sync.jobs.dead-letters"
     public static let deadLetterRoutingKey = "sync.jobs.dlq"
+    /// The delivery limit of the dead-letter queues.
+    public static let parkedDeliveryLimit: Int64 = 1_000_000_000
     /// Where the broker puts a job message it redelivered `deliveryLimit` times (workers
     /// crashing on it): workers consume it and dead-letter the job properly.
     public static let exhaustedQueue = "sync.jobs.exhausted"
@@ -37,13 +40,17 @@ public enum SynclineTopology {
     public static let deliveryLimit: Int64 = 50
 
     // Webhooks: events fan out into one delivery per device; failed deliveries wait in
-    // their tier's `notify.retry.<delay>` and, after MAX_ATTEMPTS, park in `notify.dlq`.
+    // their tier's `notify.retry.<delay>` and, after MAX_ATTEMPTS, park in `notify.dead-letters`.
     public static let notifyEventsQueue = "notify.events"
     public static let notifyExchange = "notify"
     public static let notifyDeliveriesQueue = "notify.deliveries"
     public static let notifyDeliveriesRoutingKey = "notify.deliveries"
-    public static let notifyDeadLetterQueue = "notify.dlq"
+    public static let notifyDeadLetterQueue = "notify.dead-letters"
     public static let notifyDeadLetterRoutingKey = "notify.dlq"
+
+    /// Classic dead-letter queues of earlier releases, each with the queue that replaces it:
+    /// what they still hold is moved there (`DeadLetterOffice.moveRetiredQueues`).
+    public static let retiredDeadLetterQueues = [("sync.jobs.dlq", deadLetterQueue), ("notify.dlq", notifyDeadLetterQueue)]
 
     public static func notifyRetryQueue(delay: Double) -> String { "notify.retry.\(Durations.label(delay))" }
 
@@ -75,6 +82,9 @@ public enum SynclineTopology {
             "x-dead-letter-strategy": .string("at-least-once"),
             "x-overflow": .string("reject-publish"),
         ]
+        let parked: [String: AMQPTopology.Argument] = [
+            "x-queue-type": .string("quorum"), "x-delivery-limit": .int(parkedDeliveryLimit),
+        ]
         let retryQueues = uniqueDelays(retryDelays).map { delay in
             AMQPTopology.Queue(name: retryQueue(delay: delay), arguments: atLeastOnce.merging([
                 "x-message-ttl": .int(Int64((delay * 1000).rounded())),
@@ -101,13 +111,13 @@ public enum SynclineTopology {
                     "x-dead-letter-routing-key": .string(exhaustedRoutingKey),
                 ]) { $1 }),
                 .init(name: exhaustedQueue, arguments: ["x-queue-type": .string("quorum")]),
-                .init(name: deadLetterQueue),
+                .init(name: deadLetterQueue, arguments: parked),
                 // Pokes are hints: with no fanout running for a long time, the oldest go.
                 .init(name: notifyEventsQueue, arguments: [
                     "x-queue-type": .string("quorum"), "x-max-length": .int(100_000), "x-overflow": .string("drop-head"),
                 ]),
                 .init(name: notifyDeliveriesQueue, arguments: ["x-queue-type": .string("quorum")]),
-                .init(name: notifyDeadLetterQueue),
+                .init(name: notifyDeadLetterQueue, arguments: parked),
             ] + retryQueues + notifyRetryQueues,
             bindings: [
                 .init(queue: jobsQueue, exchange: jobsExchange, routingKey: jobsRoutingKey),
@@ -146,7 +156,7 @@ public enum SynclineTopology {
         return bytes.withUnsafeBytes { UUID(uuid: $0.load(as: uuid_t.self)) }.uuidString.lowercased()
     }
 
-    /// The message parked in `sync.jobs.dlq`: the body as received, and headers saying why.
+    /// The message parked in `sync.jobs.dead-letters`: the body as received, and headers saying why.
     public static func deadLetterMessage(
         id: String, jobID: String?, body: [UInt8], reason: String, error: String, attempts: Int, traceID: String?
     ) -> OutgoingMessage {

@@ -8,7 +8,7 @@ import SyncModels
 
 /// What an operator can do about dead letters and queues, in one place for the gateway's
 /// admin API and for syncctl. PostgreSQL holds the list (`dead_letters`); the broker's
-/// `sync.jobs.dlq` holds one parked message per listed dead letter. Every action changes
+/// `sync.jobs.dead-letters` holds one parked message per listed dead letter. Every action changes
 /// the database first (the truth), then takes the matching messages out of the queue,
 /// and is written to the audit log.
 public struct DeadLetterOffice: Sendable {
@@ -125,13 +125,34 @@ public struct DeadLetterOffice: Sendable {
         try await jobs.rates(minutes: minutes)
     }
 
-    /// Makes each dead-letter queue (`sync.jobs.dlq`, `notify.dlq`) hold exactly one
+    /// Moves what the classic dead-letter queues of an earlier release hold into the queues
+    /// that replaced them, then deletes them. Nothing is lost in between: both are bound
+    /// with the same routing key, so while the old one exists every new dead letter reaches
+    /// the new one too, and a message leaves the old one only once the new one confirmed it.
+    /// A broker that cannot be reached leaves them for the next run.
+    public func moveRetiredQueues() async {
+        for (retired, replacement) in SynclineTopology.retiredDeadLetterQueues {
+            do {
+                guard try await publisher.queueStatsIfPresent(retired) != nil else { continue }
+                let moved = try await publisher.moveMessages(from: retired, to: replacement)
+                try await publisher.deleteQueue(retired)
+                logger.notice("moved a retired dead-letter queue", metadata: [
+                    "amqp.queue": "\(retired)", "amqp.destination": "\(replacement)", "messages.moved": "\(moved)",
+                ])
+            } catch {
+                logger.warning("could not move a retired dead-letter queue", metadata: ["amqp.queue": "\(retired)", "error": "\(error)"])
+            }
+        }
+    }
+
+    /// Makes each dead-letter queue (`sync.jobs.dead-letters`, `notify.dead-letters`) hold exactly one
     /// message per listed dead letter: messages of dead letters replayed or discarded, and
     /// second copies (a worker that died between recording and acking parks again), are
     /// taken out. A broker that cannot be reached leaves them for the next action; the
     /// list stays right meanwhile.
     @discardableResult
     public func reconcile() async -> SweepResult? {
+        await moveRetiredQueues()
         var total = SweepResult(examined: 0, removed: 0)
         for (queue, name) in [("sync", SynclineTopology.deadLetterQueue), ("notify", SynclineTopology.notifyDeadLetterQueue)] {
             do {

@@ -197,12 +197,12 @@ struct FailureTests {
             let jobsQueue = queues.first { $0["name"] as? String == "sync.jobs" }
             #expect((jobsQueue?["consumers"] as? Int ?? 0) >= 2, "this stack's two workers consume sync.jobs")
             #expect(queues.contains { $0["name"] as? String == "sync.retry.300ms" })
-            #expect(queues.contains { $0["name"] as? String == "sync.jobs.dlq" })
+            #expect(queues.contains { $0["name"] as? String == SynclineTopology.deadLetterQueue })
             await publisher.shutdown()
         }
     }
 
-    /// The dead letters the API lists (all pages) are exactly the messages in sync.jobs.dlq.
+    /// The dead letters the API lists (all pages) are exactly the messages in the dead-letter queue.
     static func expectQueueMatchesList(api: APIClient, admin: String, publisher: AMQPPublisher) async throws {
         func listed() async throws -> Int {
             var count = 0

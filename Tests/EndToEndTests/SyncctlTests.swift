@@ -75,7 +75,7 @@ struct SyncctlTests {
 
             let (queues, queuesOutput) = try syncctl("queues", env: env)
             #expect(queues == 0)
-            let dlqLine = try #require(queuesOutput.split(separator: "\n").first { $0.hasPrefix("sync.jobs.dlq") })
+            let dlqLine = try #require(queuesOutput.split(separator: "\n").first { $0.hasPrefix("sync.jobs.dead-letters") })
             let depth = Int(dlqLine.split(separator: " ", omittingEmptySubsequences: true)[1]) ?? -1
             #expect(try syncctl("dlq discard \(unknown)", env: env).0 == 0)
             #expect(try syncctl("dlq show \(unknown)", env: env).0 != 0)
@@ -89,4 +89,61 @@ struct SyncctlTests {
             #expect(audit.contains { $0["actor"] as? String == "syncctl:tester" && $0["action"] as? String == "bulk_replay_dry_run" })
         }
     }
+
+    /// A broker set up by an earlier release holds its dead letters in classic queues
+    /// (`sync.jobs.dlq`), which live on one node. The first action on dead letters moves
+    /// them, intact, into the quorum queue that replaced it and deletes the old queue.
+    @Test func aRetiredDeadLetterQueueIsMovedIntoItsReplacement() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let endpoint = try #require(AMQPEndpoint(url: E2E.amqpURL!))
+            let publisher = AMQPPublisher(endpoint: endpoint, topology: E2E.topology, logger: E2E.logger)
+            let admin = await E2E.token("cli-admin", admin: true)
+            let (kept, discarded) = (UUID().uuidString.lowercased(), UUID().uuidString.lowercased())
+            try await publisher.publish([kept, discarded].map { SynclineTopology.jobMessage(jobID: $0, traceID: nil) })
+            for id in [kept, discarded] {
+                _ = try await E2E.eventually(within: 10, "\(id) dead-lettered") {
+                    try await stack.client.request("GET", "/v1/admin/dead-letters/\(id)", token: admin).status == 200 ? true : nil
+                }
+            }
+
+            // Park both in a classic queue of the old name, as the earlier release did.
+            let (retired, replacement) = SynclineTopology.retiredDeadLetterQueues[0]
+            let old = AMQPPublisher(endpoint: endpoint, topology: AMQPTopology(
+                exchanges: [.init(name: SynclineTopology.deadLetterExchange)], queues: [.init(name: retired)],
+                bindings: [.init(queue: retired, exchange: SynclineTopology.deadLetterExchange,
+                                 routingKey: SynclineTopology.deadLetterRoutingKey)]), logger: E2E.logger)
+            let parked = Parked()
+            _ = try await publisher.sweep(queue: replacement) { message in
+                let ours = [kept, discarded].contains(SynclineTopology.deadLetterID(of: message))
+                if ours { parked.append(message) }
+                return ours
+            }
+            #expect(parked.messages.count == 2)
+            try await old.publish(parked.messages.map {
+                OutgoingMessage(exchange: "", routingKey: retired, body: $0.body, messageID: $0.messageID, headers: $0.headers)
+            })
+            await old.shutdown()
+            #expect(try await publisher.queueStatsIfPresent(retired)?.messages == 2)
+
+            let env = "RETRY_DELAYS=\(E2E.serviceDefaults["RETRY_DELAYS"]!) USER=tester"
+            #expect(try syncctl("dlq discard \(discarded)", env: env).0 == 0)
+            #expect(try await publisher.queueStatsIfPresent(retired) == nil, "the retired queue is gone")
+            let found = Parked()
+            _ = try await publisher.sweep(queue: replacement) { message in
+                if [kept, discarded].contains(SynclineTopology.deadLetterID(of: message)) { found.append(message) }
+                return false
+            }
+            #expect(found.messages.map(SynclineTopology.deadLetterID(of:)) == [kept], "the kept one moved; the discarded one left")
+            #expect(found.messages.first?.header(SynclineTopology.Header.reason) == "unknown_job", "headers intact")
+            await publisher.shutdown()
+        }
+    }
+}
+
+/// Messages a sweep's closure collects (it runs on the publisher's thread).
+private final class Parked: @unchecked Sendable {
+    private let lock = NSLock()
+    private var collected: [AMQPDelivery] = []
+    var messages: [AMQPDelivery] { lock.withLock { collected } }
+    func append(_ message: AMQPDelivery) { lock.withLock { collected.append(message) } }
 }
