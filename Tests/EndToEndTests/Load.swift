@@ -25,6 +25,8 @@ final class SteadyLoad: @unchecked Sendable {
     private var acceptedJobs: [String] = []
     /// Pushes never acknowledged, with their last answer.
     private var abandoned: [String] = []
+    /// When each answer other than 202 came (refused connections included).
+    private var refusals: [Date] = []
     private var task: Task<Void, Never>?
     private var stopping = false
 
@@ -78,6 +80,7 @@ final class SteadyLoad: @unchecked Sendable {
                                 } catch {
                                     last = "\(error)"
                                 }
+                                self.lock.withLock { self.refusals.append(Date()) }
                                 if self.isStopping {
                                     if giveUpAt == .distantFuture { giveUpAt = Date().addingTimeInterval(30) }
                                     if Date() > giveUpAt {  // the stack never came back: verify reports it
@@ -110,6 +113,36 @@ final class SteadyLoad: @unchecked Sendable {
     }
 
     var jobs: [String] { lock.withLock { acceptedJobs } }
+
+    /// Answers other than 202 since `start`, and the seconds from the first to the last.
+    func refused(since start: Date) -> (answers: Int, seconds: Double) {
+        let times = lock.withLock { refusals }.filter { $0 >= start }
+        guard let first = times.first, let last = times.last else { return (0, 0) }
+        return (times.count, last.timeIntervalSince(first))
+    }
+
+    /// Waits until every job acknowledged so far is terminal.
+    func drain(within seconds: Double) async throws {
+        let jobs = self.jobs
+        let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
+        defer { Task { await pool.shutdown() } }
+        _ = try await E2E.eventually(within: seconds, "\(jobs.count) jobs terminal") {
+            try await pool.value(
+                "SELECT count(*) FROM jobs WHERE job_id = ANY(\(jobs)::uuid[]) AND status = ANY(\(JobStatus.unfinished.map(\.rawValue)))",
+                as: Int.self) == 0 ? true : nil
+        }
+    }
+
+    /// The 99th percentile, in milliseconds, of commit → applied over the load's jobs.
+    func appliedP99() async throws -> Double {
+        let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
+        defer { Task { await pool.shutdown() } }
+        let jobs = self.jobs
+        return try await pool.value("""
+            SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - created_at) * 1000)
+            FROM jobs WHERE job_id = ANY(\(jobs)::uuid[])
+            """, as: Double.self) ?? -1
+    }
     var opCount: Int { lock.withLock { acceptedOps.values.reduce(0) { $0 + $1.count } } }
 
     /// What the jobs that did not finish look like, and what the broker's queues hold: for
@@ -141,9 +174,18 @@ final class SteadyLoad: @unchecked Sendable {
         return report
     }
 
+    /// What `verify` counted: acknowledged ops missing from the pulls, and versions beyond
+    /// one per op (an op applied twice).
+    struct Outcome {
+        var jobs = 0
+        var lost = 0
+        var doubled = 0
+    }
+
     /// Waits until every acknowledged job is terminal, then checks: every job succeeded,
     /// no acknowledged op is missing from a pull, and each was applied exactly once.
-    func verify(client: APIClient, within seconds: Double = 60) async throws {
+    @discardableResult
+    func verify(client: APIClient, within seconds: Double = 60) async throws -> Outcome {
         let jobs = self.jobs
         #expect(!jobs.isEmpty, "the load pushed nothing")
         let abandoned = lock.withLock { self.abandoned }
@@ -168,6 +210,7 @@ final class SteadyLoad: @unchecked Sendable {
         }
         #expect(statuses == ["succeeded": jobs.count], "job outcomes: \(statuses)")
 
+        var outcome = Outcome(jobs: jobs.count)
         let expected = lock.withLock { acceptedOps }
         for (user, ids) in expected {
             let token = await E2E.token(user)
@@ -178,6 +221,9 @@ final class SteadyLoad: @unchecked Sendable {
             #expect(pulled.count == ids.count, "\(user): pulled \(pulled.count) records for \(ids.count) ops")
             // One version per application: more would mean an op applied twice.
             #expect(Int(cursor) == ids.count, "\(user): cursor \(cursor) for \(ids.count) ops")
+            outcome.lost += missing.count
+            outcome.doubled += max(0, (Int(cursor) ?? 0) - pulled.count)
         }
+        return outcome
     }
 }

@@ -1,0 +1,122 @@
+import Foundation
+import Testing
+
+/// Faults of a cluster made by `scripts/cluster`: three RabbitMQ nodes, and a PostgreSQL
+/// primary with a synchronous standby under pg_auto_failover. The services are given every
+/// node (DATABASE_URL and AMQP_URL from `scripts/cluster env`). Each test runs a steady
+/// load, injects one fault under it and heals it, then checks what the fault tests on one
+/// machine check: every acknowledged job succeeded, every user's pull holds exactly what
+/// was acknowledged, and nothing was applied twice. Each prints one line of figures.
+@Suite(.serialized, .timeLimit(.minutes(4)), .enabled(if: Cluster.enabled, "needs SYNCLINE_CLUSTER and the cluster's URLs"))
+struct ClusterFailoverTests {
+    /// Runs a load, the fault, then the healing, and reports. `fault` returns when the
+    /// cluster is whole again; the backlog has drained when every job acknowledged until
+    /// then is applied.
+    func underLoad(_ name: String, expectRefusals: Bool, _ fault: (SteadyLoad) async throws -> Void) async throws {
+        try await Stack.with(environment: ["DATABASE_POOL_SIZE": "4"]) { stack in
+            let load = try await SteadyLoad(client: stack.client, users: 3, devicesPerUser: 2, tag: "cluster")
+            load.start(client: { stack.client })
+            try await Task.sleep(for: .seconds(3))
+            let faulted = Date()
+            try await fault(load)
+            let healed = Date().timeIntervalSince(faulted)
+            try await load.drain(within: 90)
+            let drained = Date().timeIntervalSince(faulted)
+            try await Task.sleep(for: .seconds(1))
+            await load.stop()
+            let outcome = try await load.verify(client: stack.client, within: 90)
+            let refused = load.refused(since: faulted)
+            if !expectRefusals {
+                #expect(refused.answers == 0, "\(name): \(refused.answers) pushes were refused over \(refused.seconds) s")
+            }
+            let p99 = try await load.appliedP99()
+            print(String(
+                format: "cluster fault | %@ | healed after %.1f s | answers other than 202: %d over %.1f s | backlog drained %.1f s after the fault | applied p99 %.0f ms | jobs %d | lost %d | doubled %d",
+                name, healed, refused.answers, refused.seconds, drained, p99, outcome.jobs, outcome.lost, outcome.doubled))
+        }
+    }
+
+    /// The node that leads `sync.jobs` dies (SIGKILL) and comes back: another node takes
+    /// the lead, the services move to live nodes, and the returning node rejoins.
+    @Test func theJobQueueLeaderKilled() async throws {
+        try await underLoad("RabbitMQ: sync.jobs leader killed, restarted", expectRefusals: false) { _ in
+            let leader = try #require(Cluster.run("leader"))
+            try Cluster.must("kill \(leader)")
+            try await Task.sleep(for: .seconds(5))
+            try Cluster.must("start \(leader)")
+        }
+    }
+
+    /// Two of three nodes down: the last one pauses (pause_minority), so no node accepts
+    /// anything. Pushes are still accepted — they commit to PostgreSQL first — and their
+    /// jobs are published by the relay and applied once a majority is back.
+    @Test func aMajorityOfBrokerNodesLost() async throws {
+        try await underLoad("RabbitMQ: two of three nodes down, then back", expectRefusals: false) { _ in
+            let leader = try #require(Cluster.run("leader"))
+            let other = ["r1", "r2", "r3"].first { $0 != leader }!
+            try Cluster.must("kill \(leader)")
+            try await Task.sleep(for: .seconds(2))
+            try Cluster.must("stop \(other)")
+            try await Task.sleep(for: .seconds(6))
+            try Cluster.must("start \(other)")
+            try Cluster.must("start \(leader)")
+        }
+    }
+
+    /// The primary's host dies (its keeper and PostgreSQL killed together): the monitor
+    /// promotes the synchronous standby, the services reconnect to it, and nothing
+    /// acknowledged is lost. The old primary then rejoins as the standby.
+    @Test func thePrimaryKilled() async throws {
+        try await underLoad("PostgreSQL: primary killed, standby promoted", expectRefusals: true) { _ in
+            let primary = try #require(Cluster.run("primary"))
+            try Cluster.must("kill \(primary)")
+            _ = try await E2E.eventually(within: 60, "a new primary") {
+                Cluster.run("primary").flatMap { $0 != primary && !$0.isEmpty ? $0 : nil }
+            }
+            try Cluster.must("start \(primary)")
+        }
+        try Cluster.must("wait-standby")
+    }
+
+    /// A planned switchover and a switch back, under load.
+    @Test func aSwitchoverAndBack() async throws {
+        try await underLoad("PostgreSQL: switchover, then back", expectRefusals: true) { _ in
+            try Cluster.must("switchover")
+            try await Task.sleep(for: .seconds(2))
+            try Cluster.must("switchover")
+        }
+    }
+
+    /// The failover manager's own monitor dies: the data path does not use it.
+    @Test func theMonitorKilled() async throws {
+        try await underLoad("pg_auto_failover monitor killed, restarted", expectRefusals: false) { _ in
+            try Cluster.must("kill monitor")
+            try await Task.sleep(for: .seconds(5))
+            try Cluster.must("start monitor")
+        }
+    }
+}
+
+/// `scripts/cluster`, as SYNCLINE_CLUSTER names it.
+enum Cluster {
+    static let script = E2E.environment["SYNCLINE_CLUSTER"]
+    static var enabled: Bool { script != nil && E2E.enabled }
+    static let log = (E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()) + "/cluster.log"
+
+    /// The command's standard output, trimmed, or nil when it failed.
+    static func run(_ arguments: String) -> String? {
+        let output = FileManager.default.temporaryDirectory.appendingPathComponent("cluster-\(UUID().uuidString).out").path
+        defer { try? FileManager.default.removeItem(atPath: output) }
+        guard E2E.shell("\(script!) \(arguments) > \(output) 2>>\(log)") == 0 else { return nil }
+        return (try? String(contentsOfFile: output, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    static func must(_ arguments: String) throws {
+        guard run(arguments) != nil else { throw Failed(command: arguments) }
+    }
+
+    struct Failed: Error, CustomStringConvertible {
+        let command: String
+        var description: String { "scripts/cluster \(command) failed (see \(Cluster.log))" }
+    }
+}
