@@ -12,13 +12,13 @@ struct ClusterFailoverTests {
     /// Runs a load, the fault, then the healing, and reports. `fault` returns when the
     /// cluster is whole again; the backlog has drained when every job acknowledged until
     /// then is applied.
-    func underLoad(_ name: String, expectRefusals: Bool, _ fault: (SteadyLoad) async throws -> Void) async throws {
+    func underLoad(_ name: String, expectRefusals: Bool, _ fault: () async throws -> Void) async throws {
         try await Stack.with(environment: ["DATABASE_POOL_SIZE": "4"]) { stack in
             let load = try await SteadyLoad(client: stack.client, users: 3, devicesPerUser: 2, tag: "cluster")
             load.start(client: { stack.client })
             try await Task.sleep(for: .seconds(3))
             let faulted = Date()
-            try await fault(load)
+            try await fault()
             let healed = Date().timeIntervalSince(faulted)
             try await load.drain(within: 90)
             let drained = Date().timeIntervalSince(faulted)
@@ -39,7 +39,7 @@ struct ClusterFailoverTests {
     /// The node that leads `sync.jobs` dies (SIGKILL) and comes back: another node takes
     /// the lead, the services move to live nodes, and the returning node rejoins.
     @Test func theJobQueueLeaderKilled() async throws {
-        try await underLoad("RabbitMQ: sync.jobs leader killed, restarted", expectRefusals: false) { _ in
+        try await underLoad("RabbitMQ: sync.jobs leader killed, restarted", expectRefusals: false) {
             let leader = try #require(Cluster.run("leader"))
             try Cluster.must("kill \(leader)")
             try await Task.sleep(for: .seconds(5))
@@ -51,7 +51,7 @@ struct ClusterFailoverTests {
     /// anything. Pushes are still accepted — they commit to PostgreSQL first — and their
     /// jobs are published by the relay and applied once a majority is back.
     @Test func aMajorityOfBrokerNodesLost() async throws {
-        try await underLoad("RabbitMQ: two of three nodes down, then back", expectRefusals: false) { _ in
+        try await underLoad("RabbitMQ: two of three nodes down, then back", expectRefusals: false) {
             let leader = try #require(Cluster.run("leader"))
             let other = ["r1", "r2", "r3"].first { $0 != leader }!
             try Cluster.must("kill \(leader)")
@@ -63,38 +63,56 @@ struct ClusterFailoverTests {
         }
     }
 
-    /// The primary's host dies (its keeper and PostgreSQL killed together): the monitor
-    /// promotes the synchronous standby, the services reconnect to it, and nothing
-    /// acknowledged is lost. The old primary then rejoins as the standby.
-    @Test func thePrimaryKilled() async throws {
-        try await underLoad("PostgreSQL: primary killed, standby promoted", expectRefusals: true) { _ in
-            let primary = try #require(Cluster.run("primary"))
-            try Cluster.must("kill \(primary)")
-            _ = try await E2E.eventually(within: 60, "a new primary") {
-                Cluster.run("primary").flatMap { $0 != primary && !$0.isEmpty ? $0 : nil }
-            }
-            try Cluster.must("start \(primary)")
+    /// The node that leads `sync.jobs` is cut off from the other two (clients still reach
+    /// it) for longer than the cluster takes to notice: the majority elects a new leader,
+    /// the cut-off node pauses itself (pause_minority) and drops its clients, who move to
+    /// the majority; healed, it rejoins.
+    @Test func theJobQueueLeaderPartitionedAway() async throws {
+        try await underLoad("RabbitMQ: sync.jobs leader partitioned away, then healed", expectRefusals: false) {
+            let leader = try #require(Cluster.run("leader"))
+            var healed = false
+            defer { if !healed { Cluster.run("heal") } }
+            try Cluster.must("partition \(leader)")
+            try await Task.sleep(for: .seconds(20))
+            try Cluster.must("heal")
+            healed = true
+            try Cluster.must("start \(leader)")  // waits until it serves again
         }
-        try Cluster.must("wait-standby")
+    }
+
+    /// The failover manager's own monitor dies: the data path does not use it.
+    @Test func theMonitorKilled() async throws {
+        try await underLoad("pg_auto_failover monitor killed, restarted", expectRefusals: false) {
+            try Cluster.must("kill monitor")
+            try await Task.sleep(for: .seconds(5))
+            try Cluster.must("start monitor")
+        }
     }
 
     /// A planned switchover and a switch back, under load.
     @Test func aSwitchoverAndBack() async throws {
-        try await underLoad("PostgreSQL: switchover, then back", expectRefusals: true) { _ in
+        try Cluster.must("wait-standby")
+        try await underLoad("PostgreSQL: switchover, then back", expectRefusals: true) {
             try Cluster.must("switchover")
             try await Task.sleep(for: .seconds(2))
             try Cluster.must("switchover")
         }
     }
 
-    /// The failover manager's own monitor dies: the data path does not use it.
-    @Test func theMonitorKilled() async throws {
-        try await underLoad("pg_auto_failover monitor killed, restarted", expectRefusals: false) { _ in
-            try Cluster.must("kill monitor")
-            try await Task.sleep(for: .seconds(5))
-            try Cluster.must("start monitor")
+    /// The primary's host dies (its keeper and PostgreSQL killed together): the monitor
+    /// promotes the synchronous standby, the services reconnect to it, and nothing
+    /// acknowledged is lost. The old primary then rejoins as the standby.
+    @Test func thePrimaryKilled() async throws {
+        try await underLoad("PostgreSQL: primary killed, standby promoted", expectRefusals: true) {
+            let primary = try #require(Cluster.run("primary"))
+            try Cluster.must("kill \(primary)")
+            _ = try await E2E.eventually(within: 60, "a new primary") {
+                Cluster.run("primary").flatMap { $0 != primary && !$0.isEmpty ? $0 : nil }
+            }
+            try Cluster.must("start \(primary)")  // it rejoins as the standby
         }
     }
+
 }
 
 /// `scripts/cluster`, as SYNCLINE_CLUSTER names it.
