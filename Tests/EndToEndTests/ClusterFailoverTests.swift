@@ -101,18 +101,18 @@ struct ClusterFailoverTests {
 
     /// The primary's host dies (its keeper and PostgreSQL killed together): the monitor
     /// promotes the synchronous standby, the services reconnect to it, and nothing
-    /// acknowledged is lost. The old primary then rejoins as the standby.
+    /// acknowledged is lost. The fault is over once the standby is primary; the old primary
+    /// is started again afterwards and rejoins as the standby.
     @Test func thePrimaryKilled() async throws {
+        let primary = try #require(Cluster.run("primary"))
         try await underLoad("PostgreSQL: primary killed, standby promoted", expectRefusals: true) {
-            let primary = try #require(Cluster.run("primary"))
             try Cluster.must("kill \(primary)")
             _ = try await E2E.eventually(within: 60, "a new primary") {
                 Cluster.run("primary").flatMap { $0 != primary && !$0.isEmpty ? $0 : nil }
             }
-            try Cluster.must("start \(primary)")  // it rejoins as the standby
         }
+        try Cluster.must("start \(primary)")
     }
-
 }
 
 /// `scripts/cluster`, as SYNCLINE_CLUSTER names it.

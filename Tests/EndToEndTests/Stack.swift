@@ -163,6 +163,7 @@ final class ServiceProcess: @unchecked Sendable {
     let port: Int
     private(set) var pid: pid_t = 0
     private var exitCode: Int32?
+    private var terminated = false
     let logPath: String
 
     init(executable: String, name: String, port: Int, environment: [String: String]) throws {
@@ -262,11 +263,18 @@ final class ServiceProcess: @unchecked Sendable {
         return text.split(separator: "\n").suffix(count).joined(separator: " | ")
     }
 
+    /// Sends SIGTERM, once.
+    func terminate() {
+        guard !terminated else { return }
+        terminated = true
+        kill(pid, SIGTERM)
+    }
+
     /// Sends SIGTERM and waits up to `seconds` for the process to exit; returns its exit code.
     @discardableResult
     func stop(within seconds: Double = 15) -> Int32? {
         if let exitCode { return exitCode }
-        kill(pid, SIGTERM)
+        terminate()
         let deadline = Date().addingTimeInterval(seconds)
         var status: Int32 = 0
         while Date() < deadline {
@@ -292,18 +300,28 @@ final class Stack: @unchecked Sendable {
     let client: APIClient
     let environment: [String: String]
 
+    /// Starts every process at once (none waits for another to be ready); when one fails,
+    /// the others are stopped.
     init(workers count: Int = 2, fanouts fanoutCount: Int = 0, environment: [String: String] = [:]) async throws {
         self.environment = environment
-        gateway = try await ServiceProcess.launch("gateway", environment: environment)
-        client = APIClient(base: "http://127.0.0.1:\(gateway.port)")
-        workers = []
-        do {
-            for _ in 0..<count { try await addWorker() }
-            for _ in 0..<fanoutCount { try await addFanout() }
-        } catch {
-            stop()
+        let launched = await withTaskGroup(of: (String, Result<ServiceProcess, any Error>).self) { group in
+            for executable in ["gateway"] + Array(repeating: "worker", count: count) + Array(repeating: "fanout", count: fanoutCount) {
+                group.addTask {
+                    do { return (executable, .success(try await ServiceProcess.launch(executable, environment: environment))) }
+                    catch { return (executable, .failure(error)) }
+                }
+            }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        let processes = launched.compactMap { try? $0.1.get() }
+        for case (_, .failure(let error)) in launched {
+            Self.stop(processes)
             throw error
         }
+        gateway = processes.first { $0.name == "gateway" }!
+        workers = processes.filter { $0.name == "worker" }
+        fanouts = processes.filter { $0.name == "fanout" }
+        client = APIClient(base: "http://127.0.0.1:\(gateway.port)")
     }
 
     /// Starts one more fanout (on `port`, or a free one) and waits until it is ready.
@@ -328,7 +346,14 @@ final class Stack: @unchecked Sendable {
     /// Stops every process; returns their exit codes (nil when one had to be killed).
     @discardableResult
     func stop() -> [Int32?] {
-        (fanouts + workers + [gateway]).map { $0.stop() }
+        Self.stop(fanouts + workers + [gateway])
+    }
+
+    /// Signals every process first, then waits for each: they shut down side by side.
+    @discardableResult
+    static func stop(_ processes: [ServiceProcess]) -> [Int32?] {
+        processes.forEach { $0.terminate() }
+        return processes.map { $0.stop() }
     }
 
     /// Runs `body` with a fresh stack and always stops it.
