@@ -25,8 +25,9 @@ final class SteadyLoad: @unchecked Sendable {
     private var acceptedJobs: [String] = []
     /// Pushes never acknowledged, with their last answer.
     private var abandoned: [String] = []
-    /// When each answer other than 202 came (refused connections included).
-    private var refusals: [Date] = []
+    /// When each answer other than 202 came, and what it was: an HTTP status, or
+    /// "no answer" (a refused or cut connection).
+    private var refusals: [(at: Date, answer: String)] = []
     private var task: Task<Void, Never>?
     private var stopping = false
 
@@ -77,10 +78,11 @@ final class SteadyLoad: @unchecked Sendable {
                                         break
                                     }
                                     last = "HTTP \(result.status) \(result.text.prefix(200))"
+                                    self.lock.withLock { self.refusals.append((Date(), String(result.status))) }
                                 } catch {
                                     last = "\(error)"
+                                    self.lock.withLock { self.refusals.append((Date(), "no answer")) }
                                 }
-                                self.lock.withLock { self.refusals.append(Date()) }
                                 if self.isStopping {
                                     if giveUpAt == .distantFuture { giveUpAt = Date().addingTimeInterval(30) }
                                     if Date() > giveUpAt {  // the stack never came back: verify reports it
@@ -114,11 +116,12 @@ final class SteadyLoad: @unchecked Sendable {
 
     var jobs: [String] { lock.withLock { acceptedJobs } }
 
-    /// Answers other than 202 since `start`, and the seconds from the first to the last.
-    func refused(since start: Date) -> (answers: Int, seconds: Double) {
-        let times = lock.withLock { refusals }.filter { $0 >= start }
-        guard let first = times.first, let last = times.last else { return (0, 0) }
-        return (times.count, last.timeIntervalSince(first))
+    /// Answers other than 202 since `start`: how many of each, and the seconds from the
+    /// first to the last.
+    func refused(since start: Date) -> (answers: [String: Int], seconds: Double) {
+        let refusals = lock.withLock { self.refusals }.filter { $0.at >= start }
+        guard let first = refusals.first, let last = refusals.last else { return ([:], 0) }
+        return (refusals.reduce(into: [:]) { $0[$1.answer, default: 0] += 1 }, last.at.timeIntervalSince(first.at))
     }
 
     /// Waits until every job acknowledged so far is terminal.
