@@ -120,8 +120,9 @@ extension APIError {
         return error
     }
 
-    /// The problem any error is answered with: database and broker outages become 503 with
-    /// Retry-After, framework errors keep their status, anything else is a logged 500.
+    /// The problem any error is answered with: database and broker outages, and a schema
+    /// not yet migrated to this build, become 503 with Retry-After; framework errors keep
+    /// their status; anything else is a logged 500.
     public static func problem(for error: any Error, logger: Logger) -> APIError {
         switch error {
         case let error as APIError:
@@ -129,6 +130,13 @@ extension APIError {
         case let error as PGError where error.isUnavailable:
             logger.warning("database unavailable", metadata: ["error": "\(error.debugDescription)"])
             return .unavailable("The database is unavailable; retry later.")
+        case let error as PGError where error.isSchemaBehind:
+            // Not the client's doing and not a bug here: an upgrade whose migration has not
+            // run yet. Clients retry; the operator reads the log.
+            logger.error("the database schema is older than this build: run syncctl migrate", metadata: [
+                "error": "\(error.debugDescription)",
+            ])
+            return .unavailable("The service is being upgraded; retry later.")
         case let error as PGError where error.code == .invalidText:
             return .unprocessable("Text must not contain the NUL character (\\u0000).")
         case let error as AMQPError:

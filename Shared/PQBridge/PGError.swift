@@ -45,6 +45,10 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
     /// connection reached a standby, or a primary that has since been demoted.
     public var isReadOnlyServer: Bool { code == .server && sqlState == "25006" }
 
+    /// The schema lacks a table, column or function this build uses (undefined_table,
+    /// undefined_column, undefined_function): the database was not migrated to this build.
+    public var isSchemaBehind: Bool { code == .server && ["42P01", "42703", "42883"].contains(sqlState ?? "") }
+
     /// The server shutting down or starting, or out of connection slots.
     static let serverUnavailableStates: Set<String> = ["57P01", "57P02", "57P03", "53300"]
 

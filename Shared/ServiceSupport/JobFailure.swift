@@ -35,6 +35,9 @@ public enum JobFailure: Equatable, Sendable {
         case let error as PGError:
             if error.isUnavailable { return .outage(reason: "database_unavailable") }
             if let conflict = error.conflict { return .transient(reason: conflict.rawValue) }
+            // A worker of a newer build than the schema: retried by tier, so the job is
+            // applied once the migration has run instead of dying at once.
+            if error.isSchemaBehind { return .transient(reason: "schema_not_migrated") }
             switch error.sqlState {
             case let state? where error.isRetryable: return .transient(reason: "database_\(state)")
             case _ where error.code == .decoding: return .permanent(reason: "invalid_payload")

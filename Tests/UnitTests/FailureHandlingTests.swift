@@ -1,5 +1,7 @@
 import AMQPBridge
 import BrokerTopology
+import HTTPSupport
+import Logging
 import PQBridge
 import ServiceSupport
 import SyncModels
@@ -16,10 +18,24 @@ struct FailureHandlingTests {
         (PGError(code: .server, sqlState: "40P01", message: "deadlock"), .transient(reason: "deadlock")),
         (PGError(code: .server, sqlState: "55P03", message: "lock"), .transient(reason: "lock_not_available")),
         (PGError(code: .server, sqlState: "23505", message: "unique"), .permanent(reason: "database_error_23505")),
+        (PGError(code: .server, sqlState: "42703", message: "no such column"), .transient(reason: "schema_not_migrated")),
+        (PGError(code: .server, sqlState: "42P01", message: "no such table"), .transient(reason: "schema_not_migrated")),
         (PGError(code: .decoding, message: "ops unreadable"), .permanent(reason: "invalid_payload")),
     ])
     func databaseErrors(error: PGError, expected: JobFailure) {
         #expect(JobFailure.classify(error) == expected)
+    }
+
+    /// A request that meets a schema older than this build is answered 503 with
+    /// Retry-After (an upgrade in progress), never 500; a real bug still is a 500.
+    @Test func aSchemaNotYetMigratedIsAnsweredAsUnavailable() {
+        let logger = Logger(label: "test")
+        for state in ["42P01", "42703", "42883"] {
+            let problem = APIError.problem(for: PGError(code: .server, sqlState: state, message: "undefined"), logger: logger)
+            #expect(problem.status == .serviceUnavailable && problem.code == .unavailable && problem.retryAfterSeconds != nil, "\(state)")
+        }
+        #expect(APIError.problem(for: PGError(code: .server, sqlState: "42601", message: "syntax"), logger: logger).status
+                == .internalServerError)
     }
 
     @Test func brokerAndOtherErrors() {
