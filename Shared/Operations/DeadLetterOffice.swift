@@ -1,3 +1,4 @@
+import Foundation
 import AMQPBridge
 import BrokerTopology
 import Logging
@@ -19,6 +20,8 @@ public struct DeadLetterOffice: Sendable {
     let publisher: AMQPPublisher
     let retryDelays: [Double]
     let logger: Logger
+    /// Set once this process found no retired queue left: later calls skip the check.
+    private let retiredQueuesGone = Flag()
 
     public init(pool: PGPool, publisher: AMQPPublisher, retryDelays: [Double], logger: Logger) {
         self.deadLetters = DeadLetterStore(pool: pool)
@@ -130,7 +133,11 @@ public struct DeadLetterOffice: Sendable {
     /// with the same routing key, so while the old one exists every new dead letter reaches
     /// the new one too, and a message leaves the old one only once the new one confirmed it.
     /// A broker that cannot be reached leaves them for the next run.
+    /// Once none is left, this process does not look again (an earlier release still
+    /// running could declare one anew, but what reaches it reaches its replacement too).
     public func moveRetiredQueues() async {
+        guard !retiredQueuesGone.isSet else { return }
+        var allGone = true
         for (retired, replacement) in SynclineTopology.retiredDeadLetterQueues {
             do {
                 guard try await publisher.queueStatsIfPresent(retired) != nil else { continue }
@@ -140,9 +147,11 @@ public struct DeadLetterOffice: Sendable {
                     "amqp.queue": "\(retired)", "amqp.destination": "\(replacement)", "messages.moved": "\(moved)",
                 ])
             } catch {
+                allGone = false
                 logger.warning("could not move a retired dead-letter queue", metadata: ["amqp.queue": "\(retired)", "error": "\(error)"])
             }
         }
+        if allGone { retiredQueuesGone.set() }
     }
 
     /// Makes each dead-letter queue (`sync.jobs.dead-letters`, `notify.dead-letters`) hold exactly one
@@ -176,6 +185,15 @@ public struct DeadLetterOffice: Sendable {
         }
         return total
     }
+}
+
+/// A flag that, once set, stays set.
+private final class Flag: @unchecked Sendable {
+    // @unchecked: `value` is guarded by `lock`.
+    private let lock = NSLock()
+    private var value = false
+    var isSet: Bool { lock.withLock { value } }
+    func set() { lock.withLock { value = true } }
 }
 
 /// Ids seen during one sweep (the sweep's closure runs on the publisher's thread).

@@ -129,10 +129,8 @@ enum Cluster {
 
     /// The command's standard output, trimmed, or nil when it failed.
     static func run(_ arguments: String) -> String? {
-        let output = FileManager.default.temporaryDirectory.appendingPathComponent("cluster-\(UUID().uuidString).out").path
-        defer { try? FileManager.default.removeItem(atPath: output) }
-        guard E2E.shell("\(script!) \(arguments) > \(output) 2>>\(log)") == 0 else { return nil }
-        return (try? String(contentsOfFile: output, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+        let (status, output) = E2E.shellOutput("\(script!) \(arguments) 2>>\(log)")
+        return status == 0 ? output.trimmingCharacters(in: .whitespacesAndNewlines) : nil
     }
 
     static func must(_ arguments: String) throws {

@@ -124,15 +124,21 @@ final class SteadyLoad: @unchecked Sendable {
         return (refusals.reduce(into: [:]) { $0[$1.answer, default: 0] += 1 }, last.at.timeIntervalSince(first.at))
     }
 
-    /// Waits until every job acknowledged so far is terminal.
+    /// Waits until every job acknowledged so far is terminal; when they are not in time,
+    /// records what the unfinished ones look like.
     func drain(within seconds: Double) async throws {
         let jobs = self.jobs
         let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
         defer { Task { await pool.shutdown() } }
-        _ = try await E2E.eventually(within: seconds, "\(jobs.count) jobs terminal") {
-            try await pool.value(
-                "SELECT count(*) FROM jobs WHERE job_id = ANY(\(jobs)::uuid[]) AND status = ANY(\(JobStatus.unfinished.map(\.rawValue)))",
-                as: Int.self) == 0 ? true : nil
+        do {
+            _ = try await E2E.eventually(within: seconds, "\(jobs.count) jobs terminal") {
+                try await pool.value(
+                    "SELECT count(*) FROM jobs WHERE job_id = ANY(\(jobs)::uuid[]) AND status = ANY(\(JobStatus.unfinished.map(\.rawValue)))",
+                    as: Int.self) == 0 ? true : nil
+            }
+        } catch {
+            Issue.record("jobs not terminal in time: \(await Self.describeUnfinished(jobs, pool: pool))")
+            throw error
         }
     }
 
@@ -193,23 +199,13 @@ final class SteadyLoad: @unchecked Sendable {
         #expect(!jobs.isEmpty, "the load pushed nothing")
         let abandoned = lock.withLock { self.abandoned }
         #expect(abandoned.isEmpty, "pushes never acknowledged: \(abandoned)")
+        try await drain(within: seconds)
         let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
         defer { Task { await pool.shutdown() } }
-        let statuses: [String: Int]
-        do {
-            statuses = try await E2E.eventually(within: seconds, "\(jobs.count) jobs terminal") { () -> [String: Int]? in
-                var counts: [String: Int] = [:]
-                for row in try await pool.execute(
-                    "SELECT status, count(*) FROM jobs WHERE job_id = ANY(\(jobs)::uuid[]) GROUP BY status") {
-                    let (status, count) = try row.decode((String, Int).self)
-                    counts[status] = count
-                }
-                let unfinished = (counts["queued"] ?? 0) + (counts["processing"] ?? 0) + (counts["retrying"] ?? 0)
-                return unfinished == 0 && counts.values.reduce(0, +) == jobs.count ? counts : nil
-            }
-        } catch {
-            Issue.record("jobs not terminal in time: \(await Self.describeUnfinished(jobs, pool: pool))")
-            throw error
+        var statuses: [String: Int] = [:]
+        for row in try await pool.execute("SELECT status, count(*) FROM jobs WHERE job_id = ANY(\(jobs)::uuid[]) GROUP BY status") {
+            let (status, count) = try row.decode((String, Int).self)
+            statuses[status] = count
         }
         #expect(statuses == ["succeeded": jobs.count], "job outcomes: \(statuses)")
 

@@ -9,10 +9,7 @@ struct PurgeTests {
 
     /// Runs `purge --once`; returns its exit status and what it logged.
     func purgeOnce(_ env: String = shortRetention) -> (Int32, String) {
-        let log = FileManager.default.temporaryDirectory.appendingPathComponent("purge-\(UUID().uuidString).log").path
-        defer { try? FileManager.default.removeItem(atPath: log) }
-        let status = E2E.shell("\(env) \(E2E.binaries)/purge --once > \(log) 2>&1")
-        return (status, (try? String(contentsOfFile: log, encoding: .utf8)) ?? "")
+        E2E.shellOutput("\(env) \(E2E.binaries)/purge --once 2>&1")
     }
 
     @Test func tombstonesArePurgedStaleCursorsGet410AndNothingResurrects() async throws {

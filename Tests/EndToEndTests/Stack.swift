@@ -106,6 +106,15 @@ enum E2E {
         return fd
     }
 
+    /// Runs `command` and returns its exit status and standard output (its standard error
+    /// goes wherever `command` sends it).
+    static func shellOutput(_ command: String) -> (status: Int32, output: String) {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("shell-\(UUID().uuidString).out").path
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let status = shell("{ \(command); } > \(file)")
+        return (status, (try? String(contentsOfFile: file, encoding: .utf8)) ?? "")
+    }
+
     @discardableResult
     static func shell(_ command: String) -> Int32 {
         var pid: pid_t = 0
@@ -304,17 +313,17 @@ final class Stack: @unchecked Sendable {
     /// the others are stopped.
     init(workers count: Int = 2, fanouts fanoutCount: Int = 0, environment: [String: String] = [:]) async throws {
         self.environment = environment
-        let launched = await withTaskGroup(of: (String, Result<ServiceProcess, any Error>).self) { group in
+        let launched = await withTaskGroup(of: Result<ServiceProcess, any Error>.self) { group in
             for executable in ["gateway"] + Array(repeating: "worker", count: count) + Array(repeating: "fanout", count: fanoutCount) {
                 group.addTask {
-                    do { return (executable, .success(try await ServiceProcess.launch(executable, environment: environment))) }
-                    catch { return (executable, .failure(error)) }
+                    do { return .success(try await ServiceProcess.launch(executable, environment: environment)) }
+                    catch { return .failure(error) }
                 }
             }
             return await group.reduce(into: []) { $0.append($1) }
         }
-        let processes = launched.compactMap { try? $0.1.get() }
-        for case (_, .failure(let error)) in launched {
+        let processes = launched.compactMap { try? $0.get() }
+        for case .failure(let error) in launched {
             Self.stop(processes)
             throw error
         }

@@ -9,10 +9,7 @@ import Testing
 struct SyncctlTests {
     /// Runs syncctl with the test environment and returns its exit code and standard output.
     func syncctl(_ arguments: String, env: String = "") throws -> (Int32, String) {
-        let output = FileManager.default.temporaryDirectory.appendingPathComponent("syncctl-\(UUID().uuidString).out").path
-        defer { try? FileManager.default.removeItem(atPath: output) }
-        let status = E2E.shell("\(env) \(E2E.binaries)/syncctl \(arguments) > \(output) 2>/dev/null")
-        return (status, (try? String(contentsOfFile: output, encoding: .utf8)) ?? "")
+        E2E.shellOutput("\(env) \(E2E.binaries)/syncctl \(arguments) 2>/dev/null")
     }
 
     @Test func tokenMigrateAndJobsShow() async throws {
