@@ -22,7 +22,6 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
-        .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.1"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
@@ -90,7 +89,11 @@ let package = Package(
         // Migrations and the SQL of the sync domain.
         .target(
             name: "Persistence",
-            dependencies: ["SyncModels", "PQBridge", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "SyncModels", "PQBridge", .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
             path: "Shared/Persistence", swiftSettings: strict),
         // Files' bytes: the PostgreSQL and directory stores, taking files in, removing garbage.
         .target(
@@ -262,7 +265,6 @@ let package = Package(
             dependencies: [
                 "SyncModels", "SynclineClient", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", "BrokerTopology",
                 .product(name: "Yams", package: "Yams"),
-                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "JWTKit", package: "jwt-kit"), .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
             ],

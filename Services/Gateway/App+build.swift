@@ -9,12 +9,19 @@ import Logging
 import Operations
 import PQBridge
 import Persistence
+import ServiceLifecycle
 import ServiceSupport
 
 /// Wires the gateway: stores over one pool, the publisher, the routes and the relay.
 func buildApplication(configuration: Configuration, settings: GatewaySettings, logger: Logger) async throws -> some ApplicationProtocol {
     let endpoint = try configuration.amqpEndpoint()
     let pool = PGPool(url: configuration.databaseURL, size: configuration.databasePoolSize, logger: logger)
+    var replicaLogger = logger
+    replicaLogger[metadataKey: "database"] = "replica"
+    let replica = settings.databaseReadURL.map {
+        PGPool(url: $0, size: configuration.databasePoolSize, logger: replicaLogger)
+    }
+    let reads = ReadPools(primary: pool, replica: replica, logger: logger)
     let publisher = AMQPPublisher(
         endpoint: endpoint, topology: SynclineTopology.topology(retryDelays: configuration.retryDelays),
         confirmTimeout: 2, logger: logger)
@@ -39,7 +46,7 @@ func buildApplication(configuration: Configuration, settings: GatewaySettings, l
     }
     DeviceRoutes(auth: auth, devices: devices, publisher: publisher, allowPrivateWebhooks: configuration.allowPrivateWebhooks).register(on: router)
     SyncRoutes(
-        auth: auth, jobs: jobs, pulls: PullStore(pool: pool), spaces: SpaceStore(pool: pool),
+        auth: auth, jobs: jobs, pulls: PullStore(reads: reads), spaces: SpaceStore(pool: pool),
         intake: IntakeBatcher(
             jobs: jobs, publisher: publisher, marks: marks, slots: settings.intakeConcurrency, background: background,
             logger: logger),
@@ -47,7 +54,7 @@ func buildApplication(configuration: Configuration, settings: GatewaySettings, l
         limiter: pushLimiter, publicIDLimiter: RateLimiter(settings.publicIDRateLimit)
     ).register(on: router)
     let publicLimiter = RateLimiter(settings.publicRateLimit)
-    PublicRoutes(records: PublicStore(pool: pool), views: views, limiter: publicLimiter).register(on: router)
+    PublicRoutes(records: PublicStore(reads: reads), views: views, limiter: publicLimiter).register(on: router)
     let catalog = BlobCatalog(pool: pool)
     let blobStores = try BlobStores(settings.blobStore, pool: pool)
     let ingest = BlobIngest(catalog: catalog, stores: blobStores, maxBytes: settings.blobMaxBytes, spaceQuota: settings.spaceBlobQuota)
@@ -80,6 +87,8 @@ func buildApplication(configuration: Configuration, settings: GatewaySettings, l
     OperationsRoutes(pool: pool, publisher: publisher, openAPIDocument: try resource("openapi", "yaml")).register(on: router)
 
     routes.load(from: router)
+    // The pools first, so stopped last.
+    let pools: [any Service] = [pool] + (replica.map { [$0] } ?? [])
 
     return Application(
         router: router,
@@ -89,8 +98,7 @@ func buildApplication(configuration: Configuration, settings: GatewaySettings, l
             ],
             idleTimeout: .milliseconds(Int64(settings.http.idleTimeout * 1000)))),
         configuration: .init(address: .hostname("0.0.0.0", port: configuration.port), serverName: "syncline-gateway"),
-        services: [
-            pool,  // first, so stopped last
+        services: pools + [
             ResourceCloser { await publisher.shutdown() },
             background,  // stopped after the server: intake slots and erasures still running are waited for
             JobRelay(jobs: jobs, marks: marks, publisher: publisher, relayAfter: settings.relayAfter, logger: logger),

@@ -44,6 +44,8 @@ struct GatewaySettings: Sendable {
     var maxOpenInvitations: Int
     /// The origin public files are served from (`PUBLIC_FILES_ORIGIN`); nil: the API's.
     var publicFilesOrigin: PublicFilesOrigin?
+    /// A streaming replica for pulls and public reads (`DATABASE_READ_URL`); nil: the primary.
+    var databaseReadURL: String?
 
     init(_ reader: EnvironmentReader) throws {
         http = try HTTPServerSettings(reader)
@@ -68,5 +70,6 @@ struct GatewaySettings: Sendable {
         uploadExpiry = try reader.duration("UPLOAD_EXPIRY", "1h")
         maxOpenInvitations = try reader.int("MAX_OPEN_INVITATIONS", 100)
         publicFilesOrigin = try reader.publicFilesOrigin()
+        databaseReadURL = reader.value("DATABASE_READ_URL")
     }
 }

@@ -3,10 +3,13 @@ import SyncModels
 
 /// Published records, read without auth (SPEC §5), and their view counts. Only what
 /// readers can see counts: `visibility` is 'public' (listed) or 'unlisted' (by id only).
+/// Listings and records may be read on a replica; views are counted on the primary.
 public struct PublicStore: Sendable {
-    let pool: PGPool
+    let reads: ReadPools
 
-    public init(pool: PGPool) { self.pool = pool }
+    public init(reads: ReadPools) { self.reads = reads }
+
+    public init(pool: PGPool) { self.init(reads: ReadPools(primary: pool)) }
 
     /// What the Discover list may be narrowed to.
     public struct Filter: Sendable {
@@ -27,7 +30,7 @@ public struct PublicStore: Sendable {
     /// order names the table's column: the output column of the same name is text, which
     /// no index serves.)
     public func list(_ filter: Filter, limit: Int, offset: Int) async throws -> [PublicItem] {
-        try await pool.execute(Self.listing(filter, limit: limit, offset: offset)).map { row in
+        try await reads.read { pool in try await pool.execute(Self.listing(filter, limit: limit, offset: offset)) }.map { row in
             let (publicID, collection, author, publishedAt, viewCount, forkCount, title, description, language, tags) =
                 try row.decode((String, String, String?, String, Int64, Int64, String?, String?, String?, [String?]).self)
             return PublicItem(
@@ -39,7 +42,8 @@ public struct PublicStore: Sendable {
     /// PostgreSQL's plan for a listing, for operators and the benchmark: which index serves it.
     public func plan(_ filter: Filter, limit: Int) async throws -> [String] {
         let listing = Self.listing(filter, limit: limit, offset: 0)
-        return try await pool.execute(PGQuery(unsafeSQL: "EXPLAIN " + listing.sql, binds: listing.binds))
+        let explain = PGQuery(unsafeSQL: "EXPLAIN " + listing.sql, binds: listing.binds)
+        return try await reads.read { pool in try await pool.execute(explain) }
             .map { try $0.decode(String.self, at: 0) }
     }
 
@@ -66,11 +70,11 @@ public struct PublicStore: Sendable {
 
     /// A public or unlisted record.
     public func record(publicID: String) async throws -> PublicRecord? {
-        guard let row = try await pool.execute("""
+        guard let row = try await reads.read({ pool in try await pool.execute("""
             SELECT public_id, collection, data, author, syncline_rfc3339(published_at), syncline_rfc3339(updated_at),
                    view_count, fork_count, can_fork, forked_from, version
             FROM records WHERE public_id = \(publicID) AND visibility <> \(literal: RecordState.PublicVisibility.private)
-            """).first else { return nil }
+            """) }).first else { return nil }
         let (id, collection, data, author, publishedAt, updatedAt, viewCount, forkCount, canFork, forkedFrom, version) =
             try row.decode((String, String, PGJSON, String?, String, String, Int64, Int64, Bool, String?, Int64).self)
         return PublicRecord(
@@ -83,7 +87,7 @@ public struct PublicStore: Sendable {
     public func addViews(_ views: [String: Int]) async throws {
         guard !views.isEmpty else { return }
         let ids = Array(views.keys)
-        try await pool.execute("""
+        try await reads.primary.execute("""
             UPDATE records r SET view_count = r.view_count + v.n
             FROM unnest(\(ids), \(ids.map { Int64(views[$0]!) })) AS v(public_id, n)
             WHERE r.public_id = v.public_id

@@ -4,15 +4,20 @@ import SyncModels
 /// Changes since a cursor (G4: versions come from the per-space counter, taken under a
 /// row lock in the applying transaction, so committed versions always form a prefix).
 public struct PullStore: Sendable {
-    let pool: PGPool
+    /// Pulls may be answered by a replica; a stream's start is read on the primary.
+    let reads: ReadPools
     /// Bytes of record data (as JSON text) after which a page ends early (`has_more:
     /// true`), so a pull's memory is bounded whatever the records hold. A page has at least
     /// one record.
     let pageBudget: Int
 
-    public init(pool: PGPool, pageBudget: Int = 4 << 20) {
-        self.pool = pool
+    public init(reads: ReadPools, pageBudget: Int = 4 << 20) {
+        self.reads = reads
         self.pageBudget = pageBudget
+    }
+
+    public init(pool: PGPool, pageBudget: Int = 4 << 20) {
+        self.init(reads: ReadPools(primary: pool), pageBudget: pageBudget)
     }
 
     public enum Outcome: Sendable {
@@ -33,7 +38,24 @@ public struct PullStore: Sendable {
     /// record past the budget is read). Record data leaves PostgreSQL as the JSON text it
     /// stores and goes out as is.
     /// `space` nil: the user's personal space, found in the same statement.
-    public func pull(user: String, space: String?, since: Int64, limit: Int, collections: [String]?) async throws -> Outcome {
+    ///
+    /// `minCursor`: a cursor the caller knows the space has reached (a job's checkpoint, a
+    /// poke's cursor). A replica that has not replayed that far answers a last page whose
+    /// cursor is below it; the primary answers instead, so a device still reads its writes.
+    public func pull(
+        user: String, space: String?, since: Int64, limit: Int, collections: [String]?, minCursor: Int64? = nil
+    ) async throws -> Outcome {
+        try await reads.read(acceptable: { outcome in
+            guard let minCursor, case .page(let page) = outcome, !page.hasMore else { return true }
+            return (Int64(page.cursor) ?? 0) >= minCursor
+        }) { pool in
+            try await pull(pool, user: user, space: space, since: since, limit: limit, collections: collections)
+        }
+    }
+
+    private func pull(
+        _ pool: PGPool, user: String, space: String?, since: Int64, limit: Int, collections: [String]?
+    ) async throws -> Outcome {
         let rows = try await pool.execute("""
             SELECT u.counter, u.horizon, r.fetched, r.collection, r.record_id, r.version, r.deleted, r.data,
                    r.updated_at, r.updated_by,
@@ -82,7 +104,7 @@ public struct PullStore: Sendable {
     /// of the user, the personal one made if missing. Nil when the user is no member of
     /// `space`.
     public func streamStart(user: String, space: String?) async throws -> StreamStart? {
-        try await pool.withConnection { connection in
+        try await reads.primary.withConnection { connection in
             let main = try space ?? SpaceStore.personalSpace(connection, user: user)
             var spaces: [String: String] = [:]
             for row in try connection.execute("""

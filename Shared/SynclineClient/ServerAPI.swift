@@ -60,10 +60,15 @@ struct ServerAPI: Sendable {
         return id
     }
 
-    /// One page of changes of `space` (nil: the personal one) after `since`.
-    func pull(space: String?, since: String?, limit: Int) async throws -> Answer {
-        try await send(
-            "GET", "/v1/sync/pull?limit=\(limit)" + (space.map { "&space_id=\($0)" } ?? "") + (since.map { "&since=\($0)" } ?? ""))
+    /// One page of changes of `space` (nil: the personal one) after `since`, from a server
+    /// that has reached at least `minCursor` (a replica behind it leaves the answer to the
+    /// primary).
+    func pull(space: String?, since: String?, minCursor: Int64, limit: Int) async throws -> Answer {
+        var path = "/v1/sync/pull?limit=\(limit)"
+        if let space { path += "&space_id=\(space)" }
+        if let since { path += "&since=\(since)" }
+        if minCursor > 0 { path += "&min_cursor=\(minCursor)" }
+        return try await send("GET", path)
     }
 
     /// A JSON answer of status `expected`, decoded; any other status is the server's error.

@@ -80,6 +80,7 @@ extension SyncClient {
             if let space, let mine = streamSpace, space != mine { return }
             let theirs = fields["cursor"]?.stringValue.flatMap { Int64($0) } ?? 0
             let ours = ((try? store.cursor) ?? nil).flatMap { Int64($0) } ?? -1
+            reachedCursor = max(reachedCursor, theirs)
             if theirs > ours {
                 pullWanted = true
                 wake()

@@ -243,7 +243,9 @@ extension SyncClient {
             }
             switch job.status {
             case .succeeded:
-                let events = try store.jobSucceeded(jobID, checkpoint: Int64(job.checkpoint ?? "0") ?? 0, results: job.results)
+                let checkpoint = Int64(job.checkpoint ?? "0") ?? 0
+                reachedCursor = max(reachedCursor, checkpoint)
+                let events = try store.jobSucceeded(jobID, checkpoint: checkpoint, results: job.results)
                 // In the same turn as the outbox changed: no status shows the ops confirmed
                 // without the sync that confirmed them.
                 lastSyncAt = configuration.now()
@@ -275,8 +277,8 @@ extension SyncClient {
                 if let prefetched = next {
                     answer = try await prefetched.value
                 } else {
-                    let (api, since) = (api, try store.cursor)
-                    answer = try await api.pull(space: configuration.spaceID, since: since, limit: 1_000)
+                    let (api, since, reached) = (api, try store.cursor, reachedCursor)
+                    answer = try await api.pull(space: configuration.spaceID, since: since, minCursor: reached, limit: 1_000)
                 }
                 next = nil
             } catch {
@@ -296,8 +298,8 @@ extension SyncClient {
             }
             let page = try ServerAPI.page(answer)
             if page.hasMore {
-                let (api, cursor, space) = (api, page.cursor, configuration.spaceID)
-                next = Task { try await api.pull(space: space, since: cursor, limit: 1_000) }
+                let (api, cursor, space, reached) = (api, page.cursor, configuration.spaceID, reachedCursor)
+                next = Task { try await api.pull(space: space, since: cursor, minCursor: reached, limit: 1_000) }
             }
             changed.formUnion(try store.applyPage(page.changes, cursor: page.cursor, hasMore: page.hasMore))
             if !page.hasMore {

@@ -45,6 +45,10 @@ public actor SyncClient {
     var lastError: String?
     var live = false
     var pullWanted = true
+    /// The furthest the server has shown this space to be (a succeeded job's checkpoint, a
+    /// poke's cursor): pulls ask for at least it, so a server reading from a replica that
+    /// lags still shows this device its own writes.
+    var reachedCursor: Int64 = 0
     var lastPullAt: Date?
     var lastStreamMessageAt = Date()
     var maxBatchBytes = 1_000_000

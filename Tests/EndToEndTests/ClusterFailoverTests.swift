@@ -13,7 +13,9 @@ struct ClusterFailoverTests {
     /// cluster is whole again; the backlog has drained when every job acknowledged until
     /// then is applied.
     func underLoad(_ name: String, expectRefusals: Bool, _ fault: () async throws -> Void) async throws {
-        try await Stack.with(environment: ["DATABASE_POOL_SIZE": "4"]) { stack in
+        // Pulls read the primary here (the verification pulls ask for no checkpoint);
+        // ReplicaReadTests read the standby.
+        try await Stack.with(environment: ["DATABASE_POOL_SIZE": "4", "DATABASE_READ_URL": ""]) { stack in
             let load = try await SteadyLoad(client: stack.client, users: 3, devicesPerUser: 2, tag: "cluster")
             load.start(client: { stack.client })
             try await Task.sleep(for: .seconds(3))

@@ -438,12 +438,13 @@ struct APIClient: Sendable {
 
     /// Pulls from `since` until has_more is false; returns every change and the final cursor.
     func pullAll(
-        _ token: String, since: String? = nil, limit: Int = 7, space: String? = nil
+        _ token: String, since: String? = nil, limit: Int = 7, space: String? = nil, minCursor: String? = nil
     ) async throws -> (changes: [[String: Any]], cursor: String) {
         var cursor = since
         var changes: [[String: Any]] = []
         while true {
             let query = "/v1/sync/pull?limit=\(limit)" + (space.map { "&space_id=\($0)" } ?? "") + (cursor.map { "&since=\($0)" } ?? "")
+                + (minCursor.map { "&min_cursor=\($0)" } ?? "")
             let page = try await request("GET", query, token: token)
             guard page.status == 200 else { throw StackError(description: "pull answered \(page.status): \(page.text)") }
             let json = page.json

@@ -1,6 +1,4 @@
 import Foundation
-import HummingbirdWSClient
-import Logging
 import NIOConcurrencyHelpers
 
 /// Messages a stream client received, with when.
@@ -87,38 +85,83 @@ final class SSEClient: @unchecked Sendable {
     deinit { close() }
 }
 
-/// A WebSocket client (HummingbirdWSClient) collecting text messages until `close()`.
-final class WSClient: Sendable {
+/// A WebSocket client on a plain socket (RFC 6455, as much as the fanout speaks):
+/// upgrades, then reads frames on its own thread, collecting text messages and answering
+/// pings, until the server closes or `close()` is called.
+final class WSClient: @unchecked Sendable {
+    // @unchecked: `fd` is set once; frames are sent under `sending`.
     let inbox = Inbox()
-    private let task: Task<Void, Never>
-    private let stop = NIOLockedValueBox(false)
+    private let fd: Int32
+    private let sending = NIOLockedValueBox(false)
 
     init(port: Int, path: String) {
-        let inbox = self.inbox, stop = self.stop
-        var logger = Logger(label: "ws-client")
-        logger.logLevel = .warning
-        task = Task {
-            _ = try? await WebSocketClient.connect(url: "ws://127.0.0.1:\(port)\(path)", logger: logger) { inbound, outbound, _ in
-                try await withThrowingTaskGroup(of: Void.self) { group in
-                    group.addTask {
-                        for try await message in inbound.messages(maxSize: 1 << 20) {
-                            if case .text(let text) = message { inbox.add(text) }
-                        }
+        fd = E2E.connectLoopback(port: port) ?? -1
+        let fd = self.fd, inbox = self.inbox
+        guard fd >= 0 else { inbox.finish(); return }
+        let key = Data((0..<16).map { _ in UInt8.random(in: 0...255) }).base64EncodedString()
+        let request = "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            + "Sec-WebSocket-Key: \(key)\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        _ = request.withCString { send(fd, $0, strlen($0), 0) }
+        let thread = Thread { [self] in
+            var pending: [UInt8] = []
+            var buffer = [UInt8](repeating: 0, count: 8192)
+            var upgraded = false
+            reading: while true {
+                let n = recv(fd, &buffer, buffer.count, 0)
+                if n <= 0 { break }
+                pending += buffer[..<n]
+                if !upgraded {
+                    guard let end = pending.firstRange(of: Array("\r\n\r\n".utf8)) else { continue }
+                    guard String(decoding: pending[..<end.lowerBound], as: UTF8.self).hasPrefix("HTTP/1.1 101") else { break }
+                    pending.removeSubrange(..<end.upperBound)
+                    upgraded = true
+                }
+                while let (opcode, payload, length) = Self.frame(in: pending) {
+                    pending.removeFirst(length)
+                    switch opcode {
+                    case 0x1: inbox.add(String(decoding: payload, as: UTF8.self))
+                    case 0x8: break reading
+                    case 0x9: sendFrame(opcode: 0xA, payload: payload)
+                    default: break
                     }
-                    group.addTask {
-                        while !stop.withLockedValue({ $0 }) { try await Task.sleep(for: .milliseconds(50)) }
-                        try await outbound.close(.normalClosure, reason: nil)
-                    }
-                    _ = try await group.next()
-                    group.cancelAll()
                 }
             }
             inbox.finish()
         }
+        thread.start()
+    }
+
+    /// The first whole frame of `bytes` (server frames are not masked): its opcode, its
+    /// payload and how many bytes it took.
+    static func frame(in bytes: [UInt8]) -> (opcode: UInt8, payload: [UInt8], length: Int)? {
+        guard bytes.count >= 2 else { return nil }
+        var length = Int(bytes[1] & 0x7F), header = 2
+        if length == 126 {
+            guard bytes.count >= 4 else { return nil }
+            length = Int(bytes[2]) << 8 | Int(bytes[3])
+            header = 4
+        } else if length == 127 {
+            guard bytes.count >= 10 else { return nil }
+            length = bytes[2..<10].reduce(0) { $0 << 8 | Int($1) }
+            header = 10
+        }
+        guard bytes.count >= header + length else { return nil }
+        return (bytes[0] & 0x0F, Array(bytes[header..<header + length]), header + length)
+    }
+
+    /// A final frame, masked as a client's must be (payloads under 126 bytes).
+    private func sendFrame(opcode: UInt8, payload: [UInt8]) {
+        let mask = (0..<4).map { _ in UInt8.random(in: 0...255) }
+        let frame = [0x80 | opcode, 0x80 | UInt8(payload.count)] + mask
+            + payload.enumerated().map { $0.element ^ mask[$0.offset % 4] }
+        sending.withLockedValue { _ in _ = frame.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } }
     }
 
     func close() async {
-        stop.withLockedValue { $0 = true }
-        await task.value
+        guard fd >= 0 else { return }
+        sendFrame(opcode: 0x8, payload: [0x03, 0xE8])  // 1000: normal closure
+        try? await E2E.eventually(within: 2, "the server's close") { inbox.finished ? true : nil }
+        shutdown(fd, Int32(SHUT_RDWR))
+        Glibc.close(fd)
     }
 }

@@ -126,6 +126,28 @@ struct PersistenceTests {
         }
     }
 
+    /// A replica that cannot be reached (here: nothing listens) leaves pulls to the
+    /// primary, whether or not the caller asks for a checkpoint.
+    @Test func anUnreachableReplicaLeavesPullsToThePrimary() async throws {
+        try await withStores { pool, devices, jobs, apply, _ in
+            let alice = user()
+            let device = try await devices.register(user: alice, name: "mac", platform: "macos", pushURL: nil, pushSecret: "s")
+            let created = try await jobs.create(intake(alice, device.deviceID, [op(.upsert, "r", ["n": 1])]))
+            guard case .created(let jobID, _) = created else { Issue.record("no job"); return }
+            _ = try await apply.apply(jobIDs: [jobID], attempt: .countedInCommit)
+            let replica = PGPool(
+                url: "postgresql://syncline@127.0.0.1:1/none?connect_timeout=2", size: 1, logger: TestEnvironment.logger)
+            let pulls = PullStore(reads: ReadPools(primary: pool, replica: replica))
+            for minCursor: Int64? in [nil, 1] {
+                guard case .page(let page) = try await pulls.pull(
+                    user: alice, space: nil, since: 0, limit: 100, collections: nil, minCursor: minCursor)
+                else { Issue.record("resync"); return }
+                #expect(page.changes.map(\.id) == ["r"] && page.cursor == "1" && !page.hasMore)
+            }
+            await replica.shutdown()
+        }
+    }
+
     /// Pull formats times from epoch seconds in Swift; it must match what PostgreSQL's
     /// `syncline_rfc3339` (to_char) gives for the same instants.
     @Test func epochFormattingMatchesPostgreSQL() async throws {

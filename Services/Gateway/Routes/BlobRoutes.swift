@@ -201,31 +201,24 @@ struct BlobRoutes: Sendable {
             }
             var pace = DownloadPieces.Pace()
             var position = readRange.lowerBound
-            // The piece handed over last, which the socket may not have taken yet.
-            var previous = 0
-            defer { pieces.giveBack(previous) }
             while position < readRange.upperBound {
                 let pieceBytes = pieces.take(pace.next)
+                defer { pieces.giveBack(pieceBytes) }
                 let part = position..<min(readRange.upperBound, position + Int64(pieceBytes))
-                do {
-                    try await store.read(
-                        object: blob.objectID, sha256: blob.sha256, sealed: true, range: part, pieceBytes: pieceBytes
-                    ) { piece in
-                        position += Int64(piece.readableBytes)
-                        BlobMetrics.downloadedBytes.increment(by: piece.readableBytes)
-                        gate?.handOver(piece.readableBytes)
-                        try await writer.write(piece)
-                        // Every piece but this one is written; this one is, while the next is read.
-                        let waitStarted = ContinuousClock.now
-                        await gate?.wait(untilAtMost: piece.readableBytes)
-                        pace.pieceWritten(waited: gate == nil ? .seconds(1) : ContinuousClock.now - waitStarted)
-                    }
-                } catch {
-                    pieces.giveBack(pieceBytes)
-                    throw error
+                try await store.read(
+                    object: blob.objectID, sha256: blob.sha256, sealed: true, range: part, pieceBytes: pieceBytes
+                ) { piece in
+                    position += Int64(piece.readableBytes)
+                    BlobMetrics.downloadedBytes.increment(by: piece.readableBytes)
+                    gate?.handOver(piece.readableBytes)
+                    try await writer.write(piece)
+                    // The next piece is read once the socket has taken this one: the kernel's
+                    // send buffer keeps a fast client busy meanwhile, and a client that
+                    // stops reading leaves one piece in the gateway, not two.
+                    let waitStarted = ContinuousClock.now
+                    await gate?.wait(untilAtMost: 0)
+                    pace.pieceWritten(waited: gate == nil ? .seconds(1) : ContinuousClock.now - waitStarted)
                 }
-                pieces.giveBack(previous)
-                previous = pieceBytes
             }
             try await writer.finish(nil)
         })

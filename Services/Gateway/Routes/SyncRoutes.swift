@@ -123,13 +123,8 @@ struct SyncRoutes: Sendable {
     @Sendable func pull(_ request: Request, context: GatewayRequestContext) async throws -> Response {
         let claims = try await auth.user(request, context: context)
         let query = request.uri.queryParameters
-        var since: Int64 = 0
-        if let text = query["since"].map(String.init) {
-            guard (1...18).contains(text.utf8.count), text.utf8.allSatisfy({ (48...57).contains($0) }), let value = Int64(text) else {
-                throw APIError.badRequest("since must be a cursor from an earlier pull.")
-            }
-            since = value
-        }
+        let since = try Self.cursor(query["since"], named: "since", from: "an earlier pull") ?? 0
+        let minCursor = try Self.cursor(query["min_cursor"], named: "min_cursor", from: "a job's checkpoint or a poke")
         let limit = try request.integerParameter("limit", in: 1...1000, default: 500)
         var collections: [String]?
         if let text = query["collections"].map(String.init) {
@@ -141,13 +136,24 @@ struct SyncRoutes: Sendable {
         }
         let space = try request.spaceParameter()
         if let space, try await spaces.role(user: claims.sub, space: space) == nil { throw APIError.notFound("No such space.") }
-        switch try await pulls.pull(user: claims.sub, space: space, since: since, limit: limit, collections: collections) {
+        switch try await pulls.pull(
+            user: claims.sub, space: space, since: since, limit: limit, collections: collections, minCursor: minCursor)
+        {
         case .page(let page):
             return Response(
                 status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: page.json)))
         case .resyncRequired:
             throw APIError(status: .gone, code: .resyncRequired, detail: "This cursor is older than the retention; pull from the start.")
         }
+    }
+
+    /// A cursor or checkpoint given as a query parameter: 1–18 decimal digits.
+    static func cursor(_ parameter: Substring?, named name: String, from source: String) throws -> Int64? {
+        guard let parameter else { return nil }
+        guard (1...18).contains(parameter.utf8.count), parameter.utf8.allSatisfy({ (48...57).contains($0) }),
+              let value = Int64(parameter)
+        else { throw APIError.badRequest("\(name) must be a cursor from \(source).") }
+        return value
     }
 }
 

@@ -146,6 +146,12 @@ export class SyncClient {
   private lastSyncAt: number | null = null;
   private lastError: string | null = null;
   private pullWanted = true;
+  /**
+   * The furthest the server has shown this space to be (a succeeded job's checkpoint, a
+   * poke's cursor): pulls ask for at least it (`min_cursor`), so a server reading from a
+   * replica that lags still shows this device its own writes.
+   */
+  private reachedCursor = 0;
   private maxBytes = maxPushBytes;
   private running = false;
   private wake: (() => void) | null = null;
@@ -690,6 +696,7 @@ export class SyncClient {
     if (message.type === "hello" || message.type === "poke") {
       if (message.space_id && this.streamSpace && message.space_id !== this.streamSpace) return;  // another space's
       const cursor = await this.store.meta<string>("cursor");
+      if (message.cursor !== undefined) this.reachedCursor = Math.max(this.reachedCursor, Number(message.cursor) || 0);
       if (message.cursor !== undefined && (cursor === undefined || Number(message.cursor) > Number(cursor))) {
         this.pullWanted = true;
         this.wakeUp();
@@ -926,7 +933,9 @@ export class SyncClient {
       if (answer.status !== 200) throw new Retry(`job status answered ${answer.status}`, answer.retryAfter);
       const job = answer.json;
       if (job.status === "succeeded") {
-        const gone = await this.store.jobSucceeded(jobID, Number(job.checkpoint ?? 0), job.results ?? []);
+        const checkpoint = Number(job.checkpoint ?? 0);
+        this.reachedCursor = Math.max(this.reachedCursor, checkpoint);
+        const gone = await this.store.jobSucceeded(jobID, checkpoint, job.results ?? []);
         for (const result of gone) {
           const name = result.status === "conflict" ? "conflict" : "rejected";
           this.emit(name, { opID: result.op_id, reason: result.reason, current: result.current });
@@ -950,7 +959,8 @@ export class SyncClient {
     for (;;) {
       const cursor = await this.store.meta<string>("cursor");
       const space = this.options.spaceID ? `&space_id=${encodeURIComponent(this.options.spaceID)}` : "";
-      const answer = await this.send("GET", `/v1/sync/pull?limit=1000${space}${cursor ? `&since=${cursor}` : ""}`);
+      const reached = this.reachedCursor > 0 ? `&min_cursor=${this.reachedCursor}` : "";
+      const answer = await this.send("GET", `/v1/sync/pull?limit=1000${space}${cursor ? `&since=${cursor}` : ""}${reached}`);
       if (answer.status === 410) {
         await this.store.beginResync();
         this.emit("resync");
