@@ -30,7 +30,7 @@ struct GatewaySettings: Sendable {
     /// Downloads of files at once, per user and per client address for public files
     /// (`DOWNLOADS_PER_USER`, `DOWNLOADS_PER_ADDRESS`); uploads at once per user
     /// (`UPLOADS_PER_USER`).
-    /// The bytes that downloads' pieces may hold beyond 16 KiB each, all downloads
+    /// The bytes that downloads' pieces may hold beyond 4 KiB each, all downloads
     /// together (`DOWNLOAD_BUFFER`).
     var downloadBuffer: Int
     var downloadsPerUser: Int
@@ -62,7 +62,7 @@ struct GatewaySettings: Sendable {
         transferLimits = TransferGuard.Limits(
             stallTimeout: try reader.duration("TRANSFER_STALL_TIMEOUT", "30s"),
             minimumRate: Double(try reader.bytes("UPLOAD_MIN_RATE", "1KiB")))
-        downloadBuffer = Int(try reader.bytes("DOWNLOAD_BUFFER", "8MiB"))
+        downloadBuffer = Int(try reader.bytes("DOWNLOAD_BUFFER", "2MiB"))
         downloadsPerUser = try reader.int("DOWNLOADS_PER_USER", 8)
         downloadsPerAddress = try reader.int("DOWNLOADS_PER_ADDRESS", 8)
         uploadsPerUser = try reader.int("UPLOADS_PER_USER", 4)

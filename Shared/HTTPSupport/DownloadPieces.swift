@@ -11,7 +11,7 @@ import NIOConcurrencyHelpers
 /// many clients read fast and then stop, the pieces they hold add up to at most the budget
 /// plus `smallest` each.
 public final class DownloadPieces: Sendable {
-    public static let smallest = 16 << 10
+    public static let smallest = 4 << 10
     public static let largest = 1 << 20
     public static let steadyWait = Duration.milliseconds(50)
 
