@@ -36,12 +36,12 @@ public struct ReadPools: Sendable {
         do {
             let answer = try await body(replica)
             if acceptable(answer) {
-                ReplicaMetrics.reads(.replica)
+                ReplicaMetrics.answered.increment()
                 return answer
             }
-            ReplicaMetrics.reads(.replicaBehind)
+            ReplicaMetrics.behind.increment()
         } catch let error as PGError where error.isRetryable {
-            ReplicaMetrics.reads(.replicaFailed)
+            ReplicaMetrics.failed.increment()
             resting.withLockedValue { $0 = .now + Self.restAfterFailure }
             logger.debug("the replica did not answer a read; the primary does", metadata: ["error": "\(error)"])
         }
@@ -49,24 +49,18 @@ public struct ReadPools: Sendable {
     }
 
     private var isResting: Bool {
-        resting.withLockedValue { until in
-            guard let end = until else { return false }
-            if end > .now { return true }
-            until = nil
-            return false
-        }
+        resting.withLockedValue { until in until.map { $0 > .now } ?? false }
     }
 }
 
+/// `syncline_replica_reads_total{outcome}`, made once: every pull passes here.
 enum ReplicaMetrics {
-    enum Outcome: String {
-        case replica
-        /// The replica had not replayed as far as the caller needed.
-        case replicaBehind = "replica_behind"
-        case replicaFailed = "replica_failed"
-    }
+    static let answered = reads("replica")
+    /// The replica had not replayed as far as the caller needed.
+    static let behind = reads("replica_behind")
+    static let failed = reads("replica_failed")
 
-    static func reads(_ outcome: Outcome) {
-        Counter(label: "syncline_replica_reads_total", dimensions: [("outcome", outcome.rawValue)]).increment()
+    private static func reads(_ outcome: String) -> Counter {
+        Counter(label: "syncline_replica_reads_total", dimensions: [("outcome", outcome)])
     }
 }

@@ -14,6 +14,16 @@ extension Request {
         }
         return value
     }
+
+    /// A cursor or checkpoint query parameter, 1–18 decimal digits; absent gives nil,
+    /// anything else is a 400 saying where such a value comes from (`source`).
+    func cursorParameter(_ name: String, from source: String) throws -> Int64? {
+        guard let text = uri.queryParameters[Substring(name)] else { return nil }
+        guard (1...18).contains(text.utf8.count), text.utf8.allSatisfy({ (48...57).contains($0) }), let value = Int64(text) else {
+            throw APIError.badRequest("\(name) must be a cursor from \(source).")
+        }
+        return value
+    }
 }
 
 extension Request {

@@ -123,8 +123,8 @@ struct SyncRoutes: Sendable {
     @Sendable func pull(_ request: Request, context: GatewayRequestContext) async throws -> Response {
         let claims = try await auth.user(request, context: context)
         let query = request.uri.queryParameters
-        let since = try Self.cursor(query["since"], named: "since", from: "an earlier pull") ?? 0
-        let minCursor = try Self.cursor(query["min_cursor"], named: "min_cursor", from: "a job's checkpoint or a poke")
+        let since = try request.cursorParameter("since", from: "an earlier pull") ?? 0
+        let minCursor = try request.cursorParameter("min_cursor", from: "a job's checkpoint or a poke")
         let limit = try request.integerParameter("limit", in: 1...1000, default: 500)
         var collections: [String]?
         if let text = query["collections"].map(String.init) {
@@ -145,15 +145,6 @@ struct SyncRoutes: Sendable {
         case .resyncRequired:
             throw APIError(status: .gone, code: .resyncRequired, detail: "This cursor is older than the retention; pull from the start.")
         }
-    }
-
-    /// A cursor or checkpoint given as a query parameter: 1–18 decimal digits.
-    static func cursor(_ parameter: Substring?, named name: String, from source: String) throws -> Int64? {
-        guard let parameter else { return nil }
-        guard (1...18).contains(parameter.utf8.count), parameter.utf8.allSatisfy({ (48...57).contains($0) }),
-              let value = Int64(parameter)
-        else { throw APIError.badRequest("\(name) must be a cursor from \(source).") }
-        return value
     }
 }
 
