@@ -11,8 +11,8 @@ public final class PGPool: Sendable {
     private struct Waiter {
         let id: UInt64
         let continuation: CheckedContinuation<PGConnection, any Error>
-        /// Ends the wait with `.timeout`; cancelled when a connection comes first.
-        var timer: Task<Void, Never>?
+        /// When the wait ends with `.timeout`, if no connection came first.
+        let deadline: ContinuousClock.Instant
     }
 
     private struct State {
@@ -22,6 +22,10 @@ public final class PGPool: Sendable {
         var cancelledBeforeWaiting: Set<UInt64> = []
         var nextID: UInt64 = 1
         var closed = false
+        /// Whether the task that times waits out runs: one per pool while anyone waits,
+        /// not a timer per wait (a cancelled `Task.sleep` keeps its memory until its
+        /// deadline, so a busy pool's waits would pile up ten seconds of timers).
+        var timingOut = false
     }
 
     private let threads: NIOThreadPool
@@ -159,31 +163,22 @@ public final class PGPool: Sendable {
         defer { state.withLockedValue { _ = $0.cancelledBeforeWaiting.remove(id) } }
         let connection = try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<PGConnection, any Error>) in
-                let outcome: Result<PGConnection, PGError>? = state.withLockedValue { state in
-                    if state.closed { return .failure(PGError(code: .closed, message: "pool closed")) }
+                enum Outcome { case ended(Result<PGConnection, PGError>), waits(firstWaiter: Bool) }
+                let outcome: Outcome = state.withLockedValue { state in
+                    if state.closed { return .ended(.failure(PGError(code: .closed, message: "pool closed"))) }
                     if state.cancelledBeforeWaiting.remove(id) != nil {
-                        return .failure(PGError(code: .cancelled, message: "cancelled while waiting for a connection"))
+                        return .ended(.failure(PGError(code: .cancelled, message: "cancelled while waiting for a connection")))
                     }
-                    if let connection = state.idle.popLast() { return .success(connection) }
-                    state.waiters.append(Waiter(id: id, continuation: continuation))
-                    return nil
+                    if let connection = state.idle.popLast() { return .ended(.success(connection)) }
+                    state.waiters.append(Waiter(id: id, continuation: continuation, deadline: .now + acquisitionTimeout))
+                    defer { state.timingOut = true }
+                    return .waits(firstWaiter: !state.timingOut)
                 }
-                if let outcome {
-                    continuation.resume(with: outcome)
-                    return
+                switch outcome {
+                case .ended(let result): continuation.resume(with: result)
+                case .waits(firstWaiter: true): Task { await self.timeOutWaits() }
+                case .waits(firstWaiter: false): break
                 }
-                let timeout = acquisitionTimeout
-                let timer = Task { [weak self] in
-                    try? await Task.sleep(for: timeout)
-                    guard !Task.isCancelled else { return }
-                    self?.endWait(id, PGError(code: .timeout, message: "none came free within \(timeout)"))
-                }
-                let stillWaiting = state.withLockedValue { state in
-                    guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return false }
-                    state.waiters[index].timer = timer
-                    return true
-                }
-                if !stillWaiting { timer.cancel() }
             }
         } onCancel: {
             self.endWait(id, PGError(code: .cancelled, message: "cancelled while waiting for a connection"))
@@ -201,8 +196,34 @@ public final class PGPool: Sendable {
             }
             return state.waiters.remove(at: index)
         }
-        waiter?.timer?.cancel()
         waiter?.continuation.resume(throwing: error)
+    }
+
+    /// Ends each wait that reaches its deadline with `.timeout`, sleeping until the
+    /// earliest; returns once nobody waits. Waits begin in deadline order (one timeout for
+    /// all), so the first waiter's deadline is the earliest.
+    private func timeOutWaits() async {
+        while true {
+            let next: ContinuousClock.Instant? = state.withLockedValue { state in
+                guard let first = state.waiters.first else {
+                    state.timingOut = false
+                    return nil
+                }
+                return first.deadline
+            }
+            guard let next else { return }
+            try? await Task.sleep(until: next, clock: .continuous)
+            let expired: [Waiter] = state.withLockedValue { state in
+                let now = ContinuousClock.now
+                let count = state.waiters.prefix { $0.deadline <= now }.count
+                defer { state.waiters.removeFirst(count) }
+                return Array(state.waiters.prefix(count))
+            }
+            let timeout = acquisitionTimeout
+            for waiter in expired {
+                waiter.continuation.resume(throwing: PGError(code: .timeout, message: "none came free within \(timeout)"))
+            }
+        }
     }
 
     private func checkIn(_ connection: PGConnection) {
@@ -214,7 +235,6 @@ public final class PGPool: Sendable {
             return (nil, false)
         }
         if closed { connection.close() }
-        waiter?.timer?.cancel()
         waiter?.continuation.resume(returning: connection)
     }
 
@@ -225,10 +245,7 @@ public final class PGPool: Sendable {
             defer { state.waiters = []; state.idle = [] }
             return (state.waiters, state.idle)
         }
-        waiters.forEach {
-            $0.timer?.cancel()
-            $0.continuation.resume(throwing: PGError(code: .closed, message: "pool closed"))
-        }
+        waiters.forEach { $0.continuation.resume(throwing: PGError(code: .closed, message: "pool closed")) }
         idle.forEach { $0.close() }
         try? await threads.shutdownGracefully()
     }

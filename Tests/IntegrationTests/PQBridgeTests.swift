@@ -178,7 +178,7 @@ struct PQBridgeTests {
         let pool = PGPool(
             url: TestEnvironment.databaseURL!, size: 1, logger: TestEnvironment.logger,
             acquisitionTimeout: .milliseconds(500))
-        let holder = Task { try await pool.execute("SELECT pg_sleep(2)") }
+        let holder = Task { try await pool.execute("SELECT pg_sleep(3)") }
         try await Task.sleep(for: .milliseconds(200))
         let started = ContinuousClock.now
         await #expect(throws: PGError.self) { try await pool.execute("SELECT 1") }
@@ -200,6 +200,20 @@ struct PQBridgeTests {
             Issue.record("a cancelled waiter got a connection")
         }
         #expect(ContinuousClock.now - cancelledAt < .milliseconds(200))
+        // Waits that began at different times each end at their own deadline, and one
+        // served in between leaves the others' deadlines as they were.
+        let waits = try await withThrowingTaskGroup(of: Duration.self) { group in
+            for delay in [0, 300] {
+                group.addTask {
+                    try await Task.sleep(for: .milliseconds(delay))
+                    let started = ContinuousClock.now
+                    _ = try? await pool.execute("SELECT 1")
+                    return ContinuousClock.now - started
+                }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(waits.allSatisfy { $0 >= .milliseconds(450) && $0 < .milliseconds(1000) }, "waited \(waits)")
         _ = try await holder.value
         let rows = try await pool.execute("SELECT 7")
         #expect(try rows[0].decode(Int64.self, at: 0) == 7)
