@@ -25,9 +25,13 @@ public final class PGConnection: @unchecked Sendable {
     /// When the pool last got it back (the pool's lock guards it).
     var lastCheckedIn = ContinuousClock.now
 
-    init(conninfo: String, statementTimeout: Duration? = nil) {
+    /// Shown each statement before it runs (the pool's `observer`).
+    private let observer: PGPool.Observer?
+
+    init(conninfo: String, statementTimeout: Duration? = nil, observer: PGPool.Observer? = nil) {
         self.conninfo = conninfo
         self.statementTimeout = statementTimeout
+        self.observer = observer
     }
 
     /// A connection dropped while open (its pool was never shut down) is closed here
@@ -110,6 +114,7 @@ public final class PGConnection: @unchecked Sendable {
     public func execute(_ query: PGQuery) throws(PGError) -> PGRows {
         guard let handle else { throw PGError(code: .connection, message: "not connected") }
         try checkNotCancelled()
+        observer?(query)
         let binds = query.binds
         guard !binds.invalidText else {
             throw PGError(code: .invalidText, message: "a parameter contains the NUL character")

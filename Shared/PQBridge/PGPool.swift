@@ -43,13 +43,18 @@ public final class PGPool: Sendable {
     /// How often, run as a `Service`, the pool checks connections idle that long.
     public let healthCheckInterval: Duration
 
+    /// Called with each statement a connection of the pool is about to run, on the thread
+    /// that runs it.
+    public typealias Observer = @Sendable (PGQuery) -> Void
+
     /// - Parameters:
     ///   - statementTimeout: PostgreSQL's `statement_timeout` on every connection (nil: none).
     ///   - acquisitionTimeout: how long a caller may wait for a free connection.
+    ///   - observer: shown every statement before it runs (nil: none).
     public init(
         url: String, size: Int, logger: Logger,
         statementTimeout: Duration? = .seconds(60), acquisitionTimeout: Duration = .seconds(10),
-        healthCheckInterval: Duration = .seconds(30)
+        healthCheckInterval: Duration = .seconds(30), observer: Observer? = nil
     ) {
         let conninfo = url.contains("connect_timeout")
             ? url : url + (url.contains("?") ? "&" : "?") + "connect_timeout=5"
@@ -59,7 +64,7 @@ public final class PGPool: Sendable {
         self.threads = NIOThreadPool(numberOfThreads: size)
         self.threads.start()
         self.state = NIOLockedValueBox(
-            State(idle: (0..<size).map { _ in PGConnection(conninfo: conninfo, statementTimeout: statementTimeout) }))
+            State(idle: (0..<size).map { _ in PGConnection(conninfo: conninfo, statementTimeout: statementTimeout, observer: observer) }))
         self.logger = logger
     }
 
