@@ -6,6 +6,7 @@ import Metrics
 import NIOConcurrencyHelpers
 import Persistence
 import ServiceSupport
+import SyncModels
 
 /// Group commit at intake: a push that arrives while a slot is free is committed at once;
 /// pushes that arrive while every slot is committing wait, and go together in the next
@@ -87,24 +88,24 @@ final class IntakeBatcher: Sendable {
             }
         }
         await publish(zip(batch, outcomes).compactMap { waiting, outcome in
-            guard case .success(.created(let jobID, _)) = outcome else { return nil }
-            return (jobID, waiting.intake.traceID, waiting.intake.ops.count)
+            guard case .success(.created(let job, _)) = outcome else { return nil }
+            return (job, waiting.intake.traceID, waiting.intake.ops.count)
         })
         for (waiting, outcome) in zip(batch, outcomes) { waiting.reply.resume(with: outcome) }
     }
 
     /// The jobs are committed: announce them. A failure here loses nothing — the relay
     /// publishes every job left unpublished — so the pushes are still accepted.
-    private func publish(_ created: [(jobID: String, traceID: String?, ops: Int)]) async {
+    private func publish(_ created: [(job: JobRef, traceID: String?, ops: Int)]) async {
         guard !created.isEmpty else { return }
         if let pause = Failpoints.pauseBeforePublish { try? await Task.sleep(for: .seconds(pause)) }
         do {
-            try await publisher.publish(created.map { SynclineTopology.jobMessage(jobID: $0.jobID, traceID: $0.traceID, ops: $0.ops) })
-            created.forEach { marks.add($0.jobID) }
+            try await publisher.publish(created.map { SynclineTopology.jobMessage($0.job, traceID: $0.traceID, ops: $0.ops) })
+            created.forEach { marks.add($0.job) }
         } catch {
             publishFailures.increment(by: created.count)
             logger.warning("publish failed; the relay will retry", metadata: [
-                "jobs": "\(created.map(\.jobID).joined(separator: ","))", "error": "\(error)",
+                "jobs": "\(created.map(\.job.job).joined(separator: ","))", "error": "\(error)",
             ])
         }
     }

@@ -6,6 +6,7 @@ import NIOConcurrencyHelpers
 import Persistence
 import ServiceLifecycle
 import ServiceSupport
+import SyncModels
 
 /// Publishes committed jobs that nobody confirmed publishing — the broker was down, the
 /// publish failed, or a gateway died between commit and publish (G1). Several gateways
@@ -51,8 +52,8 @@ struct JobRelay: Service {
             while true {
                 let waiting = try await jobs.unpublished(olderThan: relayAfter, limit: 500)
                 guard !waiting.isEmpty else { return }
-                try await publisher.publish(waiting.map { SynclineTopology.jobMessage(jobID: $0.jobID, traceID: $0.traceID, ops: $0.ops) })
-                try await jobs.markPublished(waiting.map(\.jobID))
+                try await publisher.publish(waiting.map { SynclineTopology.jobMessage($0.job, traceID: $0.traceID, ops: $0.ops) })
+                try await jobs.markPublished(waiting.map(\.job))
                 relayed.increment(by: waiting.count)
                 logger.info("relayed unpublished jobs", metadata: ["jobs.count": "\(waiting.count)"])
                 if waiting.count < 500 { return }
@@ -66,16 +67,16 @@ struct JobRelay: Service {
 /// Jobs confirmed published by the push handler, recorded in the database in batches by
 /// the relay rather than with one UPDATE per push.
 final class PublishedMarks: Sendable {
-    private let pending = NIOLockedValueBox<[String]>([])
+    private let pending = NIOLockedValueBox<[JobRef]>([])
 
-    func add(_ jobID: String) { pending.withLockedValue { $0.append(jobID) } }
+    func add(_ job: JobRef) { pending.withLockedValue { $0.append(job) } }
 
-    func take() -> [String] {
+    func take() -> [JobRef] {
         pending.withLockedValue { ids in
             defer { ids = [] }
             return ids
         }
     }
 
-    func restore(_ ids: [String]) { pending.withLockedValue { $0.append(contentsOf: ids) } }
+    func restore(_ jobs: [JobRef]) { pending.withLockedValue { $0.append(contentsOf: jobs) } }
 }

@@ -76,11 +76,13 @@ struct JobConsumer: Service {
     func handle(batch deliveries: [AMQPDelivery]) async {
         batchSizes.record(deliveries.count)
         batchOps.record(deliveries.map(SynclineTopology.opCount(inMessage:)).reduce(0, +))
-        // Each message's job id, read once; a delivery without one is handled alone below.
-        let named = deliveries.map { ($0, SynclineTopology.jobID(inMessage: $0.body).flatMap(Names.canonicalUUID)) }
+        // Each message's job, read once; a delivery without one is handled alone below.
+        let named: [(AMQPDelivery, JobRef?)]
         let outcomes: [String: ApplyStore.Outcome]
         do {
-            outcomes = try await store.apply(jobIDs: named.compactMap(\.1), attempt: .countedInCommit)
+            let jobs = try await resolve(deliveries.map { SynclineTopology.job(inMessage: $0.body) })
+            named = Array(zip(deliveries, jobs))
+            outcomes = try await store.apply(jobs: jobs.compactMap { $0 }, attempt: .countedInCommit)
         } catch {
             batchFallbacks.increment()
             logger.info("batch rolled back; applying its jobs one by one", metadata: [
@@ -91,10 +93,10 @@ struct JobConsumer: Service {
         }
         var events: [JobEvent] = []
         var settled = Set<String>()
-        for (delivery, jobID) in named {
-            switch jobID.flatMap({ outcomes[$0] }) {
-            case .applied(let applied)? where settled.insert(jobID!).inserted:
-                events += settleApplied(delivery, jobID: jobID!, applied)
+        for (delivery, job) in named {
+            switch job.flatMap({ outcomes[$0.job] }) {
+            case .applied(let applied)? where settled.insert(job!.job).inserted:
+                events += settleApplied(delivery, jobID: job!.job, applied)
             case .applied?, .alreadyFinished?:
                 duplicates.increment()
                 jobs.ack(delivery)
@@ -136,18 +138,25 @@ struct JobConsumer: Service {
     /// of its own first, so that a failing attempt counts: retries, dead-lettering and
     /// outages are handled here.
     func handleAlone(_ delivery: AMQPDelivery) async {
-        guard let jobID = SynclineTopology.jobID(inMessage: delivery.body).flatMap(Names.canonicalUUID) else {
+        guard let named = SynclineTopology.job(inMessage: delivery.body) else {
             await park(delivery, from: jobs, jobID: nil, reason: DeadLetterReason.invalidMessage, error: "the message does not name a job")
             return
         }
+        let jobID = named.id
         var logger = self.logger
         logger[metadataKey: "job.id"] = "\(jobID)"
         if let trace = delivery.header(SynclineTopology.Header.trace) { logger[metadataKey: "trace.id"] = "\(trace)" }
 
+        let job: JobRef
         let attempt: Int
         do {
-            guard let started = try await store.beginAttempt(jobID: jobID) else {
-                let status = try await store.status(jobID: jobID)
+            guard let found = try await resolve([named])[0] else {
+                await settleFinishedOrUnknown(delivery, from: jobs, jobID: jobID, status: nil, logger: logger)
+                return
+            }
+            job = found
+            guard let started = try await store.beginAttempt(job) else {
+                let status = try await store.status(job)
                 await settleFinishedOrUnknown(delivery, from: jobs, jobID: jobID, status: status, logger: logger)
                 return
             }
@@ -159,7 +168,7 @@ struct JobConsumer: Service {
         }
 
         do {
-            switch try await applyRetryingDeadlocks(jobID: jobID, logger: logger) {
+            switch try await applyRetryingDeadlocks(job, logger: logger) {
             case .applied(let applied):
                 logger.debug("job applied", metadata: ["job.checkpoint": "\(applied.checkpoint)", "job.attempt": "\(attempt)"])
                 announcer.send(settleApplied(delivery, jobID: jobID, applied))
@@ -176,15 +185,15 @@ struct JobConsumer: Service {
             let message = (error as? PGError)?.debugDescription ?? "\(error)"
             switch failure {
             case .outage:
-                await handBack(delivery, to: jobs, error: error, releasingAttemptOf: jobID, logger: logger)
+                await handBack(delivery, to: jobs, error: error, releasingAttemptOf: job, logger: logger)
             case .transient where attempt < configuration.maxAttempts:
-                try? await store.failAttempt(jobID: jobID, error: message)
-                await retryLater(delivery, jobID: jobID, attempt: attempt, failure: failure, error: message, logger: logger)
+                try? await store.failAttempt(job, error: message)
+                await retryLater(delivery, job: job, attempt: attempt, failure: failure, error: message, logger: logger)
             case .transient:
-                try? await store.failAttempt(jobID: jobID, error: message)
+                try? await store.failAttempt(job, error: message)
                 await park(delivery, from: jobs, jobID: jobID, reason: DeadLetterReason.maxAttempts, error: message)
             case .permanent(let reason):
-                try? await store.failAttempt(jobID: jobID, error: message)
+                try? await store.failAttempt(job, error: message)
                 await park(delivery, from: jobs, jobID: jobID, reason: reason, error: message)
             }
         }
@@ -194,11 +203,11 @@ struct JobConsumer: Service {
     /// transaction to let another go on (two users forking each other's records at once,
     /// say) — is no fault of the job: it is tried again at once, up to
     /// `deadlocksPerAttempt` times, within the same attempt.
-    private func applyRetryingDeadlocks(jobID: String, logger: Logger) async throws -> ApplyStore.Outcome {
+    private func applyRetryingDeadlocks(_ job: JobRef, logger: Logger) async throws -> ApplyStore.Outcome {
         var deadlocks = 0
         while true {
             do {
-                return try await store.apply(jobIDs: [jobID], attempt: .begun)[jobID] ?? .unknownJob
+                return try await store.apply(jobs: [job], attempt: .begun)[job.job] ?? .unknownJob
             } catch where JobFailure.isDeadlock(error) && deadlocks < Self.deadlocksPerAttempt {
                 deadlocks += 1
                 deadlockRetries.increment()
@@ -212,17 +221,21 @@ struct JobConsumer: Service {
 
     /// One delivery from `sync.jobs.exhausted`: the broker gave up redelivering it.
     func handleExhausted(_ delivery: AMQPDelivery) async {
-        guard let jobID = SynclineTopology.jobID(inMessage: delivery.body) else {
+        guard let named = SynclineTopology.job(inMessage: delivery.body) else {
             await park(delivery, from: exhausted, jobID: nil, reason: DeadLetterReason.invalidMessage, error: "the message does not name a job")
             return
         }
+        let jobID = named.id
         do {
-            switch try await store.status(jobID: jobID) {
+            let job = try await resolve([named])[0]
+            var status: JobStatus?
+            if let job { status = try await store.status(job) }
+            switch status {
             case let status where status?.isTerminal ?? true:
                 await settleFinishedOrUnknown(delivery, from: exhausted, jobID: jobID, status: status, logger: logger)
             default:
                 let error = "the broker redelivered the message \(SynclineTopology.deliveryLimit) times without an ack"
-                try await store.failAttempt(jobID: jobID, error: error)
+                if let job { try await store.failAttempt(job, error: error) }
                 await park(delivery, from: exhausted, jobID: jobID, reason: DeadLetterReason.deliveryLimit, error: error)
             }
         } catch {
@@ -261,7 +274,7 @@ struct JobConsumer: Service {
     /// A small random hold first spreads out jobs that failed together, without mixing
     /// TTLs inside one queue.
     private func retryLater(
-        _ delivery: AMQPDelivery, jobID: String, attempt: Int, failure: JobFailure, error: String, logger: Logger
+        _ delivery: AMQPDelivery, job: JobRef, attempt: Int, failure: JobFailure, error: String, logger: Logger
     ) async {
         let (queue, delay) = SynclineTopology.retryQueue(afterAttempt: attempt, delays: configuration.retryDelays)
         Counter(label: "syncline_job_retries_total", dimensions: [("reason", failure.reason)]).increment()
@@ -275,7 +288,7 @@ struct JobConsumer: Service {
         }
         do {
             try await publisher.publish([SynclineTopology.retryMessage(
-                queue: queue, jobID: jobID, attempt: attempt, traceID: delivery.header(SynclineTopology.Header.trace),
+                queue: queue, job: job, attempt: attempt, traceID: delivery.header(SynclineTopology.Header.trace),
                 ops: SynclineTopology.opCount(inMessage: delivery))])
             jobs.ack(delivery)
         } catch {
@@ -336,15 +349,15 @@ struct JobConsumer: Service {
     /// waits until PostgreSQL answers (when it was the one failing), takes back the attempt
     /// it interrupted, and requeues. On shutdown it requeues at once.
     private func handBack(
-        _ delivery: AMQPDelivery, to consumer: AMQPConsumer, error: any Error, releasingAttemptOf jobID: String? = nil,
+        _ delivery: AMQPDelivery, to consumer: AMQPConsumer, error: any Error, releasingAttemptOf job: JobRef? = nil,
         logger: Logger
     ) async {
         let failure = JobFailure.classify(error)
         logger.warning("handing the message back", metadata: ["error": "\(error)", "reason": "\(failure.reason)"])
         if case .outage = failure {
             outageWaits.increment()
-            if await waitForDatabase(), let jobID {
-                try? await store.releaseAttempt(jobID: jobID, error: (error as? PGError)?.debugDescription ?? "\(error)")
+            if await waitForDatabase(), let job {
+                try? await store.releaseAttempt(job, error: (error as? PGError)?.debugDescription ?? "\(error)")
             }
         } else {
             _ = await pause(seconds: configuration.retryDelays[0])
@@ -360,6 +373,17 @@ struct JobConsumer: Service {
             guard await pause(seconds: backoff.next()) else { return false }
         }
         return true
+    }
+
+    /// The jobs messages name, with their spaces: a message published before messages named
+    /// the space has it looked up. Nil for a message naming no job, or a job not found.
+    private func resolve(_ named: [(id: String, space: String?)?]) async throws -> [JobRef?] {
+        let unplaced = named.compactMap { $0 }.filter { $0.space == nil }.map(\.id)
+        let found = unplaced.isEmpty ? [:] : try await store.spaces(ofJobs: unplaced)
+        return named.map { job in
+            guard let job, let space = job.space ?? found[job.id] else { return nil }
+            return JobRef(space: space, job: job.id)
+        }
     }
 
     /// Sleeps, unless the worker is shutting down; false when it is.

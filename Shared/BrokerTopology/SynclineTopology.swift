@@ -134,16 +134,16 @@ public enum SynclineTopology {
         return delays.filter { seen.insert(Durations.label($0)).inserted }
     }
 
-    /// The message that announces a committed job: its id, nothing the worker trusts.
-    /// A job's message: it names the job, and `ops` (when known) lets a worker bound its
-    /// batches in ops without reading the job first.
-    public static func jobMessage(jobID: String, traceID: String?, ops: Int? = nil) -> OutgoingMessage {
+    /// The message that announces a committed job: its id and space, nothing else the
+    /// worker trusts. `ops` (when known) lets a worker bound its batches in ops without
+    /// reading the job first.
+    public static func jobMessage(_ job: JobRef, traceID: String?, ops: Int? = nil) -> OutgoingMessage {
         var headers: [String: AMQPTopology.Argument] = [:]
         if let traceID { headers["traceparent"] = .string(traceID) }
         if let ops { headers[Header.ops] = .int(Int64(ops)) }
         return OutgoingMessage(
             exchange: jobsExchange, routingKey: jobsRoutingKey,
-            body: Array(#"{"job_id":"\#(jobID)"}"#.utf8), messageID: jobID, headers: headers)
+            body: Array(#"{"job_id":"\#(job.job)","space_id":"\#(job.space)"}"#.utf8), messageID: job.job, headers: headers)
     }
 
     /// The id a dead letter is listed under: its job's id, or — for a message that names
@@ -179,8 +179,8 @@ public enum SynclineTopology {
     }
 
     /// A job message sent to wait in a retry queue before attempt `attempt + 1`.
-    public static func retryMessage(queue: String, jobID: String, attempt: Int, traceID: String?, ops: Int) -> OutgoingMessage {
-        var message = jobMessage(jobID: jobID, traceID: traceID, ops: ops)
+    public static func retryMessage(queue: String, job: JobRef, attempt: Int, traceID: String?, ops: Int) -> OutgoingMessage {
+        var message = jobMessage(job, traceID: traceID, ops: ops)
         message.exchange = ""  // the default exchange routes by queue name
         message.routingKey = queue
         message.headers[Header.attempt] = .int(Int64(attempt))
@@ -196,6 +196,14 @@ public enum SynclineTopology {
     public static func jobID(inMessage body: [UInt8]) -> String? {
         guard let id = (try? JSONParser.parse(body))?.objectValue?["job_id"]?.stringValue else { return nil }
         return Names.canonicalUUID(id)
+    }
+
+    /// The job a job message names, with its space; the space is nil in a message
+    /// published before messages named it (the job's row then tells it).
+    public static func job(inMessage body: [UInt8]) -> (id: String, space: String?)? {
+        guard let fields = (try? JSONParser.parse(body))?.objectValue,
+              let id = fields["job_id"]?.stringValue.flatMap(Names.canonicalUUID) else { return nil }
+        return (id, fields["space_id"]?.stringValue.flatMap(Names.canonicalUUID))
     }
 
     /// The dead letter a parked message stands for.

@@ -2,7 +2,7 @@ import Hummingbird
 import SyncModels
 
 extension Request {
-    /// The `space_id` query parameter (pull, stream): nil when absent, the canonical id when
+    /// The `space_id` query parameter (pull, stream, job status): nil when absent, the canonical id when
     /// it is one, else a 400. Whether the caller is a member is the route's to check.
     public func spaceParameter() throws -> String? {
         guard let text = uri.queryParameters["space_id"].map(String.init) else { return nil }

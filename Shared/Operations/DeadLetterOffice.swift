@@ -67,15 +67,15 @@ public struct DeadLetterOffice: Sendable {
             try await publisher.publish([SynclineTopology.webhookDeliveryMessage(body: Array(message.utf8), attempt: 0)])
             try await deadLetters.remove(id: id)
             return .replayed(jobID: id)
-        case .replayed(let jobID, let traceID):
+        case .replayed(let job, let traceID):
             do {
-                try await publisher.publish([SynclineTopology.jobMessage(jobID: jobID, traceID: traceID)])
-                try await jobs.markPublished([jobID])
+                try await publisher.publish([SynclineTopology.jobMessage(job, traceID: traceID)])
+                try await jobs.markPublished([job])
             } catch {
                 // Committed as queued and unpublished: the gateway's relay publishes it.
-                logger.warning("replayed job not published yet; the relay will", metadata: ["job.id": "\(jobID)", "error": "\(error)"])
+                logger.warning("replayed job not published yet; the relay will", metadata: ["job.id": "\(job.job)", "error": "\(error)"])
             }
-            return .replayed(jobID: jobID)
+            return .replayed(jobID: job.job)
         }
     }
 

@@ -21,7 +21,7 @@ extension ApplyStore {
     /// lock is held until commit. A space deleted since intake gets no counter (a deletion
     /// committing meanwhile makes the insert fail on the foreign key: the jobs are then
     /// applied one by one, and each finds the space gone); its jobs find no members.
-    static func lock(_ connection: PGConnection, jobIDs: [UUID]) throws
+    static func lock(_ connection: PGConnection, jobs refs: [JobRef]) throws
         -> (jobs: [String: LockedJob], counters: [String: Int64], purgeClocks: [String: Stamp])
     {
         var jobs: [String: LockedJob] = [:]
@@ -30,7 +30,9 @@ extension ApplyStore {
         for row in try connection.execute("""
             WITH job AS (
               SELECT job_id, user_id, space_id, device_id, status, ops, author_name FROM jobs
-              WHERE job_id = ANY(\(jobIDs)) ORDER BY job_id FOR UPDATE),
+              WHERE (space_id, job_id) IN (
+                SELECT * FROM unnest(\(refs.map { UUID(uuidString: $0.space) }), \(refs.map { UUID(uuidString: $0.job) })))
+              ORDER BY job_id FOR UPDATE),
             counter AS (
               INSERT INTO space_counters (space_id)
               SELECT DISTINCT space_id FROM job JOIN spaces USING (space_id)
@@ -176,7 +178,7 @@ extension ApplyStore {
         var stored = Set<SpaceKey>()
         var opIDs: [(space: String, opID: String)] = []
         var counters: [String: Int64] = [:]
-        var jobs: [(id: String, checkpoint: Int64, results: String)] = []
+        var jobs: [(job: JobRef, checkpoint: Int64, results: String)] = []
         /// Per space and file, how many more (or fewer) records reference it.
         var blobReferences: [SpaceBlob: Int] = [:]
         /// The files each written record counts towards, as stored (`blob_refs`).
@@ -424,9 +426,10 @@ extension ApplyStore {
               WHERE c.space_id = u.space_id AND c.counter <> u.counter)
             UPDATE jobs SET status = \(JobStatus.succeeded), checkpoint = u.checkpoint, results = u.results,
               finished_at = clock_timestamp(), last_error = NULL, \(sql: attemptLog)
-            FROM unnest(\(writes.jobs.map(\.id))::uuid[], \(writes.jobs.map(\.checkpoint)), \(writes.jobs.map { PGJSON($0.results) }))
-              AS u(job_id, checkpoint, results)
-            WHERE jobs.job_id = u.job_id
+            FROM unnest(\(writes.jobs.map { UUID(uuidString: $0.job.space) })::uuid[], \(writes.jobs.map { UUID(uuidString: $0.job.job) })::uuid[],
+                        \(writes.jobs.map(\.checkpoint)), \(writes.jobs.map { PGJSON($0.results) }))
+              AS u(space_id, job_id, checkpoint, results)
+            WHERE jobs.space_id = u.space_id AND jobs.job_id = u.job_id
             RETURNING jobs.job_id, extract(epoch FROM jobs.finished_at - jobs.created_at)::float8,
                       (SELECT count(*) FROM updated)
             """) {

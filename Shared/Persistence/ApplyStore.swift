@@ -47,7 +47,7 @@ public struct ApplyStore: Sendable {
     /// Applies the jobs in one transaction, in the order given: every op by the merge
     /// rules, under its space's counter lock (G4), remembering op_ids (G2) and storing
     /// results and checkpoint (G5). The user, device, space and ops come from the job rows,
-    /// never from a message. Job rows are locked in id order, then the counters of their
+    /// never from a message (whose space only finds the row: a wrong one finds none). Job rows are locked in id order, then the counters of their
     /// spaces in space order, so two workers with overlapping spaces wait for each other
     /// instead of deadlocking. Consecutive jobs that only upsert, patch or delete are read
     /// and written together; a job that publishes or forks reads beyond its records, so it
@@ -55,18 +55,15 @@ public struct ApplyStore: Sendable {
     ///
     /// Any database error rolls back every job and is thrown: the caller then applies them
     /// one by one, so that a job that fails cannot fail the others.
-    public func apply(jobIDs: [String], attempt: Attempt) async throws -> [String: Outcome] {
-        var unique: [UUID] = []
-        var seen = Set<UUID>()
-        for text in jobIDs {
-            if let id = UUID(uuidString: text), seen.insert(id).inserted { unique.append(id) }
-        }
-        let ids = unique
-        let unknown = Dictionary(jobIDs.map { ($0.lowercased(), Outcome.unknownJob) }, uniquingKeysWith: { first, _ in first })
+    public func apply(jobs refs: [JobRef], attempt: Attempt) async throws -> [String: Outcome] {
+        var seen = Set<JobRef>()
+        let unique = refs.filter { UUID(uuidString: $0.job) != nil && UUID(uuidString: $0.space) != nil && seen.insert($0).inserted }
+        let ids = unique.compactMap { UUID(uuidString: $0.job) }
+        let unknown = Dictionary(refs.map { ($0.job, Outcome.unknownJob) }, uniquingKeysWith: { first, _ in first })
         guard !ids.isEmpty else { return unknown }
         return try await pool.transaction { connection in
             var outcomes = unknown
-            let locked = try Self.lock(connection, jobIDs: ids)
+            let locked = try Self.lock(connection, jobs: unique)
             var counters = locked.counters
             var together: [(LockedJob, [Op])] = []
             func flush() throws {
@@ -165,7 +162,7 @@ public struct ApplyStore: Sendable {
             counters[job.space] = outcome.counter
             writes.counters[job.space] = outcome.counter
             writes.opIDs += outcome.remembered.map { (job.space, $0) }
-            writes.jobs.append((job.id, outcome.counter, try OpResult.encodeStored(outcome.results)))
+            writes.jobs.append((JobRef(space: job.space, job: job.id), outcome.counter, try OpResult.encodeStored(outcome.results)))
             forks.append((job.space, job.user, outcome.forked))
             let forkedFrom = outcome.forked.compactMap(\.space).filter { $0 != job.space }
             if !forkedFrom.isEmpty { writes.forkedFrom[job.space, default: []].formUnion(forkedFrom) }
@@ -184,14 +181,14 @@ public struct ApplyStore: Sendable {
 
     /// Records the start of an attempt in a commit of its own; nil when the job is unknown
     /// or already finished.
-    public func beginAttempt(jobID: String) async throws -> Int? {
-        guard let id = UUID(uuidString: jobID) else { return nil }
+    public func beginAttempt(_ job: JobRef) async throws -> Int? {
+        guard let space = UUID(uuidString: job.space), let id = UUID(uuidString: job.job) else { return nil }
         return try await pool.execute("""
             UPDATE jobs SET status = \(JobStatus.processing), attempts = attempts + 1,
               attempt_log = attempt_log || jsonb_build_array(jsonb_build_object(
                 'attempt', attempts + 1, 'started_at', syncline_rfc3339(clock_timestamp()),
                 'finished_at', NULL, 'error', NULL))
-            WHERE job_id = \(id) AND status = ANY(\(JobStatus.unfinished.map(\.rawValue)))
+            WHERE space_id = \(space) AND job_id = \(id) AND status = ANY(\(JobStatus.unfinished.map(\.rawValue)))
             RETURNING attempts
             """).first?.decode(Int.self, at: 0)
     }
@@ -210,31 +207,44 @@ public struct ApplyStore: Sendable {
     }
 
     /// Whether the job exists and, if so, its status.
-    public func status(jobID: String) async throws -> JobStatus? {
-        guard let id = UUID(uuidString: jobID) else { return nil }
-        return try await pool.execute("SELECT status FROM jobs WHERE job_id = \(id)").first
+    public func status(_ job: JobRef) async throws -> JobStatus? {
+        guard let space = UUID(uuidString: job.space), let id = UUID(uuidString: job.job) else { return nil }
+        return try await pool.execute("SELECT status FROM jobs WHERE space_id = \(space) AND job_id = \(id)").first
             .flatMap { JobStatus(rawValue: try $0.decode(String.self, at: 0)) }
+    }
+
+    /// The spaces of jobs named by id alone (messages published before messages named
+    /// the space): a read across spaces, for those only. A job not found is left out.
+    public func spaces(ofJobs jobIDs: [String]) async throws -> [String: String] {
+        let ids = jobIDs.compactMap(UUID.init(uuidString:))
+        guard !ids.isEmpty else { return [:] }
+        var spaces: [String: String] = [:]
+        for row in try await pool.execute("SELECT job_id, space_id FROM jobs WHERE job_id = ANY(\(ids))") {
+            let (job, space) = try row.decode((String, String).self)
+            spaces[job] = space
+        }
+        return spaces
     }
 
     /// Takes back an attempt the database outage interrupted: it stays in the log, closed
     /// with the error, but does not count towards `MAX_ATTEMPTS`.
-    public func releaseAttempt(jobID: String, error: String) async throws {
-        try await closeAttempt(jobID: jobID, error: "\(error) (not counted: database unavailable)", counted: false)
+    public func releaseAttempt(_ job: JobRef, error: String) async throws {
+        try await closeAttempt(job, error: "\(error) (not counted: database unavailable)", counted: false)
     }
 
     /// Records a failed attempt; the job waits for its next delivery as `retrying`.
-    public func failAttempt(jobID: String, error: String) async throws {
-        try await closeAttempt(jobID: jobID, error: error, counted: true)
+    public func failAttempt(_ job: JobRef, error: String) async throws {
+        try await closeAttempt(job, error: error, counted: true)
     }
 
-    private func closeAttempt(jobID: String, error: String, counted: Bool) async throws {
-        guard let id = UUID(uuidString: jobID) else { return }
+    private func closeAttempt(_ job: JobRef, error: String, counted: Bool) async throws {
+        guard let space = UUID(uuidString: job.space), let id = UUID(uuidString: job.job) else { return }
         try await pool.execute("""
             UPDATE jobs SET status = \(JobStatus.retrying),
               \(sql: counted ? "last_error = e.text" : "attempts = greatest(attempts - 1, 0)"),
               attempt_log = \(sql: Self.closingLastAttempt(error: "e.text"))
             FROM (SELECT \(error) AS text) e
-            WHERE job_id = \(id) AND status = \(JobStatus.processing)
+            WHERE space_id = \(space) AND job_id = \(id) AND status = \(JobStatus.processing)
             """)
     }
 }

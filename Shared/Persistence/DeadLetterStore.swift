@@ -121,7 +121,7 @@ public struct DeadLetterStore: Sendable {
 
     public enum ReplayOutcome: Sendable, Equatable {
         /// The job is queued again with its attempts reset; publish it.
-        case replayed(jobID: String, traceID: String?)
+        case replayed(JobRef, traceID: String?)
         /// A webhook delivery: publish its message again (attempts reset), then `remove` it.
         case redeliver(id: String, message: String)
         case notFound
@@ -146,11 +146,12 @@ public struct DeadLetterStore: Sendable {
             let job = try connection.execute("""
                 UPDATE jobs SET status = \(JobStatus.queued), attempts = 0, published_at = NULL, finished_at = NULL, last_error = NULL
                 WHERE job_id = \(jobID)::uuid AND status = \(JobStatus.dead)
-                RETURNING trace_id
+                RETURNING space_id, trace_id
                 """).first
             try connection.execute("DELETE FROM dead_letters WHERE dead_letter_id = \(uuid)")
             guard let job else { return .notFound }
-            return .replayed(jobID: jobID, traceID: try job.decode(String?.self, at: 0))
+            let (space, traceID) = try job.decode((String, String?).self)
+            return .replayed(JobRef(space: space, job: jobID), traceID: traceID)
         }
     }
 

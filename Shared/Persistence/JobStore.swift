@@ -36,7 +36,7 @@ public struct JobStore: Sendable {
 
     public enum IntakeOutcome: Sendable, Equatable {
         /// A new job, committed.
-        case created(jobID: String, ops: Int)
+        case created(JobRef, ops: Int)
         /// The same Idempotency-Key and body were seen before: that job.
         case existing(jobID: String, status: JobStatus, ops: Int)
         /// The Idempotency-Key was used before with a different body.
@@ -62,7 +62,7 @@ public struct JobStore: Sendable {
             // A request with the same key committed between this one's lookup and insert:
             // answer with its job.
             return try await pool.withConnection { connection in
-                try Self.existing(connection, user: intake.user, key: intake.idempotencyKey!, hash: intake.requestHash) ?? .keyReused
+                try Self.existing(connection, intake) ?? .keyReused
             }
         }
     }
@@ -78,7 +78,7 @@ public struct JobStore: Sendable {
     public func create(batch intakes: [Intake]) async throws -> [IntakeOutcome] {
         try await pool.transaction { connection in
             var outcomes = [IntakeOutcome?](repeating: nil, count: intakes.count)
-            struct UserKey: Hashable { let user: String, key: String }
+            struct UserKey: Hashable { let space: String, user: String, key: String }
             var earlier: [UserKey: (jobID: String, hash: String, ops: Int)] = [:]
             // The clock rows, made on first use and locked either way, in user order; with
             // each user's personal space (made below on a first push).
@@ -138,16 +138,20 @@ public struct JobStore: Sendable {
             }
 
             // Keys are looked up under the clock locks: a push with the same key that
-            // committed meanwhile is found, not inserted twice.
-            let keyed = intakes.indices.filter { intakes[$0].idempotencyKey != nil && outcomes[$0] == nil }
+            // committed meanwhile is found, not inserted twice. A key is the user's within
+            // the space pushed to (a personal space not made yet holds no job).
+            func pushedSpace(_ intake: Intake) -> String? { intake.spaceID?.lowercased() ?? spaces[intake.user] }
+            let keyed = intakes.indices.filter { intakes[$0].idempotencyKey != nil && outcomes[$0] == nil && pushedSpace(intakes[$0]) != nil }
             if !keyed.isEmpty {
                 for row in try connection.execute("""
-                    SELECT user_id, idempotency_key, job_id, status, op_count, request_hash
-                    FROM jobs JOIN unnest(\(keyed.map { intakes[$0].user }), \(keyed.map { intakes[$0].idempotencyKey! })) AS k(u, k)
-                      ON user_id = k.u AND idempotency_key = k.k
+                    SELECT space_id, user_id, idempotency_key, job_id, status, op_count, request_hash
+                    FROM jobs JOIN unnest(\(keyed.map { UUID(uuidString: pushedSpace(intakes[$0])!) }), \(keyed.map { intakes[$0].user }),
+                                         \(keyed.map { intakes[$0].idempotencyKey! })) AS k(s, u, k)
+                      ON space_id = k.s AND user_id = k.u AND idempotency_key = k.k
                     """) {
-                    let (user, key, jobID, status, ops, hash) = try row.decode((String, String, String, String, Int, String?).self)
-                    for index in keyed where UserKey(user: intakes[index].user, key: intakes[index].idempotencyKey!) == UserKey(user: user, key: key) {
+                    let (space, user, key, jobID, status, ops, hash) = try row.decode((String, String, String, String, String, Int, String?).self)
+                    let found = UserKey(space: space, user: user, key: key)
+                    for index in keyed where UserKey(space: pushedSpace(intakes[index])!, user: intakes[index].user, key: intakes[index].idempotencyKey!) == found {
                         outcomes[index] = hash == intakes[index].requestHash
                             ? .existing(jobID: jobID, status: JobStatus(rawValue: status) ?? .queued, ops: ops)
                             : .keyReused
@@ -158,7 +162,14 @@ public struct JobStore: Sendable {
             let now = Int64(Date().timeIntervalSince1970 * 1000)
             var jobs: [(id: UUID, intake: Intake, ops: [Op], space: String)] = []
             for (index, intake) in intakes.enumerated() where outcomes[index] == nil {
-                if let key = intake.idempotencyKey, let first = earlier[UserKey(user: intake.user, key: key)] {
+                let space: String
+                if let chosen = pushedSpace(intake) {
+                    space = chosen
+                } else {
+                    space = try SpaceStore.personalSpace(connection, user: intake.user)
+                    spaces[intake.user] = space
+                }
+                if let key = intake.idempotencyKey, let first = earlier[UserKey(space: space, user: intake.user, key: key)] {
                     outcomes[index] = first.hash == intake.requestHash
                         ? .existing(jobID: first.jobID, status: .queued, ops: first.ops) : .keyReused
                     continue
@@ -166,20 +177,13 @@ public struct JobStore: Sendable {
                 guard var clock = clocks[intake.user] else { continue }
                 let ops = Self.stamp(intake.ops, clock: &clock, now: now, deviceID: intake.deviceID, maxSkew: intake.maxClockSkewMilliseconds)
                 clocks[intake.user] = clock
-                let space: String
-                if let chosen = intake.spaceID ?? spaces[intake.user] {
-                    space = chosen
-                } else {
-                    space = try SpaceStore.personalSpace(connection, user: intake.user)
-                    spaces[intake.user] = space
-                }
                 let jobID = UUID.timeOrdered()
                 let jobText = jobID.uuidString.lowercased()
                 jobs.append((jobID, intake, ops, space))
                 if let key = intake.idempotencyKey {
-                    earlier[UserKey(user: intake.user, key: key)] = (jobText, intake.requestHash, ops.count)
+                    earlier[UserKey(space: space, user: intake.user, key: key)] = (jobText, intake.requestHash, ops.count)
                 }
-                outcomes[index] = .created(jobID: jobText, ops: ops.count)
+                outcomes[index] = .created(JobRef(space: space, job: jobText), ops: ops.count)
             }
             if !jobs.isEmpty {
                 let users = clocks.keys.sorted()
@@ -263,19 +267,38 @@ public struct JobStore: Sendable {
         }
     }
 
-    private static func existing(_ connection: PGConnection, user: String, key: String, hash: String) throws -> IntakeOutcome? {
-        guard let row = try connection.execute(
-            "SELECT job_id, status, op_count, request_hash FROM jobs WHERE user_id = \(user) AND idempotency_key = \(key)"
-        ).first else { return nil }
+    /// The job an intake's idempotency key already names in its space.
+    private static func existing(_ connection: PGConnection, _ intake: Intake) throws -> IntakeOutcome? {
+        guard let key = intake.idempotencyKey else { return nil }
+        let space = try intake.spaceID.flatMap { UUID(uuidString: $0) }
+            ?? UUID(uuidString: SpaceStore.personalSpace(connection, user: intake.user))
+        guard let row = try connection.execute("""
+            SELECT job_id, status, op_count, request_hash FROM jobs
+            WHERE space_id = \(space) AND user_id = \(intake.user) AND idempotency_key = \(key)
+            """).first else { return nil }
         let (jobID, status, ops, storedHash) = try row.decode((String, String, Int, String?).self)
-        guard storedHash == hash else { return .keyReused }
+        guard storedHash == intake.requestHash else { return .keyReused }
         return .existing(jobID: jobID, status: JobStatus(rawValue: status) ?? .queued, ops: ops)
     }
 
-    /// The user's job. Another user's job is filtered out by the statement itself, so it
-    /// is answered with the same work, and in the same time, as an unknown id (G6).
-    public func view(user: String, jobID: String) async throws -> JobView? {
+    /// The user's job, in `space` (nil: their personal space first, then any: a job asked
+    /// for by its id alone). Another user's job is filtered out by the statements
+    /// themselves, so it is answered with the same work, and in the same time, as an
+    /// unknown id (G6).
+    public func view(user: String, jobID: String, space: String? = nil) async throws -> JobView? {
         guard let id = UUID(uuidString: jobID) else { return nil }
+        if let space {
+            guard let space = UUID(uuidString: space) else { return nil }
+            return try await pool.execute("""
+                \(sql: Self.viewColumns) FROM jobs WHERE space_id = \(space) AND job_id = \(id) AND user_id = \(user)
+                """).first.map { try Self.view($0).job }
+        }
+        if let personal = try await pool.execute("""
+            \(sql: Self.viewColumns) FROM jobs
+            WHERE space_id = (SELECT space_id FROM spaces WHERE personal_of = \(user)) AND job_id = \(id) AND user_id = \(user)
+            """).first {
+            return try Self.view(personal).job
+        }
         return try await pool.execute("\(sql: Self.viewColumns) FROM jobs WHERE job_id = \(id) AND user_id = \(user)")
             .first.map { try Self.view($0).job }
     }
@@ -307,26 +330,28 @@ public struct JobStore: Sendable {
     /// Records that these jobs' messages were confirmed. Only a job still `queued` can be
     /// relayed, so only those rows are rewritten: under a load the workers keep up with,
     /// most jobs are applied before the relay's next pass and their rows are left alone.
-    public func markPublished(_ jobIDs: [String]) async throws {
-        let ids = jobIDs.compactMap(UUID.init(uuidString:))
-        guard !ids.isEmpty else { return }
+    public func markPublished(_ jobs: [JobRef]) async throws {
+        let refs = jobs.filter { UUID(uuidString: $0.space) != nil && UUID(uuidString: $0.job) != nil }
+        guard !refs.isEmpty else { return }
         try await pool.execute("""
             UPDATE jobs SET published_at = clock_timestamp()
-            WHERE job_id = ANY(\(ids)) AND status = \(literal: JobStatus.queued) AND published_at IS NULL
+            FROM unnest(\(refs.map { UUID(uuidString: $0.space) }), \(refs.map { UUID(uuidString: $0.job) })) AS r(space_id, job_id)
+            WHERE jobs.space_id = r.space_id AND jobs.job_id = r.job_id
+              AND status = \(literal: JobStatus.queued) AND published_at IS NULL
             """)
     }
 
     /// Queued jobs nobody has confirmed publishing, older than `age` seconds. (The status
     /// is a literal: the `jobs_unpublished` partial index is for it.)
-    public func unpublished(olderThan age: Double, limit: Int) async throws -> [(jobID: String, traceID: String?, ops: Int)] {
+    public func unpublished(olderThan age: Double, limit: Int) async throws -> [(job: JobRef, traceID: String?, ops: Int)] {
         try await pool.execute("""
-            SELECT job_id, trace_id, op_count FROM jobs
+            SELECT space_id, job_id, trace_id, op_count FROM jobs
             WHERE status = \(literal: JobStatus.queued) AND published_at IS NULL
               AND created_at < clock_timestamp() - make_interval(secs => \(age))
             ORDER BY created_at LIMIT \(limit)
             """).map { row in
-            let (id, trace, ops) = try row.decode((String, String?, Int).self)
-            return (id, trace, ops)
+            let (space, id, trace, ops) = try row.decode((String, String, String?, Int).self)
+            return (JobRef(space: space, job: id), trace, ops)
         }
     }
 

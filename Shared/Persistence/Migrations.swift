@@ -481,6 +481,19 @@ public enum Migrations {
               SELECT 1 FROM records s
               WHERE s.public_id = r.forked_from AND s.space_id <> r.space_id AND s.visibility = 'unlisted');
             """),
+        Migration(version: 18, name: "jobs keyed by space", sql: """
+            -- A job is its space's, like the records it writes: keyed (space_id, job_id), so
+            -- that a database distributed by space keeps a job with its records, and the
+            -- apply's transaction on one node. Job ids stay unique (time-ordered UUIDs);
+            -- jobs_by_id serves what names a job alone (operators, old clients).
+            ALTER TABLE jobs DROP CONSTRAINT jobs_pkey;
+            ALTER TABLE jobs ADD PRIMARY KEY (space_id, job_id);
+            CREATE INDEX jobs_by_id ON jobs (job_id);
+            -- An idempotency key is the user's within the space pushed to.
+            DROP INDEX jobs_by_idempotency_key;
+            CREATE UNIQUE INDEX jobs_by_idempotency_key ON jobs (space_id, user_id, idempotency_key)
+              WHERE idempotency_key IS NOT NULL;
+            """),
     ]
 
     /// Applies every migration not yet applied. Safe to run from many processes at once.

@@ -224,13 +224,15 @@ extension SyncClient {
         return Int(digits)
     }
 
-    /// Polls every job still running; returns whether any is.
+    /// Polls every job still running; returns whether any is. A shared space's jobs are
+    /// asked for with their space, so the server reads that space alone.
     func followJobs() async throws -> Bool {
         var running = false
+        let scope = configuration.spaceID.map { "?space_id=\($0)" } ?? ""
         for jobID in try store.sentJobs() {
             let answer: ServerAPI.Answer
             do {
-                answer = try await api.send("GET", "/v1/sync/jobs/\(jobID)")
+                answer = try await api.send("GET", "/v1/sync/jobs/\(jobID)\(scope)")
             } catch {
                 throw Retry(reason: "job status failed: \(error.localizedDescription)", after: nil)
             }

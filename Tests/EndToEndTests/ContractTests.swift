@@ -5,6 +5,7 @@ import Crypto
 import Foundation
 import PQBridge
 import ServiceSupport
+import SyncModels
 import Testing
 import Yams
 
@@ -106,7 +107,7 @@ struct ContractTests {
             let deadJob = UUID().uuidString.lowercased()
             let publisher = AMQPPublisher(
                 endpoint: try #require(AMQPEndpoint(url: E2E.amqpURL!)), topology: E2E.topology, logger: E2E.logger)
-            try await publisher.publish([SynclineTopology.jobMessage(jobID: deadJob, traceID: nil)])
+            try await publisher.publish([SynclineTopology.jobMessage(JobRef(space: UUID().uuidString, job: deadJob), traceID: nil)])
             await publisher.shutdown()
             _ = try await E2E.eventually(within: 10, "the unknown job dead-lettered") {
                 try await api.request("GET", "/v1/admin/dead-letters/\(deadJob)", token: admin).status == 200 ? true : nil

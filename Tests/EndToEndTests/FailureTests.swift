@@ -3,6 +3,7 @@ import BrokerTopology
 import Foundation
 import PQBridge
 import ServiceSupport
+import SyncModels
 import Testing
 
 /// Fault tests (issue 3): a steady load, a fault, healing, then 0 acknowledged ops lost,
@@ -95,7 +96,7 @@ struct FailureTests {
                 OutgoingMessage(
                     exchange: SynclineTopology.jobsExchange, routingKey: SynclineTopology.jobsRoutingKey,
                     body: Array("garbage \(UUID())".utf8)),
-                SynclineTopology.jobMessage(jobID: unknownJob, traceID: nil),
+                SynclineTopology.jobMessage(JobRef(space: UUID().uuidString, job: unknownJob), traceID: nil),
             ])
 
             // G8: while the poisoned job is retried, another user's jobs are applied.
@@ -368,8 +369,13 @@ struct FailureTests {
                 })
                 let job = try #require(push.json["job_id"] as? String)
                 jobs.append(job)
-                // Three more copies of the announcement, racing the first.
-                try await publisher.publish((0..<3).map { _ in SynclineTopology.jobMessage(jobID: job, traceID: nil) })
+                // Three more copies of the announcement, racing the first, as published
+                // before messages named the job's space: the worker looks the space up.
+                try await publisher.publish((0..<3).map { _ in
+                    OutgoingMessage(
+                        exchange: SynclineTopology.jobsExchange, routingKey: SynclineTopology.jobsRoutingKey,
+                        body: Array(#"{"job_id":"\#(job)"}"#.utf8), messageID: job)
+                })
             }
             await publisher.shutdown()
             for job in jobs {

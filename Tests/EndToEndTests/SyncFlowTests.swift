@@ -3,6 +3,7 @@ import BrokerTopology
 import Foundation
 import PQBridge
 import ServiceSupport
+import SyncModels
 import Testing
 
 @Suite("End to end: push → job → worker → pull", .enabled(if: E2E.enabled), .serialized, .timeLimit(.minutes(3)))
@@ -265,7 +266,7 @@ struct SyncFlowTests {
             let before = try await publisher.queueStats([SynclineTopology.deadLetterQueue]).first?.messages ?? 0
             try await publisher.publish([
                 OutgoingMessage(exchange: SynclineTopology.jobsExchange, routingKey: SynclineTopology.jobsRoutingKey, body: Array("not json".utf8)),
-                SynclineTopology.jobMessage(jobID: UUID().uuidString.lowercased(), traceID: nil),
+                SynclineTopology.jobMessage(JobRef(space: UUID().uuidString, job: UUID().uuidString), traceID: nil),
             ])
             let api = stack.client
             let token = await E2E.token("poison-\(UUID().uuidString.prefix(6))")

@@ -64,8 +64,9 @@ struct PersistenceTests {
                 op(.upsert, "n2", ["title": .string("b")], hlc: future.description),
                 op(.delete, "n3"),
             ]))
-            guard case .created(let jobID, 3) = outcome else { Issue.record("\(outcome)"); return }
-            let result = try await apply.apply(jobIDs: [jobID], attempt: .countedInCommit)[jobID]
+            guard case .created(let job, 3) = outcome else { Issue.record("\(outcome)"); return }
+            let jobID = job.job
+            let result = try await apply.apply(jobs: [job], attempt: .countedInCommit)[jobID]
             guard case .applied(let applied)? = result, applied.checkpoint == 2, applied.hadRejectsOrConflicts,
                   applied.members == [applied.user] else { Issue.record("\(result)"); return }
             #expect(applied.user == alice)
@@ -77,7 +78,11 @@ struct PersistenceTests {
             #expect(try await jobs.view(user: user(), jobID: jobID) == nil)
 
             // A second delivery changes nothing.
-            #expect(try await apply.apply(jobIDs: [jobID], attempt: .countedInCommit) == [jobID: .alreadyFinished(.succeeded)])
+            #expect(try await apply.apply(jobs: [job], attempt: .countedInCommit) == [jobID: .alreadyFinished(.succeeded)])
+            // A message naming the job in another space finds nothing.
+            let elsewhere = JobRef(space: UUID().uuidString, job: jobID)
+            #expect(try await apply.apply(jobs: [elsewhere], attempt: .countedInCommit) == [jobID: .unknownJob])
+            #expect(try await apply.spaces(ofJobs: [jobID]) == [jobID: job.space])
 
             let space = try await SpaceStore(pool: pool).personalSpace(user: alice)
             guard case .page(let page) = try await pulls.pull(user: alice, space: space, since: 0, limit: 1, collections: nil) else { return }
@@ -100,8 +105,8 @@ struct PersistenceTests {
             let device = try await devices.register(user: alice, name: "mac", platform: "macos", pushURL: nil, pushSecret: "s")
             let text = "ünïcode \"quoted\" \\ \n" + String(repeating: "x", count: 100)
             let ops = (0..<7).map { op(.upsert, "r\($0)", ["n": .int(Int64($0)), "text": .string(text), "big": .int(Int64.max)]) }
-            guard case .created(let jobID, _) = try await jobs.create(intake(alice, device.deviceID, ops)) else { Issue.record("no job"); return }
-            _ = try await apply.apply(jobIDs: [jobID], attempt: .countedInCommit)
+            guard case .created(let job, _) = try await jobs.create(intake(alice, device.deviceID, ops)) else { Issue.record("no job"); return }
+            _ = try await apply.apply(jobs: [job], attempt: .countedInCommit)
             let small = PullStore(pool: pool, pageBudget: 300)  // two records of about 150 stored bytes
             var since: Int64 = 0, pages: [[String]] = []
             while true {
@@ -133,8 +138,8 @@ struct PersistenceTests {
             let alice = user()
             let device = try await devices.register(user: alice, name: "mac", platform: "macos", pushURL: nil, pushSecret: "s")
             let created = try await jobs.create(intake(alice, device.deviceID, [op(.upsert, "r", ["n": 1])]))
-            guard case .created(let jobID, _) = created else { Issue.record("no job"); return }
-            _ = try await apply.apply(jobIDs: [jobID], attempt: .countedInCommit)
+            guard case .created(let job, _) = created else { Issue.record("no job"); return }
+            _ = try await apply.apply(jobs: [job], attempt: .countedInCommit)
             let replica = PGPool(
                 url: "postgresql://syncline@127.0.0.1:1/none?connect_timeout=2", size: 1, logger: TestEnvironment.logger)
             let pulls = PullStore(reads: ReadPools(primary: pool, replica: replica))
@@ -175,7 +180,7 @@ struct PersistenceTests {
                   case .created(let second, _) = try await jobs.create(intake(alice, device.deviceID, [op(.upsert, "b", ["x": .int(1)]), op(.upsert, "c", ["x": .int(1)])]))
             else { Issue.record("jobs not created"); return }
             let stored = try await pool.execute(
-                "SELECT ops FROM jobs WHERE job_id = ANY(\([first, second])::uuid[]) ORDER BY created_at"
+                "SELECT ops FROM jobs WHERE job_id = ANY(\([first.job, second.job])::uuid[]) ORDER BY created_at"
             ).map { try JSONCoding.decode([Op].self, from: try $0.decode(String.self, at: 0)) }
             let stamps = stored[1].compactMap(\.hlc).compactMap(HLC.init)
             #expect(stamps.count == 2)
@@ -194,16 +199,16 @@ struct PersistenceTests {
     }
 
     @Test func idempotencyKeyReturnsSameJobOrRefusesOtherBody() async throws {
-        try await withStores { _, devices, jobs, _, _ in
+        try await withStores { pool, devices, jobs, _, _ in
             let alice = user()
             let device = try await devices.register(user: alice, name: "m", platform: "p", pushURL: nil, pushSecret: "s")
             let ops = [op(.delete, "x")]
             let first = try await jobs.create(intake(alice, device.deviceID, ops, key: "k1", hash: "same"))
             let again = try await jobs.create(intake(alice, device.deviceID, ops, key: "k1", hash: "same"))
-            guard case .created(let jobID, _) = first, case .existing(let sameID, .queued, 1) = again else {
+            guard case .created(let job, _) = first, case .existing(let sameID, .queued, 1) = again else {
                 Issue.record("\(first) \(again)"); return
             }
-            #expect(jobID == sameID)
+            #expect(job.job == sameID)
             #expect(try await jobs.create(intake(alice, device.deviceID, ops, key: "k1", hash: "other")) == .keyReused)
             // Keys are per user.
             let bob = user()
@@ -211,6 +216,15 @@ struct PersistenceTests {
             guard case .created = try await jobs.create(intake(bob, bobsDevice.deviceID, ops, key: "k1", hash: "same")) else {
                 Issue.record("another user's key must not collide"); return
             }
+            // Keys are per space: the same key in another of alice's spaces is another push.
+            let shared = try await SpaceStore(pool: pool).create(user: alice, name: "shared")
+            var elsewhere = intake(alice, device.deviceID, ops, key: "k1", hash: "same")
+            elsewhere.spaceID = shared.spaceID
+            guard case .created(let other, _) = try await jobs.create(elsewhere) else {
+                Issue.record("a key of one space must not collide with another's"); return
+            }
+            #expect(other.space == shared.spaceID && other.job != job.job)
+            #expect(try await jobs.create(elsewhere) == .existing(jobID: other.job, status: .queued, ops: 1))
         }
     }
 

@@ -11,7 +11,6 @@ import Testing
 struct SpaceKeyCatalogTests {
     /// Tables with a `space_id` whose primary key does not start with it.
     static let tablesKeyedOtherwise: Set<String> = [
-        "jobs",  // by job_id: a job is looked up by its id alone
         "dead_letters",  // by dead_letter_id: the list stays on the coordinator
         "blob_uploads",  // by upload_id: a tus upload is addressed by its id alone
         "space_invitations",  // by the code's hash: an invitation is redeemed by its code alone
@@ -20,6 +19,10 @@ struct SpaceKeyCatalogTests {
     /// Indexes of space-keyed tables that do not start with `space_id`: reads across spaces.
     static let crossSpaceIndexes: Set<String> = [
         "blobs_by_object", "blobs_unreferenced",  // purge's sweep of unreferenced files
+        "jobs_by_id",  // a job named by its id alone: operators, and clients that do not send its space
+        "jobs_unpublished",  // the gateway's relay of jobs nobody confirmed publishing
+        "jobs_unfinished",  // the backlog's gauge
+        "jobs_by_user", "jobs_finished",  // account deletion, and purge of finished jobs
         "records_by_author",  // account deletion
         "records_public_by_tag", "records_public_id_unique", "records_public_listing", "records_public_search",
         "records_reserved_public_ids",  // public reads and purge's release of public ids

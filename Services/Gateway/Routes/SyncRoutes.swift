@@ -87,11 +87,11 @@ struct SyncRoutes: Sendable {
                 status: .conflict, code: .blobMissing,
                 detail: "ops[\(op)] references the file \(sha256), which the space does not hold: upload it first.")
         case .existing(let jobID, let status, let ops):
-            return try accepted(PushAccepted(jobID: jobID, status: status, ops: ops))
-        case .created(let jobID, let ops):
+            return try accepted(PushAccepted(jobID: jobID, status: status, ops: ops), space: push.spaceID)
+        case .created(let job, let ops):
             pushes.increment()
             pushedOps.increment(by: ops)
-            return try accepted(PushAccepted(jobID: jobID, status: .queued, ops: ops))
+            return try accepted(PushAccepted(jobID: job.job, status: .queued, ops: ops), space: job.space)
         }
     }
 
@@ -107,16 +107,19 @@ struct SyncRoutes: Sendable {
             .increment(by: naming.count - allowed)
     }
 
-    private func accepted(_ body: PushAccepted) throws -> Response {
+    /// 202 with the job, and its status's address; with the space when it is known, so
+    /// that the status is read from that space alone.
+    private func accepted(_ body: PushAccepted, space: String?) throws -> Response {
         var headers = HTTPFields()
-        headers[.location] = "/v1/sync/jobs/\(body.jobID)"
+        headers[.location] = "/v1/sync/jobs/\(body.jobID)" + (space.map { "?space_id=\(Names.canonicalUUID($0) ?? $0)" } ?? "")
         return try jsonResponse(body, status: .accepted, headers: headers)
     }
 
     @Sendable func job(_ request: Request, context: GatewayRequestContext) async throws -> Response {
         let claims = try await auth.user(request, context: context)
         let id = try context.parameters.require("job_id")
-        guard let view = try await jobs.view(user: claims.sub, jobID: id) else { throw APIError.notFound("No such job.") }
+        let space = try request.spaceParameter()
+        guard let view = try await jobs.view(user: claims.sub, jobID: id, space: space) else { throw APIError.notFound("No such job.") }
         return try jsonResponse(view)
     }
 

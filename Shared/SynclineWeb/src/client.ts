@@ -921,11 +921,12 @@ export class SyncClient {
     this.changedAll();
   }
 
-  /** Polls every job still running; returns whether any is. */
+  /** Polls every job still running; returns whether any is. A shared space's jobs are asked for with their space, so the server reads that space alone. */
   private async followJobs(): Promise<boolean> {
     let running = false;
+    const scope = this.options.spaceID ? `?space_id=${encodeURIComponent(this.options.spaceID)}` : "";
     for (const jobID of await this.store.sentJobs()) {
-      const answer = await this.send("GET", `/v1/sync/jobs/${jobID}`);
+      const answer = await this.send("GET", `/v1/sync/jobs/${jobID}${scope}`);
       if (answer.status === 404) {
         await this.store.jobForgotten(jobID);
         continue;
