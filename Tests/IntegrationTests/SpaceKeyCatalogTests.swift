@@ -4,16 +4,23 @@ import Testing
 /// Ready for a database distributed by `space_id` (Citus, docs/SCALING.md): every table
 /// that holds a space's data is keyed with `space_id` first, and so is every index on it,
 /// so that what a space does routes to one shard. The schema as the migrations leave it
-/// is read from PostgreSQL's catalog. What does not follow the rule yet is listed here,
-/// with the reason, exactly as docs/SCALING.md lists it: a new table or index that
+/// is read from PostgreSQL's catalog. What does not follow the rule is listed here, with
+/// the reason, as docs/SCALING.md lists it: a new table or index that
 /// breaks the rule fails this test, and so does an exception that is no longer needed.
 @Suite("Space keys", .enabled(if: TestEnvironment.hasServers))
 struct SpaceKeyCatalogTests {
-    /// Tables with a `space_id` whose primary key does not start with it.
+    /// Tables with a `space_id` whose primary key does not start with it: each is
+    /// distributed by what its hot statements name instead (docs/SCALING.md).
     static let tablesKeyedOtherwise: Set<String> = [
-        "dead_letters",  // by dead_letter_id: the list stays on the coordinator
-        "blob_uploads",  // by upload_id: a tus upload is addressed by its id alone
-        "space_invitations",  // by the code's hash: an invitation is redeemed by its code alone
+        // By dead_letter_id: operators' list, by time across spaces, and letters of
+        // messages that name no space; it stays on the coordinator.
+        "dead_letters",
+        // By upload_id, which is its object's id: every PATCH writes the object's rows
+        // (`blob_chunks`, by object id) and advances the upload, so the two are co-located
+        // by object id and a PATCH stays on one node.
+        "blob_uploads",
+        // By the code's hash: an invitation is redeemed by its code alone.
+        "space_invitations",
     ]
 
     /// Indexes of space-keyed tables that do not start with `space_id`: reads across spaces.
