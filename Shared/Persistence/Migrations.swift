@@ -485,10 +485,12 @@ public enum Migrations {
             -- A job is its space's, like the records it writes: keyed (space_id, job_id), so
             -- that a database distributed by space keeps a job with its records, and the
             -- apply's transaction on one node. Job ids stay unique (time-ordered UUIDs);
-            -- jobs_by_id serves what names a job alone (operators, old clients).
+            -- jobs_by_id serves what names a job alone (operators, old clients), with its
+            -- user, so that another user's job is passed over in the index, as an unknown
+            -- id is, without reading its row.
             ALTER TABLE jobs DROP CONSTRAINT jobs_pkey;
             ALTER TABLE jobs ADD PRIMARY KEY (space_id, job_id);
-            CREATE INDEX jobs_by_id ON jobs (job_id);
+            CREATE INDEX jobs_by_id ON jobs (job_id, user_id);
             -- An idempotency key is the user's within the space pushed to.
             DROP INDEX jobs_by_idempotency_key;
             CREATE UNIQUE INDEX jobs_by_idempotency_key ON jobs (space_id, user_id, idempotency_key)

@@ -291,7 +291,7 @@ struct ClientProcessTests {
     /// registration must answer within 5 s (they take milliseconds) and every sync of A
     /// within 10 s. The bound was 2 s until one CI run on 2026-11-24 saw a 2.49 s
     /// registration while A's sync took 2.69 s: a gateway-wide stall of the kind the probe
-    /// reported (issue 17, item 12), not yet explained. The run prints every registration
+    /// reported, not yet explained. The run prints every registration
     /// over 0.5 s, so CI's log keeps the evidence; 5 s still fails the stalls of 5–17 s the
     /// probe saw.
     @Test func twoDevicesOfOneUserSyncingNeverStallOthers() async throws {

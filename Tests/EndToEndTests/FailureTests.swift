@@ -6,7 +6,7 @@ import ServiceSupport
 import SyncModels
 import Testing
 
-/// Fault tests (issue 3): a steady load, a fault, healing, then 0 acknowledged ops lost,
+/// Fault tests: a steady load, a fault, healing, then 0 acknowledged ops lost,
 /// 0 applied twice, every job terminal, and the pulled state as expected.
 @Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct FailureTests {

@@ -49,6 +49,8 @@ struct BackgroundWorkTests {
             try? await tasks.waitForAll()
         }
         #expect(await cancelled.isSet)
-        #expect(ContinuousClock.now - started < .seconds(5))
+        // Well before the work's own 30 s: cancelled, not waited out. (Not tighter: a
+        // test process on a busy machine can stall for seconds.)
+        #expect(ContinuousClock.now - started < .seconds(20))
     }
 }
