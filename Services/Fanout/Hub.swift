@@ -165,9 +165,11 @@ final class Hub: Service, Sendable {
     /// The refusal of a stream over `streamsPerUser`, counted.
     func tooManyStreams() -> APIError {
         refusedForCap.increment()
-        return APIError(
+        var error = APIError(
             status: .tooManyRequests, code: .rateLimited,
             detail: "You have \(streamsPerUser) streams open here already; close one first.", retryAfterSeconds: 5)
+        error.limit = Int64(streamsPerUser)
+        return error
     }
 
     func unsubscribe(user: String, id: UUID) {

@@ -32,6 +32,13 @@ public struct APIError: HTTPResponseError, Sendable {
     public var retryAfterSeconds: Int?
     /// The `Allow` header of a 405.
     public var allow: String?
+    /// Extension members (RFC 9457) a client acts on, so that it never reads `detail`:
+    /// the op a problem is about (`op_index`), where in the request (`pointer`, a JSON
+    /// Pointer), the file it names (`sha256`), and the limit it broke (`limit`).
+    public var opIndex: Int?
+    public var pointer: String?
+    public var sha256: String?
+    public var limit: Int64?
 
     public init(status: HTTPResponse.Status, code: Code, detail: String, retryAfterSeconds: Int? = nil) {
         self.status = status
@@ -45,8 +52,20 @@ public struct APIError: HTTPResponseError, Sendable {
     public static func unauthorized(_ detail: String) -> APIError { APIError(status: .unauthorized, code: .unauthorized, detail: detail) }
     public static func forbidden(_ detail: String) -> APIError { APIError(status: .forbidden, code: .forbidden, detail: detail) }
     public static func notFound(_ detail: String = "No such resource.") -> APIError { APIError(status: .notFound, code: .notFound, detail: detail) }
-    public static func rateLimited(retryAfter seconds: Int) -> APIError {
-        APIError(status: .tooManyRequests, code: .rateLimited, detail: "Too many requests; retry after \(seconds) s.", retryAfterSeconds: seconds)
+    /// 429 with `Retry-After`; `limit`: how many the limit allows (per second for a rate,
+    /// at once for a cap).
+    public static func rateLimited(retryAfter seconds: Int, limit: Int64? = nil) -> APIError {
+        var error = APIError(
+            status: .tooManyRequests, code: .rateLimited, detail: "Too many requests; retry after \(seconds) s.", retryAfterSeconds: seconds)
+        error.limit = limit
+        return error
+    }
+
+    /// 413; `limit`: the most bytes allowed.
+    public static func tooLarge(_ detail: String, limit: Int64) -> APIError {
+        var error = APIError(status: .contentTooLarge, code: .payloadTooLarge, detail: detail)
+        error.limit = limit
+        return error
     }
     public static func unavailable(_ detail: String) -> APIError {
         APIError(status: .serviceUnavailable, code: .unavailable, detail: detail, retryAfterSeconds: 5)
@@ -54,8 +73,19 @@ public struct APIError: HTTPResponseError, Sendable {
 
     public static func from(_ failure: ValidationFailure) -> APIError {
         switch failure {
-        case .notJSON(let detail): return .badRequest(detail)
-        case .invalid(let detail): return .unprocessable(detail)
+        case .notJSON(let detail):
+            return .badRequest(detail)
+        case .invalid(let detail, let pointer, let limit):
+            var error = APIError.unprocessable(detail)
+            error.pointer = pointer
+            error.limit = limit.map(Int64.init)
+            return error
+        case .op(let index, let pointer, let detail, let limit):
+            var error = APIError.unprocessable(detail)
+            error.opIndex = index
+            error.pointer = pointer
+            error.limit = limit.map(Int64.init)
+            return error
         }
     }
 
@@ -65,6 +95,14 @@ public struct APIError: HTTPResponseError, Sendable {
         let status: Int
         let detail: String
         let code: String
+        let opIndex: Int?
+        let pointer: String?
+        let sha256: String?
+        let limit: Int64?
+
+        enum CodingKeys: String, CodingKey {
+            case type, title, status, detail, code, opIndex = "op_index", pointer, sha256, limit
+        }
     }
 
     /// The problem; a `HEAD` request gets its header fields alone.
@@ -86,7 +124,8 @@ public struct APIError: HTTPResponseError, Sendable {
     public var body: ByteBuffer {
         let body = Body(
             type: "https://syncline.dev/problems/\(code.rawValue)", title: status.reasonPhrase,
-            status: status.code, detail: detail, code: code.rawValue)
+            status: status.code, detail: detail, code: code.rawValue,
+            opIndex: opIndex, pointer: pointer, sha256: sha256, limit: limit)
         return ByteBuffer(bytes: (try? JSONCoding.encode(body)) ?? Data())
     }
 }
@@ -146,12 +185,12 @@ extension APIError {
             // A malformed chunked body, met while the route reads it.
             return .malformedHTTP(error)
         case is NIOTooManyBytesError:
-            return APIError(status: .contentTooLarge, code: .payloadTooLarge, detail: "The body is larger than 1 MiB.")
+            return .tooLarge("The body is larger than 1 MiB.", limit: 1 << 20)
         case let error as HTTPError:
             switch error.status {
             case .notFound: return .notFound()
             case .contentTooLarge:
-                return APIError(status: .contentTooLarge, code: .payloadTooLarge, detail: "The body is larger than 1 MiB.")
+                return .tooLarge("The body is larger than 1 MiB.", limit: 1 << 20)
             case .methodNotAllowed:
                 return APIError(status: .methodNotAllowed, code: .invalidRequest, detail: "Method not allowed.")
             default:

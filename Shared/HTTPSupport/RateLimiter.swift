@@ -75,7 +75,7 @@ extension RateLimiter {
     public func check(_ key: String, limit name: String, cost: Int = 1) throws(APIError) {
         if let wait = acquire(key, cost: Double(cost)) {
             Counter(label: "syncline_rate_limited_total", dimensions: [("limit", name)]).increment()
-            throw APIError.rateLimited(retryAfter: wait)
+            throw APIError.rateLimited(retryAfter: wait, limit: Int64(limit.burst))
         }
     }
 }

@@ -18,8 +18,12 @@ struct ServerAPI: Sendable {
         let body: Data
 
         var json: JSONValue? { try? JSONParser.parse(body) }
-        /// A problem's `detail`, else the body as text.
+        /// A problem's `detail`, else the body as text: for people, never parsed.
         var detail: String { json?.objectValue?["detail"]?.stringValue ?? String(decoding: body.prefix(500), as: UTF8.self) }
+        /// A problem's extension members the client acts on: the op it is about, and the
+        /// file it names.
+        var problemOpIndex: Int? { json?.objectValue?["op_index"]?.intValue.map { Int($0) } }
+        var problemSHA256: String? { json?.objectValue?["sha256"]?.stringValue }
         /// Seconds from `Retry-After` (delta-seconds form).
         var retryAfter: Double? { header("Retry-After").flatMap(Double.init) }
 

@@ -168,18 +168,15 @@ extension SyncClient {
                 }
                 try store.batchAccepted(batch, jobID: jobID)
             case 400, 422:
-                try setAside(batch, index: Self.opIndex(in: answer.detail), reason: Self.withoutOpIndex(answer.detail))
+                try setAside(batch, index: answer.problemOpIndex, reason: answer.detail)
             case 409 where answer.json?.objectValue?["code"]?.stringValue == "blob_missing":
                 // The server lacks a file an op references (purged, or never sent): sent
                 // again when this device holds it, else the op is set aside.
-                let index = Self.opIndex(in: answer.detail)
-                let sha256 = answer.detail.split(separator: " ").first { BlobReference.isValidSHA256($0.trimmingCharacters(in: .punctuationCharacters)) }
-                    .map { $0.trimmingCharacters(in: .punctuationCharacters) }
-                if let sha256, try store.blobMissing(sha256) {
+                if let sha256 = answer.problemSHA256, try store.blobMissing(sha256) {
                     try store.batchDissolved(batch)
                     if let failure = try await uploadPending() { throw Retry(reason: failure, after: nil) }
                 } else {
-                    try setAside(batch, index: index, reason: answer.detail)
+                    try setAside(batch, index: answer.problemOpIndex, reason: answer.detail)
                 }
             case 403 where configuration.spaceID != nil:
                 // A viewer's edits: the server will not take them while the role lasts.
@@ -210,19 +207,6 @@ extension SyncClient {
         notifyAll()
     }
 
-    /// A problem's detail without its `ops[i]: ` prefix: the position in a batch means
-    /// nothing to the app, which knows the op by its id.
-    static func withoutOpIndex(_ detail: String) -> String {
-        guard detail.hasPrefix("ops["), let end = detail.range(of: "]: ") else { return detail }
-        return String(detail[end.upperBound...])
-    }
-
-    /// `ops[i]` in a problem's detail.
-    static func opIndex(in detail: String) -> Int? {
-        guard let start = detail.range(of: "ops[") else { return nil }
-        let digits = detail[start.upperBound...].prefix { $0.isNumber }
-        return Int(digits)
-    }
 
     /// Polls every job still running; returns whether any is. A shared space's jobs are
     /// asked for with their space, so the server reads that space alone.

@@ -206,8 +206,8 @@ struct AttachmentTests {
             ]
             let early = try await api.push(token, device: device, ops: ops)
             #expect(early.status == 409 && early.json["code"] as? String == "blob_missing", "\(early.text)")
-            let detail = early.json["detail"] as? String ?? ""
-            #expect(detail.contains("ops[1]") && detail.contains(sha), "\(detail)")
+            #expect(early.json["op_index"] as? Int == 1 && early.json["sha256"] as? String == sha
+                && early.json["pointer"] as? String == "/ops/1/data", "\(early.text)")
             #expect(try await pool.value("SELECT count(*)::int FROM jobs WHERE user_id = \(user)") == 0)
 
             #expect(try await Self.put(api, token, photo).status == 201)

@@ -287,6 +287,46 @@ struct WebClientTests {
         }
     }
 
+    /// An app opened offline: the device is known, so the first thing asking for a token
+    /// is the live stream, and the token provider fails. That is reported in the status,
+    /// never as an unhandled rejection, and the stream opens once the provider answers.
+    @Test func aTokenProviderFailingWhileTheStreamOpensIsReportedAndRetried() async throws {
+        try await Self.withPage(fanouts: 1) { page in
+            let (stack, browser, token) = (page.stack, page.browser, page.token)
+            let options = """
+                {gatewayURL: \(Browser.quoted(stack.client.base)), fanoutURL: 'http://127.0.0.1:\(stack.fanouts[0].port)',
+                 databaseName: 'opened-offline', pollInterval: null,
+                 tokenProvider: async () => { if (window.offline) throw new Error('no network to sign in with'); return \(Browser.quoted(token)); }}
+                """
+            _ = try browser.evaluate("""
+                (async () => {
+                  window.unhandled = [];
+                  window.addEventListener('unhandledrejection', (event) => window.unhandled.push(String(event.reason)));
+                  window.offline = false;
+                  window.client = await syncline.createClient(\(options));
+                  client.start();
+                  return true;
+                })()
+                """)
+            try browser.waitFor("client.status().then(s => window.live = s.live) && window.live", within: 10)
+            _ = try browser.evaluate("""
+                (async () => {
+                  await client.stop();
+                  window.live = false;
+                  window.offline = true;
+                  window.client = await syncline.createClient(\(options));
+                  client.start();
+                  return true;
+                })()
+                """)
+            try browser.waitFor(
+                "client.status().then(s => window.failure = s.lastError) && (window.failure || '').includes('no network')", within: 10)
+            _ = try browser.evaluate("window.offline = false; true")
+            try browser.waitFor("client.status().then(s => window.live = s.live) && window.live", within: 30)
+            #expect(try browser.evaluate("JSON.stringify(window.unhandled)") as? String == "[]")
+        }
+    }
+
     /// Queries through declared IndexedDB indexes select exactly what a scan of the whole
     /// collection selects, over random records and queries — also after the indexes change
     /// (an index dropped, another added and filled from the records already there).

@@ -26,12 +26,14 @@ struct ClientLogicTests {
         #expect(parser.feed(Array("ta:c\n\n".utf8)) == ["c"])
     }
 
-    @Test func aProblemNamesTheOpItRefused() {
-        #expect(SyncClient.opIndex(in: "ops[12]: data is 300000 bytes, more than 262144") == 12)
-        #expect(SyncClient.opIndex(in: "device_id must be a non-empty string.") == nil)
-        // What the app is told names no position in a batch.
-        #expect(SyncClient.withoutOpIndex("ops[12]: data is 300000 bytes, more than 262144") == "data is 300000 bytes, more than 262144")
-        #expect(SyncClient.withoutOpIndex("device_id must be a non-empty string.") == "device_id must be a non-empty string.")
+    /// The op and the file a problem names are read from its members, never its detail.
+    @Test func aProblemNamesTheOpItRefusedInItsMembers() {
+        func answer(_ body: String) -> ServerAPI.Answer { ServerAPI.Answer(status: 422, headers: [:], body: Data(body.utf8)) }
+        let refused = answer(#"{"detail":"ops[7]: worded any way","op_index":12,"pointer":"/ops/12/data"}"#)
+        #expect(refused.problemOpIndex == 12 && refused.detail == "ops[7]: worded any way")
+        #expect(answer(#"{"detail":"ops[3]: no member"}"#).problemOpIndex == nil)
+        let missing = answer(#"{"code":"blob_missing","detail":"x","op_index":0,"sha256":"\#(String(repeating: "a", count: 64))"}"#)
+        #expect(missing.problemSHA256 == String(repeating: "a", count: 64))
     }
 
     static func server(_ data: [String: JSONValue]?, hlc: String, version: Int64 = 5) -> RecordView {

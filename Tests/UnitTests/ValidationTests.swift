@@ -55,11 +55,11 @@ struct ValidationTests {
         (#""type":"publish","public_id":"A""#, "public_id"),
     ])
     func schemaViolationsNameTheOp(fields: String, fragment: String) {
-        guard case .invalid(let detail)? = failure(body(op("\"type\":\"delete\"") + "," + op(fields))) else {
-            Issue.record("expected a 422 for \(fields)")
+        guard case .op(index: 1, let pointer, let detail, _)? = failure(body(op("\"type\":\"delete\"") + "," + op(fields))) else {
+            Issue.record("expected a 422 naming op 1 for \(fields)")
             return
         }
-        #expect(detail.hasPrefix("ops[1]: "))
+        #expect(pointer.hasPrefix("/ops/1"), "\(pointer)")
         #expect(detail.contains(fragment), "\(detail)")
     }
 

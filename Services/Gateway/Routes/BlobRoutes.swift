@@ -92,13 +92,11 @@ struct BlobRoutes: Sendable {
     static let notWritable = APIError.forbidden("You can no longer add files to this space; nothing was stored.")
 
     static func tooLarge(_ limit: Int64) -> APIError {
-        APIError(status: .contentTooLarge, code: .payloadTooLarge, detail: "A file may have at most \(limit) bytes.")
+        APIError.tooLarge("A file may have at most \(limit) bytes.", limit: limit)
     }
 
     static func overQuota(_ quota: Int64) -> APIError {
-        APIError(
-            status: .contentTooLarge, code: .payloadTooLarge,
-            detail: "This file would take the space's files over its quota of \(quota) bytes.")
+        APIError.tooLarge("This file would take the space's files over its quota of \(quota) bytes.", limit: quota)
     }
 
     /// The space named by `space_id` (the personal one when absent), which the caller may

@@ -45,7 +45,7 @@ struct SpaceRoutes: Sendable {
         return role
     }
 
-    static func answer(_ change: SpaceStore.Change) throws {
+    func answer(_ change: SpaceStore.Change) throws {
         switch change {
         case .done: return
         case .notFound: throw APIError.notFound("No such space, member or invitation.")
@@ -55,9 +55,11 @@ struct SpaceRoutes: Sendable {
                 status: .conflict, code: .invalidRequest,
                 detail: "The last owner cannot leave or stop being owner; make another member owner first.")
         case .tooManyInvitations:
-            throw APIError(
+            var error = APIError(
                 status: .tooManyRequests, code: .rateLimited,
                 detail: "This space has as many open invitations as it may; revoke one, or wait for one to be used or expire.")
+            error.limit = Int64(maxOpenInvitations)
+            throw error
         }
     }
 
@@ -79,7 +81,7 @@ struct SpaceRoutes: Sendable {
         let claims = try await auth.user(request, context: context)
         let space = try context.parameters.require("space_id")
         let (change, members) = try await spaces.delete(user: claims.sub, space: space)
-        try Self.answer(change)
+        try answer(change)
         let id = Names.canonicalUUID(space) ?? space
         await publisher.announce(members.map { SpaceLeftEvent(userID: $0, spaceID: id) }, logger: context.logger)
         let logger = context.logger
@@ -101,7 +103,7 @@ struct SpaceRoutes: Sendable {
         let claims = try await auth.user(request, context: context)
         let role = try Self.role(try await request.jsonObject()["role"])
         let space = try context.parameters.require("space_id"), member = try context.parameters.require("user_id")
-        try Self.answer(try await spaces.change(user: claims.sub, space: space, member: member, to: role))
+        try answer(try await spaces.change(user: claims.sub, space: space, member: member, to: role))
         guard let view = try await spaces.members(user: claims.sub, space: space)?.first(where: { $0.userID == member }) else {
             throw APIError.notFound("No such space, member or invitation.")
         }
@@ -111,7 +113,7 @@ struct SpaceRoutes: Sendable {
     @Sendable func remove(_ request: Request, context: GatewayRequestContext) async throws -> Response {
         let claims = try await auth.user(request, context: context)
         let space = try context.parameters.require("space_id"), member = try context.parameters.require("user_id")
-        try Self.answer(try await spaces.change(user: claims.sub, space: space, member: member, to: nil))
+        try answer(try await spaces.change(user: claims.sub, space: space, member: member, to: nil))
         await publisher.announce([SpaceLeftEvent(userID: member, spaceID: Names.canonicalUUID(space) ?? space)], logger: context.logger)
         return Response(status: .noContent)
     }
@@ -130,7 +132,7 @@ struct SpaceRoutes: Sendable {
         let (change, invitation) = try await spaces.invite(
             user: claims.sub, space: try context.parameters.require("space_id"), role: role, seconds: seconds,
             code: Secrets.random(), maxOpen: maxOpenInvitations)
-        try Self.answer(change)
+        try answer(change)
         guard let invitation else { throw APIError.notFound("No such space.") }
         return try jsonResponse(invitation, status: .created)
     }
@@ -145,13 +147,13 @@ struct SpaceRoutes: Sendable {
         }
         let (change, page) = try await spaces.invitations(
             user: claims.sub, space: try context.parameters.require("space_id"), limit: limit, cursor: cursor)
-        try Self.answer(change)
+        try answer(change)
         return try jsonResponse(page)
     }
 
     @Sendable func revokeInvitation(_ request: Request, context: GatewayRequestContext) async throws -> Response {
         let claims = try await auth.user(request, context: context)
-        try Self.answer(try await spaces.revokeInvitation(
+        try answer(try await spaces.revokeInvitation(
             user: claims.sub, space: try context.parameters.require("space_id"),
             invitation: try context.parameters.require("invitation_id")))
         return Response(status: .noContent)

@@ -83,9 +83,13 @@ struct SyncRoutes: Sendable {
         case .spaceReadOnly:
             throw APIError.forbidden("A viewer of this space cannot push to it.")
         case .blobMissing(let op, let sha256):
-            throw APIError(
+            var error = APIError(
                 status: .conflict, code: .blobMissing,
-                detail: "ops[\(op)] references the file \(sha256), which the space does not hold: upload it first.")
+                detail: "The op references the file \(sha256), which the space does not hold: upload it first.")
+            error.opIndex = op
+            error.pointer = "/ops/\(op)/data"
+            error.sha256 = sha256
+            throw error
         case .existing(let jobID, let status, let ops):
             return try accepted(PushAccepted(jobID: jobID, status: status, ops: ops), space: push.spaceID)
         case .created(let job, let ops):

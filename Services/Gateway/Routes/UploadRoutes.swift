@@ -82,9 +82,11 @@ struct UploadRoutes: Sendable {
         case .spaceGone: throw APIError.notFound("No such space.")
         case .overQuota: throw BlobRoutes.overQuota(ingest.spaceQuota)
         case .tooManyOpen:
-            throw APIError(
+            var error = APIError(
                 status: .tooManyRequests, code: .rateLimited,
                 detail: "At most \(openPerUser) unfinished uploads at once; finish or end one first.", retryAfterSeconds: 60)
+            error.limit = Int64(openPerUser)
+            throw error
         }
         var headers = Self.tusFields
         headers[.location] = "/v1/uploads/\(upload.uploadID.uuidString.lowercased())"
@@ -140,8 +142,7 @@ struct UploadRoutes: Sendable {
         case .conflict:
             throw APIError(status: .conflict, code: .conflict, detail: "Another request moved the upload's offset first.")
         case .exceedsLength:
-            throw APIError(
-                status: .contentTooLarge, code: .payloadTooLarge, detail: "The upload's length is \(upload.length) bytes.")
+            throw APIError.tooLarge("The upload's length is \(upload.length) bytes.", limit: upload.length)
         case .advanced(let end):
             if end == upload.length {
                 _ = try blobs.answer(try await ingest.complete(upload), sha256: upload.sha256, space: upload.spaceID.uuidString.lowercased())

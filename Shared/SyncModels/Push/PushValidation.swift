@@ -1,14 +1,17 @@
 import Foundation
 
 /// Why a push (or any JSON body) was refused: 400 when it is not JSON, 422 when it
-/// breaks the schema or a limit. `detail` names the first offending op as `ops[i]`.
+/// breaks the schema or a limit. A refused op is named by its index and a JSON Pointer
+/// into the request (`/ops/3/collection`), never only in the text.
 public enum ValidationFailure: Error, Equatable, Sendable {
     case notJSON(String)
-    case invalid(String)
+    case invalid(String, pointer: String? = nil, limit: Int? = nil)
+    /// Op `index` of the push; `pointer` is where in the request, `detail` what is wrong.
+    case op(index: Int, pointer: String, detail: String, limit: Int? = nil)
 
     public var detail: String {
         switch self {
-        case .notJSON(let detail), .invalid(let detail): return detail
+        case .notJSON(let detail), .invalid(let detail, _, _), .op(_, _, let detail, _): return detail
         }
     }
 }
@@ -25,24 +28,29 @@ public enum PushValidation {
         }
         guard let object = root.objectValue else { throw .invalid("The body must be a JSON object.") }
         guard let deviceID = object["device_id"]?.stringValue, !deviceID.isEmpty else {
-            throw .invalid("device_id must be a non-empty string.")
+            throw .invalid("device_id must be a non-empty string.", pointer: "/device_id")
         }
-        guard case .array(let rawOps)? = object["ops"] else { throw .invalid("ops must be an array.") }
+        guard case .array(let rawOps)? = object["ops"] else { throw .invalid("ops must be an array.", pointer: "/ops") }
         guard (1...Names.maxOpsPerPush).contains(rawOps.count) else {
-            throw .invalid("ops must hold 1 to \(Names.maxOpsPerPush) operations, not \(rawOps.count).")
+            throw .invalid(
+                "ops must hold 1 to \(Names.maxOpsPerPush) operations, not \(rawOps.count).", pointer: "/ops", limit: Names.maxOpsPerPush)
         }
         var ops: [Op] = []
         ops.reserveCapacity(rawOps.count)
         for (index, raw) in rawOps.enumerated() {
             do {
                 ops.append(try parseOp(raw))
-            } catch let message {
-                throw .invalid("ops[\(index)]: \(message.text)")
+            } catch let problem {
+                throw .op(
+                    index: index, pointer: "/ops/\(index)" + (problem.field.map { "/" + $0 } ?? ""), detail: problem.text,
+                    limit: problem.limit)
             }
         }
         var spaceID: String?
         if let space = object["space_id"], !space.isNull {
-            guard let text = space.stringValue, let id = Names.canonicalUUID(text) else { throw .invalid("space_id must be a UUID.") }
+            guard let text = space.stringValue, let id = Names.canonicalUUID(text) else {
+                throw .invalid("space_id must be a UUID.", pointer: "/space_id")
+            }
             spaceID = id
         }
         return PushRequest(deviceID: deviceID, ops: ops, spaceID: spaceID)
@@ -63,28 +71,40 @@ public enum PushValidation {
         }
     }
 
-    struct OpProblem: Error { let text: String }
+    /// What is wrong with an op: `text`, and the field it is about (a path below the op,
+    /// as in a JSON Pointer) and the limit it broke, when there is one.
+    struct OpProblem: Error {
+        let text: String
+        var field: String?
+        var limit: Int?
+
+        init(text: String, field: String? = nil, limit: Int? = nil) {
+            self.text = text
+            self.field = field
+            self.limit = limit
+        }
+    }
 
     static func parseOp(_ raw: JSONValue) throws(OpProblem) -> Op {
-        guard let fields = raw.objectValue else { throw OpProblem(text: "must be an object") }
+        guard let fields = raw.objectValue else { throw OpProblem(text: "an op must be an object") }
         guard let rawOpID = fields["op_id"]?.stringValue, let opID = Names.canonicalUUID(rawOpID) else {
-            throw OpProblem(text: "op_id must be a UUID")
+            throw OpProblem(text: "op_id must be a UUID", field: "op_id")
         }
-        guard let typeText = fields["type"]?.stringValue else { throw OpProblem(text: "type must be a string") }
+        guard let typeText = fields["type"]?.stringValue else { throw OpProblem(text: "type must be a string", field: "type") }
         guard let type = OpType(rawValue: typeText) else {
-            throw OpProblem(text: "unknown type '\(typeText)'")
+            throw OpProblem(text: "unknown type '\(typeText)'", field: "type")
         }
         guard let collection = fields["collection"]?.stringValue, Names.isValidCollection(collection) else {
-            throw OpProblem(text: "collection must match ^[a-z][a-z0-9_]{0,63}$")
+            throw OpProblem(text: "collection must match ^[a-z][a-z0-9_]{0,63}$", field: "collection")
         }
         guard let id = fields["id"]?.stringValue, Names.isValidRecordID(id) else {
-            throw OpProblem(text: "id must match ^[A-Za-z0-9_.:-]{1,128}$")
+            throw OpProblem(text: "id must match ^[A-Za-z0-9_.:-]{1,128}$", field: "id")
         }
         var op = Op(opID: opID, type: type, collection: collection, id: id)
 
         if let hlc = fields["hlc"], !hlc.isNull {
             guard let text = hlc.stringValue, HLC(text) != nil else {
-                throw OpProblem(text: "hlc must look like <13-digit ms>-<5-digit counter>-<device_id>")
+                throw OpProblem(text: "hlc must look like <13-digit ms>-<5-digit counter>-<device_id>", field: "hlc")
             }
             op.hlc = text
         }
@@ -92,32 +112,34 @@ public enum PushValidation {
             // One bound whether the number arrives as 42 or 42.0 (a double is an exact
             // integer only below 9e15), as the OpenAPI document says.
             guard let version = ifVersion.intValue, (0..<Names.maxIfVersion).contains(version) else {
-                throw OpProblem(text: "if_version must be an integer from 0 to \(Names.maxIfVersion - 1)")
+                throw OpProblem(text: "if_version must be an integer from 0 to \(Names.maxIfVersion - 1)", field: "if_version")
             }
             op.ifVersion = version
         }
 
         switch type {
         case .upsert, .patch:
-            guard let data = fields["data"]?.objectValue else { throw OpProblem(text: "data must be an object") }
-            if type == .patch && data.isEmpty { throw OpProblem(text: "a patch needs at least one field") }
+            guard let data = fields["data"]?.objectValue else { throw OpProblem(text: "data must be an object", field: "data") }
+            if type == .patch && data.isEmpty { throw OpProblem(text: "a patch needs at least one field", field: "data") }
             if JSONValue.object(data).containsNUL {
-                throw OpProblem(text: "data must not contain the NUL character (\\u0000)")
+                throw OpProblem(text: "data must not contain the NUL character (\\u0000)", field: "data")
             }
             if let path = JSONValue.object(data).malformedBlobReferencePath("data") {
-                throw OpProblem(text: "\(path) must be a file reference: {\"sha256\": 64 lowercase hex digits, \"size\": bytes, \"content_type\": a media type}, alone in its object")
+                throw OpProblem(
+                    text: "\(path) must be a file reference: {\"sha256\": 64 lowercase hex digits, \"size\": bytes, \"content_type\": a media type}, alone in its object",
+                    field: "data")
             }
             let size = JSONWriter.bytes(.object(data)).count
             guard size <= Names.maxDataBytes else {
-                throw OpProblem(text: "data is \(size) bytes, more than \(Names.maxDataBytes)")
+                throw OpProblem(text: "data is \(size) bytes, more than \(Names.maxDataBytes)", field: "data", limit: Names.maxDataBytes)
             }
             op.data = data
         case .delete, .unpublish:
-            if let data = fields["data"], !data.isNull { throw OpProblem(text: "\(type.rawValue) takes no data") }
+            if let data = fields["data"], !data.isNull { throw OpProblem(text: "\(type.rawValue) takes no data", field: "data") }
         case .publish, .fork:
-            if let data = fields["data"], !data.isNull { throw OpProblem(text: "\(type.rawValue) takes no data") }
+            if let data = fields["data"], !data.isNull { throw OpProblem(text: "\(type.rawValue) takes no data", field: "data") }
             guard let publicID = fields["public_id"]?.stringValue, Names.isValidPublicID(publicID) else {
-                throw OpProblem(text: "public_id must match ^[a-z0-9][a-z0-9-]{2,127}$")
+                throw OpProblem(text: "public_id must match ^[a-z0-9][a-z0-9-]{2,127}$", field: "public_id")
             }
             op.publicID = publicID
             guard type == .publish else { break }
@@ -129,7 +151,7 @@ public enum PushValidation {
 
     static func optionalBool(_ fields: [String: JSONValue], _ name: String) throws(OpProblem) -> Bool? {
         guard let value = fields[name], !value.isNull else { return nil }
-        guard let flag = value.boolValue else { throw OpProblem(text: "\(name) must be a boolean") }
+        guard let flag = value.boolValue else { throw OpProblem(text: "\(name) must be a boolean", field: name) }
         return flag
     }
 }

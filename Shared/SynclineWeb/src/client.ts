@@ -125,15 +125,9 @@ function shown<T extends JSONObject>(row: ShownRecord): LocalRecord<T> {
   };
 }
 
-/** `ops[i]` in a problem's detail. */
-export function opIndex(detail: string): number | null {
-  const match = /ops\[(\d+)\]/.exec(detail);
-  return match ? Number(match[1]) : null;
-}
-
-/** A problem's detail without its `ops[i]: ` prefix: the position in a batch means nothing to the app. */
-export function withoutOpIndex(detail: string): string {
-  return detail.replace(/^ops\[\d+\]: /, "");
+/** The op a problem is about: its `op_index` member (the detail is for people, never parsed). */
+function problemOpIndex(problem: any): number | null {
+  return Number.isInteger(problem?.op_index) ? problem.op_index : null;
 }
 
 /**
@@ -660,7 +654,17 @@ export class SyncClient {
    */
   private async openStream(device: string): Promise<void> {
     if (!this.options.fanoutURL || this.stream || this.streamRetry || !this.leader || !this.running) return;
-    const token = await this.options.tokenProvider(false);
+    let token: string;
+    try {
+      token = await this.options.tokenProvider(false);
+    } catch (error) {
+      // An app opened offline, or a provider that fails: reported like any failure, and
+      // tried again with backoff, as a dropped stream is.
+      this.lastError = `cannot open the live stream: ${error instanceof Error ? error.message : String(error)}`;
+      this.retryStream(device);
+      return;
+    }
+    if (this.stream || this.streamRetry || !this.leader || !this.running) return;  // opened, or stopped, meanwhile
     const space = this.options.spaceID ? `&space_id=${encodeURIComponent(this.options.spaceID)}` : "";
     const source = new EventSource(`${this.options.fanoutURL}/v1/stream?device_id=${encodeURIComponent(device)}&access_token=${encodeURIComponent(token)}${space}`);
     this.stream = source;
@@ -675,12 +679,17 @@ export class SyncClient {
       this.closeStream();
       this.pullWanted = true;  // pokes may have been missed while it was down
       this.wakeUp();
-      if (!this.running || !this.leader) return;
-      this.streamRetry = setTimeout(() => {
-        this.streamRetry = null;
-        void this.openStream(device);
-      }, this.streamBackoff.next() * 1000);
+      this.retryStream(device);
     };
+  }
+
+  /** Opens the stream again after the backoff's next wait, while this client still syncs. */
+  private retryStream(device: string): void {
+    if (!this.running || !this.leader || this.streamRetry) return;
+    this.streamRetry = setTimeout(() => {
+      this.streamRetry = null;
+      void this.openStream(device);
+    }, this.streamBackoff.next() * 1000);
   }
 
   private closeStream(): void {
@@ -889,16 +898,16 @@ export class SyncClient {
       if (answer.status === 202 && typeof answer.json?.job_id === "string") {
         await this.store.batchAccepted(batch, answer.json.job_id);
       } else if (answer.status === 400 || answer.status === 422 || (answer.status === 403 && this.options.spaceID)) {
-        await this.refused(batch, answer.status === 403 ? null : opIndex(answer.detail), withoutOpIndex(answer.detail));
+        await this.refused(batch, answer.status === 403 ? null : problemOpIndex(answer.json), answer.detail);
       } else if (answer.status === 409 && answer.json?.code === "blob_missing") {
         // The server lacks a file an op references: sent again when this browser holds it, else the op is set aside.
-        const sha = /[0-9a-f]{64}/.exec(answer.detail)?.[0];
+        const sha = typeof answer.json?.sha256 === "string" ? answer.json.sha256 : null;
         if (sha && await this.store.blobMissing(sha)) {
           await this.store.batchDissolved(batch);
           const failure = await this.uploadPending();
           if (failure) throw new Retry(failure);
         } else {
-          await this.refused(batch, opIndex(answer.detail), withoutOpIndex(answer.detail));
+          await this.refused(batch, problemOpIndex(answer.json), answer.detail);
         }
       } else if (answer.status === 404 && this.options.spaceID) {
         // The space may be gone: the pull tells (a 404 there drops it).
