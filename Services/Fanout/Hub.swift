@@ -165,11 +165,8 @@ final class Hub: Service, Sendable {
     /// The refusal of a stream over `streamsPerUser`, counted.
     func tooManyStreams() -> APIError {
         refusedForCap.increment()
-        var error = APIError(
-            status: .tooManyRequests, code: .rateLimited,
-            detail: "You have \(streamsPerUser) streams open here already; close one first.", retryAfterSeconds: 5)
-        error.limit = Int64(streamsPerUser)
-        return error
+        return APIError.tooMany(
+            "You have \(streamsPerUser) streams open here already; close one first.", limit: streamsPerUser, retryAfter: 5)
     }
 
     func unsubscribe(user: String, id: UUID) {

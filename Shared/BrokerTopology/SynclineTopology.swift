@@ -194,8 +194,7 @@ public enum SynclineTopology {
 
     /// The job id a job message names, or nil when it is not a job message.
     public static func jobID(inMessage body: [UInt8]) -> String? {
-        guard let id = (try? JSONParser.parse(body))?.objectValue?["job_id"]?.stringValue else { return nil }
-        return Names.canonicalUUID(id)
+        job(inMessage: body)?.id
     }
 
     /// The job a job message names, with its space; the space is nil in a message

@@ -60,11 +60,7 @@ extension ConcurrencyLimiter {
     public func check(_ key: String, limit name: String) throws(APIError) -> Slot {
         guard let slot = acquire(key) else {
             Counter(label: "syncline_rate_limited_total", dimensions: [("limit", name)]).increment()
-            var error = APIError(
-                status: .tooManyRequests, code: .rateLimited,
-                detail: "At most \(limit) \(name) at once; retry when one has finished.", retryAfterSeconds: 1)
-            error.limit = Int64(limit)
-            throw error
+            throw APIError.tooMany("At most \(limit) \(name) at once; retry when one has finished.", limit: limit, retryAfter: 1)
         }
         return slot
     }

@@ -61,6 +61,14 @@ public struct APIError: HTTPResponseError, Sendable {
         return error
     }
 
+    /// 429 for a cap on how many there may be at once (`limit`), with `Retry-After` when
+    /// waiting helps.
+    public static func tooMany(_ detail: String, limit: Int, retryAfter seconds: Int? = nil) -> APIError {
+        var error = APIError(status: .tooManyRequests, code: .rateLimited, detail: detail, retryAfterSeconds: seconds)
+        error.limit = Int64(limit)
+        return error
+    }
+
     /// 413; `limit`: the most bytes allowed.
     public static func tooLarge(_ detail: String, limit: Int64) -> APIError {
         var error = APIError(status: .contentTooLarge, code: .payloadTooLarge, detail: detail)

@@ -47,8 +47,8 @@ public struct ApplyStore: Sendable {
     /// Applies the jobs in one transaction, in the order given: every op by the merge
     /// rules, under its space's counter lock (G4), remembering op_ids (G2) and storing
     /// results and checkpoint (G5). The user, device, space and ops come from the job rows,
-    /// never from a message (whose space only finds the row: a wrong one finds none). Job rows are locked in id order, then the counters of their
-    /// spaces in space order, so two workers with overlapping spaces wait for each other
+    /// never from a message (whose space only finds the row: a wrong one finds none). Job
+    /// rows are locked in id order, then the counters of their spaces in space order, so two workers with overlapping spaces wait for each other
     /// instead of deadlocking. Consecutive jobs that only upsert, patch or delete are read
     /// and written together; a job that publishes or forks reads beyond its records, so it
     /// goes alone, after the jobs before it are written.
@@ -58,9 +58,8 @@ public struct ApplyStore: Sendable {
     public func apply(jobs refs: [JobRef], attempt: Attempt) async throws -> [String: Outcome] {
         var seen = Set<JobRef>()
         let unique = refs.filter { UUID(uuidString: $0.job) != nil && UUID(uuidString: $0.space) != nil && seen.insert($0).inserted }
-        let ids = unique.compactMap { UUID(uuidString: $0.job) }
         let unknown = Dictionary(refs.map { ($0.job, Outcome.unknownJob) }, uniquingKeysWith: { first, _ in first })
-        guard !ids.isEmpty else { return unknown }
+        guard !unique.isEmpty else { return unknown }
         return try await pool.transaction { connection in
             var outcomes = unknown
             let locked = try Self.lock(connection, jobs: unique)
@@ -74,8 +73,8 @@ public struct ApplyStore: Sendable {
                 }
                 together = []
             }
-            for id in ids {
-                guard let job = locked.jobs[id.uuidString.lowercased()] else { continue }
+            for ref in unique {
+                guard let job = locked.jobs[ref.job] else { continue }
                 if job.status.isTerminal {
                     outcomes[job.id] = .alreadyFinished(job.status)
                 } else if let ops = Op.decodeStored(job.ops) {

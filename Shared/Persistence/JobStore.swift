@@ -287,18 +287,16 @@ public struct JobStore: Sendable {
     /// unknown id (G6).
     public func view(user: String, jobID: String, space: String? = nil) async throws -> JobView? {
         guard let id = UUID(uuidString: jobID) else { return nil }
-        if let space {
-            guard let space = UUID(uuidString: space) else { return nil }
-            return try await pool.execute("""
-                \(sql: Self.viewColumns) FROM jobs WHERE space_id = \(space) AND job_id = \(id) AND user_id = \(user)
-                """).first.map { try Self.view($0).job }
-        }
-        if let personal = try await pool.execute("""
+        let chosen = space.flatMap { UUID(uuidString: $0) }
+        if space != nil && chosen == nil { return nil }
+        if let found = try await pool.execute("""
             \(sql: Self.viewColumns) FROM jobs
-            WHERE space_id = (SELECT space_id FROM spaces WHERE personal_of = \(user)) AND job_id = \(id) AND user_id = \(user)
+            WHERE space_id = coalesce(\(chosen), (SELECT space_id FROM spaces WHERE personal_of = \(user)))
+              AND job_id = \(id) AND user_id = \(user)
             """).first {
-            return try Self.view(personal).job
+            return try Self.view(found).job
         }
+        guard space == nil else { return nil }
         return try await pool.execute("\(sql: Self.viewColumns) FROM jobs WHERE job_id = \(id) AND user_id = \(user)")
             .first.map { try Self.view($0).job }
     }

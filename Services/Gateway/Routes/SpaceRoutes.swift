@@ -55,11 +55,9 @@ struct SpaceRoutes: Sendable {
                 status: .conflict, code: .invalidRequest,
                 detail: "The last owner cannot leave or stop being owner; make another member owner first.")
         case .tooManyInvitations:
-            var error = APIError(
-                status: .tooManyRequests, code: .rateLimited,
-                detail: "This space has as many open invitations as it may; revoke one, or wait for one to be used or expire.")
-            error.limit = Int64(maxOpenInvitations)
-            throw error
+            throw APIError.tooMany(
+                "This space has as many open invitations as it may; revoke one, or wait for one to be used or expire.",
+                limit: maxOpenInvitations)
         }
     }
 

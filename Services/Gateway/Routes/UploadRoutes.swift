@@ -82,11 +82,8 @@ struct UploadRoutes: Sendable {
         case .spaceGone: throw APIError.notFound("No such space.")
         case .overQuota: throw BlobRoutes.overQuota(ingest.spaceQuota)
         case .tooManyOpen:
-            var error = APIError(
-                status: .tooManyRequests, code: .rateLimited,
-                detail: "At most \(openPerUser) unfinished uploads at once; finish or end one first.", retryAfterSeconds: 60)
-            error.limit = Int64(openPerUser)
-            throw error
+            throw APIError.tooMany(
+                "At most \(openPerUser) unfinished uploads at once; finish or end one first.", limit: openPerUser, retryAfter: 60)
         }
         var headers = Self.tusFields
         headers[.location] = "/v1/uploads/\(upload.uploadID.uuidString.lowercased())"

@@ -75,14 +75,8 @@ public enum PushValidation {
     /// as in a JSON Pointer) and the limit it broke, when there is one.
     struct OpProblem: Error {
         let text: String
-        var field: String?
-        var limit: Int?
-
-        init(text: String, field: String? = nil, limit: Int? = nil) {
-            self.text = text
-            self.field = field
-            self.limit = limit
-        }
+        var field: String? = nil
+        var limit: Int? = nil
     }
 
     static func parseOp(_ raw: JSONValue) throws(OpProblem) -> Op {
