@@ -20,7 +20,7 @@ import ServiceSupport
 func buildFanout(configuration: Configuration, settings: FanoutSettings, logger: Logger) async throws -> ServiceGroup {
     let verifier = try await configuration.tokenVerifier(logger: logger)
     let endpoint = try configuration.amqpEndpoint()
-    let pool = PGPool(url: configuration.databaseURL, size: configuration.databasePoolSize, logger: logger)
+    let pool = configuration.primaryPool(logger: logger)
     // This replica's own queue: not exclusive (it survives a reconnect), and gone two
     // minutes after the replica is.
     let queue = "fanout.\(UUID().uuidString.prefix(12).lowercased())"

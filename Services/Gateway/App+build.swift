@@ -15,7 +15,7 @@ import ServiceSupport
 /// Wires the gateway: stores over one pool, the publisher, the routes and the relay.
 func buildApplication(configuration: Configuration, settings: GatewaySettings, logger: Logger) async throws -> some ApplicationProtocol {
     let endpoint = try configuration.amqpEndpoint()
-    let pool = PGPool(url: configuration.databaseURL, size: configuration.databasePoolSize, logger: logger)
+    let pool = configuration.primaryPool(logger: logger)
     var replicaLogger = logger
     replicaLogger[metadataKey: "database"] = "replica"
     let replica = settings.databaseReadURL.map {

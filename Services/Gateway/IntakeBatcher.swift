@@ -5,6 +5,7 @@ import Logging
 import Metrics
 import NIOConcurrencyHelpers
 import Persistence
+import PQBridge
 import ServiceSupport
 import SyncModels
 
@@ -78,6 +79,10 @@ final class IntakeBatcher: Sendable {
         } else {
             do {
                 outcomes = try await jobs.create(batch: batch.map(\.intake)).map { .success($0) }
+            } catch let error as PGError where error.code == .unconfirmed {
+                // Committed, though no standby has it yet: committing the pushes again one by
+                // one would make a second job of each push without an Idempotency-Key.
+                outcomes = batch.map { _ in .failure(error) }
             } catch {
                 fallbacks.increment()
                 logger.info("intake batch rolled back; committing its pushes one by one", metadata: [

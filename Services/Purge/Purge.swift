@@ -47,7 +47,7 @@ struct Purge: AsyncParsableCommand {
              try reader.duration("BLOB_SWEEP_INTERVAL", "1m"))
         }
         let logger = Observability.bootstrap(service: "purge", level: configuration.logLevel)
-        let pool = PGPool(url: configuration.databaseURL, size: 2, logger: logger)
+        let pool = configuration.primaryPool(size: 2, logger: logger)
         let publisher = AMQPPublisher(
             endpoint: try configuration.amqpEndpoint(),
             topology: SynclineTopology.topology(retryDelays: configuration.retryDelays), logger: logger)

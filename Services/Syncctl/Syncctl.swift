@@ -26,7 +26,7 @@ func withPool<T: Sendable>(_ body: (PGPool, Logger) async throws -> T) async thr
     let configuration = try Configuration.fromEnvironment()
     let logger = Observability.bootstrap(service: "syncctl", level: configuration.logLevel)
     // No statement_timeout: a migration may rewrite a large table.
-    let pool = PGPool(url: configuration.databaseURL, size: 1, logger: logger, statementTimeout: nil)
+    let pool = configuration.primaryPool(size: 1, logger: logger, statementTimeout: nil)
     do {
         let value = try await body(pool, logger)
         await pool.shutdown()

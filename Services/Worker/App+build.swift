@@ -12,9 +12,7 @@ import ServiceSupport
 /// letters and job events, and the operations endpoints.
 func buildWorker(configuration: Configuration, settings: WorkerSettings, logger: Logger) throws -> some ApplicationProtocol {
     let endpoint = try configuration.amqpEndpoint()
-    let pool = PGPool(
-        url: configuration.databaseURL, size: min(configuration.databasePoolSize, settings.concurrency + 4),
-        logger: logger)
+    let pool = configuration.primaryPool(size: min(configuration.databasePoolSize, settings.concurrency + 4), logger: logger)
     let topology = SynclineTopology.topology(retryDelays: configuration.retryDelays)
     let publisher = AMQPPublisher(endpoint: endpoint, topology: topology, logger: logger)
     let jobs = AMQPConsumer(

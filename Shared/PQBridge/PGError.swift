@@ -17,6 +17,9 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
         case timeout
         /// The task waiting for the statement was cancelled; the statement was cancelled too.
         case cancelled
+        /// The transaction committed, but no standby confirmed it in time: it may yet be
+        /// lost with this server (see `PGPool`'s `standbyWait`).
+        case unconfirmed
     }
 
     public let code: Code
@@ -60,7 +63,7 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
 
     public var isRetryable: Bool {
         switch code {
-        case .connection, .timeout: return true
+        case .connection, .timeout, .unconfirmed: return true
         case .server:
             guard let sqlState else { return false }
             return sqlState.hasPrefix("08") || Self.serverUnavailableStates.contains(sqlState) || conflict != nil
@@ -71,7 +74,7 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
 
     /// The database is unreachable (as opposed to refusing one statement).
     public var isUnavailable: Bool {
-        code == .connection || code == .closed || code == .timeout
+        code == .connection || code == .closed || code == .timeout || code == .unconfirmed
             || (sqlState.map { $0.hasPrefix("08") || $0.hasPrefix("57P") || $0 == "53300" } ?? false) || isReadOnlyServer
     }
 
@@ -86,6 +89,7 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
         case .invalidText: return "text parameter contains NUL"
         case .timeout: return "no database connection free: \(message)"
         case .cancelled: return "database statement cancelled"
+        case .unconfirmed: return "commit not confirmed by a standby: \(message)"
         }
     }
 

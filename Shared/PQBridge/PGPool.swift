@@ -42,6 +42,9 @@ public final class PGPool: Sendable {
     public let acquisitionTimeout: Duration
     /// How often, run as a `Service`, the pool checks connections idle that long.
     public let healthCheckInterval: Duration
+    /// How long a committed transaction waits for a standby to confirm it before
+    /// `transaction` throws `.unconfirmed` (nil: no wait, a commit is confirmed by itself).
+    public let standbyWait: Duration?
 
     /// Called with each statement a connection of the pool is about to run, on the thread
     /// that runs it.
@@ -50,17 +53,20 @@ public final class PGPool: Sendable {
     /// - Parameters:
     ///   - statementTimeout: PostgreSQL's `statement_timeout` on every connection (nil: none).
     ///   - acquisitionTimeout: how long a caller may wait for a free connection.
+    ///   - standbyWait: when set, every transaction's commit must be flushed by a standby
+    ///     within it (`PGConnection.awaitStandby`), or `transaction` throws `.unconfirmed`.
     ///   - observer: shown every statement before it runs (nil: none).
     public init(
         url: String, size: Int, logger: Logger,
         statementTimeout: Duration? = .seconds(60), acquisitionTimeout: Duration = .seconds(10),
-        healthCheckInterval: Duration = .seconds(30), observer: Observer? = nil
+        healthCheckInterval: Duration = .seconds(30), standbyWait: Duration? = nil, observer: Observer? = nil
     ) {
         let conninfo = url.contains("connect_timeout")
             ? url : url + (url.contains("?") ? "&" : "?") + "connect_timeout=5"
         self.size = size
         self.acquisitionTimeout = acquisitionTimeout
         self.healthCheckInterval = healthCheckInterval
+        self.standbyWait = standbyWait
         self.threads = NIOThreadPool(numberOfThreads: size)
         self.threads.start()
         self.state = NIOLockedValueBox(
@@ -118,9 +124,11 @@ public final class PGPool: Sendable {
                 let value = try body(connection)
                 connection.rollBack()
                 return value
-            } catch let error as PGError where error.code == .connection || error.isReadOnlyServer {
+            } catch let error as PGError where error.code == .connection || error.isReadOnlyServer || error.code == .unconfirmed {
                 // A server that turned read-only is a former primary after a failover: the
                 // next connection (libpq's `target_session_attrs=read-write`) finds the new one.
+                // So may one whose commits no standby confirms: it may be a former primary
+                // not yet fenced.
                 connection.close()
                 throw error
             } catch {
@@ -130,11 +138,17 @@ public final class PGPool: Sendable {
         }
     }
 
-    /// Runs `body` in a transaction on one connection.
+    /// Runs `body` in a transaction on one connection; with a `standbyWait`, returns only
+    /// once a standby holds its commit, and every commit it read, too.
     public func transaction<T: Sendable>(
         _ body: @escaping @Sendable (PGConnection) throws -> T
     ) async throws -> T {
-        try await withConnection { connection in try connection.transaction(body) }
+        let standbyWait = self.standbyWait
+        return try await withConnection { connection in
+            let value = try connection.transaction(body)
+            if let standbyWait { try connection.awaitStandby(within: standbyWait) }
+            return value
+        }
     }
 
     /// Whether PostgreSQL answers on a connection of the pool now (readiness checks).

@@ -60,8 +60,8 @@ public struct JobStore: Sendable {
             return try await create(batch: [intake])[0]
         } catch let error as PGError where error.isUniqueViolation && intake.idempotencyKey != nil {
             // A request with the same key committed between this one's lookup and insert:
-            // answer with its job.
-            return try await pool.withConnection { connection in
+            // answer with its job (once a standby holds it, when the pool waits for one).
+            return try await pool.transaction { connection in
                 try Self.existing(connection, intake) ?? .keyReused
             }
         }

@@ -2,6 +2,7 @@ import AMQPBridge
 import Auth
 import Foundation
 import Logging
+import PQBridge
 import SyncModels
 
 /// Reads settings from the environment: names, defaults and what a bad value says, in one
@@ -70,6 +71,9 @@ public struct Configuration: Sendable {
     public var allowPrivateWebhooks: Bool
     public var logLevel: Logger.Level
     public var databasePoolSize: Int
+    /// `DATABASE_REQUIRE_STANDBY`: how long a commit may wait for a standby to hold it
+    /// before the write is refused as unavailable (nil: a commit on the primary suffices).
+    public var databaseStandbyWait: Duration?
     /// The identity provider's key set (`JWT_JWKS_URL`) and what its tokens must say.
     public var jwksURL: String?
     public var tokenPolicy: TokenPolicy
@@ -107,6 +111,8 @@ public struct Configuration: Sendable {
             allowPrivateWebhooks: reader.flag("ALLOW_PRIVATE_WEBHOOKS"),
             logLevel: level,
             databasePoolSize: try reader.int("DATABASE_POOL_SIZE", 8),
+            databaseStandbyWait: reader.value("DATABASE_REQUIRE_STANDBY") == nil
+                ? nil : .milliseconds(Int((try reader.duration("DATABASE_REQUIRE_STANDBY", "5s") * 1000).rounded())),
             jwksURL: reader.value("JWT_JWKS_URL"),
             tokenPolicy: TokenPolicy(
                 userClaim: reader.value("JWT_USER_CLAIM") ?? "sub", adminClaim: reader.value("JWT_ADMIN_CLAIM") ?? "role",
@@ -134,6 +140,15 @@ public struct Configuration: Sendable {
             FileHandle.standardError.write(Data("\(name): \(error)\n".utf8))
             exit(2)
         }
+    }
+
+    /// A pool on the primary (`DATABASE_URL`), `DATABASE_POOL_SIZE` connections unless
+    /// told otherwise; with `DATABASE_REQUIRE_STANDBY`, its transactions return only once a
+    /// standby holds their commits.
+    public func primaryPool(size: Int? = nil, logger: Logger, statementTimeout: Duration? = .seconds(60)) -> PGPool {
+        PGPool(
+            url: databaseURL, size: size ?? databasePoolSize, logger: logger, statementTimeout: statementTimeout,
+            standbyWait: databaseStandbyWait)
     }
 
     /// The broker endpoint from `AMQP_URL`.

@@ -12,7 +12,9 @@ struct ClusterFailoverTests {
     /// Runs a load, the fault, then the healing, and reports. `fault` returns when the
     /// cluster is whole again; the backlog has drained when every job acknowledged until
     /// then is applied.
-    func underLoad(_ name: String, expectRefusals: Bool, _ fault: () async throws -> Void) async throws {
+    func underLoad(
+        _ name: String, expectRefusals: Bool, requireRefusals: Bool = false, _ fault: () async throws -> Void
+    ) async throws {
         // Pulls read the primary here (the verification pulls ask for no checkpoint);
         // ReplicaReadTests read the standby.
         try await Stack.with(environment: ["DATABASE_POOL_SIZE": "4", "DATABASE_READ_URL": ""]) { stack in
@@ -33,6 +35,7 @@ struct ClusterFailoverTests {
                 // While no server takes writes the gateway says so (503 with Retry-After);
                 // it is never down itself, and a 500 is a bug.
                 #expect(Set(refused.answers.keys).isSubset(of: ["503"]), "\(name): \(answers)")
+                if requireRefusals { #expect(refused.answers["503"] ?? 0 > 0, "\(name): no push was refused") }
             } else {
                 #expect(refused.answers.isEmpty, "\(name): pushes refused over \(refused.seconds) s: \(answers)")
             }
@@ -109,17 +112,37 @@ struct ClusterFailoverTests {
 
     /// The primary's host dies (its keeper and PostgreSQL killed together): the monitor
     /// promotes the synchronous standby, the services reconnect to it, and nothing
-    /// acknowledged is lost. The fault is over once the standby is primary; the old primary
-    /// is started again afterwards and rejoins as the standby.
+    /// acknowledged is lost. The promoted node is alone, so writes are refused until the
+    /// old primary, started again, rejoins as its standby: the fault is over then.
     @Test func thePrimaryKilled() async throws {
         let primary = try #require(Cluster.run("primary"))
-        try await underLoad("PostgreSQL: primary killed, standby promoted", expectRefusals: true) {
+        try await underLoad("PostgreSQL: primary killed, standby promoted, old primary back", expectRefusals: true) {
             try Cluster.must("kill \(primary)")
             _ = try await E2E.eventually(within: 60, "a new primary") {
                 Cluster.run("primary").flatMap { $0 != primary && !$0.isEmpty ? $0 : nil }
             }
+            try Cluster.must("start \(primary)")
+            try Cluster.must("wait-standby")
         }
-        try Cluster.must("start \(primary)")
+    }
+
+    /// The standby stops. pg_auto_failover keeps the primary writable without synchronous
+    /// replication (`wait_primary`), so a commit is then on one node only; the services
+    /// refuse writes (503) rather than acknowledge one, and take them again once the
+    /// standby is back. Without that refusal no push would be refused here.
+    @Test func theStandbyStopped() async throws {
+        try Cluster.must("wait-standby")
+        let standby = try #require(Cluster.run("standby"))
+        try await underLoad("PostgreSQL: standby stopped, then back", expectRefusals: true, requireRefusals: true) {
+            try Cluster.must("stop \(standby)")
+            _ = try await E2E.eventually(within: 60, "the primary writing alone (wait_primary)") {
+                Cluster.run("status").flatMap { $0.range(of: #"wait_primary \|\s+wait_primary"#, options: .regularExpression) != nil ? true : nil }
+            }
+            // Longer than the services wait for a standby (DATABASE_REQUIRE_STANDBY).
+            try await Task.sleep(for: .seconds(8))
+            try Cluster.must("start \(standby)")
+            try Cluster.must("wait-standby")
+        }
     }
 }
 
