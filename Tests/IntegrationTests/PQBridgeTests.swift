@@ -220,6 +220,33 @@ struct PQBridgeTests {
         await pool.shutdown()
     }
 
+    /// With a standby wait, a transaction returns only once a standby holds its commit: on
+    /// a server with none it is refused after the wait as unconfirmed — an outage, which
+    /// the gateway answers 503 and a worker hands back — though committed. Without a wait
+    /// the same server's commit suffices.
+    @Test func aCommitNoStandbyHoldsIsRefusedAfterTheWait() async throws {
+        let pool = PGPool(
+            url: TestEnvironment.databaseURL!, size: 1, logger: TestEnvironment.logger, standbyWait: .milliseconds(300))
+        let marker = UUID().uuidString
+        let started = ContinuousClock.now
+        do {
+            _ = try await pool.transaction { try $0.execute("SELECT set_config('application_name', \(marker), false), txid_current()") }
+            Issue.record("a commit was confirmed by a server without standbys")
+        } catch let error as PGError {
+            #expect(error.code == .unconfirmed && error.isUnavailable, "\(error)")
+        }
+        let waited = ContinuousClock.now - started
+        #expect(waited >= .milliseconds(300) && waited < .seconds(3), "waited \(waited)")
+        // The connection was closed (it may be a former primary): the next is a new one.
+        let name = try await pool.execute("SELECT current_setting('application_name')")[0].decode(String.self, at: 0)
+        #expect(name != marker)
+        await pool.shutdown()
+
+        let plain = PGPool(url: TestEnvironment.databaseURL!, size: 1, logger: TestEnvironment.logger)
+        _ = try await plain.transaction { try $0.execute("SELECT txid_current()") }
+        await plain.shutdown()
+    }
+
     /// PostgreSQL's statement_timeout, set on every connection, ends a statement that runs
     /// too long.
     @Test func theStatementTimeoutEndsALongStatement() async throws {

@@ -29,4 +29,12 @@ struct ConfigurationTests {
             #expect(error.description == "DATABASE_POOL_SIZE must be a positive integer")
         }
     }
+
+    /// A standby confirms commits only when asked to, for as long as said.
+    @Test func theStandbyWaitIsOffUnlessSet() throws {
+        #expect(try Configuration.read(EnvironmentReader([:])).databaseStandbyWait == nil)
+        #expect(try Configuration.read(EnvironmentReader(["DATABASE_REQUIRE_STANDBY": ""])).databaseStandbyWait == nil)
+        #expect(try Configuration.read(EnvironmentReader(["DATABASE_REQUIRE_STANDBY": "1500ms"])).databaseStandbyWait == .milliseconds(1500))
+        #expect(throws: Configuration.Invalid.self) { try Configuration.read(EnvironmentReader(["DATABASE_REQUIRE_STANDBY": "yes"])) }
+    }
 }
