@@ -15,7 +15,9 @@ enum StreamMessage: Sendable, Equatable {
     case hello(PullStore.StreamStart)
     /// `space`: the space that changed.
     case poke(cursor: String, space: String? = nil)
-    case job(jobID: String, status: JobStatus, checkpoint: String?)
+    /// The outcome of a job of the device's own: `troubled` when it had rejected or
+    /// conflicting ops (the job's results say which), or died.
+    case job(jobID: String, status: JobStatus, checkpoint: String?, troubled: Bool)
     case heartbeat
 
     var json: String {
@@ -30,10 +32,10 @@ enum StreamMessage: Sendable, Equatable {
             var fields: [String: JSONValue] = ["type": .string("poke"), "cursor": .string(cursor)]
             if let space { fields["space_id"] = .string(space) }
             value = .object(fields)
-        case .job(let jobID, let status, let checkpoint):
+        case .job(let jobID, let status, let checkpoint, let troubled):
             value = .object([
                 "type": .string("job"), "job_id": .string(jobID), "status": .string(status.rawValue),
-                "checkpoint": checkpoint.map(JSONValue.string) ?? .null,
+                "checkpoint": checkpoint.map(JSONValue.string) ?? .null, "troubled": .bool(troubled),
             ])
         case .heartbeat: value = .object(["type": .string("heartbeat")])
         }
@@ -200,8 +202,8 @@ final class Hub: Service, Sendable {
     }
 
     /// Routes one job event to this replica's streams of its user that cover its space: a
-    /// poke to every other device; to the origin device, the job's outcome when it had
-    /// rejected or conflicting ops or was dead-lettered.
+    /// poke to every other device; to the origin device, the job's outcome, so that it need
+    /// not ask for it.
     func deliver(_ event: JobEvent) {
         let (subscribers, member) = state.withLockedValue { state in
             (state.users[event.userID].map { Array($0.values) } ?? [],
@@ -210,10 +212,9 @@ final class Hub: Service, Sendable {
         }
         for subscriber in subscribers where subscriber.covers(event.spaceID) {
             if subscriber.deviceID == event.deviceID {
-                if event.troubled || event.status == .dead {
-                    subscriber.continuation.yield(.job(jobID: event.jobID, status: event.status, checkpoint: event.checkpoint))
-                    delivered.increment()
-                }
+                let troubled = event.troubled || event.status != .succeeded
+                subscriber.continuation.yield(.job(jobID: event.jobID, status: event.status, checkpoint: event.checkpoint, troubled: troubled))
+                delivered.increment()
             } else if member, let cursor = event.checkpoint, event.status == .succeeded {
                 subscriber.continuation.yield(.poke(cursor: cursor, space: event.spaceID))
                 delivered.increment()

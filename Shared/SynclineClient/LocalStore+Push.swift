@@ -95,7 +95,8 @@ extension LocalStore {
     }
 
     /// A job succeeded: applied, superseded and duplicate ops wait for a pull to reach the
-    /// checkpoint; conflicting and rejected ones leave (the server did not apply them).
+    /// checkpoint; conflicting and rejected ones leave (the server did not apply them). An
+    /// op the results do not name was applied.
     func jobSucceeded(_ jobID: String, checkpoint: Int64, results: [OpResult]) throws -> [SyncEvent] {
         try database.write { db in
             var events: [SyncEvent] = []
@@ -116,6 +117,10 @@ extension LocalStore {
             }
             let keys = try Self.keys(db, ops: gone)
             for opID in gone { try Self.run(db, sql: "DELETE FROM outbox WHERE op_id = ?", arguments: [opID]) }
+            // An op the results do not name was applied: an untroubled job's outcome heard on
+            // the stream comes without results.
+            try Self.run(db, sql: "UPDATE outbox SET state = 'confirmed', checkpoint = ? WHERE job_id = ? AND state = 'sent'",
+                         arguments: [checkpoint, jobID])
             for key in keys { try Self.refresh(db, key) }
             // Records whose edits the server confirmed show no pending edit any more (an edit
             // of theirs set aside earlier still shows as such).

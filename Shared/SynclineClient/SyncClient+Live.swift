@@ -75,7 +75,10 @@ extension SyncClient {
         switch type {
         case "hello", "poke":
             let space = fields["space_id"]?.stringValue
-            if type == "hello" { streamSpace = space }
+            if type == "hello" {
+                streamSpace = space
+                askJobs = true  // outcomes told while no stream listened are asked for once
+            }
             // A stream of every space (the personal client's) also hears the others.
             if let space, let mine = streamSpace, space != mine { return }
             let theirs = fields["cursor"]?.stringValue.flatMap { Int64($0) } ?? 0
@@ -86,9 +89,23 @@ extension SyncClient {
                 wake()
             }
         case "job":
+            if let job = fields["job_id"]?.stringValue, let status = fields["status"]?.stringValue {
+                if heardJobs.count >= 10_000 { heardJobs.removeAll() }  // outcomes of jobs this device no longer follows
+                heardJobs[job] = HeardJob(
+                    status: status, checkpoint: fields["checkpoint"]?.stringValue.flatMap { Int64($0) },
+                    troubled: fields["troubled"]?.boolValue != false)
+            }
             wake()
         default:
             break
         }
     }
+}
+
+/// A job's outcome as the stream told it: `troubled` when the job had refused ops or died
+/// (its results, asked for, say which).
+struct HeardJob: Sendable {
+    let status: String
+    let checkpoint: Int64?
+    let troubled: Bool
 }

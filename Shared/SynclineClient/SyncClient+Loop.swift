@@ -18,9 +18,14 @@ extension SyncClient {
     /// worth trying again later); the background loop retries either way.
     public func sync(timeout: Double = 30) async throws {
         let deadline = Date().addingTimeInterval(timeout)
+        var askJobsAt = Date().addingTimeInterval(Self.liveJobWait)
         pullWanted = true
         do {
             while true {
+                if Date() > askJobsAt {  // an outcome the stream lost
+                    askJobs = true
+                    askJobsAt = Date().addingTimeInterval(Self.liveJobWait)
+                }
                 let jobsInFlight = try await exclusivePass()
                 if !jobsInFlight && !pullWanted { return }
                 guard Date() < deadline else { throw Retry(reason: "jobs still running after \(timeout) s", after: nil) }
@@ -39,7 +44,9 @@ extension SyncClient {
             do {
                 let jobsInFlight = try await exclusivePass()
                 backoff.reset()
-                if jobsInFlight {
+                if jobsInFlight && live {
+                    wait = Self.liveJobWait  // the stream tells each outcome; asked for after this as a safety net
+                } else if jobsInFlight {
                     wait = jobPolls.next(random: 1)
                 } else {
                     jobPolls.reset()
@@ -54,8 +61,9 @@ extension SyncClient {
                 wait = backoff.next()
             }
             if Task.isCancelled { return }
-            if await waitForWake(timeout: wait) == .timedOut, !live, configuration.pollInterval != nil {
-                pullWanted = true
+            if await waitForWake(timeout: wait) == .timedOut {
+                askJobs = true
+                if !live, configuration.pollInterval != nil { pullWanted = true }
             }
         }
     }
@@ -208,12 +216,31 @@ extension SyncClient {
     }
 
 
-    /// Polls every job still running; returns whether any is. A shared space's jobs are
-    /// asked for with their space, so the server reads that space alone.
+    /// How long, in seconds, a job may run with a live stream before it is asked for anyway
+    /// (an outcome the stream lost).
+    static let liveJobWait: Double = 10
+
+    /// Settles every job whose outcome is known; returns whether any is still running. While
+    /// the stream is live it tells each job's outcome, and a job is asked for only when the
+    /// outcome was troubled (its results say which ops were refused) or may have been missed
+    /// (no stream was live since the job was sent). A shared space's jobs are asked for with
+    /// their space, so the server reads that space alone.
     func followJobs() async throws -> Bool {
         var running = false
         let scope = configuration.spaceID.map { "?space_id=\($0)" } ?? ""
+        let ask = askJobs || !live
         for jobID in try store.sentJobs() {
+            let heard = heardJobs[jobID]
+            if let heard, heard.status == JobStatus.succeeded.rawValue, !heard.troubled {
+                heardJobs[jobID] = nil
+                try jobSucceeded(jobID, checkpoint: heard.checkpoint ?? 0, results: [])
+                continue
+            }
+            if heard == nil && !ask {
+                running = true
+                continue
+            }
+            heardJobs[jobID] = nil
             let answer: ServerAPI.Answer
             do {
                 answer = try await api.send("GET", "/v1/sync/jobs/\(jobID)\(scope)")
@@ -229,15 +256,7 @@ extension SyncClient {
             }
             switch job.status {
             case .succeeded:
-                let checkpoint = Int64(job.checkpoint ?? "0") ?? 0
-                reachedCursor = max(reachedCursor, checkpoint)
-                let events = try store.jobSucceeded(jobID, checkpoint: checkpoint, results: job.results)
-                // In the same turn as the outbox changed: no status shows the ops confirmed
-                // without the sync that confirmed them.
-                lastSyncAt = configuration.now()
-                events.forEach { eventSink.yield($0) }
-                pullWanted = true
-                notifyAll()
+                try jobSucceeded(jobID, checkpoint: Int64(job.checkpoint ?? "0") ?? 0, results: job.results)
             case .dead, .discarded:
                 let opIDs = try store.jobDead(jobID, reason: "job \(job.status.rawValue): \(job.lastError ?? "no error recorded")")
                 eventSink.yield(.jobDead(jobID: jobID, opIDs: opIDs))
@@ -246,7 +265,21 @@ extension SyncClient {
                 running = true
             }
         }
+        if ask && live { askJobs = false }
         return running
+    }
+
+    /// A job of this device's succeeded: its refused ops are reported, the others wait for
+    /// the pull that shows them.
+    func jobSucceeded(_ jobID: String, checkpoint: Int64, results: [OpResult]) throws {
+        reachedCursor = max(reachedCursor, checkpoint)
+        let events = try store.jobSucceeded(jobID, checkpoint: checkpoint, results: results)
+        // In the same turn as the outbox changed: no status shows the ops confirmed
+        // without the sync that confirmed them.
+        lastSyncAt = configuration.now()
+        events.forEach { eventSink.yield($0) }
+        pullWanted = true
+        notifyAll()
     }
 
     /// Pulls until `has_more` is false; a 410 starts a resync that keeps unpushed ops. The

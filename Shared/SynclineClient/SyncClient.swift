@@ -44,6 +44,12 @@ public actor SyncClient {
     var lastSyncAt: Date?
     var lastError: String?
     var live = false
+    /// Outcomes of this device's jobs heard on the stream, until the jobs are settled (the
+    /// stream may tell before the push's 202 is stored).
+    var heardJobs: [String: HeardJob] = [:]
+    /// Jobs are asked for once more: no stream has been live since they were sent, or one
+    /// was (re)opened and may have missed an outcome.
+    var askJobs = true
     var pullWanted = true
     /// The furthest the server has shown this space to be (a succeeded job's checkpoint, a
     /// poke's cursor): pulls ask for at least it, so a server reading from a replica that

@@ -252,6 +252,33 @@ struct ClientTests {
         }
     }
 
+    /// With the stream live, the device hears each of its jobs' outcomes there and never
+    /// asks for a job: ten writes, each synced, make ten jobs and no `GET /v1/sync/jobs`
+    /// (counted by the gateway).
+    @Test func aLiveClientHearsItsJobsOutcomesAndNeverPollsThem() async throws {
+        try await Stack.with(workers: 1, fanouts: 1) { stack in
+            let user = Self.user()
+            let device = try Self.device(stack, user: user, fanout: stack.fanouts[0])
+            await device.client.start()
+            _ = try await E2E.eventually(within: 10, "the stream") { try await device.client.status().live ? true : nil }
+            try await device.client.sync()  // the first pass after the stream opened asks once (nothing to ask)
+            func jobPolls() async throws -> Double {
+                try await BatchingTests.metrics(of: stack.gateway).split(separator: "\n")
+                    .filter { $0.hasPrefix("hb_requests{") && $0.contains("/v1/sync/jobs/") }
+                    .compactMap { $0.split(separator: " ").last.flatMap { Double($0) } }.reduce(0, +)
+            }
+            let before = try await jobPolls()
+            for i in 0..<10 {
+                try await device.client.upsert("todos", id: "t\(i)", data: ["i": .int(Int64(i))])
+                try await device.client.sync()
+            }
+            #expect(try await jobPolls() == before, "jobs asked for while the stream was live")
+            #expect(try await device.client.status().pendingOps == 0)
+            #expect(try await Self.server(stack, user).count == 10)
+            await device.client.stop()
+        }
+    }
+
     @Test func afterAPurgeAnOfflineDeviceResyncsAndKeepsItsEdits() async throws {
         try await Stack.with(workers: 1) { stack in
             let user = Self.user()

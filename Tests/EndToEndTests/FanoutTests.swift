@@ -27,7 +27,9 @@ struct FanoutTests {
     }
 
     /// Device B (SSE) and C (WebSocket) get a poke with the checkpoint within a second of
-    /// A's job committing; A does not. Each stream starts with hello and the current cursor.
+    /// A's job committing; A gets its job's outcome instead (so it need not ask for it),
+    /// marked troubled when an op was rejected. Each stream starts with hello and the
+    /// current cursor.
     @Test func otherDevicesArePokedWithinASecondTheOriginIsNot() async throws {
         try await Stack.with(workers: 1, fanouts: 1) { stack in
             let api = stack.client
@@ -50,9 +52,11 @@ struct FanoutTests {
                 #expect(poke.message["cursor"] as? String == checkpoint)
                 #expect(poke.at.timeIntervalSince(committed) < 1.0)
             }
+            let outcome = try await origin.inbox.next("job", within: 2)
+            #expect(outcome.message["job_id"] as? String == jobID && outcome.message["status"] as? String == "succeeded")
+            #expect(outcome.message["checkpoint"] as? String == checkpoint && outcome.message["troubled"] as? Bool == false)
             try await Task.sleep(for: .milliseconds(300))
             #expect(origin.inbox.of(type: "poke").isEmpty, "the origin device is never poked")
-            #expect(origin.inbox.of(type: "job").isEmpty, "a clean job sends the origin nothing")
 
             // A job with a rejected op: the origin hears about it, the others get a poke.
             let skewed = try await api.push(a.token, device: a.id, ops: [
@@ -61,9 +65,9 @@ struct FanoutTests {
                 ["op_id": newOpID(), "type": "upsert", "collection": "todos", "id": "ok", "data": ["t": 1]],
             ])
             let skewedJob = try #require(skewed.json["job_id"] as? String)
-            let notice = try await origin.inbox.next("job", within: 5)
+            let notice = try await origin.inbox.next("job", after: 1, within: 5)
             #expect(notice.message["job_id"] as? String == skewedJob)
-            #expect(notice.message["status"] as? String == "succeeded")
+            #expect(notice.message["status"] as? String == "succeeded" && notice.message["troubled"] as? Bool == true)
             // A new stream's hello carries the current cursor.
             let late = try SSEClient(port: port, path: Self.path(b))
             defer { late.close() }
@@ -149,7 +153,7 @@ struct FanoutTests {
             let jobID = try #require(push.json["job_id"] as? String)
             let notice = try await origin.inbox.next("job", within: 15)
             #expect(notice.message["job_id"] as? String == jobID)
-            #expect(notice.message["status"] as? String == "dead")
+            #expect(notice.message["status"] as? String == "dead" && notice.message["troubled"] as? Bool == true)
             #expect(other.inbox.of(type: "poke").isEmpty, "nothing changed: no poke")
             try await failing.remove()
             removed = true

@@ -214,6 +214,149 @@ struct WebClientTests {
         }
     }
 
+    /// The status reads counts kept with the outbox, never its entries: with 300 ops
+    /// waiting it lists none of them (no `getAll`, no `count` of the outbox), and through batches, jobs,
+    /// a refusal, a retry and a drop the kept counts stay those of a recount.
+    @Test func theStatusReadsCountsNotTheOutbox() async throws {
+        try await Self.withPage { page in
+            let database = "syncline-\(UUID().uuidString.prefix(8))"
+            let result = try page.browser.evaluate("""
+                (async () => {
+                  const client = await syncline.createClient({gatewayURL: \(Browser.quoted(page.stack.client.base)),
+                    databaseName: \(Browser.quoted(database)), tokenProvider: async () => \(Browser.quoted(page.token)), pollInterval: null});
+                  const listed = {n: 0};
+                  for (const proto of [IDBIndex.prototype, IDBObjectStore.prototype]) {
+                    for (const name of ['getAll', 'getAllKeys', 'count']) {
+                      const original = proto[name];
+                      proto[name] = function (...args) {
+                        if ((this.objectStore ?? this).name === 'outbox') listed.n += 1;
+                        return original.apply(this, args);
+                      };
+                    }
+                  }
+                  const watched = async (body) => { listed.n = 0; const value = await body(); return [value, listed.n]; };
+                  const started = Date.now();
+                  for (let i = 0; i < 300; i++) await client.upsert('items', 'r' + i, {n: i});
+                  const bad = await client.upsert('Bad Name', 'b1', {n: 0});
+                  const [waiting, reads] = await watched(() => client.status());
+                  // What the kept counts say against a count of the outbox itself.
+                  const recount = () => new Promise((resolve, reject) => {
+                    const open = indexedDB.open(\(Browser.quoted(database)));
+                    open.onerror = () => reject(open.error);
+                    open.onsuccess = () => {
+                      const tx = open.result.transaction(['outbox', 'meta'], 'readonly');
+                      const states = ['pending', 'batched', 'sent', 'confirmed', 'set_aside'];
+                      const counted = {}, kept = {};
+                      const index = tx.objectStore('outbox').index('state');
+                      for (const state of states) index.count(state).onsuccess = (event) => { counted[state] = event.target.result; };
+                      tx.objectStore('meta').get('outbox_counts').onsuccess = (event) => Object.assign(kept, event.target.result);
+                      tx.oncomplete = () => { open.result.close(); resolve(states.every((state) => counted[state] === kept[state]) ? 'agree' : JSON.stringify({counted, kept})); };
+                    };
+                  });
+                  const before = await recount();
+                  await client.sync(30);
+                  const afterSync = await recount();
+                  await client.retry(bad);
+                  await client.sync(30);
+                  await client.drop(bad);
+                  const end = await client.status();
+                  return syncline.canonicalJSON({pending: waiting.pendingOps, reads, aged: waiting.oldestPendingAge <= (Date.now() - started) / 1000,
+                    before, afterSync, after: await recount(), endPending: end.pendingOps, endAside: end.setAsideOps});
+                })()
+                """) as? String
+            #expect(result == #"{"after":"agree","afterSync":"agree","aged":true,"before":"agree","endAside":0,"endPending":0,"pending":301,"reads":0}"#)
+        }
+    }
+
+    /// 1,000 writes, made one after another as an app makes them while the client syncs,
+    /// go out in a few pushes; against a push rate limit of one a second, no push leaves
+    /// sooner than the `Retry-After` of a 429 before it (a write does not cut the wait
+    /// short), and `sync()` waits the 429s out instead of failing.
+    @Test func writesGoInBatchesAndNoPushComesBeforeRetryAfter() async throws {
+        try await Self.withPage(environment: ["RATE_LIMIT_PUSH": "1/s,burst=1"]) { page in
+            let result = try page.browser.evaluate("""
+                (async () => {
+                  const pushes = [];
+                  const original = window.fetch;
+                  window.fetch = async (url, init) => {
+                    const sent = Date.now();
+                    const response = await original(url, init);
+                    if (String(url).endsWith('/v1/sync/push')) {
+                      pushes.push({sent, answered: Date.now(), status: response.status, retryAfter: Number(response.headers.get('Retry-After') ?? 0)});
+                    }
+                    return response;
+                  };
+                  const client = await syncline.createClient({gatewayURL: \(Browser.quoted(page.stack.client.base)),
+                    databaseName: 'syncline-\(UUID().uuidString.prefix(8))', tokenProvider: async () => \(Browser.quoted(page.token)), pollInterval: null});
+                  client.start();
+                  for (let i = 0; i < 1000; i++) await client.upsert('items', 'r' + i, {n: i});
+                  let syncError = null;
+                  try { await client.sync(60); } catch (error) { syncError = String(error); }
+                  const early = pushes.filter((push, i) => pushes.slice(0, i).some((before) =>
+                    before.status === 429 && push.sent < before.answered + before.retryAfter * 1000 - 20)).length;
+                  const status = await client.status();
+                  await client.stop();
+                  return syncline.canonicalJSON({syncError, early, pending: status.pendingOps,
+                    fewPushes: pushes.filter((push) => push.status === 202).length <= 20,
+                    records: (await client.records('items')).filter((r) => !r.hasPendingEdits).length});
+                })()
+                """) as? String
+            #expect(result == #"{"early":0,"fewPushes":true,"pending":0,"records":1000,"syncError":null}"#)
+            #expect(try await ClientTests.server(page.stack, page.user, "items").count == 1000)
+        }
+    }
+
+    /// Observed queries follow a burst of writes from the written rows alone: with 11
+    /// queries observed over 2,000 records (ten limited and ordered, one not), 200 writes
+    /// that update rows in place or add rows at the front make no query read the records
+    /// again, and every observer's last result is what a fresh query returns. Deleting
+    /// rows from a full limited result reads again (rows beyond its end move up), and is
+    /// right too.
+    @Test func observedQueriesFollowABurstFromTheWrittenRows() async throws {
+        let result = try await Self.evaluateOffline("""
+            (async () => {
+              const client = await syncline.createClient({gatewayURL: 'http://127.0.0.1:9', databaseName: 'observers-\(UUID().uuidString.prefix(6))',
+                tokenProvider: async () => 'unused', pollInterval: null, indexes: [['category', 'n']]});
+              for (let i = 0; i < 2000; i++) await client.upsert('items', 'r' + i, {category: i % 10, n: i});
+              const queries = [...Array(10).keys()].map((k) => ({collection: 'items', where: {category: {eq: k}}, orderBy: ['n'], limit: 50}));
+              queries.push({collection: 'items', where: {category: {eq: 3}}});
+              const latest = queries.map(() => null);
+              queries.forEach((query, i) => client.observe(query, (records) => { latest[i] = syncline.canonicalJSON(records); }));
+              const settled = async () => {
+                for (let attempt = 0; attempt < 100; attempt++) {
+                  await new Promise((resolve) => setTimeout(resolve, 50));
+                  const fresh = await Promise.all(queries.map(async (query) => syncline.canonicalJSON(await client.query('items', query))));
+                  if (fresh.every((text, i) => text === latest[i])) return true;
+                }
+                return false;
+              };
+              const first = await settled();
+              let reads = 0;
+              for (const proto of [IDBIndex.prototype, IDBObjectStore.prototype]) {
+                for (const name of ['getAll', 'openCursor', 'openKeyCursor']) {
+                  const original = proto[name];
+                  proto[name] = function (...args) {
+                    if ((this.objectStore ?? this).name === 'records') reads += 1;
+                    return original.apply(this, args);
+                  };
+                }
+              }
+              for (let j = 0; j < 100; j++) {
+                const id = (j * 7) % 2000;
+                await client.upsert('items', 'r' + id, {category: id % 10, n: id, title: 't' + j});
+                await client.upsert('items', 'new' + j, {category: j % 10, n: -j});
+              }
+              await new Promise((resolve) => setTimeout(resolve, 500));  // the observers' updates, before the check's own queries
+              const burstReads = reads;
+              const burst = await settled();
+              for (let j = 0; j < 30; j++) await client.delete('items', 'new' + j);
+              const deleted = await settled();
+              return syncline.canonicalJSON({first, burst, burstReads, deleted});
+            })()
+            """) as? String
+        #expect(result == #"{"burst":true,"burstReads":0,"deleted":true,"first":true}"#)
+    }
+
     /// Two tabs of one origin share the store: only one syncs, a write in either shows in
     /// the other, and when the syncing tab closes the other takes over and syncs.
     @Test func twoTabsShareOneStoreAndOneSync() async throws {
@@ -284,6 +427,44 @@ struct WebClientTests {
             ])
             #expect(push.status == 202)
             try browser.waitFor("window.seen.p1 === 'from the phone'", within: 5)
+        }
+    }
+
+    /// With the stream live, the device hears each of its jobs' outcomes there and never
+    /// asks for a job: ten writes, each synced, make ten jobs and no `GET /v1/sync/jobs`.
+    @Test func aLiveClientHearsItsJobsOutcomesAndNeverPollsThem() async throws {
+        try await Self.withPage(fanouts: 1) { page in
+            let (stack, browser, token) = (page.stack, page.browser, page.token)
+            _ = try browser.evaluate("""
+                (async () => {
+                  window.jobPolls = 0;
+                  const original = window.fetch;
+                  window.fetch = (url, init) => {
+                    if (String(url).includes('/v1/sync/jobs/')) window.jobPolls += 1;
+                    return original(url, init);
+                  };
+                  window.client = await syncline.createClient({gatewayURL: \(Browser.quoted(stack.client.base)),
+                    fanoutURL: 'http://127.0.0.1:\(stack.fanouts[0].port)', databaseName: 'outcomes-\(UUID().uuidString.prefix(6))',
+                    tokenProvider: async () => \(Browser.quoted(token)), pollInterval: null});
+                  client.start();
+                  return true;
+                })()
+                """)
+            try browser.waitFor("client.status().then(s => window.live = s.live) && window.live", within: 10)
+            let result = try browser.evaluate("""
+                (async () => {
+                  await client.sync(30);  // the first pass after the stream opened asks once (nothing to ask)
+                  const before = window.jobPolls;
+                  for (let i = 0; i < 10; i++) {
+                    await client.upsert('items', 'i' + i, {n: i});
+                    await client.sync(30);
+                  }
+                  const after = await client.status();
+                  return syncline.canonicalJSON({polls: window.jobPolls - before, pending: after.pendingOps,
+                    synced: (await client.records('items')).filter((r) => !r.hasPendingEdits).length});
+                })()
+                """) as? String
+            #expect(result == #"{"pending":0,"polls":0,"synced":10}"#)
         }
     }
 

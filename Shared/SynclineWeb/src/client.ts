@@ -4,7 +4,7 @@ import { halved, maxOpsPerPush, maxPushBytes } from "./batching.js";
 import type { JSONObject } from "./json.js";
 import type { Op, OpType, RecordView } from "./op.js";
 import { canonicalJSON } from "./json.js";
-import { matches, type QueryOptions, type Where } from "./query.js";
+import { matches, recordOrder, type QueryOptions, type Where } from "./query.js";
 import { LocalStore, type Changed, type LocalBlob, type OutboxEntry, type ShownRecord } from "./store.js";
 
 /** Files up to this size are uploaded in one `PUT`; larger ones with tus, in pieces, resumed after a reload. */
@@ -32,6 +32,11 @@ export interface ClientOptions {
   indexes?: (string | string[])[];
   /** The most bytes of downloaded (and uploaded) files kept in IndexedDB (absent: 256 MiB); files waiting to be uploaded stay whatever their size. */
   blobCacheBytes?: number;
+  /**
+   * How long, in seconds, a write waits for others before the push that carries it leaves
+   * (absent: 0.05): a burst of writes goes in one push. A full batch goes at once.
+   */
+  pushDelay?: number;
 }
 
 /** A query: `observe(query, callback)`. */
@@ -79,9 +84,12 @@ export interface SetAsideOp {
 interface Observer {
   query: Query;
   callback: (records: LocalRecord[]) => void;
-  /** The result last called back with, and its ids. */
+  /** The result last called back with (its canonical JSON), and the result now, with its ids. */
   last: string | null;
+  records: LocalRecord[] | null;
   ids: Set<string>;
+  /** The records changed since the result was read, with what shows for each now (null: read it all again). */
+  changes: Map<string, Changed> | null;
   /** Whether a read of the result is under way, and whether another is wanted after it. */
   reading: boolean;
   again: boolean;
@@ -102,6 +110,9 @@ export interface Space {
   role: "owner" | "editor" | "viewer";
   personal: boolean;
 }
+
+/** How long, in seconds, a job may run with a live stream before it is asked for anyway (an outcome the stream lost). */
+const liveJobWait = 10;
 
 /** A failure worth retrying after a pause (network, 429, 5xx, auth). */
 class Retry extends Error {
@@ -149,6 +160,10 @@ export class SyncClient {
   private maxBytes = maxPushBytes;
   private running = false;
   private wake: (() => void) | null = null;
+  /** Before this time (ms) nothing is sent: the server asked to wait (`Retry-After`), and writes do not cut it short. */
+  private notBefore = 0;
+  /** A write came while the loop waited: the next pass waits `pushDelay` first, for others. */
+  private writesWaiting = false;
   private loop: Promise<void> | null = null;
   private passing: Promise<boolean> | null = null;
   private observers = new Set<Observer>();
@@ -165,6 +180,10 @@ export class SyncClient {
   private streamSpace: string | null = null;
   private streamBackoff = new Backoff();
   private streamRetry: ReturnType<typeof setTimeout> | null = null;
+  /** Outcomes of this device's jobs heard on the stream, until the jobs are settled (the stream may tell before the push's 202 is stored). */
+  private heardJobs = new Map<string, { status: string; checkpoint: string | null; troubled: boolean }>();
+  /** Jobs are asked for once more: no stream has been live since they were sent, or one was (re)opened and may have missed an outcome. */
+  private askJobs = true;
 
   /** The device's identity, kept in memory too, so a database deleted from outside gets it back. */
   private identity: { device?: string; node?: string } = {};
@@ -184,7 +203,7 @@ export class SyncClient {
         this.wakeUp();
         return;
       case "changedAll":
-        for (const observer of this.observers) void this.deliver(observer);
+        this.rereadAll();
         return;
       case "event":
         this.events.dispatchEvent(new CustomEvent(message.name, { detail: message.detail }));
@@ -356,6 +375,7 @@ export class SyncClient {
       throw error;
     }
     this.changed([{ collection: stored.op.collection, id: stored.op.id, row: stored.row }]);
+    this.writesWaiting = true;
     this.wakeUp();
     return stored.op.op_id;
   }
@@ -403,15 +423,17 @@ export class SyncClient {
       ? { collection: target, ...(typeof idOrCallback === "string" ? { where: { id: { eq: idOrCallback } } } : {}) }
       : target;
     const callback = typeof idOrCallback === "string" ? maybeCallback! : idOrCallback;
-    const observer: Observer = { query, callback, last: null, ids: new Set(), reading: false, again: false };
+    const observer: Observer = { query, callback, last: null, ids: new Set(), records: null, changes: null, reading: false, again: false };
     this.observers.add(observer);
     void this.deliver(observer);
     return () => this.observers.delete(observer);
   }
 
   /**
-   * Reads the observer's result again, after the write that asked for it (never on its
-   * path), once per burst of changes: a change during a read makes one more read after it.
+   * Brings the observer's result up to date after the write that asked for it (never on
+   * its path), once per burst of changes: a change during an update makes one more after
+   * it. When every change carries what shows now, the result is updated from those rows
+   * alone (`updated`); otherwise it is read again.
    */
   private async deliver(observer: Observer): Promise<void> {
     if (observer.reading) {
@@ -423,16 +445,42 @@ export class SyncClient {
       do {
         observer.again = false;
         await new Promise((resolve) => setTimeout(resolve, 0));
-        const records = await this.query(observer.query.collection, observer.query);
-        const text = canonicalJSON(records as unknown as JSONObject[]);
-        if (!this.observers.has(observer) || text === observer.last) continue;
-        observer.last = text;
+        const changes = observer.changes;
+        observer.changes = new Map();
+        const records = (changes && observer.records && SyncClient.updated(observer.query, observer.records, changes))
+          ?? await this.query(observer.query.collection, observer.query);
+        if (!this.observers.has(observer)) return;
+        observer.records = records;
         observer.ids = new Set(records.map((record) => record.id));
+        const text = canonicalJSON(records as unknown as JSONObject[]);
+        if (text === observer.last) continue;
+        observer.last = text;
         observer.callback(records);
       } while (observer.again);
     } finally {
       observer.reading = false;
     }
+  }
+
+  /**
+   * The query's result after `changes`, from its previous result and the changed rows, or
+   * null when those cannot tell it: with an offset, or when a limited result lost rows and
+   * rows beyond its end (never read) might move up.
+   */
+  private static updated(query: Query, previous: LocalRecord[], changes: Map<string, Changed>): LocalRecord[] | null {
+    if (query.offset) return null;
+    const order = recordOrder(query);
+    const rows = new Map(previous.map((record) => [record.id, record]));
+    for (const change of changes.values()) {
+      if (change.collection !== query.collection) continue;
+      rows.delete(change.id);
+      if (change.row && matches(change.row.id, change.row.data, query.where)) rows.set(change.id, shown(change.row));
+    }
+    const sorted = [...rows.values()].sort(order);
+    if (query.limit === undefined) return sorted;
+    const last = previous[previous.length - 1];
+    if (previous.length >= query.limit && sorted.filter((record) => order(record, last) <= 0).length < query.limit) return null;
+    return sorted.slice(0, query.limit);
   }
 
   /** Records changed: this tab's observers of them read again, and so do other tabs' (whose leader also wakes). */
@@ -449,16 +497,30 @@ export class SyncClient {
    */
   private deliverChanged(changes: Changed[]): void {
     for (const observer of this.observers) {
-      const relevant = changes.some((change) => change.collection === observer.query.collection && (
-        observer.last === null || observer.ids.has(change.id) || change.row === undefined
+      // While an update is under way its result is not known yet: every change of the collection counts.
+      const relevant = changes.filter((change) => change.collection === observer.query.collection && (
+        observer.reading || observer.records === null || observer.ids.has(change.id) || change.row === undefined
         || (change.row !== null && matches(change.row.id, change.row.data, observer.query.where))));
-      if (relevant) void this.deliver(observer);
+      if (relevant.length === 0) continue;
+      for (const change of relevant) {
+        if (change.row === undefined) observer.changes = null;
+        observer.changes?.set(change.id, change);
+      }
+      void this.deliver(observer);
+    }
+  }
+
+  /** Every observer reads its result again: what shows changed for records not named. */
+  private rereadAll(): void {
+    for (const observer of this.observers) {
+      observer.changes = null;
+      void this.deliver(observer);
     }
   }
 
   /** The sync state of records changed, wherever they are: every observer reads again. */
   private changedAll(): void {
-    for (const observer of this.observers) void this.deliver(observer);
+    this.rereadAll();
     this.channel.postMessage({ type: "changedAll" });
   }
 
@@ -701,7 +763,10 @@ export class SyncClient {
   }
 
   private async streamMessage(message: { type?: string; cursor?: string; space_id?: string }): Promise<void> {
-    if (message.type === "hello") this.streamSpace = message.space_id ?? null;
+    if (message.type === "hello") {
+      this.streamSpace = message.space_id ?? null;
+      this.askJobs = true;  // outcomes told while no stream listened are asked for once
+    }
     if (message.type === "hello" || message.type === "poke") {
       if (message.space_id && this.streamSpace && message.space_id !== this.streamSpace) return;  // another space's
       const cursor = await this.store.meta<string>("cursor");
@@ -711,6 +776,13 @@ export class SyncClient {
         this.wakeUp();
       }
     } else if (message.type === "job") {
+      const job = message as { job_id?: unknown; status?: unknown; checkpoint?: unknown; troubled?: unknown };
+      if (typeof job.job_id === "string" && typeof job.status === "string") {
+        if (this.heardJobs.size >= 10_000) this.heardJobs.clear();  // outcomes of jobs this device no longer follows
+        this.heardJobs.set(job.job_id, {
+          status: job.status, checkpoint: typeof job.checkpoint === "string" ? job.checkpoint : null, troubled: job.troubled !== false,
+        });
+      }
       this.wakeUp();
     }
   }
@@ -719,7 +791,7 @@ export class SyncClient {
     this.running = false;
     this.abandonLock?.abort();
     this.abandonLock = null;
-    this.wakeUp();
+    this.wakeUp(true);
     await this.loop;
     this.loop = null;
   }
@@ -753,21 +825,55 @@ export class SyncClient {
     });
   }
 
+  /**
+   * Passes until nothing is left to send, follow or pull. A server that asks to wait
+   * (`Retry-After`: 429, 503) is waited out within the timeout, never cut short; any other
+   * failure ends the sync with its reason.
+   */
   private async syncHere(timeout: number): Promise<void> {
     const deadline = Date.now() + timeout * 1000;
+    let askJobsAt = Date.now() + liveJobWait * 1000;
     this.pullWanted = true;
     for (;;) {
-      const jobsInFlight = await this.exclusivePass();
+      if (Date.now() > askJobsAt) {  // an outcome the stream lost
+        this.askJobs = true;
+        askJobsAt = Date.now() + liveJobWait * 1000;
+      }
+      const asked = this.notBefore - Date.now();
+      if (asked > 0) {
+        if (Date.now() + asked > deadline) throw new Error(`the server asked to wait ${Math.ceil(asked / 1000)} s, beyond the sync's ${timeout} s: ${this.lastError}`);
+        await new Promise((resolve) => setTimeout(resolve, asked));
+      }
+      let jobsInFlight: boolean;
+      try {
+        jobsInFlight = await this.exclusivePass();
+      } catch (error) {
+        if (error instanceof Retry && error.after !== undefined) continue;
+        throw error instanceof Retry ? new Error(error.message) : error;
+      }
       if (!jobsInFlight && !this.pullWanted) return;
       if (Date.now() > deadline) throw new Error(`jobs still running after ${timeout} s`);
       await new Promise((resolve) => setTimeout(resolve, 50));
     }
   }
 
-  /** Asks the loop for another pass: now when it waits, else as soon as its pass ends (never lost). */
-  private wakeUp(): void {
-    if (this.wake) this.wake();
+  /**
+   * Asks the loop for another pass: now when it waits, else as soon as its pass ends (never
+   * lost). While the server's `Retry-After` runs, the pass waits for it to end (unless
+   * `now`: stopping).
+   */
+  private wakeUp(now = false): void {
+    if (this.wake && (now || Date.now() >= this.notBefore)) this.wake();
     else this.wakeRequested = true;
+  }
+
+  /** A pass about to push what writes just queued waits a moment for more, unless a batch is full already. */
+  private async gatherWrites(): Promise<void> {
+    if (!this.writesWaiting) return;
+    this.writesWaiting = false;
+    const delay = this.options.pushDelay ?? 0.05;
+    if (delay <= 0 || (await this.store.status()).pending >= maxOpsPerPush) return;
+    await new Promise((resolve) => setTimeout(resolve, delay * 1000));
   }
 
   private wakeRequested = false;
@@ -779,9 +885,11 @@ export class SyncClient {
       let wait: number | null = null;
       let failed = false;
       try {
+        await this.gatherWrites();
         const jobsInFlight = await this.exclusivePass();
         backoff.reset();
-        if (jobsInFlight) wait = jobPolls.next(undefined, 1);
+        if (jobsInFlight && this.live) wait = liveJobWait;  // the stream tells each outcome; asked for after this as a safety net
+        else if (jobsInFlight) wait = jobPolls.next(undefined, 1);
         else {
           jobPolls.reset();
           const poll = this.options.pollInterval === undefined ? 30 : this.options.pollInterval;
@@ -809,6 +917,7 @@ export class SyncClient {
       });
       this.wake = null;
       if (timedOut && !this.live) this.pullWanted = true;
+      if (timedOut) this.askJobs = true;
     }
   }
 
@@ -823,6 +932,7 @@ export class SyncClient {
       return result;
     } catch (error) {
       this.lastError = error instanceof Error ? error.message : String(error);
+      if (error instanceof Retry && error.after !== undefined) this.notBefore = Math.max(this.notBefore, Date.now() + error.after * 1000);
       throw error;
     } finally {
       this.passing = null;
@@ -834,11 +944,14 @@ export class SyncClient {
     const device = await this.registeredDevice();
     if (this.leader) void this.openStream(device);
     const uploadFailure = await this.uploadPending();
-    await this.pushAll(device);
+    // While the server's Retry-After runs, nothing is pushed, whoever asks for the pass.
+    const asked = this.notBefore - Date.now();
+    if (asked <= 0) await this.pushAll(device);
     const jobsInFlight = await this.followJobs();
     if (this.pullWanted) await this.pullAll();
     // The ops waiting for a file that could not be sent wait for the next pass.
     if (uploadFailure) throw new Retry(uploadFailure);
+    if (asked > 0) throw new Retry(this.lastError ?? "the server asked to wait", asked / 1000);
     return jobsInFlight;
   }
 
@@ -930,11 +1043,29 @@ export class SyncClient {
     this.changedAll();
   }
 
-  /** Polls every job still running; returns whether any is. A shared space's jobs are asked for with their space, so the server reads that space alone. */
+  /**
+   * Settles every job whose outcome is known; returns whether any is still running. While
+   * the stream is live it tells each job's outcome, and a job is asked for only when the
+   * outcome was troubled (its results say which ops were refused) or may have been missed
+   * (no stream was live since the job was sent). A shared space's jobs are asked for with
+   * their space, so the server reads that space alone.
+   */
   private async followJobs(): Promise<boolean> {
     let running = false;
     const scope = this.options.spaceID ? `?space_id=${encodeURIComponent(this.options.spaceID)}` : "";
+    const ask = this.askJobs || !this.live;
     for (const jobID of await this.store.sentJobs()) {
+      const heard = this.heardJobs.get(jobID);
+      if (heard?.status === "succeeded" && !heard.troubled) {
+        this.heardJobs.delete(jobID);
+        await this.jobSucceeded(jobID, Number(heard.checkpoint ?? 0), []);
+        continue;
+      }
+      if (!heard && !ask) {
+        running = true;
+        continue;
+      }
+      this.heardJobs.delete(jobID);
       const answer = await this.send("GET", `/v1/sync/jobs/${jobID}${scope}`);
       if (answer.status === 404) {
         await this.store.jobForgotten(jobID);
@@ -943,15 +1074,7 @@ export class SyncClient {
       if (answer.status !== 200) throw new Retry(`job status answered ${answer.status}`, answer.retryAfter);
       const job = answer.json;
       if (job.status === "succeeded") {
-        const checkpoint = Number(job.checkpoint ?? 0);
-        this.reachedCursor = Math.max(this.reachedCursor, checkpoint);
-        const gone = await this.store.jobSucceeded(jobID, checkpoint, job.results ?? []);
-        for (const result of gone) {
-          const name = result.status === "conflict" ? "conflict" : "rejected";
-          this.emit(name, { opID: result.op_id, reason: result.reason, current: result.current });
-        }
-        this.pullWanted = true;
-        this.changedAll();
+        await this.jobSucceeded(jobID, Number(job.checkpoint ?? 0), job.results ?? []);
       } else if (job.status === "dead" || job.status === "discarded") {
         const opIDs = await this.store.jobDead(jobID, `job ${job.status}: ${job.last_error ?? "no error recorded"}`);
         this.emit("jobDead", { jobID, opIDs });
@@ -960,7 +1083,20 @@ export class SyncClient {
         running = true;
       }
     }
+    if (ask && this.live) this.askJobs = false;
     return running;
+  }
+
+  /** A job of this device's succeeded: its refused ops are reported, the others wait for the pull that shows them. */
+  private async jobSucceeded(jobID: string, checkpoint: number, results: Parameters<LocalStore["jobSucceeded"]>[2]): Promise<void> {
+    this.reachedCursor = Math.max(this.reachedCursor, checkpoint);
+    const gone = await this.store.jobSucceeded(jobID, checkpoint, results);
+    for (const result of gone) {
+      const name = result.status === "conflict" ? "conflict" : "rejected";
+      this.emit(name, { opID: result.op_id, reason: result.reason, current: result.current });
+    }
+    this.pullWanted = true;
+    this.changedAll();
   }
 
   /** Pulls until `has_more` is false; a 410 starts a resync that keeps unpushed ops. */

@@ -96,16 +96,21 @@ export function matches(id: string, data: JSONObject, where: Where | undefined):
   return Object.entries(where).every(([field, condition]) => meets(field === "id" ? id : fieldValue(data, field), condition));
 }
 
-/** Sorts records by the query's order (then by id) and applies its offset and limit. */
-export function ordered<T extends { id: string; data: JSONObject }>(rows: T[], options: QueryOptions): T[] {
+/** The query's order of records: by its `orderBy` fields, then by id. */
+export function recordOrder(options: QueryOptions): (a: { id: string; data: JSONObject }, b: { id: string; data: JSONObject }) => number {
   const keys = (options.orderBy ?? []).map((spec) => ({ field: spec.replace(/^-/, ""), descending: spec.startsWith("-") }));
-  const sorted = [...rows].sort((a, b) => {
+  return (a, b) => {
     for (const { field, descending } of keys) {
       const order = compareKeys(sortKey(fieldValue(a.data, field)), sortKey(fieldValue(b.data, field)));
       if (order !== 0) return descending ? -order : order;
     }
     return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
-  });
+  };
+}
+
+/** Sorts records by the query's order (then by id) and applies its offset and limit. */
+export function ordered<T extends { id: string; data: JSONObject }>(rows: T[], options: QueryOptions): T[] {
+  const sorted = [...rows].sort(recordOrder(options));
   const start = options.offset ?? 0;
   return sorted.slice(start, options.limit === undefined ? undefined : start + options.limit);
 }

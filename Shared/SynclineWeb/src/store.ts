@@ -5,37 +5,10 @@ import { request, transaction } from "./idb.js";
 import type { JSONObject } from "./json.js";
 import { localMerge } from "./merge.js";
 import type { Op, RecordView } from "./op.js";
+import { oldestUnconfirmed, outboxCounts, OutboxWriter, unconfirmed, type OutboxEntry } from "./outbox.js";
 import { fieldValue, matches, ordered, sortKey, type QueryOptions, type SortKey } from "./query.js";
 
-/**
- * The device's IndexedDB database: the records (each row holds the server's record as
- * pulled and, when something shows, the record as the app sees it), the outbox, push batches (each stored with its key and exact body before it
- * is sent), the cursor, the device identity and the clock. Every step is one transaction,
- * so a tab closed or a browser killed at any instant loses and doubles nothing.
- *
- * The outbox states are those of the Swift client: `pending` ops wait for a batch,
- * `batched` ones are in a batch not yet answered with 202, `sent` ones are in a job,
- * `confirmed` ones are applied and leave once a pull reaches their checkpoint, `set_aside`
- * ones were refused and wait for the app.
- */
-export type OpState = "pending" | "batched" | "sent" | "confirmed" | "set_aside";
-const unconfirmed: OpState[] = ["pending", "batched", "sent"];
-
-export interface OutboxEntry {
-  seq?: number;
-  op_id: string;
-  collection: string;
-  id: string;
-  op: Op;
-  state: OpState;
-  batch_id?: string | null;
-  job_id?: string | null;
-  checkpoint?: number | null;
-  reason?: string | null;
-  created_at: number;
-  /** The files the op references: it waits for them to be uploaded. */
-  blobs?: string[];
-}
+export type { OpState, OutboxEntry } from "./outbox.js";
 
 /**
  * A file this device holds: its own, waiting to be uploaded (`pending`) or uploaded
@@ -131,6 +104,13 @@ export interface Changed extends Key {
 
 const all = ["meta", "records", "outbox", "batches", "blobs"];
 
+/**
+ * The device's IndexedDB database: the records (each row holds the server's record as
+ * pulled and, when something shows, the record as the app sees it), the outbox, push batches (each stored with its key and exact body before it
+ * is sent), the cursor, the device identity and the clock. Every step is one transaction,
+ * so a tab closed or a browser killed at any instant loses and doubles nothing (the
+ * outbox's states: `outbox.ts`).
+ */
 export class LocalStore {
   private db: IDBDatabase | null;
   /** Called when the database had to be created anew while in use: deleted or evicted from outside. */
@@ -274,13 +254,20 @@ export class LocalStore {
 
   /** One transaction; a connection the browser closed under it is opened again, once. */
   private async run<T>(stores: string[], mode: IDBTransactionMode, body: (tx: IDBTransaction) => Promise<T>): Promise<T> {
+    // A write to the outbox updates its counts, in `meta`, in the same transaction.
+    const scope = mode === "readwrite" && stores.includes("outbox") && !stores.includes("meta") ? [...stores, "meta"] : stores;
+    const counted = async (tx: IDBTransaction) => {
+      const value = await body(tx);
+      await OutboxWriter.settle(tx);
+      return value;
+    };
     const db = await this.connection();
     try {
-      return await transaction(db, stores, mode, body);
+      return await transaction(db, scope, mode, counted);
     } catch (error) {
       if ((error as DOMException)?.name !== "InvalidStateError") throw error;
       if (this.db === db) this.db = null;
-      return transaction(await this.connection(), stores, mode, body);
+      return transaction(await this.connection(), scope, mode, counted);
     }
   }
 
@@ -337,7 +324,7 @@ export class LocalStore {
       };
       const blobs = referencedBlobs(stamped.data);
       if (blobs.length > 0) entry.blobs = blobs;
-      tx.objectStore("outbox").add(entry);
+      OutboxWriter.of(tx).add(entry);
       return { op: stamped, row: this.show(tx, op, known.server, [...known.entries, entry]) };
     });
   }
@@ -506,20 +493,14 @@ export class LocalStore {
     return row?.shownIn === undefined ? undefined : (row as ShownRecord);
   }
 
+  /** What waits, from the kept counts and the first entry of each state: never a read of the whole outbox. */
   async status(): Promise<{ pending: number; oldest: number | null; setAside: number }> {
-    return this.run(["outbox"], "readonly", async (tx) => {
-      const index = tx.objectStore("outbox").index("state");
-      let pending = 0;
-      let oldest: number | null = null;
-      for (const state of unconfirmed) {
-        const entries = (await request(index.getAll(state))) as OutboxEntry[];
-        pending += entries.length;
-        for (const entry of entries) oldest = oldest === null ? entry.created_at : Math.min(oldest, entry.created_at);
-      }
-      const setAside = await request(index.count("set_aside"));
-      return { pending, oldest, setAside };
+    return this.run(["outbox", "meta"], "readonly", async (tx) => {
+      const [counts, oldest] = await Promise.all([outboxCounts(tx), oldestUnconfirmed(tx)]);
+      return { pending: unconfirmed.reduce((sum, state) => sum + counts[state], 0), oldest, setAside: counts.set_aside };
     });
   }
+
 
   async setAside(): Promise<OutboxEntry[]> {
     return this.run(["outbox"], "readonly", async (tx) =>
@@ -529,11 +510,11 @@ export class LocalStore {
   /** Puts a set-aside op back in the queue (`retry`), or drops it; returns its record, or null when no such op is set aside. */
   async resolveSetAside(opID: string, retry: boolean): Promise<Key | null> {
     return this.run(all, "readwrite", async (tx) => {
-      const outbox = tx.objectStore("outbox");
-      const entry = (await request(outbox.index("op_id").get(opID))) as OutboxEntry | undefined;
+      const entry = (await request(tx.objectStore("outbox").index("op_id").get(opID))) as OutboxEntry | undefined;
       if (!entry || entry.state !== "set_aside") return null;
-      if (retry) outbox.put({ ...entry, state: "pending", reason: null, batch_id: null, job_id: null });
-      else outbox.delete(entry.seq!);
+      const outbox = OutboxWriter.of(tx);
+      if (retry) outbox.put(entry, { ...entry, state: "pending", reason: null, batch_id: null, job_id: null });
+      else outbox.delete(entry);
       await this.refresh(tx, entry);
       return { collection: entry.collection, id: entry.id };
     });
@@ -568,7 +549,7 @@ export class LocalStore {
         op_ids: chosen.map((entry) => entry.op_id), job_id: null,
       };
       tx.objectStore("batches").put(batch);
-      for (const entry of chosen) outbox.put({ ...entry, state: "batched", batch_id: batch.batch_id });
+      for (const entry of chosen) OutboxWriter.of(tx).put(entry, { ...entry, state: "batched", batch_id: batch.batch_id });
       return batch;
     });
   }
@@ -577,9 +558,8 @@ export class LocalStore {
   async batchAccepted(batch: Batch, jobID: string): Promise<void> {
     await this.run(["outbox", "batches"], "readwrite", async (tx) => {
       tx.objectStore("batches").put({ ...batch, job_id: jobID });
-      const outbox = tx.objectStore("outbox");
-      for (const entry of (await request(outbox.index("batch_id").getAll(batch.batch_id))) as OutboxEntry[]) {
-        outbox.put({ ...entry, state: "sent", job_id: jobID });
+      for (const entry of (await request(tx.objectStore("outbox").index("batch_id").getAll(batch.batch_id))) as OutboxEntry[]) {
+        OutboxWriter.of(tx).put(entry, { ...entry, state: "sent", job_id: jobID });
       }
     });
   }
@@ -588,11 +568,10 @@ export class LocalStore {
   async batchRefused(batch: Batch, index: number | null, reason: string): Promise<string[]> {
     return this.run(all, "readwrite", async (tx) => {
       const aside = index !== null && index < batch.op_ids.length ? [batch.op_ids[index]] : batch.op_ids;
-      const outbox = tx.objectStore("outbox");
-      const entries = (await request(outbox.index("batch_id").getAll(batch.batch_id))) as OutboxEntry[];
+      const entries = (await request(tx.objectStore("outbox").index("batch_id").getAll(batch.batch_id))) as OutboxEntry[];
       for (const entry of entries) {
         const refused = aside.includes(entry.op_id);
-        outbox.put({ ...entry, state: refused ? "set_aside" : "pending", reason: refused ? reason : null, batch_id: null });
+        OutboxWriter.of(tx).put(entry, { ...entry, state: refused ? "set_aside" : "pending", reason: refused ? reason : null, batch_id: null });
       }
       tx.objectStore("batches").delete(batch.batch_id);
       await this.refreshOps(tx, entries.filter((entry) => aside.includes(entry.op_id)));
@@ -603,9 +582,8 @@ export class LocalStore {
   /** Takes a batch apart without setting anything aside (to form smaller ones). */
   async batchDissolved(batch: Batch): Promise<void> {
     await this.run(["outbox", "batches"], "readwrite", async (tx) => {
-      const outbox = tx.objectStore("outbox");
-      for (const entry of (await request(outbox.index("batch_id").getAll(batch.batch_id))) as OutboxEntry[]) {
-        outbox.put({ ...entry, state: "pending", batch_id: null });
+      for (const entry of (await request(tx.objectStore("outbox").index("batch_id").getAll(batch.batch_id))) as OutboxEntry[]) {
+        OutboxWriter.of(tx).put(entry, { ...entry, state: "pending", batch_id: null });
       }
       tx.objectStore("batches").delete(batch.batch_id);
     });
@@ -623,23 +601,23 @@ export class LocalStore {
 
   /**
    * A job succeeded: applied, superseded and duplicate ops wait for a pull to reach the
-   * checkpoint; conflicting and rejected ones leave (the server did not apply them).
-   * Returns the ops that left, with their results.
+   * checkpoint; conflicting and rejected ones leave (the server did not apply them). An op
+   * the results do not name was applied (an untroubled job's outcome heard on the stream
+   * comes without results). Returns the ops that left, with their results.
    */
   async jobSucceeded(jobID: string, checkpoint: number, results: { op_id: string; status: string; reason?: string; current?: unknown }[]): Promise<typeof results> {
     return this.run(all, "readwrite", async (tx) => {
-      const outbox = tx.objectStore("outbox");
-      const entries = (await request(outbox.index("job_id").getAll(jobID))) as OutboxEntry[];
-      const byOp = new Map(entries.map((entry) => [entry.op_id, entry]));
+      const outbox = OutboxWriter.of(tx);
+      const entries = (await request(tx.objectStore("outbox").index("job_id").getAll(jobID))) as OutboxEntry[];
+      const byOp = new Map(results.map((result) => [result.op_id, result]));
       const gone: typeof results = [];
-      for (const result of results) {
-        const entry = byOp.get(result.op_id);
-        if (!entry) continue;
-        if (result.status === "conflict" || result.status === "rejected") {
+      for (const entry of entries) {
+        const result = byOp.get(entry.op_id);
+        if (result && (result.status === "conflict" || result.status === "rejected")) {
           gone.push(result);
-          outbox.delete(entry.seq!);
-        } else {
-          outbox.put({ ...entry, state: "confirmed", checkpoint });
+          outbox.delete(entry);
+        } else if (entry.state === "sent") {
+          outbox.put(entry, { ...entry, state: "confirmed", checkpoint });
         }
       }
       await LocalStore.dropBatches(tx, jobID);
@@ -659,9 +637,8 @@ export class LocalStore {
   /** A job was dead-lettered (or discarded): its ops are set aside. */
   async jobDead(jobID: string, reason: string): Promise<string[]> {
     return this.run(all, "readwrite", async (tx) => {
-      const outbox = tx.objectStore("outbox");
-      const entries = ((await request(outbox.index("job_id").getAll(jobID))) as OutboxEntry[]).filter((entry) => entry.state === "sent");
-      for (const entry of entries) outbox.put({ ...entry, state: "set_aside", reason });
+      const entries = ((await request(tx.objectStore("outbox").index("job_id").getAll(jobID))) as OutboxEntry[]).filter((entry) => entry.state === "sent");
+      for (const entry of entries) OutboxWriter.of(tx).put(entry, { ...entry, state: "set_aside", reason });
       await LocalStore.dropBatches(tx, jobID);
       await this.refreshOps(tx, entries);
       return entries.map((entry) => entry.op_id);
@@ -671,9 +648,8 @@ export class LocalStore {
   /** The server no longer knows the job: its ops go back to the queue (applied ones answer `duplicate` next time). */
   async jobForgotten(jobID: string): Promise<void> {
     await this.run(["outbox", "batches"], "readwrite", async (tx) => {
-      const outbox = tx.objectStore("outbox");
-      for (const entry of (await request(outbox.index("job_id").getAll(jobID))) as OutboxEntry[]) {
-        if (entry.state === "sent") outbox.put({ ...entry, state: "pending", job_id: null, batch_id: null });
+      for (const entry of (await request(tx.objectStore("outbox").index("job_id").getAll(jobID))) as OutboxEntry[]) {
+        if (entry.state === "sent") OutboxWriter.of(tx).put(entry, { ...entry, state: "pending", job_id: null, batch_id: null });
       }
       await LocalStore.dropBatches(tx, jobID);
     });
@@ -688,7 +664,8 @@ export class LocalStore {
     return this.run(all, "readwrite", async (tx) => {
       const entries = (await request(tx.objectStore("outbox").getAll())) as OutboxEntry[];
       const lost = entries.filter((entry) => unconfirmed.includes(entry.state)).sort((a, b) => (a.seq ?? 0) - (b.seq ?? 0)).map((entry) => entry.op_id);
-      for (const store of ["records", "outbox", "batches", "blobs"]) tx.objectStore(store).clear();
+      for (const store of ["records", "batches", "blobs"]) tx.objectStore(store).clear();
+      OutboxWriter.of(tx).clear();
       const meta = tx.objectStore("meta");
       for (const key of ["cursor", "resync", "generation"]) meta.delete(key);
       meta.put(true, "gone");
@@ -768,13 +745,12 @@ export class LocalStore {
         if (file) files.put({ ...file, state: "refused", reason, upload_url: null });
       }
       const refused = new Map(((await request(files.index("state").getAll("refused"))) as LocalBlob[]).map((file) => [file.sha256, file.reason ?? reason]));
-      const outbox = tx.objectStore("outbox");
       const aside: OutboxEntry[] = [];
-      for (const entry of (await request(outbox.index("state").getAll("pending"))) as OutboxEntry[]) {
+      for (const entry of (await request(tx.objectStore("outbox").index("state").getAll("pending"))) as OutboxEntry[]) {
         const hit = (entry.blobs ?? []).find((sha) => refused.has(sha));
         if (!hit) continue;
         const why = refused.get(hit)!;
-        outbox.put({ ...entry, state: "set_aside", reason: why });
+        OutboxWriter.of(tx).put(entry, { ...entry, state: "set_aside", reason: why });
         aside.push({ ...entry, reason: why });
       }
       await this.refreshOps(tx, aside);
@@ -848,7 +824,7 @@ export class LocalStore {
       const left = new Set<number>();
       for (const entry of entries) {
         if (entry.state === "confirmed" && (entry.checkpoint ?? 0) <= Number(cursor)) {
-          outbox.delete(entry.seq!);
+          OutboxWriter.of(tx).delete(entry);
           left.add(entry.seq!);
           touch(entry);
         }
