@@ -143,9 +143,18 @@ public final class PGPool: Sendable {
     public func transaction<T: Sendable>(
         _ body: @escaping @Sendable (PGConnection) throws -> T
     ) async throws -> T {
+        try await confirmed { connection in try connection.transaction(body) }
+    }
+
+    /// Runs `body` on one connection, each statement committing by itself; with a
+    /// `standbyWait`, returns only once a standby holds what it wrote and every commit it
+    /// read (what a caller acts on must not be lost with this server).
+    public func confirmed<T: Sendable>(
+        _ body: @escaping @Sendable (PGConnection) throws -> T
+    ) async throws -> T {
         let standbyWait = self.standbyWait
         return try await withConnection { connection in
-            let value = try connection.transaction(body)
+            let value = try body(connection)
             if let standbyWait { try connection.awaitStandby(within: standbyWait) }
             return value
         }

@@ -182,7 +182,7 @@ public struct ApplyStore: Sendable {
     /// or already finished.
     public func beginAttempt(_ job: JobRef) async throws -> Int? {
         guard let space = UUID(uuidString: job.space), let id = UUID(uuidString: job.job) else { return nil }
-        return try await pool.transaction { try $0.execute("""
+        return try await pool.confirmed { try $0.execute("""
             UPDATE jobs SET status = \(JobStatus.processing), attempts = attempts + 1,
               attempt_log = attempt_log || jsonb_build_array(jsonb_build_object(
                 'attempt', attempts + 1, 'started_at', syncline_rfc3339(clock_timestamp()),
@@ -205,12 +205,12 @@ public struct ApplyStore: Sendable {
             """
     }
 
-    /// Whether the job exists and, if so, its status. Read in a transaction: a worker acks
-    /// or dead-letters by it, so what it read must be on a standby too when the pool waits
-    /// for one (a former primary not yet fenced may hold an outcome no one else will).
+    /// Whether the job exists and, if so, its status. Confirmed: a worker acks or
+    /// dead-letters by it, so what it read must be on a standby too when the pool waits for
+    /// one (a former primary not yet fenced may hold an outcome no one else will).
     public func status(_ job: JobRef) async throws -> JobStatus? {
         guard let space = UUID(uuidString: job.space), let id = UUID(uuidString: job.job) else { return nil }
-        return try await pool.transaction {
+        return try await pool.confirmed {
             try $0.execute("SELECT status FROM jobs WHERE space_id = \(space) AND job_id = \(id)").first
                 .flatMap { JobStatus(rawValue: try $0.decode(String.self, at: 0)) }
         }

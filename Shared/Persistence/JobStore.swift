@@ -61,7 +61,7 @@ public struct JobStore: Sendable {
         } catch let error as PGError where error.isUniqueViolation && intake.idempotencyKey != nil {
             // A request with the same key committed between this one's lookup and insert:
             // answer with its job (once a standby holds it, when the pool waits for one).
-            return try await pool.transaction { connection in
+            return try await pool.confirmed { connection in
                 try Self.existing(connection, intake) ?? .keyReused
             }
         }

@@ -102,7 +102,7 @@ export class OutboxWriter {
 }
 
 function zeroCounts(): OutboxCounts {
-  return { pending: 0, batched: 0, sent: 0, confirmed: 0, set_aside: 0 };
+  return Object.fromEntries(states.map((state) => [state, 0])) as OutboxCounts;
 }
 
 async function countEntries(tx: IDBTransaction): Promise<OutboxCounts> {
