@@ -193,25 +193,90 @@ struct WebClientTests {
                   const events = [];
                   client.events.addEventListener('setAside', (event) => events.push(event.detail.opID));
                   await client.upsert('items', 'a1', {title: 'fine'});
-                  const bad = await client.upsert('Bad Name', 'b1', {title: 'refused'});
+                  // A file the space does not hold and this browser never attached: the server refuses the op.
+                  const bad = await client.upsert('photos', 'b1', {title: 'refused', photo: syncline.blobValue(\(Self.absentFile))});
                   await client.upsert('items', 'a2', {title: 'also fine'});
                   await client.sync(30);
                   const aside = await client.setAside();
-                  const shown = await client.record('Bad Name', 'b1');
+                  const shown = await client.record('photos', 'b1');
                   await client.retry(bad);
                   await client.sync(30);
                   const again = (await client.setAside()).map(op => op.opID);
                   await client.drop(bad);
                   const status = await client.status();
-                  return syncline.canonicalJSON({aside: aside.map(op => [op.opID === bad, op.reason.includes('collection')]),
+                  return syncline.canonicalJSON({aside: aside.map(op => [op.opID === bad, op.reason.includes('upload it first')]),
                     events: events.map(id => id === bad), shown: shown && shown.setAsideReason !== null, again: again.length === 1 && again[0] === bad,
                     after: (await client.setAside()).length, setAsideOps: status.setAsideOps, pending: status.pendingOps,
-                    gone: (await client.record('Bad Name', 'b1')) === null});
+                    gone: (await client.record('photos', 'b1')) === null});
                 })()
                 """) as? String
             #expect(result == #"{"after":0,"again":true,"aside":[[true,true]],"events":[true,true],"gone":true,"pending":0,"setAsideOps":0,"shown":true}"#)
             #expect(Set(try await ClientTests.server(stack, user, "items").keys) == ["a1", "a2"])
         }
+    }
+
+    /// A file reference the server refuses: no space holds a file of this hash.
+    static let absentFile = #"{sha256: '\#(String(repeating: "0f", count: 32))', size: 5, content_type: 'image/png'}"#
+
+    /// What the server would refuse is refused at the call, naming the op's field, by the
+    /// rules the conformance vectors check against the gateway; so are the JavaScript
+    /// values JSON has no place for. Nothing refused is stored or queued.
+    @Test func whatTheServerWouldRefuseIsRefusedAtTheCallAndNothingIsQueued() async throws {
+        let result = try await Self.evaluateOffline("""
+            (async () => {
+              const client = await syncline.createClient({gatewayURL: 'http://127.0.0.1:9', databaseName: 'refusals-\(UUID().uuidString.prefix(8))',
+                tokenProvider: async () => 'unused', pollInterval: null});
+              for (let i = 0; i < 3; i++) await client.upsert('recipes', 'r' + i, {title: 'keep ' + i});
+              const refusal = async (write) => {
+                try { await write(); return 'taken'; }
+                catch (error) { return error instanceof syncline.InvalidOpError ? `${error.field}${error.limit === null ? '' : ' ' + error.limit}: ${error.message}` : `not InvalidOpError: ${error}`; }
+              };
+              class Recipe { constructor() { this.title = 'a'; } }
+              const refusals = [
+                await refusal(() => client.upsert('recipes', 'x', {rating: NaN})),
+                await refusal(() => client.patch('recipes', 'r1', {scores: [1, -Infinity]})),
+                await refusal(() => client.upsert('recipes', 'x', {cooked: new Date(0)})),
+                await refusal(() => client.upsert('recipes', 'x', {note: undefined})),
+                await refusal(() => client.upsert('recipes', 'x', {n: 10n})),
+                await refusal(() => client.upsert('recipes', 'x', {tags: new Set(['a'])})),
+                await refusal(() => client.upsert('recipes', 'x', new Recipe())),
+                await refusal(() => client.upsert('recipes', 'x', {title: 'half \\ud83e'})),
+                await refusal(() => client.upsert('Recipes', 'x', {a: 1})),
+                await refusal(() => client.upsert('recipes', 'a/b', {a: 1})),
+                await refusal(() => client.upsert('recipes', 'x', {text: 'x'.repeat(300 * 1024)})),
+                await refusal(() => client.patch('recipes', 'r1', {})),
+                await refusal(() => client.publish('recipes', 'r1', 'No Spaces')),
+                await refusal(() => client.upsert('recipes', 'x', {photo: {$blob: {sha256: 'abc', size: 1, content_type: 'image/png'}}})),
+                await refusal(() => client.upsert('recipes', 'x', {a: 1}, {ifVersion: -1})),
+                await refusal(() => client.upsert('recipes', 'x', {title: 'fine', at: new Date(0).toISOString()})),
+              ];
+              const status = await client.status();
+              client.close();
+              return syncline.canonicalJSON({refusals, pending: status.pendingOps, records: (await client.records('recipes')).map(r => r.id)});
+            })()
+            """) as? String
+        let expected: [String] = [
+            "data: data.rating is not a finite number; JSON has no NaN or infinity",
+            "data: data.scores[1] is not a finite number; JSON has no NaN or infinity",
+            "data: data.cooked is a Date (store date.toISOString() or date.getTime()), not a plain object",
+            "data: data.note is undefined, which JSON cannot hold (remove the field, or set it to null)",
+            "data: data.n is a bigint, which JSON cannot hold (remove the field, or set it to null)",
+            "data: data.tags is an instance of Set, not a plain object",
+            "data: data must be an object",
+            "data: data.title holds half of a surrogate pair, which is not text",
+            "collection: collection must match ^[a-z][a-z0-9_]{0,63}$",
+            "id: id must match ^[A-Za-z0-9_.:-]{1,128}$",
+            "data 262144: data is 307211 bytes, more than 262144",
+            "data: a patch needs at least one field",
+            "public_id: public_id must match ^[a-z0-9][a-z0-9-]{2,127}$",
+            #"data: data.photo.$blob must be a file reference: {"sha256": 64 lowercase hex digits, "size": bytes, "content_type": a media type}, alone in its object"#,
+            "if_version: if_version must be an integer from 0 to 8999999999999999",
+            "taken",
+        ]
+        let object = try JSONSerialization.jsonObject(with: Data((result ?? "{}").utf8)) as? [String: Any]
+        #expect(object?["refusals"] as? [String] == expected)
+        #expect(object?["pending"] as? Int == 4, "the three good writes and the last: \(result ?? "nil")")
+        #expect(object?["records"] as? [String] == ["r0", "r1", "r2", "x"])
     }
 
     /// The status reads counts kept with the outbox, never its entries: with 300 ops
@@ -237,7 +302,7 @@ struct WebClientTests {
                   const watched = async (body) => { listed.n = 0; const value = await body(); return [value, listed.n]; };
                   const started = Date.now();
                   for (let i = 0; i < 300; i++) await client.upsert('items', 'r' + i, {n: i});
-                  const bad = await client.upsert('Bad Name', 'b1', {n: 0});
+                  const bad = await client.upsert('photos', 'b1', {photo: syncline.blobValue(\(Self.absentFile))});
                   const [waiting, reads] = await watched(() => client.status());
                   // What the kept counts say against a count of the outbox itself.
                   const recount = () => new Promise((resolve, reject) => {

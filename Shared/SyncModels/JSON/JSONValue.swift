@@ -62,6 +62,16 @@ public enum JSONValue: Sendable, Hashable {
         }
     }
 
+    /// Whether objects and arrays nest more than `limit` levels here (an object or array is
+    /// level 1; a scalar, 0). It looks no deeper than the limit.
+    public func nests(deeperThan limit: Int) -> Bool {
+        switch self {
+        case .null, .bool, .int, .double, .string: return false
+        case .array(let items): return limit <= 0 || items.contains { $0.nests(deeperThan: limit - 1) }
+        case .object(let fields): return limit <= 0 || fields.values.contains { $0.nests(deeperThan: limit - 1) }
+        }
+    }
+
     public var containsNUL: Bool {
         switch self {
         case .null, .bool, .int, .double: return false

@@ -2,6 +2,8 @@
 public enum Names {
     public static let maxOpsPerPush = 500
     public static let maxDataBytes = 262_144
+    /// How deep a record's data may nest objects and arrays (its own object is level 1).
+    public static let maxDataDepth = 64
     public static let maxBodyBytes = 1_048_576
     public static let maxUserIDLength = 128
     /// `if_version` stays below this: a version is a counter far from it, and a JSON double

@@ -59,15 +59,15 @@ public enum PushValidation {
     /// Checks one op as the gateway would check it in a push — the same rules, so a device
     /// refuses at the call what the server would refuse later — plus what JSON cannot
     /// carry at all (NaN, infinities), which a push could not even encode. `detail` names
-    /// the problem without a position in a batch.
+    /// the problem without a position in a batch; `pointer` is the op's field (`/data`).
     public static func check(_ op: Op) throws(ValidationFailure) {
         if let data = op.data, let path = JSONValue.object(data).nonFiniteNumberPath("data") {
-            throw .invalid("\(path) is not a finite number; JSON has no NaN or infinity")
+            throw .invalid("\(path) is not a finite number; JSON has no NaN or infinity", pointer: "/data")
         }
         do {
             _ = try parseOp(op.jsonValue)
         } catch let problem {
-            throw .invalid(problem.text)
+            throw .invalid(problem.text, pointer: problem.field.map { "/" + $0 }, limit: problem.limit)
         }
     }
 
@@ -117,6 +117,10 @@ public enum PushValidation {
             if type == .patch && data.isEmpty { throw OpProblem(text: "a patch needs at least one field", field: "data") }
             if JSONValue.object(data).containsNUL {
                 throw OpProblem(text: "data must not contain the NUL character (\\u0000)", field: "data")
+            }
+            if JSONValue.object(data).nests(deeperThan: Names.maxDataDepth) {
+                throw OpProblem(
+                    text: "data nests more than \(Names.maxDataDepth) levels of objects and arrays", field: "data", limit: Names.maxDataDepth)
             }
             if let path = JSONValue.object(data).malformedBlobReferencePath("data") {
                 throw OpProblem(

@@ -5,6 +5,7 @@ import type { JSONObject } from "./json.js";
 import type { Op, OpType, RecordView } from "./op.js";
 import { canonicalJSON } from "./json.js";
 import { matches, recordOrder, type QueryOptions, type Where } from "./query.js";
+import { checkOp } from "./validation.js";
 import { LocalStore, type Changed, type LocalBlob, type OutboxEntry, type ShownRecord } from "./store.js";
 
 /** Files up to this size are uploaded in one `PUT`; larger ones with tus, in pieces, resumed after a reload. */
@@ -356,14 +357,16 @@ export class SyncClient {
   }
 
   /**
-   * Durable in the outbox and shown when this resolves; resolves with the op id. When the
+   * Durable in the outbox and shown when this resolves; resolves with the op id. A write the
+   * server would refuse rejects at once with `InvalidOpError`, nothing stored. When the
    * browser refuses the space (quota), the write rejects, and `status().lastError` and a
    * `storageFull` event say so: never a silent loss.
    */
   private async write(fields: Omit<Op, "op_id">): Promise<string> {
-    if (await this.store.meta<boolean>("gone")) throw new SpaceGoneError();  // a space that is gone takes no more writes
     const op: Op = { op_id: crypto.randomUUID(), ...fields };
     if (op.if_version === undefined) delete op.if_version;
+    checkOp(op);
+    if (await this.store.meta<boolean>("gone")) throw new SpaceGoneError();  // a space that is gone takes no more writes
     let stored: { op: Op; row: ShownRecord | null };
     try {
       stored = await this.store.enqueue(op, await this.node(), Date.now());

@@ -14,6 +14,7 @@ export { createClient, SyncClient, SpaceGoneError } from "./client.js";
 export type { ClientOptions, LocalRecord, Query, SetAsideOp, Space, SyncStatus } from "./client.js";
 export { matches, ordered, sortKey, compareKeys } from "./query.js";
 export { StorageBlockedError } from "./store.js";
+export { InvalidOpError, checkOp, maxDataBytes, maxDataDepth } from "./validation.js";
 export type { Condition, QueryOptions, Where } from "./query.js";
 export { blobValue, blobRefOf, referencedBlobs, isContentType, sha256Hex } from "./blobs.js";
 export type { BlobRef } from "./blobs.js";

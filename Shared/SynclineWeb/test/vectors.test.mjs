@@ -4,7 +4,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { ClockState, RecordState, localMerge, stampOf, canonicalJSON } from "../dist/index.js";
+import { ClockState, RecordState, localMerge, stampOf, canonicalJSON, checkOp, InvalidOpError } from "../dist/index.js";
 
 const vectors = JSON.parse(readFileSync(fileURLToPath(new URL("../../../Tests/Conformance/vectors.json", import.meta.url)), "utf8"));
 
@@ -59,3 +59,40 @@ test("the clock's send and receive rules, step by step", () => {
     else assert.equal(clock.next(step.next, "dev-a"), step.expect);
   }
 });
+
+/** The op with the case's expansions set (see the file's `about`). */
+function expanded(c) {
+  const op = structuredClone(c.op);
+  for (const [pointer, spec] of Object.entries(c.expand)) {
+    let value;
+    if ("repeat" in spec) value = spec.repeat.repeat(spec.count);
+    else if ("number" in spec) value = Number(spec.number);
+    else {
+      value = true;
+      for (let level = 0; level < spec.nest; level++) value = { a: value };
+    }
+    const path = pointer.split("/").slice(1);
+    let target = op;
+    for (const key of path.slice(0, -1)) target = target[key] ??= {};
+    target[path[path.length - 1]] = value;
+  }
+  return op;
+}
+
+test("the vectors file has validation cases, refused and taken", () => {
+  assert.ok(vectors.validation.filter((c) => c.refused).length > 20);
+  assert.ok(vectors.validation.filter((c) => !c.refused).length > 10);
+});
+
+for (const c of vectors.validation) {
+  test(`a write the server ${c.refused ? "refuses is refused" : "takes is taken"}: ${c.name}`, () => {
+    let refused = null;
+    try {
+      checkOp(expanded(c));
+    } catch (error) {
+      assert.ok(error instanceof InvalidOpError, String(error));
+      refused = { field: error.field, limit: error.limit };
+    }
+    assert.deepEqual(refused, c.refused);
+  });
+}
