@@ -11,7 +11,11 @@ struct WebClientTests {
         <!doctype html><meta charset="utf-8"><title>web client</title>
         <script type="module">
         import * as syncline from './index.js';
-        window.syncline = syncline;
+        // And internals the tests compare against: canonical JSON, the query rules, file hashes.
+        import { canonicalJSON } from './json.js';
+        import { matches, ordered } from './query.js';
+        import { sha256Hex } from './blobs.js';
+        window.syncline = {...syncline, canonicalJSON, matches, ordered, sha256Hex};
         </script>
         """
 
@@ -277,6 +281,54 @@ struct WebClientTests {
         #expect(object?["refusals"] as? [String] == expected)
         #expect(object?["pending"] as? Int == 4, "the three good writes and the last: \(result ?? "nil")")
         #expect(object?["records"] as? [String] == ["r0", "r1", "r2", "x"])
+    }
+
+    /// A typed collection with a schema refuses a write of another shape at the call, with
+    /// `SchemaError` naming the field, and stores nothing; its patches may remove optional
+    /// fields only; and a query that is not one throws `QueryError` instead of returning
+    /// every row.
+    @Test func aTypedCollectionChecksWritesAgainstItsSchemaAndQueriesAtTheCall() async throws {
+        let result = try await Self.evaluateOffline("""
+            (async () => {
+              const { createClient, schema } = syncline;
+              const client = await createClient({gatewayURL: 'http://127.0.0.1:9', databaseName: 'typed-\(UUID().uuidString.prefix(8))',
+                tokenProvider: async () => 'unused', pollInterval: null});
+              const recipes = client.collection('recipes', schema.object({
+                title: schema.string(), minutes: schema.optional(schema.integer()), tags: schema.array(schema.string()),
+              }));
+              const outcome = async (call) => {
+                try { const value = await call(); return Array.isArray(value) ? value.map((r) => r.id).join(',') : 'done'; }
+                catch (error) { return `${error.name}: ${error.message}`; }
+              };
+              const seen = [
+                await outcome(() => recipes.upsert('soup', {title: 'Soup', minutes: 20, tags: ['warm']})),
+                await outcome(() => recipes.upsert('cake', {title: 'Cake', minutes: 'an hour', tags: []})),
+                await outcome(() => recipes.upsert('cake', {title: 'Cake', tags: [], titel: 'typo'})),
+                await outcome(() => recipes.patch('soup', {minutes: null})),
+                await outcome(() => recipes.patch('soup', {title: null})),
+                await outcome(() => recipes.query({where: {minutes: {between: [1, 2]}}})),
+                await outcome(() => recipes.query({where: {title: {eq: 'Soup'}}, orderBy: 'title'})),
+                await outcome(() => recipes.query({where: {title: {eq: 'Soup'}}})),
+              ];
+              const status = await client.status();
+              client.close();
+              return JSON.stringify({seen, pending: status.pendingOps, soup: (await recipes.get('soup'))?.data ?? null, cake: await recipes.get('cake')});
+            })()
+            """) as? String
+        let object = try JSONSerialization.jsonObject(with: Data((result ?? "{}").utf8)) as? [String: Any]
+        #expect(object?["seen"] as? [String] == [
+            "done",
+            "SchemaError: data.minutes must be a whole number",
+            "SchemaError: data.titel is not a field of this shape",
+            "done",
+            "SchemaError: data.title must be a string",
+            #"QueryError: where.minutes: unknown operator "between" (eq, gt, gte, lt, lte, in, contains, isNull)"#,
+            #"QueryError: orderBy is an array of field names, each descending with a leading "-": ["-minutes", "title"]"#,
+            "soup",
+        ], "\(result ?? "nil")")
+        #expect(object?["pending"] as? Int == 2)
+        #expect((object?["soup"] as? [String: Any])?.keys.sorted() == ["tags", "title"])
+        #expect(object?["cake"] is NSNull)
     }
 
     /// The status reads counts kept with the outbox, never its entries: with 300 ops

@@ -4,7 +4,10 @@ import { halved, maxOpsPerPush, maxPushBytes } from "./batching.js";
 import type { JSONObject } from "./json.js";
 import type { Op, OpType, RecordView } from "./op.js";
 import { canonicalJSON } from "./json.js";
-import { matches, recordOrder, type QueryOptions, type Where } from "./query.js";
+import { checkQuery, matches, recordOrder, type PlainQuery, type QueryOptions, type Uninferred, type Where } from "./query.js";
+import { Collection } from "./collection.js";
+import type { SyncEventMap, SyncEventName, SyncEvents } from "./events.js";
+import type { Schema } from "./schema.js";
 import { checkOp } from "./validation.js";
 import { LocalStore, type Changed, type LocalBlob, type OutboxEntry, type ShownRecord } from "./store.js";
 
@@ -41,12 +44,12 @@ export interface ClientOptions {
 }
 
 /** A query: `observe(query, callback)`. */
-export interface Query extends QueryOptions {
+export interface Query<T = JSONObject> extends QueryOptions<T> {
   collection: string;
 }
 
 /** A record as the app sees it. */
-export interface LocalRecord<T extends JSONObject = JSONObject> {
+export interface LocalRecord<T = JSONObject> {
   collection: string;
   id: string;
   data: T;
@@ -83,8 +86,8 @@ export interface SetAsideOp {
 
 /** An observed query, and the result it was last called back with. */
 interface Observer {
-  query: Query;
-  callback: (records: LocalRecord[]) => void;
+  query: PlainQuery & { collection: string };
+  callback: (records: LocalRecord<any>[]) => void;
   /** The result last called back with (its canonical JSON), and the result now, with its ids. */
   last: string | null;
   records: LocalRecord[] | null;
@@ -130,9 +133,9 @@ interface Answer {
   headers: Headers;
 }
 
-function shown<T extends JSONObject>(row: ShownRecord): LocalRecord<T> {
+function shown<T>(row: ShownRecord): LocalRecord<T> {
   return {
-    collection: row.collection, id: row.id, data: row.data as T, version: row.version, hasPendingEdits: row.pending,
+    collection: row.collection, id: row.id, data: row.data as unknown as T, version: row.version, hasPendingEdits: row.pending,
     setAsideReason: row.set_aside_reason, visibility: row.visibility, publicID: row.public_id, canFork: row.can_fork, forkedFrom: row.forked_from,
   };
 }
@@ -147,8 +150,8 @@ function problemOpIndex(problem: any): number | null {
  * writes by the server's merge rules, and a sync loop that pushes, follows jobs and pulls.
  */
 export class SyncClient {
-  /** `conflict`, `rejected`, `setAside`, `jobDead`, `pulled`, `resync` (each a CustomEvent with `detail`). */
-  readonly events = new EventTarget();
+  /** What happens to this device's edits and data, as `CustomEvent`s (`SyncEventMap` names each and its `detail`); `on` is the shorter way. */
+  readonly events: SyncEvents = new EventTarget() as SyncEvents;
   private lastSyncAt: number | null = null;
   private lastError: string | null = null;
   private pullWanted = true;
@@ -318,7 +321,14 @@ export class SyncClient {
   }
 
   /** Tells this tab's listeners and every other tab's. */
-  private emit(name: string, detail?: unknown): void {
+  /** Calls `listener` with each `name` event's detail; returns a function that stops it. */
+  on<K extends SyncEventName>(name: K, listener: (detail: SyncEventMap[K]) => void): () => void {
+    const handler = (event: CustomEvent<SyncEventMap[K]>) => listener(event.detail);
+    this.events.addEventListener(name, handler);
+    return () => this.events.removeEventListener(name, handler);
+  }
+
+  private emit<K extends SyncEventName>(name: K, detail: SyncEventMap[K]): void {
     this.events.dispatchEvent(new CustomEvent(name, { detail }));
     this.channel.postMessage({ type: "event", name, detail });
   }
@@ -396,24 +406,35 @@ export class SyncClient {
 
   // MARK: - Reads
 
-  async record<T extends JSONObject = JSONObject>(collection: string, id: string): Promise<LocalRecord<T> | null> {
+  /**
+   * One collection, typed: `collection<Recipe>("recipes")` (types only) or
+   * `collection("recipes", recipeSchema)` (every write checked against the schema too).
+   */
+  collection<T extends object = JSONObject>(name: string, schema?: Schema<T>): Collection<T> {
+    return new Collection<T>(this, name, schema);
+  }
+
+  async record<T = JSONObject>(collection: string, id: string): Promise<LocalRecord<T> | null> {
     const row = await this.store.record(collection, id);
     return row ? shown<T>(row) : null;
   }
 
   /** The collection's records as this device shows them, by id (deleted ones are not). */
-  async records<T extends JSONObject = JSONObject>(collection: string): Promise<LocalRecord<T>[]> {
+  async records<T = JSONObject>(collection: string): Promise<LocalRecord<T>[]> {
     return (await this.store.records(collection)).map((row) => shown<T>(row));
   }
 
   /** The records of `collection` the query selects: `where` conditions (all must hold), `orderBy`, `limit`, `offset`. */
-  async query<T extends JSONObject = JSONObject>(collection: string, options: QueryOptions = {}): Promise<LocalRecord<T>[]> {
-    return (await this.store.query(collection, options)).map((row) => shown<T>(row));
+  /** A query that is not one (an unknown operator, a limit of -1) throws `QueryError`. */
+  async query<T = JSONObject>(collection: string, options: QueryOptions<Uninferred<T>> = {}): Promise<LocalRecord<T>[]> {
+    checkQuery(options);
+    return (await this.store.query(collection, options as PlainQuery)).map((row) => shown<T>(row));
   }
 
   /** How many records of `collection` meet `where`. */
-  async count(collection: string, options: { where?: Where } = {}): Promise<number> {
-    return (await this.store.query(collection, { where: options.where })).length;
+  async count<T = JSONObject>(collection: string, options: { where?: Where<Uninferred<T>> } = {}): Promise<number> {
+    checkQuery(options);
+    return (await this.store.query(collection, { where: options.where as PlainQuery["where"] })).length;
   }
 
   /**
@@ -421,10 +442,11 @@ export class SyncClient {
    * `observe(collection, id, callback)` or `observe(query, callback)`. A change that leaves
    * the result as it was calls nothing. Returns an unsubscribe function.
    */
-  observe(target: string | Query, idOrCallback: string | ((records: LocalRecord[]) => void), maybeCallback?: (records: LocalRecord[]) => void): () => void {
-    const query: Query = typeof target === "string"
+  observe<T = JSONObject>(target: string | Query<Uninferred<T>>, idOrCallback: string | ((records: LocalRecord<T>[]) => void), maybeCallback?: (records: LocalRecord<T>[]) => void): () => void {
+    if (typeof target !== "string") checkQuery(target);
+    const query: Observer["query"] = typeof target === "string"
       ? { collection: target, ...(typeof idOrCallback === "string" ? { where: { id: { eq: idOrCallback } } } : {}) }
-      : target;
+      : target as Observer["query"];
     const callback = typeof idOrCallback === "string" ? maybeCallback! : idOrCallback;
     const observer: Observer = { query, callback, last: null, ids: new Set(), records: null, changes: null, reading: false, again: false };
     this.observers.add(observer);
@@ -451,7 +473,7 @@ export class SyncClient {
         const changes = observer.changes;
         observer.changes = new Map();
         const records = (changes && observer.records && SyncClient.updated(observer.query, observer.records, changes))
-          ?? await this.query(observer.query.collection, observer.query);
+          ?? (await this.store.query(observer.query.collection, observer.query)).map((row) => shown(row));
         if (!this.observers.has(observer)) return;
         observer.records = records;
         observer.ids = new Set(records.map((record) => record.id));
@@ -470,7 +492,7 @@ export class SyncClient {
    * null when those cannot tell it: with an offset, or when a limited result lost rows and
    * rows beyond its end (never read) might move up.
    */
-  private static updated(query: Query, previous: LocalRecord[], changes: Map<string, Changed>): LocalRecord[] | null {
+  private static updated(query: Observer["query"], previous: LocalRecord[], changes: Map<string, Changed>): LocalRecord[] | null {
     if (query.offset) return null;
     const order = recordOrder(query);
     const rows = new Map(previous.map((record) => [record.id, record]));
@@ -1096,7 +1118,7 @@ export class SyncClient {
     const gone = await this.store.jobSucceeded(jobID, checkpoint, results);
     for (const result of gone) {
       const name = result.status === "conflict" ? "conflict" : "rejected";
-      this.emit(name, { opID: result.op_id, reason: result.reason, current: result.current });
+      this.emit(name, { opID: result.op_id, reason: result.reason, current: result.current as RecordView | undefined });
     }
     this.pullWanted = true;
     this.changedAll();
@@ -1112,7 +1134,7 @@ export class SyncClient {
       const answer = await this.send("GET", `/v1/sync/pull?limit=1000${space}${cursor ? `&since=${cursor}` : ""}${reached}`);
       if (answer.status === 410) {
         await this.store.beginResync();
-        this.emit("resync");
+        this.emit("resync", undefined);
         continue;
       }
       if (answer.status === 404 && this.options.spaceID) await this.spaceGone();

@@ -1,20 +1,16 @@
-// SynclineWeb: the browser side of Syncline — createClient, and the core it is built on (the
-// clock, the merge rules, push batching, backoff, SSE framing).
-export { canonicalJSON } from "./json.js";
-export type { JSONObject, JSONValue } from "./json.js";
-export { ClockState, formatHLC, parseHLC, maxCounter } from "./hlc.js";
-export type { HLC } from "./hlc.js";
-export type { Op, OpType, RecordView } from "./op.js";
-export { RecordState, localMerge, compareStamps, stampOf } from "./merge.js";
-export type { PublicVisibility, Stamp } from "./merge.js";
-export { ServerSentEvents } from "./sse.js";
-export { Backoff, retryAfterSeconds } from "./backoff.js";
-export { batchSize, halved, maxOpsPerPush, maxPushBytes, pushBody } from "./batching.js";
-export { createClient, SyncClient, SpaceGoneError } from "./client.js";
-export type { ClientOptions, LocalRecord, Query, SetAsideOp, Space, SyncStatus } from "./client.js";
-export { matches, ordered, sortKey, compareKeys } from "./query.js";
+// @syncline/web: the browser client of Syncline. This is its whole public API; the modules
+// behind it are internal. React bindings: "@syncline/web/react".
+export { createClient, SpaceGoneError } from "./client.js";
+export type { ClientOptions, LocalRecord, Query, SetAsideOp, Space, SyncClient, SyncStatus } from "./client.js";
+export type { Collection, Patch } from "./collection.js";
+export type { SyncEventMap, SyncEventName, SyncEvents } from "./events.js";
+export { schema, SchemaError } from "./schema.js";
+export type { Infer, ObjectOf, Schema } from "./schema.js";
+export { QueryError } from "./query.js";
+export type { Condition, FieldPath, OrderBy, QueryOptions, ValueAt, Where } from "./query.js";
+export { InvalidOpError } from "./validation.js";
 export { StorageBlockedError } from "./store.js";
-export { InvalidOpError, checkOp, maxDataBytes, maxDataDepth } from "./validation.js";
-export type { Condition, QueryOptions, Where } from "./query.js";
-export { blobValue, blobRefOf, referencedBlobs, isContentType, sha256Hex } from "./blobs.js";
+export { blobValue } from "./blobs.js";
 export type { BlobRef } from "./blobs.js";
+export type { JSONObject, JSONValue } from "./json.js";
+export type { OpType, RecordView } from "./op.js";

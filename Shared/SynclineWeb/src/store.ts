@@ -6,7 +6,7 @@ import type { JSONObject } from "./json.js";
 import { localMerge } from "./merge.js";
 import type { Op, RecordView } from "./op.js";
 import { oldestUnconfirmed, outboxCounts, OutboxWriter, unconfirmed, type OutboxEntry } from "./outbox.js";
-import { fieldValue, matches, ordered, sortKey, type QueryOptions, type SortKey } from "./query.js";
+import { fieldValue, matches, ordered, sortKey, type PlainQuery, type SortKey } from "./query.js";
 
 export type { OpState, OutboxEntry } from "./outbox.js";
 
@@ -404,7 +404,7 @@ export class LocalStore {
    * index (`eq`, `in`, or a range, on its field) narrows the rows read to that index's
    * range; the rest is filtered and ordered in memory by the same rules.
    */
-  async query(collection: string, options: QueryOptions): Promise<ShownRecord[]> {
+  async query(collection: string, options: PlainQuery): Promise<ShownRecord[]> {
     const rows = await this.run(["records"], "readonly", async (tx) => {
       const records = tx.objectStore("records");
       const id = options.where?.id?.eq;
@@ -459,7 +459,7 @@ export class LocalStore {
    * limit plus every row tied with the last one on `by` (the caller's sort puts ties in id
    * order).
    */
-  private walk(index: IDBIndex, range: IDBKeyRange, direction: IDBCursorDirection, by: string, options: QueryOptions): Promise<ShownRecord[]> {
+  private walk(index: IDBIndex, range: IDBKeyRange, direction: IDBCursorDirection, by: string, options: PlainQuery): Promise<ShownRecord[]> {
     const wanted = (options.offset ?? 0) + (options.limit ?? Infinity);
     const found: ShownRecord[] = [];
     let boundary: string | null = null;

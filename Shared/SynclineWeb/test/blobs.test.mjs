@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { blobRefOf, blobValue, isContentType, referencedBlobs, sha256Hex } from "../dist/index.js";
+import { blobRefOf, blobValue, isContentType, referencedBlobs, sha256Hex } from "../dist/blobs.js";
 
 const a = "a".repeat(64), b = "b".repeat(64);
 const ref = (sha, size = 3, type = "image/png") => blobValue({ sha256: sha, size, content_type: type });

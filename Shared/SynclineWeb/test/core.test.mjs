@@ -1,7 +1,10 @@
 // The web client's pure parts: batching, backoff and SSE framing.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Backoff, retryAfterSeconds, batchSize, halved, pushBody, maxOpsPerPush, ServerSentEvents, formatHLC, parseHLC } from "../dist/index.js";
+import { Backoff, retryAfterSeconds } from "../dist/backoff.js";
+import { batchSize, halved, pushBody, maxOpsPerPush } from "../dist/batching.js";
+import { ServerSentEvents } from "../dist/sse.js";
+import { formatHLC, parseHLC } from "../dist/hlc.js";
 
 const op = (n, size = 10) => ({ op_id: `00000000-0000-4000-8000-${String(n).padStart(12, "0")}`, type: "upsert", collection: "todos", id: `t${n}`, data: { text: "x".repeat(size) } });
 

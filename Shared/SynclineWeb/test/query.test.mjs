@@ -2,7 +2,8 @@
 // operator test (Tests/UnitTests/QueryTests.swift), so both clients select alike.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { matches, ordered } from "../dist/index.js";
+import { matches, ordered, checkQuery } from "../dist/query.js";
+import { QueryError } from "../dist/index.js";
 
 const recipes = {
   r1: { title: "Pancakes", minutes: 20, tags: ["sweet", "quick"], vegan: false, rating: 4.5 },
@@ -46,4 +47,32 @@ test("order, limit and offset", () => {
   assert.deepEqual(ids(undefined, { orderBy: ["title"] }), ["r1", "r5", "r2", "r3", "r4"]);
   assert.deepEqual(ids(undefined, { orderBy: ["minutes"], limit: 2, offset: 1 }), ["r1", "r4"]);
   assert.deepEqual(ids(undefined, { offset: 3 }), ["r4", "r5"]);
+});
+
+test("a query that is not one throws QueryError naming what is wrong, before it reads anything", () => {
+  const refused = (query) => {
+    try {
+      checkQuery(query);
+      return null;
+    } catch (error) {
+      assert.ok(error instanceof QueryError, String(error));
+      return error.message;
+    }
+  };
+  assert.equal(refused({ where: { minutes: { lt: 30 } }, orderBy: ["-minutes", "title"], limit: 10, offset: 0 }), null);
+  assert.equal(refused({ collection: "recipes", where: { "source.book": { eq: "Joy" }, id: { in: ["r1", null] } } }), null);
+  assert.equal(refused(undefined), null);
+  assert.match(refused({ where: { minutes: { between: [1, 2] } } }), /where\.minutes: unknown operator "between" \(eq, gt, gte, lt, lte, in, contains, isNull\)/);
+  assert.match(refused({ where: { minutes: 30 } }), /where\.minutes is a condition object such as \{eq: value\}/);
+  assert.match(refused({ where: { minutes: { in: 30 } } }), /where\.minutes\.in must be an array/);
+  assert.match(refused({ where: { minutes: { isNull: "yes" } } }), /where\.minutes\.isNull must be true or false/);
+  assert.match(refused({ where: { minutes: { lt: NaN } } }), /where\.minutes\.lt must be a JSON value/);
+  assert.match(refused({ where: { cooked: { gt: new Date() } } }), /where\.cooked\.gt must be a JSON value/);
+  assert.match(refused({ where: { "a..b": { eq: 1 } } }), /"a\.\.b" is not a field/);
+  assert.match(refused({ where: [] }), /where is an object of field conditions/);
+  assert.match(refused({ orderBy: "minutes" }), /orderBy is an array of field names/);
+  assert.match(refused({ orderBy: ["-"] }), /orderBy is an array of field names/);
+  assert.match(refused({ limit: -1 }), /limit must be a whole number/);
+  assert.match(refused({ offset: 1.5 }), /offset must be a whole number/);
+  assert.match(refused({ filter: { minutes: { lt: 3 } } }), /unknown query option "filter" \(where, orderBy, limit, offset\)/);
 });

@@ -4,7 +4,11 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { ClockState, RecordState, localMerge, stampOf, canonicalJSON, checkOp, InvalidOpError } from "../dist/index.js";
+import { ClockState } from "../dist/hlc.js";
+import { RecordState, localMerge, stampOf } from "../dist/merge.js";
+import { canonicalJSON } from "../dist/json.js";
+import { checkOp } from "../dist/validation.js";
+import { InvalidOpError } from "../dist/index.js";
 
 const vectors = JSON.parse(readFileSync(fileURLToPath(new URL("../../../Tests/Conformance/vectors.json", import.meta.url)), "utf8"));
 

@@ -1,0 +1,47 @@
+// The package as npm would publish it: what `npm pack` puts in, that every module it holds
+// finds its imports there, and that the entry points export the public API and nothing else.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+
+const root = fileURLToPath(new URL("..", import.meta.url));
+const manifest = JSON.parse(readFileSync(`${root}/package.json`, "utf8"));
+
+test("npm pack builds the package (prepack) and packs the built modules, their types and maps, and nothing else", () => {
+  const [packed] = JSON.parse(execFileSync("npm", ["pack", "--dry-run", "--json", "--ignore-scripts=false"], { cwd: root, encoding: "utf8" }));
+  const files = new Set(packed.files.map((file) => file.path));
+  for (const file of ["package.json", "README.md", "LICENSE", "dist/index.js", "dist/index.d.ts", "dist/react.js", "dist/react.d.ts"]) {
+    assert.ok(files.has(file), `${file} is packed`);
+  }
+  for (const file of files) {
+    assert.match(file, /^(package\.json|README\.md|LICENSE|dist\/[a-z]+\.(js|d\.ts|js\.map|d\.ts\.map))$/, `${file} belongs in the package`);
+    if (file.endsWith(".js")) {
+      assert.ok(files.has(`${file}.map`), `${file} has a source map`);
+      const map = JSON.parse(readFileSync(`${root}/${file}.map`, "utf8"));
+      assert.ok(map.sourcesContent?.[0]?.length > 0, `${file}.map carries its source`);
+      // Every relative import resolves inside the package.
+      for (const [, target] of readFileSync(`${root}/${file}`, "utf8").matchAll(/from "(\.[^"]+)"/g)) {
+        assert.ok(files.has(`dist/${target.replace("./", "")}`), `${file} imports ${target}, which is packed`);
+      }
+    }
+  }
+  for (const entry of Object.values(manifest.exports)) {
+    for (const target of typeof entry === "string" ? [entry] : Object.values(entry)) assert.ok(files.has(target.replace("./", "")), `${target} is packed`);
+  }
+  assert.ok(packed.size < 200_000, `the tarball is ${packed.size} bytes`);
+});
+
+test("the entry points export the public API and no internals", async () => {
+  const core = await import(`${root}/dist/index.js`);
+  assert.deepEqual(Object.keys(core).sort(), [
+    "InvalidOpError", "QueryError", "SchemaError", "SpaceGoneError", "StorageBlockedError", "blobValue", "createClient", "schema",
+  ]);
+  assert.deepEqual(Object.keys(manifest.exports).sort(), [".", "./package.json", "./react"]);
+  assert.deepEqual(Object.keys(manifest.peerDependencies ?? {}), ["react"]);
+  assert.equal(manifest.dependencies, undefined, "no runtime dependencies");
+  const react = readFileSync(`${root}/dist/react.js`, "utf8");
+  assert.deepEqual([...react.matchAll(/^export function (\w+)/gm)].map((match) => match[1]).sort(), ["useQuery", "useRecord", "useSyncStatus"]);
+  assert.deepEqual([...react.matchAll(/from "([^".][^"]*)"/g)].map((match) => match[1]), ["react"], "React is the one package it imports");
+});
