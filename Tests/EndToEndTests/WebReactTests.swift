@@ -56,6 +56,17 @@ struct WebReactTests {
                   const client = await createClient({gatewayURL: \(Browser.quoted(page.stack.client.base)),
                     databaseName: 'react-\(UUID().uuidString.prefix(8))', tokenProvider: async () => \(Browser.quoted(page.token)), pollInterval: null});
                   const items = client.collection('items', schema.object({title: schema.string(), done: schema.boolean()}));
+                  // Subscriptions the hooks hold: each observe counts until its stop is called.
+                  let subscriptions = 0;
+                  for (const name of ['observe', 'observeRecord']) {
+                    const observe = items[name].bind(items);
+                    items[name] = (...args) => {
+                      const stop = observe(...args);
+                      subscriptions += 1;
+                      let stopped = false;
+                      return () => { if (!stopped) { stopped = true; subscriptions -= 1; } stop(); };
+                    };
+                  }
                   const e = React.createElement;
                   function List() {
                     const { records, loading } = hooks.useQuery(items, {where: {done: {eq: false}}, orderBy: ['title']});
@@ -110,7 +121,7 @@ struct WebReactTests {
                   const readsAtUnmount = statusReads;
                   await items.delete('b');
                   await new Promise((resolve) => setTimeout(resolve, 300));
-                  seen.observersLeft = client.observers.size;
+                  seen.observersLeft = subscriptions;
                   seen.statusReadsAfterUnmount = statusReads - readsAtUnmount;
                   await client.sync(30);
                   seen.synced = (await client.status()).pendingOps;

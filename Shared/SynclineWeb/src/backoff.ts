@@ -3,19 +3,19 @@
  * and never sooner than the server's `Retry-After`.
  */
 export class Backoff {
-  private failures = 0;
+  #failures = 0;
 
   constructor(readonly base = 0.25, readonly cap = 30) {}
 
   /** The wait before the next try, in seconds; `random` in [0, 1). */
   next(retryAfter?: number, random: number = Math.random()): number {
-    const ceiling = Math.min(this.cap, this.base * 2 ** Math.min(this.failures, 20));
-    this.failures += 1;
+    const ceiling = Math.min(this.cap, this.base * 2 ** Math.min(this.#failures, 20));
+    this.#failures += 1;
     return Math.max(retryAfter ?? 0, ceiling * random);
   }
 
   reset(): void {
-    this.failures = 0;
+    this.#failures = 0;
   }
 }
 

@@ -152,78 +152,81 @@ function problemOpIndex(problem: any): number | null {
 export class SyncClient {
   /** What happens to this device's edits and data, as `CustomEvent`s (`SyncEventMap` names each and its `detail`); `on` is the shorter way. */
   readonly events: SyncEvents = new EventTarget() as SyncEvents;
-  private lastSyncAt: number | null = null;
-  private lastError: string | null = null;
-  private pullWanted = true;
+  #lastSyncAt: number | null = null;
+  #lastError: string | null = null;
+  #pullWanted = true;
   /**
    * The furthest the server has shown this space to be (a succeeded job's checkpoint, a
    * poke's cursor): pulls ask for at least it (`min_cursor`), so a server reading from a
    * replica that lags still shows this device its own writes.
    */
-  private reachedCursor = 0;
-  private maxBytes = maxPushBytes;
-  private running = false;
-  private wake: (() => void) | null = null;
+  #reachedCursor = 0;
+  #maxBytes = maxPushBytes;
+  #running = false;
+  #wake: (() => void) | null = null;
   /** Before this time (ms) nothing is sent: the server asked to wait (`Retry-After`), and writes do not cut it short. */
-  private notBefore = 0;
+  #notBefore = 0;
   /** A write came while the loop waited: the next pass waits `pushDelay` first, for others. */
-  private writesWaiting = false;
-  private loop: Promise<void> | null = null;
-  private passing: Promise<boolean> | null = null;
-  private observers = new Set<Observer>();
+  #writesWaiting = false;
+  #loop: Promise<void> | null = null;
+  #passing: Promise<boolean> | null = null;
+  #observers = new Set<Observer>();
   /** Whether this tab holds the database's lock and so runs the sync loop for every tab. */
-  private leader = false;
-  private abandonLock: AbortController | null = null;
+  #leader = false;
+  #abandonLock: AbortController | null = null;
   /** The other tabs of this database: changes, events and sync requests travel here. */
-  private readonly channel: BroadcastChannel;
-  private readonly lockName: string;
-  private syncRequests = new Map<string, { resolve: () => void; reject: (error: Error) => void }>();
+  readonly #channel: BroadcastChannel;
+  readonly #lockName: string;
+  #syncRequests = new Map<string, { resolve: () => void; reject: (error: Error) => void }>();
   /** The live stream (the leader's only), whether it is up, and the space its hello named. */
-  private stream: EventSource | null = null;
-  private live = false;
-  private streamSpace: string | null = null;
-  private streamBackoff = new Backoff();
-  private streamRetry: ReturnType<typeof setTimeout> | null = null;
+  #stream: EventSource | null = null;
+  #live = false;
+  #streamSpace: string | null = null;
+  #streamBackoff = new Backoff();
+  #streamRetry: ReturnType<typeof setTimeout> | null = null;
   /** Outcomes of this device's jobs heard on the stream, until the jobs are settled (the stream may tell before the push's 202 is stored). */
-  private heardJobs = new Map<string, { status: string; checkpoint: string | null; troubled: boolean }>();
+  #heardJobs = new Map<string, { status: string; checkpoint: string | null; troubled: boolean }>();
   /** Jobs are asked for once more: no stream has been live since they were sent, or one was (re)opened and may have missed an outcome. */
-  private askJobs = true;
+  #askJobs = true;
 
   /** The device's identity, kept in memory too, so a database deleted from outside gets it back. */
-  private identity: { device?: string; node?: string } = {};
+  #identity: { device?: string; node?: string } = {};
 
-  private constructor(readonly options: ClientOptions, private readonly store: LocalStore) {
-    store.onReset = () => void this.storageReset();
-    this.lockName = `syncline:${options.databaseName}`;
-    this.channel = new BroadcastChannel(this.lockName);
-    this.channel.onmessage = (message: MessageEvent) => void this.heard(message.data);
+  readonly #store: LocalStore;
+
+  private constructor(readonly options: ClientOptions, store: LocalStore) {
+    this.#store = store;
+    store.onReset = () => void this.#storageReset();
+    this.#lockName = `syncline:${options.databaseName}`;
+    this.#channel = new BroadcastChannel(this.#lockName);
+    this.#channel.onmessage = (message: MessageEvent) => void this.#heard(message.data);
   }
 
   /** A message of another tab of this database. */
-  private async heard(message: any): Promise<void> {
+  async #heard(message: any): Promise<void> {
     switch (message?.type) {
       case "changed":
-        this.deliverChanged(message.keys as Changed[]);
-        this.wakeUp();
+        this.#deliverChanged(message.keys as Changed[]);
+        this.#wakeUp();
         return;
       case "changedAll":
-        this.rereadAll();
+        this.#rereadAll();
         return;
       case "event":
         this.events.dispatchEvent(new CustomEvent(message.name, { detail: message.detail }));
         return;
       case "sync":
-        if (!this.leader) return;
+        if (!this.#leader) return;
         try {
           await this.sync(message.timeout);
-          this.channel.postMessage({ type: "synced", id: message.id });
+          this.#channel.postMessage({ type: "synced", id: message.id });
         } catch (error) {
-          this.channel.postMessage({ type: "synced", id: message.id, error: error instanceof Error ? error.message : String(error) });
+          this.#channel.postMessage({ type: "synced", id: message.id, error: error instanceof Error ? error.message : String(error) });
         }
         return;
       case "synced": {
-        const waiting = this.syncRequests.get(message.id);
-        this.syncRequests.delete(message.id);
+        const waiting = this.#syncRequests.get(message.id);
+        this.#syncRequests.delete(message.id);
         if (message.error) waiting?.reject(new Error(message.error));
         else waiting?.resolve();
         return;
@@ -235,30 +238,30 @@ export class SyncClient {
    * The database was deleted or evicted while in use: it starts over with this device's
    * identity and a full pull. Edits not yet sent went with it; the app hears `storageReset`.
    */
-  private async storageReset(): Promise<void> {
-    if (this.identity.node) await this.store.setMeta("node", this.identity.node);
-    if (this.identity.device) await this.store.setMeta("device_id", this.identity.device);
-    this.pullWanted = true;
-    this.lastError = "the browser deleted this device's database; starting over with a full pull";
-    this.emit("storageReset", { databaseName: this.options.databaseName });
-    this.changedAll();
-    this.wakeUp();
+  async #storageReset(): Promise<void> {
+    if (this.#identity.node) await this.#store.setMeta("node", this.#identity.node);
+    if (this.#identity.device) await this.#store.setMeta("device_id", this.#identity.device);
+    this.#pullWanted = true;
+    this.#lastError = "the browser deleted this device's database; starting over with a full pull";
+    this.#emit("storageReset", { databaseName: this.options.databaseName });
+    this.#changedAll();
+    this.#wakeUp();
   }
 
   /** The space answered 404: its local data goes, the app hears which edits were lost, syncing ends. */
-  private async spaceGone(): Promise<never> {
-    const lost = await this.store.forgetSpace();
-    if (lost.length > 0) this.emit("editsLost", { spaceID: this.options.spaceID, opIDs: lost });
-    this.emit("spaceGone", { spaceID: this.options.spaceID });
-    this.changedAll();
+  async #spaceGone(): Promise<never> {
+    const lost = await this.#store.forgetSpace();
+    if (lost.length > 0) this.#emit("editsLost", { spaceID: this.options.spaceID, opIDs: lost });
+    this.#emit("spaceGone", { spaceID: this.options.spaceID });
+    this.#changedAll();
     throw new SpaceGoneError();
   }
 
   // MARK: - Spaces (online)
 
   /** A JSON answer of status `expected`; any other status throws with the server's detail. */
-  private async call(method: string, path: string, expected: number, body?: unknown): Promise<any> {
-    const answer = await this.send(method, path, body === undefined ? undefined : JSON.stringify(body));
+  async #call(method: string, path: string, expected: number, body?: unknown): Promise<any> {
+    const answer = await this.#send(method, path, body === undefined ? undefined : JSON.stringify(body));
     if (answer.status !== expected) throw new Error(`server answered ${answer.status}: ${answer.detail}`);
     return answer.json;
   }
@@ -269,41 +272,41 @@ export class SyncClient {
 
   /** The user's spaces, the personal one first. */
   async spaces(): Promise<Space[]> {
-    return ((await this.call("GET", "/v1/spaces", 200)).items as any[]).map(SyncClient.space);
+    return ((await this.#call("GET", "/v1/spaces", 200)).items as any[]).map(SyncClient.space);
   }
 
   /** A new shared space, owned by this user. */
   async createSpace(name: string): Promise<Space> {
-    return SyncClient.space(await this.call("POST", "/v1/spaces", 201, { name }));
+    return SyncClient.space(await this.#call("POST", "/v1/spaces", 201, { name }));
   }
 
   /** A single-use invitation code to `spaceID` with `role` (owners only), valid `expiresIn` seconds. */
   async invite(spaceID: string, role: "owner" | "editor" | "viewer", expiresIn?: number): Promise<{ invitationID: string; code: string; role: string; expiresAt: string }> {
-    const view = await this.call("POST", `/v1/spaces/${encodeURIComponent(spaceID)}/invitations`, 201, expiresIn === undefined ? { role } : { role, expires_in: expiresIn });
+    const view = await this.#call("POST", `/v1/spaces/${encodeURIComponent(spaceID)}/invitations`, 201, expiresIn === undefined ? { role } : { role, expires_in: expiresIn });
     return { invitationID: view.invitation_id, code: view.code, role: view.role, expiresAt: view.expires_at };
   }
 
   async acceptInvitation(code: string): Promise<{ spaceID: string; role: string }> {
-    const joined = await this.call("POST", `/v1/invitations/${encodeURIComponent(code)}/accept`, 200);
+    const joined = await this.#call("POST", `/v1/invitations/${encodeURIComponent(code)}/accept`, 200);
     return { spaceID: joined.space_id, role: joined.role };
   }
 
   async members(spaceID: string): Promise<{ userID: string; role: string; joinedAt: string }[]> {
-    return ((await this.call("GET", `/v1/spaces/${encodeURIComponent(spaceID)}/members`, 200)).items as any[])
+    return ((await this.#call("GET", `/v1/spaces/${encodeURIComponent(spaceID)}/members`, 200)).items as any[])
       .map((member) => ({ userID: member.user_id, role: member.role, joinedAt: member.joined_at }));
   }
 
   async setRole(role: "owner" | "editor" | "viewer", userID: string, spaceID: string): Promise<void> {
-    await this.call("PATCH", `/v1/spaces/${encodeURIComponent(spaceID)}/members/${encodeURIComponent(userID)}`, 200, { role });
+    await this.#call("PATCH", `/v1/spaces/${encodeURIComponent(spaceID)}/members/${encodeURIComponent(userID)}`, 200, { role });
   }
 
   /** Removes a member (this user's own id: leave the space). */
   async removeMember(userID: string, spaceID: string): Promise<void> {
-    await this.call("DELETE", `/v1/spaces/${encodeURIComponent(spaceID)}/members/${encodeURIComponent(userID)}`, 204);
+    await this.#call("DELETE", `/v1/spaces/${encodeURIComponent(spaceID)}/members/${encodeURIComponent(userID)}`, 204);
   }
 
   async deleteSpace(spaceID: string): Promise<void> {
-    await this.call("DELETE", `/v1/spaces/${encodeURIComponent(spaceID)}`, 204);
+    await this.#call("DELETE", `/v1/spaces/${encodeURIComponent(spaceID)}`, 204);
   }
 
   /**
@@ -315,8 +318,8 @@ export class SyncClient {
     if (spaceID) options.spaceID = spaceID;
     else delete options.spaceID;
     const client = await SyncClient.create(options);
-    const device = await this.registeredDevice();
-    if (!(await client.store.meta<string>("device_id"))) await client.store.setMeta("device_id", device);
+    const device = await this.#registeredDevice();
+    if (!(await client.#store.meta<string>("device_id"))) await client.#store.setMeta("device_id", device);
     return client;
   }
 
@@ -328,9 +331,9 @@ export class SyncClient {
     return () => this.events.removeEventListener(name, handler);
   }
 
-  private emit<K extends SyncEventName>(name: K, detail: SyncEventMap[K]): void {
+  #emit<K extends SyncEventName>(name: K, detail: SyncEventMap[K]): void {
     this.events.dispatchEvent(new CustomEvent(name, { detail }));
-    this.channel.postMessage({ type: "event", name, detail });
+    this.#channel.postMessage({ type: "event", name, detail });
   }
 
   static async create(options: ClientOptions): Promise<SyncClient> {
@@ -343,27 +346,27 @@ export class SyncClient {
   // MARK: - Writes
 
   upsert(collection: string, id: string, data: JSONObject, options: { ifVersion?: number } = {}): Promise<string> {
-    return this.write({ type: "upsert", collection, id, data, if_version: options.ifVersion });
+    return this.#write({ type: "upsert", collection, id, data, if_version: options.ifVersion });
   }
 
   patch(collection: string, id: string, fields: JSONObject, options: { ifVersion?: number } = {}): Promise<string> {
-    return this.write({ type: "patch", collection, id, data: fields, if_version: options.ifVersion });
+    return this.#write({ type: "patch", collection, id, data: fields, if_version: options.ifVersion });
   }
 
   delete(collection: string, id: string, options: { ifVersion?: number } = {}): Promise<string> {
-    return this.write({ type: "delete", collection, id, if_version: options.ifVersion });
+    return this.#write({ type: "delete", collection, id, if_version: options.ifVersion });
   }
 
   publish(collection: string, id: string, publicID: string, options: { canFork?: boolean; listed?: boolean } = {}): Promise<string> {
-    return this.write({ type: "publish", collection, id, public_id: publicID, can_fork: options.canFork ?? true, listed: options.listed ?? true });
+    return this.#write({ type: "publish", collection, id, public_id: publicID, can_fork: options.canFork ?? true, listed: options.listed ?? true });
   }
 
   unpublish(collection: string, id: string): Promise<string> {
-    return this.write({ type: "unpublish", collection, id });
+    return this.#write({ type: "unpublish", collection, id });
   }
 
   fork(collection: string, id: string, publicID: string): Promise<string> {
-    return this.write({ type: "fork", collection, id, public_id: publicID });
+    return this.#write({ type: "fork", collection, id, public_id: publicID });
   }
 
   /**
@@ -372,35 +375,35 @@ export class SyncClient {
    * browser refuses the space (quota), the write rejects, and `status().lastError` and a
    * `storageFull` event say so: never a silent loss.
    */
-  private async write(fields: Omit<Op, "op_id">): Promise<string> {
+  async #write(fields: Omit<Op, "op_id">): Promise<string> {
     const op: Op = { op_id: crypto.randomUUID(), ...fields };
     if (op.if_version === undefined) delete op.if_version;
     checkOp(op);
-    if (await this.store.meta<boolean>("gone")) throw new SpaceGoneError();  // a space that is gone takes no more writes
+    if (await this.#store.meta<boolean>("gone")) throw new SpaceGoneError();  // a space that is gone takes no more writes
     let stored: { op: Op; row: ShownRecord | null };
     try {
-      stored = await this.store.enqueue(op, await this.node(), Date.now());
+      stored = await this.#store.enqueue(op, await this.#node(), Date.now());
     } catch (error) {
       if ((error as DOMException)?.name === "QuotaExceededError") {
-        this.lastError = "the browser's storage for this site is full: the edit was not saved";
-        this.emit("storageFull", { opID: op.op_id });
+        this.#lastError = "the browser's storage for this site is full: the edit was not saved";
+        this.#emit("storageFull", { opID: op.op_id });
       }
       throw error;
     }
-    this.changed([{ collection: stored.op.collection, id: stored.op.id, row: stored.row }]);
-    this.writesWaiting = true;
-    this.wakeUp();
+    this.#changed([{ collection: stored.op.collection, id: stored.op.id, row: stored.row }]);
+    this.#writesWaiting = true;
+    this.#wakeUp();
     return stored.op.op_id;
   }
 
   /** The HLC node of this device's ops: chosen locally on first use, so writes work before the server was ever reached. */
-  private async node(): Promise<string> {
-    let node = await this.store.meta<string>("node");
+  async #node(): Promise<string> {
+    let node = await this.#store.meta<string>("node");
     if (!node) {
-      node = this.identity.node ?? crypto.randomUUID();
-      await this.store.setMeta("node", node);
+      node = this.#identity.node ?? crypto.randomUUID();
+      await this.#store.setMeta("node", node);
     }
-    this.identity.node = node;
+    this.#identity.node = node;
     return node;
   }
 
@@ -415,26 +418,26 @@ export class SyncClient {
   }
 
   async record<T = JSONObject>(collection: string, id: string): Promise<LocalRecord<T> | null> {
-    const row = await this.store.record(collection, id);
+    const row = await this.#store.record(collection, id);
     return row ? shown<T>(row) : null;
   }
 
   /** The collection's records as this device shows them, by id (deleted ones are not). */
   async records<T = JSONObject>(collection: string): Promise<LocalRecord<T>[]> {
-    return (await this.store.records(collection)).map((row) => shown<T>(row));
+    return (await this.#store.records(collection)).map((row) => shown<T>(row));
   }
 
   /** The records of `collection` the query selects: `where` conditions (all must hold), `orderBy`, `limit`, `offset`. */
   /** A query that is not one (an unknown operator, a limit of -1) throws `QueryError`. */
   async query<T = JSONObject>(collection: string, options: QueryOptions<Uninferred<T>> = {}): Promise<LocalRecord<T>[]> {
     checkQuery(options);
-    return (await this.store.query(collection, options as PlainQuery)).map((row) => shown<T>(row));
+    return (await this.#store.query(collection, options as PlainQuery)).map((row) => shown<T>(row));
   }
 
   /** How many records of `collection` meet `where`. */
   async count<T = JSONObject>(collection: string, options: { where?: Where<Uninferred<T>> } = {}): Promise<number> {
     checkQuery(options);
-    return (await this.store.query(collection, { where: options.where as PlainQuery["where"] })).length;
+    return (await this.#store.query(collection, { where: options.where as PlainQuery["where"] })).length;
   }
 
   /**
@@ -449,9 +452,9 @@ export class SyncClient {
       : target as Observer["query"];
     const callback = typeof idOrCallback === "string" ? maybeCallback! : idOrCallback;
     const observer: Observer = { query, callback, last: null, ids: new Set(), records: null, changes: null, reading: false, again: false };
-    this.observers.add(observer);
-    void this.deliver(observer);
-    return () => this.observers.delete(observer);
+    this.#observers.add(observer);
+    void this.#deliver(observer);
+    return () => this.#observers.delete(observer);
   }
 
   /**
@@ -460,7 +463,7 @@ export class SyncClient {
    * it. When every change carries what shows now, the result is updated from those rows
    * alone (`updated`); otherwise it is read again.
    */
-  private async deliver(observer: Observer): Promise<void> {
+  async #deliver(observer: Observer): Promise<void> {
     if (observer.reading) {
       observer.again = true;
       return;
@@ -473,8 +476,8 @@ export class SyncClient {
         const changes = observer.changes;
         observer.changes = new Map();
         const records = (changes && observer.records && SyncClient.updated(observer.query, observer.records, changes))
-          ?? (await this.store.query(observer.query.collection, observer.query)).map((row) => shown(row));
-        if (!this.observers.has(observer)) return;
+          ?? (await this.#store.query(observer.query.collection, observer.query)).map((row) => shown(row));
+        if (!this.#observers.has(observer)) return;
         observer.records = records;
         observer.ids = new Set(records.map((record) => record.id));
         const text = canonicalJSON(records as unknown as JSONObject[]);
@@ -509,19 +512,19 @@ export class SyncClient {
   }
 
   /** Records changed: this tab's observers of them read again, and so do other tabs' (whose leader also wakes). */
-  private changed(changes: Changed[]): void {
-    this.deliverChanged(changes);
+  #changed(changes: Changed[]): void {
+    this.#deliverChanged(changes);
     // Small sets travel with what shows now; a large pull's keys alone.
     const rows = changes.length <= 200;
-    this.channel.postMessage({ type: "changed", keys: changes.map((change) => ({ collection: change.collection, id: change.id, ...(rows && change.row !== undefined ? { row: change.row } : {}) })) });
+    this.#channel.postMessage({ type: "changed", keys: changes.map((change) => ({ collection: change.collection, id: change.id, ...(rows && change.row !== undefined ? { row: change.row } : {}) })) });
   }
 
   /**
    * Wakes the observers a change can concern: its record is in their result, or shows now
    * and passes their filter (or what shows now is not known here).
    */
-  private deliverChanged(changes: Changed[]): void {
-    for (const observer of this.observers) {
+  #deliverChanged(changes: Changed[]): void {
+    for (const observer of this.#observers) {
       // While an update is under way its result is not known yet: every change of the collection counts.
       const relevant = changes.filter((change) => change.collection === observer.query.collection && (
         observer.reading || observer.records === null || observer.ids.has(change.id) || change.row === undefined
@@ -531,29 +534,29 @@ export class SyncClient {
         if (change.row === undefined) observer.changes = null;
         observer.changes?.set(change.id, change);
       }
-      void this.deliver(observer);
+      void this.#deliver(observer);
     }
   }
 
   /** Every observer reads its result again: what shows changed for records not named. */
-  private rereadAll(): void {
-    for (const observer of this.observers) {
+  #rereadAll(): void {
+    for (const observer of this.#observers) {
       observer.changes = null;
-      void this.deliver(observer);
+      void this.#deliver(observer);
     }
   }
 
   /** The sync state of records changed, wherever they are: every observer reads again. */
-  private changedAll(): void {
-    this.rereadAll();
-    this.channel.postMessage({ type: "changedAll" });
+  #changedAll(): void {
+    this.#rereadAll();
+    this.#channel.postMessage({ type: "changedAll" });
   }
 
   async status(): Promise<SyncStatus> {
-    const [counts, uploads] = await Promise.all([this.store.status(), this.store.pendingUploadTotals()]);
+    const [counts, uploads] = await Promise.all([this.#store.status(), this.#store.pendingUploadTotals()]);
     return {
       pendingOps: counts.pending, oldestPendingAge: counts.oldest === null ? null : (Date.now() - counts.oldest) / 1000,
-      lastSyncAt: this.lastSyncAt, lastError: this.lastError, setAsideOps: counts.setAside, live: this.live, leader: this.leader,
+      lastSyncAt: this.#lastSyncAt, lastError: this.#lastError, setAsideOps: counts.setAside, live: this.#live, leader: this.#leader,
       pendingUploads: uploads.count, pendingUploadBytes: uploads.bytes,
     };
   }
@@ -566,11 +569,11 @@ export class SyncClient {
    * are pushed only after it is uploaded.
    */
   async attach(file: Blob, contentType: string = file.type || "application/octet-stream"): Promise<BlobRef> {
-    if (await this.store.meta<boolean>("gone")) throw new SpaceGoneError();
+    if (await this.#store.meta<boolean>("gone")) throw new SpaceGoneError();
     if (!isContentType(contentType)) throw new Error(`content type ${contentType} is not a media type such as image/jpeg`);
     const ref: BlobRef = { sha256: await sha256Hex(await file.arrayBuffer()), size: file.size, content_type: contentType };
-    await this.store.addOwnBlob(ref, file, Date.now());
-    this.wakeUp();
+    await this.#store.addOwnBlob(ref, file, Date.now());
+    this.#wakeUp();
     return ref;
   }
 
@@ -582,26 +585,26 @@ export class SyncClient {
   async blob(ref: BlobRef | { $blob: BlobRef }): Promise<Blob> {
     const file = "$blob" in ref ? blobRefOf(ref as never) : ref;
     if (!file) throw new Error("not a file reference");
-    const known = await this.store.localBlob(file.sha256);
+    const known = await this.#store.localBlob(file.sha256);
     if (known) {
-      await this.store.touchBlob(file.sha256, Date.now());
+      await this.#store.touchBlob(file.sha256, Date.now());
       return known.blob;
     }
     const space = this.options.spaceID ? `?space_id=${encodeURIComponent(this.options.spaceID)}` : "";
-    let response = await this.fetchWithToken("GET", `/v1/blobs/${file.sha256}${space}`);
+    let response = await this.#fetchWithToken("GET", `/v1/blobs/${file.sha256}${space}`);
     // Too many downloads of this user's at once (a page of pictures): wait as told, ask again.
     for (let waited = 0; response.status === 429 && waited < 60; ) {
       const pause = Math.min(Number(response.headers.get("Retry-After")) || 1, 60 - waited);
       await new Promise((resolve) => setTimeout(resolve, pause * 1000));
       waited += pause;
-      response = await this.fetchWithToken("GET", `/v1/blobs/${file.sha256}${space}`);
+      response = await this.#fetchWithToken("GET", `/v1/blobs/${file.sha256}${space}`);
     }
     if (response.status !== 200) throw new Error(`download answered ${response.status}: ${(await response.text()).slice(0, 300)}`);
     const bytes = await response.arrayBuffer();
     if ((await sha256Hex(bytes)) !== file.sha256) throw new Error("the file downloaded does not match its hash");
     const blob = new Blob([bytes], { type: file.content_type });
-    await this.store.addDownloadedBlob(file, blob, Date.now());
-    await this.store.evictBlobs(this.options.blobCacheBytes ?? 256 * 1024 * 1024);
+    await this.#store.addDownloadedBlob(file, blob, Date.now());
+    await this.#store.evictBlobs(this.options.blobCacheBytes ?? 256 * 1024 * 1024);
     return blob;
   }
 
@@ -611,20 +614,20 @@ export class SyncClient {
    * reference it; one failing for now holds back only the ops from its first referencing op
    * on. Returns the first such failure.
    */
-  private async uploadPending(): Promise<string | null> {
-    for (const aside of await this.store.blobsRefused(null, "")) this.emit("setAside", aside);
+  async #uploadPending(): Promise<string | null> {
+    for (const aside of await this.#store.blobsRefused(null, "")) this.#emit("setAside", aside);
     let failure: string | null = null;
-    for (const file of await this.store.pendingBlobs()) {
+    for (const file of await this.#store.pendingBlobs()) {
       try {
-        const answer = file.size > resumableUploadThreshold ? await this.uploadResumably(file) : await this.uploadWhole(file);
+        const answer = file.size > resumableUploadThreshold ? await this.#uploadResumably(file) : await this.#uploadWhole(file);
         if (answer.status === 200 || answer.status === 201 || answer.status === 204) {
-          await this.store.blobUploaded(file.sha256);
-          this.emit("uploaded", { sha256: file.sha256 });
+          await this.#store.blobUploaded(file.sha256);
+          this.#emit("uploaded", { sha256: file.sha256 });
         } else if (answer.status === 413 || answer.status === 422) {
-          const aside = await this.store.blobsRefused(file.sha256, answer.detail);
-          this.emit("uploadRefused", { sha256: file.sha256, reason: answer.detail });
-          for (const op of aside) this.emit("setAside", op);
-          this.changedAll();
+          const aside = await this.#store.blobsRefused(file.sha256, answer.detail);
+          this.#emit("uploadRefused", { sha256: file.sha256, reason: answer.detail });
+          for (const op of aside) this.#emit("setAside", op);
+          this.#changedAll();
         } else {
           failure ??= `upload answered ${answer.status}: ${answer.detail}`;
         }
@@ -635,23 +638,23 @@ export class SyncClient {
     return failure;
   }
 
-  private spaceQuery(): string {
+  #spaceQuery(): string {
     return this.options.spaceID ? `?space_id=${encodeURIComponent(this.options.spaceID)}` : "";
   }
 
-  private async uploadWhole(file: LocalBlob): Promise<Answer> {
-    this.emit("uploadProgress", { sha256: file.sha256, sent: 0, total: file.size });
-    const answer = await this.send("PUT", `/v1/blobs/${file.sha256}${this.spaceQuery()}`, file.blob, { "Content-Type": file.content_type });
-    if (answer.status === 200 || answer.status === 201) this.emit("uploadProgress", { sha256: file.sha256, sent: file.size, total: file.size });
+  async #uploadWhole(file: LocalBlob): Promise<Answer> {
+    this.#emit("uploadProgress", { sha256: file.sha256, sent: 0, total: file.size });
+    const answer = await this.#send("PUT", `/v1/blobs/${file.sha256}${this.#spaceQuery()}`, file.blob, { "Content-Type": file.content_type });
+    if (answer.status === 200 || answer.status === 201) this.#emit("uploadProgress", { sha256: file.sha256, sent: file.size, total: file.size });
     return answer;
   }
 
-  private async uploadResumably(file: LocalBlob): Promise<Answer> {
+  async #uploadResumably(file: LocalBlob): Promise<Answer> {
     const tus = { "Tus-Resumable": "1.0.0" };
     let location = file.upload_url;
     let offset = 0;
     if (location) {
-      const head = await this.send("HEAD", location, undefined, tus);
+      const head = await this.#send("HEAD", location, undefined, tus);
       const at = Number(head.headers.get("Upload-Offset"));
       if (head.status === 200 && Number.isInteger(at)) offset = at;
       else location = null;
@@ -660,48 +663,48 @@ export class SyncClient {
       const b64 = (text: string) => btoa(text);
       let metadata = `sha256 ${b64(file.sha256)},content_type ${b64(file.content_type)}`;
       if (this.options.spaceID) metadata += `,space_id ${b64(this.options.spaceID)}`;
-      const created = await this.send("POST", "/v1/uploads", undefined, { ...tus, "Upload-Length": String(file.size), "Upload-Metadata": metadata });
+      const created = await this.#send("POST", "/v1/uploads", undefined, { ...tus, "Upload-Length": String(file.size), "Upload-Metadata": metadata });
       const url = created.headers.get("Location");
       if (created.status !== 201 || !url) return created;
       location = url;
-      await this.store.setUploadURL(file.sha256, url);
+      await this.#store.setUploadURL(file.sha256, url);
     }
     let last: Answer = { status: 204, json: null, detail: "", headers: new Headers() };
     while (offset < file.size) {
-      this.emit("uploadProgress", { sha256: file.sha256, sent: offset, total: file.size });
-      last = await this.send("PATCH", location, file.blob.slice(offset, offset + uploadPieceBytes), {
+      this.#emit("uploadProgress", { sha256: file.sha256, sent: offset, total: file.size });
+      last = await this.#send("PATCH", location, file.blob.slice(offset, offset + uploadPieceBytes), {
         ...tus, "Upload-Offset": String(offset), "Content-Type": "application/offset+octet-stream",
       });
       const at = Number(last.headers.get("Upload-Offset"));
       if (last.status !== 204 || !Number.isInteger(at)) {
-        if (last.status === 404 || last.status === 409) await this.store.setUploadURL(file.sha256, null);
+        if (last.status === 404 || last.status === 409) await this.#store.setUploadURL(file.sha256, null);
         return last;
       }
       offset = at;
     }
-    this.emit("uploadProgress", { sha256: file.sha256, sent: file.size, total: file.size });
+    this.#emit("uploadProgress", { sha256: file.sha256, sent: file.size, total: file.size });
     return last;
   }
 
   async setAside(): Promise<SetAsideOp[]> {
-    return (await this.store.setAside()).map((entry: OutboxEntry) => ({
+    return (await this.#store.setAside()).map((entry: OutboxEntry) => ({
       opID: entry.op_id, collection: entry.collection, id: entry.id, type: entry.op.type, reason: entry.reason ?? "",
     }));
   }
 
   /** Sends a set-aside op again. */
   async retry(opID: string): Promise<void> {
-    const key = await this.store.resolveSetAside(opID, true);
+    const key = await this.#store.resolveSetAside(opID, true);
     if (!key) throw new Error(`no op ${opID} is set aside`);
-    this.changed([key]);
-    this.wakeUp();
+    this.#changed([key]);
+    this.#wakeUp();
   }
 
   /** Gives up on a set-aside op; the record shows the server's state again. */
   async drop(opID: string): Promise<void> {
-    const key = await this.store.resolveSetAside(opID, false);
+    const key = await this.#store.resolveSetAside(opID, false);
     if (!key) throw new Error(`no op ${opID} is set aside`);
-    this.changed([key]);
+    this.#changed([key]);
   }
 
   // MARK: - Lifecycle
@@ -712,22 +715,22 @@ export class SyncClient {
    * closes, another takes over at once.
    */
   start(): void {
-    if (this.running) return;
-    this.running = true;
+    if (this.#running) return;
+    this.#running = true;
     const abandon = new AbortController();
-    this.abandonLock = abandon;
-    this.loop = navigator.locks
-      .request(this.lockName, { signal: abandon.signal }, () => this.lead())
+    this.#abandonLock = abandon;
+    this.#loop = navigator.locks
+      .request(this.#lockName, { signal: abandon.signal }, () => this.#lead())
       .catch(() => { /* stopped before this tab led */ });
   }
 
-  private async lead(): Promise<void> {
-    this.leader = true;
+  async #lead(): Promise<void> {
+    this.#leader = true;
     try {
-      await this.runLoop();
+      await this.#runLoop();
     } finally {
-      this.leader = false;
-      this.closeStream();
+      this.#leader = false;
+      this.#closeStream();
     }
   }
 
@@ -739,92 +742,92 @@ export class SyncClient {
    * for a job poll. A failed stream is closed and opened again with backoff and a fresh
    * token; while it is down, the loop pulls every `pollInterval`.
    */
-  private async openStream(device: string): Promise<void> {
-    if (!this.options.fanoutURL || this.stream || this.streamRetry || !this.leader || !this.running) return;
+  async #openStream(device: string): Promise<void> {
+    if (!this.options.fanoutURL || this.#stream || this.#streamRetry || !this.#leader || !this.#running) return;
     let token: string;
     try {
       token = await this.options.tokenProvider(false);
     } catch (error) {
       // An app opened offline, or a provider that fails: reported like any failure, and
       // tried again with backoff, as a dropped stream is.
-      this.lastError = `cannot open the live stream: ${error instanceof Error ? error.message : String(error)}`;
-      this.retryStream(device);
+      this.#lastError = `cannot open the live stream: ${error instanceof Error ? error.message : String(error)}`;
+      this.#retryStream(device);
       return;
     }
-    if (this.stream || this.streamRetry || !this.leader || !this.running) return;  // opened, or stopped, meanwhile
+    if (this.#stream || this.#streamRetry || !this.#leader || !this.#running) return;  // opened, or stopped, meanwhile
     const space = this.options.spaceID ? `&space_id=${encodeURIComponent(this.options.spaceID)}` : "";
     const source = new EventSource(`${this.options.fanoutURL}/v1/stream?device_id=${encodeURIComponent(device)}&access_token=${encodeURIComponent(token)}${space}`);
-    this.stream = source;
+    this.#stream = source;
     source.onmessage = (event: MessageEvent) => {
-      if (!this.live) {
-        this.live = true;
-        this.streamBackoff.reset();
+      if (!this.#live) {
+        this.#live = true;
+        this.#streamBackoff.reset();
       }
-      try { void this.streamMessage(JSON.parse(event.data)); } catch { /* not JSON: ignored */ }
+      try { void this.#streamMessage(JSON.parse(event.data)); } catch { /* not JSON: ignored */ }
     };
     source.onerror = () => {
-      this.closeStream();
-      this.pullWanted = true;  // pokes may have been missed while it was down
-      this.wakeUp();
-      this.retryStream(device);
+      this.#closeStream();
+      this.#pullWanted = true;  // pokes may have been missed while it was down
+      this.#wakeUp();
+      this.#retryStream(device);
     };
   }
 
   /** Opens the stream again after the backoff's next wait, while this client still syncs. */
-  private retryStream(device: string): void {
-    if (!this.running || !this.leader || this.streamRetry) return;
-    this.streamRetry = setTimeout(() => {
-      this.streamRetry = null;
-      void this.openStream(device);
-    }, this.streamBackoff.next() * 1000);
+  #retryStream(device: string): void {
+    if (!this.#running || !this.#leader || this.#streamRetry) return;
+    this.#streamRetry = setTimeout(() => {
+      this.#streamRetry = null;
+      void this.#openStream(device);
+    }, this.#streamBackoff.next() * 1000);
   }
 
-  private closeStream(): void {
-    this.stream?.close();
-    this.stream = null;
-    this.live = false;
-    if (this.streamRetry) clearTimeout(this.streamRetry);
-    this.streamRetry = null;
+  #closeStream(): void {
+    this.#stream?.close();
+    this.#stream = null;
+    this.#live = false;
+    if (this.#streamRetry) clearTimeout(this.#streamRetry);
+    this.#streamRetry = null;
   }
 
-  private async streamMessage(message: { type?: string; cursor?: string; space_id?: string }): Promise<void> {
+  async #streamMessage(message: { type?: string; cursor?: string; space_id?: string }): Promise<void> {
     if (message.type === "hello") {
-      this.streamSpace = message.space_id ?? null;
-      this.askJobs = true;  // outcomes told while no stream listened are asked for once
+      this.#streamSpace = message.space_id ?? null;
+      this.#askJobs = true;  // outcomes told while no stream listened are asked for once
     }
     if (message.type === "hello" || message.type === "poke") {
-      if (message.space_id && this.streamSpace && message.space_id !== this.streamSpace) return;  // another space's
-      const cursor = await this.store.meta<string>("cursor");
-      if (message.cursor !== undefined) this.reachedCursor = Math.max(this.reachedCursor, Number(message.cursor) || 0);
+      if (message.space_id && this.#streamSpace && message.space_id !== this.#streamSpace) return;  // another space's
+      const cursor = await this.#store.meta<string>("cursor");
+      if (message.cursor !== undefined) this.#reachedCursor = Math.max(this.#reachedCursor, Number(message.cursor) || 0);
       if (message.cursor !== undefined && (cursor === undefined || Number(message.cursor) > Number(cursor))) {
-        this.pullWanted = true;
-        this.wakeUp();
+        this.#pullWanted = true;
+        this.#wakeUp();
       }
     } else if (message.type === "job") {
       const job = message as { job_id?: unknown; status?: unknown; checkpoint?: unknown; troubled?: unknown };
       if (typeof job.job_id === "string" && typeof job.status === "string") {
-        if (this.heardJobs.size >= 10_000) this.heardJobs.clear();  // outcomes of jobs this device no longer follows
-        this.heardJobs.set(job.job_id, {
+        if (this.#heardJobs.size >= 10_000) this.#heardJobs.clear();  // outcomes of jobs this device no longer follows
+        this.#heardJobs.set(job.job_id, {
           status: job.status, checkpoint: typeof job.checkpoint === "string" ? job.checkpoint : null, troubled: job.troubled !== false,
         });
       }
-      this.wakeUp();
+      this.#wakeUp();
     }
   }
 
   async stop(): Promise<void> {
-    this.running = false;
-    this.abandonLock?.abort();
-    this.abandonLock = null;
-    this.wakeUp(true);
-    await this.loop;
-    this.loop = null;
+    this.#running = false;
+    this.#abandonLock?.abort();
+    this.#abandonLock = null;
+    this.#wakeUp(true);
+    await this.#loop;
+    this.#loop = null;
   }
 
   /** Closes the database and the channel (after `stop()`). */
   close(): void {
-    this.channel.close();
-    this.store.close();
+    this.#channel.close();
+    this.#store.close();
   }
 
   /**
@@ -832,21 +835,21 @@ export class SyncClient {
    * now — in this tab when it leads or no tab does, else by asking the leader.
    */
   async sync(timeout = 30): Promise<void> {
-    if (this.leader) return this.syncHere(timeout);
-    const ran = await navigator.locks.request(this.lockName, { ifAvailable: true }, async (lock) => {
+    if (this.#leader) return this.#syncHere(timeout);
+    const ran = await navigator.locks.request(this.#lockName, { ifAvailable: true }, async (lock) => {
       if (!lock) return false;
-      await this.syncHere(timeout);
+      await this.#syncHere(timeout);
       return true;
     });
     if (ran) return;
     const id = crypto.randomUUID();
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => {
-        this.syncRequests.delete(id);
+        this.#syncRequests.delete(id);
         reject(new Error(`the syncing tab did not answer within ${timeout} s`));
       }, timeout * 1000 + 1000);
-      this.syncRequests.set(id, { resolve: () => { clearTimeout(timer); resolve(); }, reject: (error) => { clearTimeout(timer); reject(error); } });
-      this.channel.postMessage({ type: "sync", id, timeout });
+      this.#syncRequests.set(id, { resolve: () => { clearTimeout(timer); resolve(); }, reject: (error) => { clearTimeout(timer); reject(error); } });
+      this.#channel.postMessage({ type: "sync", id, timeout });
     });
   }
 
@@ -855,28 +858,28 @@ export class SyncClient {
    * (`Retry-After`: 429, 503) is waited out within the timeout, never cut short; any other
    * failure ends the sync with its reason.
    */
-  private async syncHere(timeout: number): Promise<void> {
+  async #syncHere(timeout: number): Promise<void> {
     const deadline = Date.now() + timeout * 1000;
     let askJobsAt = Date.now() + liveJobWait * 1000;
-    this.pullWanted = true;
+    this.#pullWanted = true;
     for (;;) {
       if (Date.now() > askJobsAt) {  // an outcome the stream lost
-        this.askJobs = true;
+        this.#askJobs = true;
         askJobsAt = Date.now() + liveJobWait * 1000;
       }
-      const asked = this.notBefore - Date.now();
+      const asked = this.#notBefore - Date.now();
       if (asked > 0) {
-        if (Date.now() + asked > deadline) throw new Error(`the server asked to wait ${Math.ceil(asked / 1000)} s, beyond the sync's ${timeout} s: ${this.lastError}`);
+        if (Date.now() + asked > deadline) throw new Error(`the server asked to wait ${Math.ceil(asked / 1000)} s, beyond the sync's ${timeout} s: ${this.#lastError}`);
         await new Promise((resolve) => setTimeout(resolve, asked));
       }
       let jobsInFlight: boolean;
       try {
-        jobsInFlight = await this.exclusivePass();
+        jobsInFlight = await this.#exclusivePass();
       } catch (error) {
         if (error instanceof Retry && error.after !== undefined) continue;
         throw error instanceof Retry ? new Error(error.message) : error;
       }
-      if (!jobsInFlight && !this.pullWanted) return;
+      if (!jobsInFlight && !this.#pullWanted) return;
       if (Date.now() > deadline) throw new Error(`jobs still running after ${timeout} s`);
       await new Promise((resolve) => setTimeout(resolve, 50));
     }
@@ -887,103 +890,103 @@ export class SyncClient {
    * lost). While the server's `Retry-After` runs, the pass waits for it to end (unless
    * `now`: stopping).
    */
-  private wakeUp(now = false): void {
-    if (this.wake && (now || Date.now() >= this.notBefore)) this.wake();
-    else this.wakeRequested = true;
+  #wakeUp(now = false): void {
+    if (this.#wake && (now || Date.now() >= this.#notBefore)) this.#wake();
+    else this.#wakeRequested = true;
   }
 
   /** A pass about to push what writes just queued waits a moment for more, unless a batch is full already. */
-  private async gatherWrites(): Promise<void> {
-    if (!this.writesWaiting) return;
-    this.writesWaiting = false;
+  async #gatherWrites(): Promise<void> {
+    if (!this.#writesWaiting) return;
+    this.#writesWaiting = false;
     const delay = this.options.pushDelay ?? 0.05;
-    if (delay <= 0 || (await this.store.status()).pending >= maxOpsPerPush) return;
+    if (delay <= 0 || (await this.#store.status()).pending >= maxOpsPerPush) return;
     await new Promise((resolve) => setTimeout(resolve, delay * 1000));
   }
 
-  private wakeRequested = false;
+  #wakeRequested = false;
 
-  private async runLoop(): Promise<void> {
+  async #runLoop(): Promise<void> {
     const backoff = new Backoff();
     const jobPolls = new Backoff(0.05, 1);
-    while (this.running) {
+    while (this.#running) {
       let wait: number | null = null;
       let failed = false;
       try {
-        await this.gatherWrites();
-        const jobsInFlight = await this.exclusivePass();
+        await this.#gatherWrites();
+        const jobsInFlight = await this.#exclusivePass();
         backoff.reset();
-        if (jobsInFlight && this.live) wait = liveJobWait;  // the stream tells each outcome; asked for after this as a safety net
+        if (jobsInFlight && this.#live) wait = liveJobWait;  // the stream tells each outcome; asked for after this as a safety net
         else if (jobsInFlight) wait = jobPolls.next(undefined, 1);
         else {
           jobPolls.reset();
           const poll = this.options.pollInterval === undefined ? 30 : this.options.pollInterval;
-          if (poll !== null && !this.live) wait = poll;
+          if (poll !== null && !this.#live) wait = poll;
         }
       } catch (error) {
         if (error instanceof SpaceGoneError) {
-          this.running = false;
-          this.closeStream();
+          this.#running = false;
+          this.#closeStream();
           return;
         }
         failed = true;
         wait = backoff.next(error instanceof Retry ? error.after : undefined);
       }
-      if (!this.running) return;
-      const woken = this.wakeRequested;
-      this.wakeRequested = false;
+      if (!this.#running) return;
+      const woken = this.#wakeRequested;
+      this.#wakeRequested = false;
       if (woken && !failed) continue;  // something happened during a good pass: another pass at once
       const timedOut = await new Promise<boolean>((resolve) => {
         const timer = wait === null ? null : setTimeout(() => resolve(true), wait * 1000);
-        this.wake = () => {
+        this.#wake = () => {
           if (timer !== null) clearTimeout(timer);
           resolve(false);
         };
       });
-      this.wake = null;
-      if (timedOut && !this.live) this.pullWanted = true;
-      if (timedOut) this.askJobs = true;
+      this.#wake = null;
+      if (timedOut && !this.#live) this.#pullWanted = true;
+      if (timedOut) this.#askJobs = true;
     }
   }
 
   /** One pass at a time, whoever asks (the loop or `sync()`). */
-  private async exclusivePass(): Promise<boolean> {
-    while (this.passing) await this.passing.catch(() => false);
-    this.passing = this.pass();
+  async #exclusivePass(): Promise<boolean> {
+    while (this.#passing) await this.#passing.catch(() => false);
+    this.#passing = this.#pass();
     try {
-      const result = await this.passing;
-      this.lastSyncAt = Date.now();
-      this.lastError = null;
+      const result = await this.#passing;
+      this.#lastSyncAt = Date.now();
+      this.#lastError = null;
       return result;
     } catch (error) {
-      this.lastError = error instanceof Error ? error.message : String(error);
-      if (error instanceof Retry && error.after !== undefined) this.notBefore = Math.max(this.notBefore, Date.now() + error.after * 1000);
+      this.#lastError = error instanceof Error ? error.message : String(error);
+      if (error instanceof Retry && error.after !== undefined) this.#notBefore = Math.max(this.#notBefore, Date.now() + error.after * 1000);
       throw error;
     } finally {
-      this.passing = null;
+      this.#passing = null;
     }
   }
 
-  private async pass(): Promise<boolean> {
-    if (await this.store.meta<boolean>("gone")) throw new SpaceGoneError();
-    const device = await this.registeredDevice();
-    if (this.leader) void this.openStream(device);
-    const uploadFailure = await this.uploadPending();
+  async #pass(): Promise<boolean> {
+    if (await this.#store.meta<boolean>("gone")) throw new SpaceGoneError();
+    const device = await this.#registeredDevice();
+    if (this.#leader) void this.#openStream(device);
+    const uploadFailure = await this.#uploadPending();
     // While the server's Retry-After runs, nothing is pushed, whoever asks for the pass.
-    const asked = this.notBefore - Date.now();
-    if (asked <= 0) await this.pushAll(device);
-    const jobsInFlight = await this.followJobs();
-    if (this.pullWanted) await this.pullAll();
+    const asked = this.#notBefore - Date.now();
+    if (asked <= 0) await this.#pushAll(device);
+    const jobsInFlight = await this.#followJobs();
+    if (this.#pullWanted) await this.#pullAll();
     // The ops waiting for a file that could not be sent wait for the next pass.
     if (uploadFailure) throw new Retry(uploadFailure);
-    if (asked > 0) throw new Retry(this.lastError ?? "the server asked to wait", asked / 1000);
+    if (asked > 0) throw new Retry(this.#lastError ?? "the server asked to wait", asked / 1000);
     return jobsInFlight;
   }
 
   // MARK: - HTTP
 
   /** A request with the bearer token (asked again once after a 401); a JSON body unless `Content-Type` says otherwise. */
-  private async fetchWithToken(method: string, path: string, body?: string | Blob, headers: Record<string, string> = {}): Promise<Response> {
+  async #fetchWithToken(method: string, path: string, body?: string | Blob, headers: Record<string, string> = {}): Promise<Response> {
     let refresh = false;
     for (;;) {
       const token = await this.options.tokenProvider(refresh);
@@ -1003,8 +1006,8 @@ export class SyncClient {
     }
   }
 
-  private async send(method: string, path: string, body?: string | Blob, headers: Record<string, string> = {}): Promise<Answer> {
-    const response = await this.fetchWithToken(method, path, body, headers);
+  async #send(method: string, path: string, body?: string | Blob, headers: Record<string, string> = {}): Promise<Answer> {
+    const response = await this.#fetchWithToken(method, path, body, headers);
     const text = await response.text();
     let json: any = null;
     try { json = text ? JSON.parse(text) : null; } catch { /* not JSON */ }
@@ -1014,58 +1017,58 @@ export class SyncClient {
     };
   }
 
-  private async registeredDevice(): Promise<string> {
-    const known = await this.store.meta<string>("device_id");
+  async #registeredDevice(): Promise<string> {
+    const known = await this.#store.meta<string>("device_id");
     if (known) {
-      this.identity.device = known;
+      this.#identity.device = known;
       return known;
     }
-    const answer = await this.send("POST", "/v1/devices", JSON.stringify({ name: this.options.deviceName ?? "browser", platform: "web" }));
+    const answer = await this.#send("POST", "/v1/devices", JSON.stringify({ name: this.options.deviceName ?? "browser", platform: "web" }));
     if (answer.status !== 201 || typeof answer.json?.device_id !== "string") throw new Retry(`device registration answered ${answer.status}: ${answer.detail}`, answer.retryAfter);
-    await this.store.setMeta("device_id", answer.json.device_id);
-    this.identity.device = answer.json.device_id;
+    await this.#store.setMeta("device_id", answer.json.device_id);
+    this.#identity.device = answer.json.device_id;
     return answer.json.device_id;
   }
 
   /** Sends batches until the outbox holds none, setting aside what the server refuses. */
-  private async pushAll(device: string): Promise<void> {
+  async #pushAll(device: string): Promise<void> {
     for (;;) {
-      const batch = await this.store.nextBatch(device, maxOpsPerPush, this.maxBytes, this.options.spaceID);
+      const batch = await this.#store.nextBatch(device, maxOpsPerPush, this.#maxBytes, this.options.spaceID);
       if (!batch) return;
-      const answer = await this.send("POST", "/v1/sync/push", batch.body, { "Idempotency-Key": batch.key });
+      const answer = await this.#send("POST", "/v1/sync/push", batch.body, { "Idempotency-Key": batch.key });
       if (answer.status === 202 && typeof answer.json?.job_id === "string") {
-        await this.store.batchAccepted(batch, answer.json.job_id);
+        await this.#store.batchAccepted(batch, answer.json.job_id);
       } else if (answer.status === 400 || answer.status === 422 || (answer.status === 403 && this.options.spaceID)) {
-        await this.refused(batch, answer.status === 403 ? null : problemOpIndex(answer.json), answer.detail);
+        await this.#refused(batch, answer.status === 403 ? null : problemOpIndex(answer.json), answer.detail);
       } else if (answer.status === 409 && answer.json?.code === "blob_missing") {
         // The server lacks a file an op references: sent again when this browser holds it, else the op is set aside.
         const sha = typeof answer.json?.sha256 === "string" ? answer.json.sha256 : null;
-        if (sha && await this.store.blobMissing(sha)) {
-          await this.store.batchDissolved(batch);
-          const failure = await this.uploadPending();
+        if (sha && await this.#store.blobMissing(sha)) {
+          await this.#store.batchDissolved(batch);
+          const failure = await this.#uploadPending();
           if (failure) throw new Retry(failure);
         } else {
-          await this.refused(batch, problemOpIndex(answer.json), answer.detail);
+          await this.#refused(batch, problemOpIndex(answer.json), answer.detail);
         }
       } else if (answer.status === 404 && this.options.spaceID) {
         // The space may be gone: the pull tells (a 404 there drops it).
-        await this.pullAll();
+        await this.#pullAll();
         throw new Retry(`push answered 404: ${answer.detail}`);
       } else if (answer.status === 413 && batch.op_ids.length > 1) {
-        this.maxBytes = halved(this.maxBytes);
-        await this.store.batchDissolved(batch);
+        this.#maxBytes = halved(this.#maxBytes);
+        await this.#store.batchDissolved(batch);
       } else if (answer.status === 413) {
-        await this.refused(batch, 0, answer.detail);
+        await this.#refused(batch, 0, answer.detail);
       } else {
         throw new Retry(`push answered ${answer.status}: ${answer.detail}`, answer.retryAfter);
       }
     }
   }
 
-  private async refused(batch: Parameters<LocalStore["batchRefused"]>[0], index: number | null, reason: string): Promise<void> {
-    const aside = await this.store.batchRefused(batch, index, reason);
-    for (const opID of aside) this.emit("setAside", { opID, reason });
-    this.changedAll();
+  async #refused(batch: Parameters<LocalStore["batchRefused"]>[0], index: number | null, reason: string): Promise<void> {
+    const aside = await this.#store.batchRefused(batch, index, reason);
+    for (const opID of aside) this.#emit("setAside", { opID, reason });
+    this.#changedAll();
   }
 
   /**
@@ -1075,77 +1078,77 @@ export class SyncClient {
    * (no stream was live since the job was sent). A shared space's jobs are asked for with
    * their space, so the server reads that space alone.
    */
-  private async followJobs(): Promise<boolean> {
+  async #followJobs(): Promise<boolean> {
     let running = false;
     const scope = this.options.spaceID ? `?space_id=${encodeURIComponent(this.options.spaceID)}` : "";
-    const ask = this.askJobs || !this.live;
-    for (const jobID of await this.store.sentJobs()) {
-      const heard = this.heardJobs.get(jobID);
+    const ask = this.#askJobs || !this.#live;
+    for (const jobID of await this.#store.sentJobs()) {
+      const heard = this.#heardJobs.get(jobID);
       if (heard?.status === "succeeded" && !heard.troubled) {
-        this.heardJobs.delete(jobID);
-        await this.jobSucceeded(jobID, Number(heard.checkpoint ?? 0), []);
+        this.#heardJobs.delete(jobID);
+        await this.#jobSucceeded(jobID, Number(heard.checkpoint ?? 0), []);
         continue;
       }
       if (!heard && !ask) {
         running = true;
         continue;
       }
-      this.heardJobs.delete(jobID);
-      const answer = await this.send("GET", `/v1/sync/jobs/${jobID}${scope}`);
+      this.#heardJobs.delete(jobID);
+      const answer = await this.#send("GET", `/v1/sync/jobs/${jobID}${scope}`);
       if (answer.status === 404) {
-        await this.store.jobForgotten(jobID);
+        await this.#store.jobForgotten(jobID);
         continue;
       }
       if (answer.status !== 200) throw new Retry(`job status answered ${answer.status}`, answer.retryAfter);
       const job = answer.json;
       if (job.status === "succeeded") {
-        await this.jobSucceeded(jobID, Number(job.checkpoint ?? 0), job.results ?? []);
+        await this.#jobSucceeded(jobID, Number(job.checkpoint ?? 0), job.results ?? []);
       } else if (job.status === "dead" || job.status === "discarded") {
-        const opIDs = await this.store.jobDead(jobID, `job ${job.status}: ${job.last_error ?? "no error recorded"}`);
-        this.emit("jobDead", { jobID, opIDs });
-        this.changedAll();
+        const opIDs = await this.#store.jobDead(jobID, `job ${job.status}: ${job.last_error ?? "no error recorded"}`);
+        this.#emit("jobDead", { jobID, opIDs });
+        this.#changedAll();
       } else {
         running = true;
       }
     }
-    if (ask && this.live) this.askJobs = false;
+    if (ask && this.#live) this.#askJobs = false;
     return running;
   }
 
   /** A job of this device's succeeded: its refused ops are reported, the others wait for the pull that shows them. */
-  private async jobSucceeded(jobID: string, checkpoint: number, results: Parameters<LocalStore["jobSucceeded"]>[2]): Promise<void> {
-    this.reachedCursor = Math.max(this.reachedCursor, checkpoint);
-    const gone = await this.store.jobSucceeded(jobID, checkpoint, results);
+  async #jobSucceeded(jobID: string, checkpoint: number, results: Parameters<LocalStore["jobSucceeded"]>[2]): Promise<void> {
+    this.#reachedCursor = Math.max(this.#reachedCursor, checkpoint);
+    const gone = await this.#store.jobSucceeded(jobID, checkpoint, results);
     for (const result of gone) {
       const name = result.status === "conflict" ? "conflict" : "rejected";
-      this.emit(name, { opID: result.op_id, reason: result.reason, current: result.current as RecordView | undefined });
+      this.#emit(name, { opID: result.op_id, reason: result.reason, current: result.current as RecordView | undefined });
     }
-    this.pullWanted = true;
-    this.changedAll();
+    this.#pullWanted = true;
+    this.#changedAll();
   }
 
   /** Pulls until `has_more` is false; a 410 starts a resync that keeps unpushed ops. */
-  private async pullAll(): Promise<void> {
-    this.pullWanted = false;
+  async #pullAll(): Promise<void> {
+    this.#pullWanted = false;
     for (;;) {
-      const cursor = await this.store.meta<string>("cursor");
+      const cursor = await this.#store.meta<string>("cursor");
       const space = this.options.spaceID ? `&space_id=${encodeURIComponent(this.options.spaceID)}` : "";
-      const reached = this.reachedCursor > 0 ? `&min_cursor=${this.reachedCursor}` : "";
-      const answer = await this.send("GET", `/v1/sync/pull?limit=1000${space}${cursor ? `&since=${cursor}` : ""}${reached}`);
+      const reached = this.#reachedCursor > 0 ? `&min_cursor=${this.#reachedCursor}` : "";
+      const answer = await this.#send("GET", `/v1/sync/pull?limit=1000${space}${cursor ? `&since=${cursor}` : ""}${reached}`);
       if (answer.status === 410) {
-        await this.store.beginResync();
-        this.emit("resync", undefined);
+        await this.#store.beginResync();
+        this.#emit("resync", undefined);
         continue;
       }
-      if (answer.status === 404 && this.options.spaceID) await this.spaceGone();
+      if (answer.status === 404 && this.options.spaceID) await this.#spaceGone();
       if (answer.status !== 200) {
-        this.pullWanted = true;
+        this.#pullWanted = true;
         throw new Retry(`pull answered ${answer.status}: ${answer.detail}`, answer.retryAfter);
       }
       const page = answer.json as { changes: RecordView[]; cursor: string; has_more: boolean };
-      this.changed(await this.store.applyPage(page.changes, page.cursor, page.has_more));
+      this.#changed(await this.#store.applyPage(page.changes, page.cursor, page.has_more));
       if (!page.has_more) {
-        this.emit("pulled", { cursor: page.cursor });
+        this.#emit("pulled", { cursor: page.cursor });
         return;
       }
     }

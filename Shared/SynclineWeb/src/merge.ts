@@ -70,13 +70,13 @@ export class RecordState {
     return this.deleted ? null : Object.fromEntries(this.fields);
   }
 
-  private effectiveClock(field: string): Stamp | undefined {
+  #effectiveClock(field: string): Stamp | undefined {
     const clock = this.fieldClocks.get(field);
     if (clock && this.floor) return newer(clock, this.floor);
     return clock ?? this.floor;
   }
 
-  private raiseFloor(stamp: Stamp): void {
+  #raiseFloor(stamp: Stamp): void {
     this.floor = stamp;
     for (const [field, clock] of this.fieldClocks) {
       if (compareStamps(clock, stamp) < 0) {
@@ -96,14 +96,14 @@ export class RecordState {
         this.fieldClocks.set(field, stamp);
       }
     }
-    this.raiseFloor(stamp);
+    this.#raiseFloor(stamp);
   }
 
   /** `null` removes a field; any other value replaces it whole. */
   patch(changes: JSONObject, stamp: Stamp): void {
     this.writeClock = newer(this.writeClock, stamp);
     for (const [field, value] of Object.entries(changes)) {
-      const clock = this.effectiveClock(field);
+      const clock = this.#effectiveClock(field);
       if (!clock || compareStamps(clock, stamp) < 0) {
         if (value === null) this.fields.delete(field);
         else this.fields.set(field, value);
@@ -115,7 +115,7 @@ export class RecordState {
   delete(stamp: Stamp): void {
     this.deleteClock = newer(this.deleteClock, stamp);
     if (this.floor && compareStamps(stamp, this.floor) < 0) return;
-    this.raiseFloor(stamp);
+    this.#raiseFloor(stamp);
   }
 
   /** A public id publishes; null unpublishes. The newest stamp wins. */

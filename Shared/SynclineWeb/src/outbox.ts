@@ -38,10 +38,14 @@ const countsKey = "outbox_counts";
  * those counts instead of the entries (the outbox may hold tens of thousands).
  */
 export class OutboxWriter {
-  private readonly deltas = new Map<OpState, number>();
-  private cleared = false;
+  readonly #deltas = new Map<OpState, number>();
+  #cleared = false;
 
-  private constructor(private readonly tx: IDBTransaction) {}
+  readonly #tx: IDBTransaction;
+
+  private constructor(tx: IDBTransaction) {
+    this.#tx = tx;
+  }
 
   private static readonly writers = new WeakMap<IDBTransaction, OutboxWriter>();
 
@@ -54,49 +58,50 @@ export class OutboxWriter {
 
   /** Writes the counts that the transaction's outbox writes changed; nothing when there were none. */
   static async settle(tx: IDBTransaction): Promise<void> {
-    await OutboxWriter.writers.get(tx)?.settle();
+    const writer = OutboxWriter.writers.get(tx);
+    if (writer) await writer.#settle();
   }
 
-  private get store(): IDBObjectStore {
-    return this.tx.objectStore("outbox");
+  get #store(): IDBObjectStore {
+    return this.#tx.objectStore("outbox");
   }
 
-  private bump(state: OpState, by: number): void {
-    this.deltas.set(state, (this.deltas.get(state) ?? 0) + by);
+  #bump(state: OpState, by: number): void {
+    this.#deltas.set(state, (this.#deltas.get(state) ?? 0) + by);
   }
 
   add(entry: OutboxEntry): void {
-    this.store.add(entry);
-    this.bump(entry.state, 1);
+    this.#store.add(entry);
+    this.#bump(entry.state, 1);
   }
 
   /** Replaces `before`, as read in this transaction, with `after` (the same `seq`). */
   put(before: OutboxEntry, after: OutboxEntry): void {
-    this.store.put(after);
+    this.#store.put(after);
     if (before.state !== after.state) {
-      this.bump(before.state, -1);
-      this.bump(after.state, 1);
+      this.#bump(before.state, -1);
+      this.#bump(after.state, 1);
     }
   }
 
   delete(entry: OutboxEntry): void {
-    this.store.delete(entry.seq!);
-    this.bump(entry.state, -1);
+    this.#store.delete(entry.seq!);
+    this.#bump(entry.state, -1);
   }
 
   clear(): void {
-    this.store.clear();
-    this.deltas.clear();
-    this.cleared = true;
+    this.#store.clear();
+    this.#deltas.clear();
+    this.#cleared = true;
   }
 
-  private async settle(): Promise<void> {
-    if (!this.cleared && this.deltas.size === 0) return;
-    const meta = this.tx.objectStore("meta");
-    const saved = this.cleared ? zeroCounts() : ((await request(meta.get(countsKey))) as OutboxCounts | undefined);
+  async #settle(): Promise<void> {
+    if (!this.#cleared && this.#deltas.size === 0) return;
+    const meta = this.#tx.objectStore("meta");
+    const saved = this.#cleared ? zeroCounts() : ((await request(meta.get(countsKey))) as OutboxCounts | undefined);
     // A store from before the counts were kept is counted once, with this transaction's writes.
-    const counts = saved ?? (await countEntries(this.tx));
-    if (saved) for (const [state, by] of this.deltas) counts[state] += by;
+    const counts = saved ?? (await countEntries(this.#tx));
+    if (saved) for (const [state, by] of this.#deltas) counts[state] += by;
     meta.put(counts, countsKey);
   }
 }

@@ -112,17 +112,17 @@ const all = ["meta", "records", "outbox", "batches", "blobs"];
  * outbox's states: `outbox.ts`).
  */
 export class LocalStore {
-  private db: IDBDatabase | null;
+  #db: IDBDatabase | null;
   /** Called when the database had to be created anew while in use: deleted or evicted from outside. */
   onReset: () => void = () => {};
 
   /** Every field some declared index covers: each shown record carries their sort keys. */
-  private readonly keyed: string[];
+  readonly #keyed: string[];
 
   private constructor(db: IDBDatabase, readonly name: string, readonly indexed: string[][]) {
-    this.keyed = LocalStore.keyedFields(indexed);
-    this.db = db;
-    this.watch(db);
+    this.#keyed = LocalStore.keyedFields(indexed);
+    this.#db = db;
+    this.#watch(db);
   }
 
   /**
@@ -217,14 +217,14 @@ export class LocalStore {
   }
 
   /** Another tab upgrades the database: this connection closes, to be opened again on the next step. */
-  private watch(db: IDBDatabase): void {
+  #watch(db: IDBDatabase): void {
     db.onversionchange = () => {
       db.close();
-      if (this.db === db) this.db = null;
+      if (this.#db === db) this.#db = null;
     };
     // The browser closed it (the database was deleted or evicted): open it again next time.
     db.onclose = () => {
-      if (this.db === db) this.db = null;
+      if (this.#db === db) this.#db = null;
     };
   }
 
@@ -233,27 +233,27 @@ export class LocalStore {
    * then — deleted or evicted from outside — the database is created anew and `onReset`
    * says so.
    */
-  private async connection(): Promise<IDBDatabase> {
-    if (!this.db) {
-      this.reopening ??= LocalStore.ready(this.name, this.indexed).then(({ db, created }) => {
-        this.watch(db);
-        this.db = db;
-        this.reopening = null;
+  async #connection(): Promise<IDBDatabase> {
+    if (!this.#db) {
+      this.#reopening ??= LocalStore.ready(this.name, this.indexed).then(({ db, created }) => {
+        this.#watch(db);
+        this.#db = db;
+        this.#reopening = null;
         if (created) this.onReset();
         return db;
       }, (error) => {
-        this.reopening = null;
+        this.#reopening = null;
         throw error;
       });
-      return this.reopening;
+      return this.#reopening;
     }
-    return this.db;
+    return this.#db;
   }
 
-  private reopening: Promise<IDBDatabase> | null = null;
+  #reopening: Promise<IDBDatabase> | null = null;
 
   /** One transaction; a connection the browser closed under it is opened again, once. */
-  private async run<T>(stores: string[], mode: IDBTransactionMode, body: (tx: IDBTransaction) => Promise<T>): Promise<T> {
+  async #run<T>(stores: string[], mode: IDBTransactionMode, body: (tx: IDBTransaction) => Promise<T>): Promise<T> {
     // A write to the outbox updates its counts, in `meta`, in the same transaction.
     const scope = mode === "readwrite" && stores.includes("outbox") && !stores.includes("meta") ? [...stores, "meta"] : stores;
     const counted = async (tx: IDBTransaction) => {
@@ -261,13 +261,13 @@ export class LocalStore {
       await OutboxWriter.settle(tx);
       return value;
     };
-    const db = await this.connection();
+    const db = await this.#connection();
     try {
       return await transaction(db, scope, mode, counted);
     } catch (error) {
       if ((error as DOMException)?.name !== "InvalidStateError") throw error;
-      if (this.db === db) this.db = null;
-      return transaction(await this.connection(), scope, mode, counted);
+      if (this.#db === db) this.#db = null;
+      return transaction(await this.#connection(), scope, mode, counted);
     }
   }
 
@@ -286,18 +286,18 @@ export class LocalStore {
   }
 
   close(): void {
-    this.db?.close();
-    this.db = null;
+    this.#db?.close();
+    this.#db = null;
   }
 
   // MARK: - Meta
 
   async meta<T>(key: string): Promise<T | undefined> {
-    return this.run(["meta"], "readonly", (tx) => request(tx.objectStore("meta").get(key)));
+    return this.#run(["meta"], "readonly", (tx) => request(tx.objectStore("meta").get(key)));
   }
 
   async setMeta(key: string, value: unknown): Promise<void> {
-    await this.run(["meta"], "readwrite", (tx) => request(tx.objectStore("meta").put(value, key)));
+    await this.#run(["meta"], "readwrite", (tx) => request(tx.objectStore("meta").put(value, key)));
   }
 
   private static async clock(tx: IDBTransaction): Promise<ClockState> {
@@ -314,7 +314,7 @@ export class LocalStore {
 
   /** Stamps the op with the device's clock, stores it in the outbox and shows it, in one transaction. */
   async enqueue(op: Op, node: string, now: number): Promise<{ op: Op; row: ShownRecord | null }> {
-    return this.run(all, "readwrite", async (tx) => {
+    return this.#run(all, "readwrite", async (tx) => {
       const [clock, known] = await Promise.all([LocalStore.clock(tx), LocalStore.recordState(tx, op)]);
       const stamped: Op = { ...op, hlc: clock.next(now, node) };
       LocalStore.saveClock(tx, clock);
@@ -325,7 +325,7 @@ export class LocalStore {
       const blobs = referencedBlobs(stamped.data);
       if (blobs.length > 0) entry.blobs = blobs;
       OutboxWriter.of(tx).add(entry);
-      return { op: stamped, row: this.show(tx, op, known.server, [...known.entries, entry]) };
+      return { op: stamped, row: this.#show(tx, op, known.server, [...known.entries, entry]) };
     });
   }
 
@@ -338,7 +338,7 @@ export class LocalStore {
   /** Recomputes what the device shows for a record, stores it and returns it (null: nothing shows). */
   async refresh(tx: IDBTransaction, key: Key): Promise<ShownRecord | null> {
     const known = await LocalStore.recordState(tx, key);
-    return this.show(tx, key, known.server, known.entries);
+    return this.#show(tx, key, known.server, known.entries);
   }
 
   /** The server's record and the record's outbox entries. */
@@ -354,7 +354,7 @@ export class LocalStore {
    * What shows for a record, given the server's record and its outbox entries; its row is
    * written in `tx` (null: nothing shows; the row then keeps the server's record alone).
    */
-  private show(tx: IDBTransaction, key: Key, copy: ServerCopy | null, unsorted: OutboxEntry[]): ShownRecord | null {
+  #show(tx: IDBTransaction, key: Key, copy: ServerCopy | null, unsorted: OutboxEntry[]): ShownRecord | null {
     const entries = [...unsorted].sort((a, b) => (a.seq ?? Infinity) - (b.seq ?? Infinity));
     const records = tx.objectStore("records");
     const server = copy?.view ?? null;
@@ -373,14 +373,14 @@ export class LocalStore {
       collection: key.collection, id: key.id, data: state.visibleData ?? {}, version: server?.version ?? 0, pending,
       set_aside_reason: pending || !aside ? null : aside.reason ?? "refused", visibility, public_id: state.shownPublicID,
       can_fork: visibility !== "private" && state.visibility?.canFork === true, forked_from: state.fork?.publicID ?? null,
-    }, this.keyed);
+    }, this.#keyed);
     const row: RecordRow = { ...shown, shownIn: key.collection, ...kept };
     records.put(row);
     return shown;
   }
 
   /** Refreshes the records of `entries`, each once, their reads issued together. */
-  private async refreshOps(tx: IDBTransaction, entries: OutboxEntry[]): Promise<void> {
+  async #refreshOps(tx: IDBTransaction, entries: OutboxEntry[]): Promise<void> {
     const records = new Map(entries.map((entry) => [JSON.stringify([entry.collection, entry.id]), entry]));
     await Promise.all([...records.values()].map((entry) => this.refresh(tx, entry)));
   }
@@ -388,12 +388,12 @@ export class LocalStore {
   // MARK: - Reads
 
   async record(collection: string, id: string): Promise<ShownRecord | undefined> {
-    return this.run(["records"], "readonly", async (tx) => LocalStore.shownOnly(await request(tx.objectStore("records").get([collection, id]))));
+    return this.#run(["records"], "readonly", async (tx) => LocalStore.shownOnly(await request(tx.objectStore("records").get([collection, id]))));
   }
 
   /** The collection's records, by id. */
   async records(collection: string): Promise<ShownRecord[]> {
-    return this.run(["records"], "readonly", async (tx) => {
+    return this.#run(["records"], "readonly", async (tx) => {
       const rows = await LocalStore.collectionRows(tx.objectStore("records"), collection);
       return rows.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
     });
@@ -405,7 +405,7 @@ export class LocalStore {
    * range; the rest is filtered and ordered in memory by the same rules.
    */
   async query(collection: string, options: PlainQuery): Promise<ShownRecord[]> {
-    const rows = await this.run(["records"], "readonly", async (tx) => {
+    const rows = await this.#run(["records"], "readonly", async (tx) => {
       const records = tx.objectStore("records");
       const id = options.where?.id?.eq;
       if (typeof id === "string") {
@@ -421,7 +421,7 @@ export class LocalStore {
           const condition = options.where?.[fields[0]];
           if (fields.length < 2 || fields[1] !== by || condition?.eq === undefined) continue;
           const range = IDBKeyRange.bound([collection, sortKey(condition.eq)], [collection, sortKey(condition.eq), [3]]);
-          return this.walk(records.index(LocalStore.indexName(fields)), range, descending ? "prev" : "next", by, options);
+          return this.#walk(records.index(LocalStore.indexName(fields)), range, descending ? "prev" : "next", by, options);
         }
       }
       // Else an index whose first field has an `eq`, `in` or range condition: read its range.
@@ -459,7 +459,7 @@ export class LocalStore {
    * limit plus every row tied with the last one on `by` (the caller's sort puts ties in id
    * order).
    */
-  private walk(index: IDBIndex, range: IDBKeyRange, direction: IDBCursorDirection, by: string, options: PlainQuery): Promise<ShownRecord[]> {
+  #walk(index: IDBIndex, range: IDBKeyRange, direction: IDBCursorDirection, by: string, options: PlainQuery): Promise<ShownRecord[]> {
     const wanted = (options.offset ?? 0) + (options.limit ?? Infinity);
     const found: ShownRecord[] = [];
     let boundary: string | null = null;
@@ -495,7 +495,7 @@ export class LocalStore {
 
   /** What waits, from the kept counts and the first entry of each state: never a read of the whole outbox. */
   async status(): Promise<{ pending: number; oldest: number | null; setAside: number }> {
-    return this.run(["outbox", "meta"], "readonly", async (tx) => {
+    return this.#run(["outbox", "meta"], "readonly", async (tx) => {
       const [counts, oldest] = await Promise.all([outboxCounts(tx), oldestUnconfirmed(tx)]);
       return { pending: unconfirmed.reduce((sum, state) => sum + counts[state], 0), oldest, setAside: counts.set_aside };
     });
@@ -503,13 +503,13 @@ export class LocalStore {
 
 
   async setAside(): Promise<OutboxEntry[]> {
-    return this.run(["outbox"], "readonly", async (tx) =>
+    return this.#run(["outbox"], "readonly", async (tx) =>
       ((await request(tx.objectStore("outbox").index("state").getAll("set_aside"))) as OutboxEntry[]).sort((a, b) => (a.seq ?? 0) - (b.seq ?? 0)));
   }
 
   /** Puts a set-aside op back in the queue (`retry`), or drops it; returns its record, or null when no such op is set aside. */
   async resolveSetAside(opID: string, retry: boolean): Promise<Key | null> {
-    return this.run(all, "readwrite", async (tx) => {
+    return this.#run(all, "readwrite", async (tx) => {
       const entry = (await request(tx.objectStore("outbox").index("op_id").get(opID))) as OutboxEntry | undefined;
       if (!entry || entry.state !== "set_aside") return null;
       const outbox = OutboxWriter.of(tx);
@@ -524,7 +524,7 @@ export class LocalStore {
 
   /** The batch to send: one formed earlier and not yet answered, else a new one of the oldest pending ops. */
   async nextBatch(deviceID: string, maxOps: number, maxBytes: number, spaceID?: string): Promise<Batch | null> {
-    return this.run(["outbox", "batches", "blobs"], "readwrite", async (tx) => {
+    return this.#run(["outbox", "batches", "blobs"], "readwrite", async (tx) => {
       const batches = (await request(tx.objectStore("batches").getAll())) as Batch[];
       const open = batches.find((batch) => batch.job_id === null);
       if (open) return open;
@@ -556,7 +556,7 @@ export class LocalStore {
 
   /** The server took the batch as `jobID`. */
   async batchAccepted(batch: Batch, jobID: string): Promise<void> {
-    await this.run(["outbox", "batches"], "readwrite", async (tx) => {
+    await this.#run(["outbox", "batches"], "readwrite", async (tx) => {
       tx.objectStore("batches").put({ ...batch, job_id: jobID });
       for (const entry of (await request(tx.objectStore("outbox").index("batch_id").getAll(batch.batch_id))) as OutboxEntry[]) {
         OutboxWriter.of(tx).put(entry, { ...entry, state: "sent", job_id: jobID });
@@ -566,7 +566,7 @@ export class LocalStore {
 
   /** The server refused the batch: op `index` (every op when null) is set aside with `reason`; the others go back to the queue. */
   async batchRefused(batch: Batch, index: number | null, reason: string): Promise<string[]> {
-    return this.run(all, "readwrite", async (tx) => {
+    return this.#run(all, "readwrite", async (tx) => {
       const aside = index !== null && index < batch.op_ids.length ? [batch.op_ids[index]] : batch.op_ids;
       const entries = (await request(tx.objectStore("outbox").index("batch_id").getAll(batch.batch_id))) as OutboxEntry[];
       for (const entry of entries) {
@@ -574,14 +574,14 @@ export class LocalStore {
         OutboxWriter.of(tx).put(entry, { ...entry, state: refused ? "set_aside" : "pending", reason: refused ? reason : null, batch_id: null });
       }
       tx.objectStore("batches").delete(batch.batch_id);
-      await this.refreshOps(tx, entries.filter((entry) => aside.includes(entry.op_id)));
+      await this.#refreshOps(tx, entries.filter((entry) => aside.includes(entry.op_id)));
       return aside;
     });
   }
 
   /** Takes a batch apart without setting anything aside (to form smaller ones). */
   async batchDissolved(batch: Batch): Promise<void> {
-    await this.run(["outbox", "batches"], "readwrite", async (tx) => {
+    await this.#run(["outbox", "batches"], "readwrite", async (tx) => {
       for (const entry of (await request(tx.objectStore("outbox").index("batch_id").getAll(batch.batch_id))) as OutboxEntry[]) {
         OutboxWriter.of(tx).put(entry, { ...entry, state: "pending", batch_id: null });
       }
@@ -593,7 +593,7 @@ export class LocalStore {
   async sentJobs(): Promise<string[]> {
     // From the batches, not the outbox: a batch keeps its job until the job ends, and there
     // are a handful of batches where there may be thousands of ops (this runs every poll).
-    return this.run(["batches"], "readonly", async (tx) => {
+    return this.#run(["batches"], "readonly", async (tx) => {
       const batches = (await request(tx.objectStore("batches").getAll())) as Batch[];
       return [...new Set(batches.map((batch) => batch.job_id).filter((job): job is string => !!job))];
     });
@@ -606,7 +606,7 @@ export class LocalStore {
    * comes without results). Returns the ops that left, with their results.
    */
   async jobSucceeded(jobID: string, checkpoint: number, results: { op_id: string; status: string; reason?: string; current?: unknown }[]): Promise<typeof results> {
-    return this.run(all, "readwrite", async (tx) => {
+    return this.#run(all, "readwrite", async (tx) => {
       const outbox = OutboxWriter.of(tx);
       const entries = (await request(tx.objectStore("outbox").index("job_id").getAll(jobID))) as OutboxEntry[];
       const byOp = new Map(results.map((result) => [result.op_id, result]));
@@ -621,7 +621,7 @@ export class LocalStore {
         }
       }
       await LocalStore.dropBatches(tx, jobID);
-      await this.refreshOps(tx, entries);
+      await this.#refreshOps(tx, entries);
       return gone;
     });
   }
@@ -636,18 +636,18 @@ export class LocalStore {
 
   /** A job was dead-lettered (or discarded): its ops are set aside. */
   async jobDead(jobID: string, reason: string): Promise<string[]> {
-    return this.run(all, "readwrite", async (tx) => {
+    return this.#run(all, "readwrite", async (tx) => {
       const entries = ((await request(tx.objectStore("outbox").index("job_id").getAll(jobID))) as OutboxEntry[]).filter((entry) => entry.state === "sent");
       for (const entry of entries) OutboxWriter.of(tx).put(entry, { ...entry, state: "set_aside", reason });
       await LocalStore.dropBatches(tx, jobID);
-      await this.refreshOps(tx, entries);
+      await this.#refreshOps(tx, entries);
       return entries.map((entry) => entry.op_id);
     });
   }
 
   /** The server no longer knows the job: its ops go back to the queue (applied ones answer `duplicate` next time). */
   async jobForgotten(jobID: string): Promise<void> {
-    await this.run(["outbox", "batches"], "readwrite", async (tx) => {
+    await this.#run(["outbox", "batches"], "readwrite", async (tx) => {
       for (const entry of (await request(tx.objectStore("outbox").index("job_id").getAll(jobID))) as OutboxEntry[]) {
         if (entry.state === "sent") OutboxWriter.of(tx).put(entry, { ...entry, state: "pending", job_id: null, batch_id: null });
       }
@@ -661,7 +661,7 @@ export class LocalStore {
    * confirmed — edits that are lost.
    */
   async forgetSpace(): Promise<string[]> {
-    return this.run(all, "readwrite", async (tx) => {
+    return this.#run(all, "readwrite", async (tx) => {
       const entries = (await request(tx.objectStore("outbox").getAll())) as OutboxEntry[];
       const lost = entries.filter((entry) => unconfirmed.includes(entry.state)).sort((a, b) => (a.seq ?? 0) - (b.seq ?? 0)).map((entry) => entry.op_id);
       for (const store of ["records", "batches", "blobs"]) tx.objectStore(store).clear();
@@ -677,7 +677,7 @@ export class LocalStore {
 
   /** Keeps a file of this device's own: it waits to be uploaded, unless it is known to be on the server. */
   async addOwnBlob(ref: BlobRef, blob: Blob, now: number): Promise<void> {
-    await this.run(["blobs"], "readwrite", async (tx) => {
+    await this.#run(["blobs"], "readwrite", async (tx) => {
       const files = tx.objectStore("blobs");
       const known = (await request(files.get(ref.sha256))) as LocalBlob | undefined;
       const state = known?.state === "stored" ? "stored" : "pending";
@@ -687,30 +687,30 @@ export class LocalStore {
   }
 
   async addDownloadedBlob(ref: BlobRef, blob: Blob, now: number): Promise<void> {
-    await this.run(["blobs"], "readwrite", async (tx) => {
+    await this.#run(["blobs"], "readwrite", async (tx) => {
       const file: LocalBlob = { ...ref, state: "stored", blob, upload_url: null, reason: null, last_used: now };
       tx.objectStore("blobs").put(file);
     });
   }
 
   async localBlob(sha256: string): Promise<LocalBlob | undefined> {
-    return this.run(["blobs"], "readonly", (tx) => request(tx.objectStore("blobs").get(sha256)) as Promise<LocalBlob | undefined>);
+    return this.#run(["blobs"], "readonly", (tx) => request(tx.objectStore("blobs").get(sha256)) as Promise<LocalBlob | undefined>);
   }
 
   async touchBlob(sha256: string, now: number): Promise<void> {
-    await this.updateBlob(sha256, (file) => ({ ...file, last_used: now }));
+    await this.#updateBlob(sha256, (file) => ({ ...file, last_used: now }));
   }
 
   async setUploadURL(sha256: string, url: string | null): Promise<void> {
-    await this.updateBlob(sha256, (file) => ({ ...file, upload_url: url }));
+    await this.#updateBlob(sha256, (file) => ({ ...file, upload_url: url }));
   }
 
   async blobUploaded(sha256: string): Promise<void> {
-    await this.updateBlob(sha256, (file) => ({ ...file, state: "stored", upload_url: null }));
+    await this.#updateBlob(sha256, (file) => ({ ...file, state: "stored", upload_url: null }));
   }
 
-  private async updateBlob(sha256: string, change: (file: LocalBlob) => LocalBlob): Promise<void> {
-    await this.run(["blobs"], "readwrite", async (tx) => {
+  async #updateBlob(sha256: string, change: (file: LocalBlob) => LocalBlob): Promise<void> {
+    await this.#run(["blobs"], "readwrite", async (tx) => {
       const files = tx.objectStore("blobs");
       const file = (await request(files.get(sha256))) as LocalBlob | undefined;
       if (file) files.put(change(file));
@@ -719,7 +719,7 @@ export class LocalStore {
 
   /** Files waiting to be uploaded, least recently used first. */
   async pendingBlobs(): Promise<LocalBlob[]> {
-    return this.run(["blobs"], "readonly", async (tx) =>
+    return this.#run(["blobs"], "readonly", async (tx) =>
       ((await request(tx.objectStore("blobs").index("state").getAll("pending"))) as LocalBlob[]).sort((a, b) => a.last_used - b.last_used));
   }
 
@@ -735,10 +735,10 @@ export class LocalStore {
   async blobsRefused(sha256: string | null, reason: string): Promise<{ opID: string; reason: string }[]> {
     // Every sync pass asks: a read answers when no file was refused, as is usual.
     if (sha256 === null) {
-      const refused = await this.run(["blobs"], "readonly", (tx) => request(tx.objectStore("blobs").index("state").count("refused")));
+      const refused = await this.#run(["blobs"], "readonly", (tx) => request(tx.objectStore("blobs").index("state").count("refused")));
       if (refused === 0) return [];
     }
-    return this.run(all, "readwrite", async (tx) => {
+    return this.#run(all, "readwrite", async (tx) => {
       const files = tx.objectStore("blobs");
       if (sha256) {
         const file = (await request(files.get(sha256))) as LocalBlob | undefined;
@@ -753,14 +753,14 @@ export class LocalStore {
         OutboxWriter.of(tx).put(entry, { ...entry, state: "set_aside", reason: why });
         aside.push({ ...entry, reason: why });
       }
-      await this.refreshOps(tx, aside);
+      await this.#refreshOps(tx, aside);
       return aside.map((entry) => ({ opID: entry.op_id, reason: entry.reason ?? reason }));
     });
   }
 
   /** The server lacks a file an op references (409 `blob_missing`): uploaded again when this device holds it. */
   async blobMissing(sha256: string): Promise<boolean> {
-    return this.run(["blobs"], "readwrite", async (tx) => {
+    return this.#run(["blobs"], "readwrite", async (tx) => {
       const files = tx.objectStore("blobs");
       const file = (await request(files.get(sha256))) as LocalBlob | undefined;
       if (!file || file.state === "refused") return false;
@@ -771,7 +771,7 @@ export class LocalStore {
 
   /** Drops the least recently used stored files until they take at most `maxBytes` (files waiting to be uploaded stay). */
   async evictBlobs(maxBytes: number): Promise<string[]> {
-    return this.run(["blobs"], "readwrite", async (tx) => {
+    return this.#run(["blobs"], "readwrite", async (tx) => {
       const files = tx.objectStore("blobs");
       const stored = ((await request(files.index("state").getAll("stored"))) as LocalBlob[]).sort((a, b) => b.last_used - a.last_used);
       let kept = 0;
@@ -789,7 +789,7 @@ export class LocalStore {
 
   /** Starts a resync from the beginning, in a new generation; survives a reload midway. */
   async beginResync(): Promise<void> {
-    await this.run(["meta"], "readwrite", async (tx) => {
+    await this.#run(["meta"], "readwrite", async (tx) => {
       const meta = tx.objectStore("meta");
       const generation = ((await request(meta.get("generation"))) as number | undefined) ?? 0;
       meta.put(generation + 1, "generation");
@@ -800,7 +800,7 @@ export class LocalStore {
 
   /** Stores one page with its cursor; returns the records that changed on screen. */
   async applyPage(changes: RecordView[], cursor: string, hasMore: boolean): Promise<Changed[]> {
-    return this.run(all, "readwrite", async (tx) => {
+    return this.#run(all, "readwrite", async (tx) => {
       const meta = tx.objectStore("meta"), records = tx.objectStore("records"), outbox = tx.objectStore("outbox");
       const [stored, clock, entries, resync] = await Promise.all([
         request(meta.get("generation")) as Promise<number | undefined>,
@@ -851,7 +851,7 @@ export class LocalStore {
       const result: Changed[] = [];
       for (const [name, key] of touched) {
         const copy = settled.get(name);
-        const row = copy !== undefined ? this.show(tx, key, copy, edited.get(name) ?? []) : await this.refresh(tx, key);
+        const row = copy !== undefined ? this.#show(tx, key, copy, edited.get(name) ?? []) : await this.refresh(tx, key);
         result.push({ ...key, row });
       }
       return result;
