@@ -2,6 +2,7 @@
 // bench.html?gateway=…&fanout=…&token=…&records=100000&ops=10000. Results go to the page
 // and to window.benchResult (lines of text), or window.benchError.
 import { createClient } from "../dist/index.js";
+import { floorDrain, floorPull, floorWrite, openFloor } from "./floor.js";
 
 const params = new URLSearchParams(location.search);
 const gateway = params.get("gateway"), fanout = params.get("fanout"), token = params.get("token");
@@ -48,6 +49,17 @@ async function main() {
   profileEnd("drain");
   say(`drain: ${ops} ops pushed, applied and pulled back in ${drained.toFixed(2)} s (${Math.round(ops / drained)} ops/s)`);
 
+  // Its floor: bare IndexedDB and the same HTTP calls, another device of the same user.
+  const floorDevice = (await api("POST", "/v1/devices", { name: "floor", platform: "bench" })).json.device_id;
+  const floor = await openFloor(`bench-${run}-floor`);
+  for (let n = 0; n < ops; n++) {
+    await floorWrite(floor, { op_id: crypto.randomUUID(), type: "upsert", collection: "floor", id: `f${n}`, data: item(n) });
+  }
+  started = now();
+  await floorDrain(floor, api, floorDevice, sleep);
+  const floorDrained = now() - started;
+  say(`  floor (bare IndexedDB, same calls): ${floorDrained.toFixed(2)} s; the client takes ${(drained / floorDrained).toFixed(2)}×`);
+
   // The server's records, pushed by another device of the user, 500 per push.
   const device = (await api("POST", "/v1/devices", { name: "filler", platform: "bench" })).json.device_id;
   const jobs = [];
@@ -71,6 +83,11 @@ async function main() {
   const count = await reader.count("items");
   if (count !== records) throw new Error(`initial sync: ${count} records in IndexedDB, ${records} on the server`);
   say(`initial sync: ${count} records into IndexedDB in ${synced.toFixed(2)} s (${Math.round(count / synced)} records/s)`);
+  const floorSync = await openFloor(`bench-${run}-floor-sync`);
+  started = now();
+  const floorStored = await floorPull(floorSync, api);
+  const floorSynced = now() - started;
+  say(`  floor (bare IndexedDB, same pages): ${floorStored} records in ${floorSynced.toFixed(2)} s; the client takes ${(synced / floorSynced).toFixed(2)}×`);
 
   // One indexed query over all of them.
   const query = { where: { category: { eq: 7 } }, orderBy: ["n"], limit: 20 };
@@ -96,6 +113,14 @@ async function main() {
     stops.forEach((stop) => stop());
     say(`local write over ${count} records, ${observed} observed queries: ${figures(writes)}`);
   }
+  const floorWrites = [];
+  for (let i = 0; i < 500; i++) {
+    const n = Math.floor(Math.random() * records);
+    started = now();
+    await floorWrite(floorSync, { op_id: crypto.randomUUID(), type: "upsert", collection: "items", id: `r${n}`, data: item(n + i) });
+    floorWrites.push(now() - started);
+  }
+  say(`  floor (bare IndexedDB, the write's transaction): ${figures(floorWrites)}`);
 
   // A change on the server → the observe callback of another device's page, over the stream.
   const live = await createClient(options("live"));
