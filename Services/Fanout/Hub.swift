@@ -10,7 +10,7 @@ import ServiceLifecycle
 import ServiceSupport
 import SyncModels
 
-/// What a stream sends, one JSON object per message (SPEC §6).
+/// What a stream sends, one JSON object per message.
 enum StreamMessage: Sendable, Equatable {
     case hello(PullStore.StreamStart)
     /// `space`: the space that changed.

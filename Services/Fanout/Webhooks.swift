@@ -15,7 +15,7 @@ import ServiceSupport
 import SyncModels
 import URLSessionCancellation
 
-/// Signed webhooks (SPEC §6). Two steps over shared durable queues, so any fanout replica
+/// Signed webhooks. Two steps over shared durable queues, so any fanout replica
 /// can do either:
 /// 1. `notify.events` (every job event): one delivery message per other device of the user
 ///    with a `push_url`, published to `notify.deliveries`;

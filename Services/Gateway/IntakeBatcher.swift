@@ -12,7 +12,7 @@ import SyncModels
 /// Group commit at intake: a push that arrives while a slot is free is committed at once;
 /// pushes that arrive while every slot is committing wait, and go together in the next
 /// transaction (`JobStore.create(batch:)`), then their job messages in one confirmed
-/// publish. Each push is answered only after its own job committed (G1). When the
+/// publish. Each push is answered only after its own job committed (an accepted push is never lost). When the
 /// batch's transaction fails, each of its pushes is taken alone, so one push cannot
 /// fail the others.
 final class IntakeBatcher: Sendable {

@@ -9,7 +9,7 @@ import ServiceSupport
 import SyncModels
 
 /// Publishes committed jobs that nobody confirmed publishing — the broker was down, the
-/// publish failed, or a gateway died between commit and publish (G1). Several gateways
+/// publish failed, or a gateway died between commit and publish (an accepted push is never lost). Several gateways
 /// may relay the same job; the worker's job-row check makes the duplicate harmless.
 /// Also keeps the oldest-unfinished-job gauge current.
 struct JobRelay: Service {

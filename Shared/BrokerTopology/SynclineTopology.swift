@@ -4,7 +4,7 @@ import Crypto
 import Foundation
 import SyncModels
 
-/// Broker names and the topology every service declares at start-up (SPEC §9).
+/// Broker names and the topology every service declares at start-up.
 ///
 ///     sync.jobs (exchange) ──► sync.jobs (quorum queue) ──► workers
 ///        ▲                         │ delivery-limit exceeded (the broker's own backstop)
@@ -57,7 +57,7 @@ public enum SynclineTopology {
     /// The retry queue for one tier: `sync.retry.5s`.
     public static func retryQueue(delay: Double) -> String { "sync.retry.\(Durations.label(delay))" }
 
-    /// How long attempt `attempt + 1` waits (SPEC §8: attempt n+1 waits the n-th delay,
+    /// How long attempt `attempt + 1` waits (attempt n+1 waits the n-th delay,
     /// the last one repeating) — for jobs and webhook deliveries alike.
     public static func retryDelay(afterAttempt attempt: Int, delays: [Double]) -> Double {
         delays[min(max(attempt - 1, 0), delays.count - 1)]

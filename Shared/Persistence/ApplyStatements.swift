@@ -17,7 +17,7 @@ extension ApplyStore {
     }
 
     /// Locks the job rows (in id order), then — for the jobs not finished — their spaces'
-    /// counter rows (in space order), created on first use (G4); one statement. Every
+    /// counter rows (in space order), created on first use (no missed changes); one statement. Every
     /// lock is held until commit. A space deleted since intake gets no counter (a deletion
     /// committing meanwhile makes the insert fail on the foreign key: the jobs are then
     /// applied one by one, and each finds the space gone); its jobs find no members.

@@ -45,8 +45,8 @@ public struct ApplyStore: Sendable {
     }
 
     /// Applies the jobs in one transaction, in the order given: every op by the merge
-    /// rules, under its space's counter lock (G4), remembering op_ids (G2) and storing
-    /// results and checkpoint (G5). The user, device, space and ops come from the job rows,
+    /// rules, under its space's counter lock (no missed changes), remembering op_ids (each op takes effect at most once) and storing
+    /// results and checkpoint (read your writes). The user, device, space and ops come from the job rows,
     /// never from a message (whose space only finds the row: a wrong one finds none). Job
     /// rows are locked in id order, then the counters of their spaces in space order, so two workers with overlapping spaces wait for each other
     /// instead of deadlocking. Consecutive jobs that only upsert, patch or delete are read
@@ -136,7 +136,7 @@ public struct ApplyStore: Sendable {
         for (job, stored) in jobs {
             var ops = stored
             var state = states.removeValue(forKey: job.space) ?? SpaceState()
-            // Membership is checked again here (G6): a pusher removed, or made a viewer, since
+            // Membership is checked again here (isolation): a pusher removed, or made a viewer, since
             // intake has every op rejected, and nothing of theirs lands.
             if state.members[job.user]?.canWrite != true {
                 for index in ops.indices where ops[index].rejected == nil { ops[index].rejected = RejectReason.forbidden }

@@ -98,7 +98,7 @@ public struct JobStore: Sendable {
             // account deletion take too: either it committed before — and no job is
             // written — or it waits for these jobs and then sees (or erases) them. The
             // role in a space pushed to is checked here too (and again by the worker under
-            // the space's counter lock, G6). Both come before the keys: a revoked device
+            // the space's counter lock: isolation). Both come before the keys: a revoked device
             // replaying a key is refused all the same.
             var devices: [String: (user: String, active: Bool)] = [:]
             for row in try connection.execute("""
@@ -284,7 +284,7 @@ public struct JobStore: Sendable {
     /// The user's job, in `space` (nil: their personal space first, then any: a job asked
     /// for by its id alone). Another user's job is filtered out by the statements
     /// themselves, so it is answered with the same work, and in the same time, as an
-    /// unknown id (G6).
+    /// unknown id (isolation).
     public func view(user: String, jobID: String, space: String? = nil) async throws -> JobView? {
         guard let id = UUID(uuidString: jobID) else { return nil }
         let chosen = space.flatMap { UUID(uuidString: $0) }

@@ -39,7 +39,7 @@ public enum Migrations {
               hlc_counter integer NOT NULL
             );
 
-            -- The per-user change counter (G4), locked by the worker's applying transaction.
+            -- The per-user change counter (no missed changes), locked by the worker's applying transaction.
             CREATE TABLE user_counters (
               user_id       text PRIMARY KEY,
               counter       bigint NOT NULL DEFAULT 0,
@@ -74,7 +74,7 @@ public enum Migrations {
               WHERE status IN ('queued', 'processing', 'retrying');
             CREATE INDEX jobs_by_user ON jobs (user_id, created_at);
 
-            -- Every op_id that took effect (or was a duplicate or conflict) per user (G2).
+            -- Every op_id that took effect (or was a duplicate or conflict) per user (each op takes effect at most once).
             CREATE TABLE op_ids (
               user_id    text NOT NULL,
               op_id      uuid NOT NULL,

@@ -1,7 +1,7 @@
 import PQBridge
 import SyncModels
 
-/// Published records, read without auth (SPEC §5), and their view counts. Only what
+/// Published records, read without auth, and their view counts. Only what
 /// readers can see counts: `visibility` is 'public' (listed) or 'unlisted' (by id only).
 /// Listings and records may be read on a replica; views are counted on the primary.
 public struct PublicStore: Sendable {

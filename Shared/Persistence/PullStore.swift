@@ -1,7 +1,7 @@
 import PQBridge
 import SyncModels
 
-/// Changes since a cursor (G4: versions come from the per-space counter, taken under a
+/// Changes since a cursor (no missed changes: versions come from the per-space counter, taken under a
 /// row lock in the applying transaction, so committed versions always form a prefix).
 public struct PullStore: Sendable {
     /// Pulls may be answered by a replica; a stream's start is read on the primary.
@@ -22,7 +22,7 @@ public struct PullStore: Sendable {
 
     public enum Outcome: Sendable {
         case page(PulledPage)
-        /// `since` is older than what purge kept (G7).
+        /// `since` is older than what purge kept (honest retention).
         case resyncRequired
     }
 

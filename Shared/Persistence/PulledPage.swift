@@ -88,7 +88,7 @@ public struct PulledChange: Sendable, Equatable {
     private static let null = Array("null".utf8), `true` = Array("true".utf8), `false` = Array("false".utf8)
 }
 
-/// One page of a pull (SPEC §4): `{"changes":[…],"cursor":"…","has_more":…}`.
+/// One page of a pull: `{"changes":[…],"cursor":"…","has_more":…}`.
 public struct PulledPage: Sendable, Equatable {
     public let changes: [PulledChange]
     public let cursor: String

@@ -2,7 +2,7 @@ import Foundation
 import PQBridge
 import SyncModels
 
-/// Retention (SPEC §7, G7): deletes what is past its keeping time in small batches, each
+/// Retention (honest retention): deletes what is past its keeping time in small batches, each
 /// its own short transaction that skips rows another transaction holds, so purge never
 /// holds long locks or blocks the sync path. Only one purge runs at a time: it holds a
 /// session advisory lock on its connection for the whole run.

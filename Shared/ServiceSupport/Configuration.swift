@@ -55,7 +55,7 @@ public struct EnvironmentReader: Sendable {
     }
 }
 
-/// What more than one executable reads from its environment (SPEC §8): where PostgreSQL
+/// What more than one executable reads from its environment: where PostgreSQL
 /// and RabbitMQ are, tokens, logs, the retry tiers. Each service reads its own settings
 /// besides (`WorkerSettings`, `GatewaySettings`, …), with the same reader. Defaults suit
 /// local development. Secrets are never logged.

@@ -2,7 +2,7 @@ import SyncModels
 
 /// The record a device shows: the server's record with the device's unconfirmed ops
 /// applied on top by the server's own merge rules, so that what the user sees now is
-/// what the server will hold once they are applied (G3).
+/// what the server will hold once they are applied (everyone converges).
 enum LocalMerge {
     /// The server's record as a merge state. The server keeps a clock per field; a pull
     /// carries only the record's newest clock, so every field takes that one. A local op

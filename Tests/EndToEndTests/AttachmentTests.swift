@@ -3,7 +3,7 @@ import Foundation
 import PQBridge
 import Testing
 
-/// Attachments (SPEC §13): files by SHA-256 per space, with the real gateway, worker and
+/// Attachments: files by SHA-256 per space, with the real gateway, worker and
 /// purge, over both stores. Every test that touches bytes runs once per store.
 @Suite(.serialized, .timeLimit(.minutes(5)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct AttachmentTests {

@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-/// The sailing app's sharing flow (SPEC §4, §5): publish with metadata, discover by tag and
+/// The sailing app's sharing flow: publish with metadata, discover by tag and
 /// by search, read, fork (queued offline like any op), unlisted links, and no phantoms.
 @Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct DiscoverAndForkTests {

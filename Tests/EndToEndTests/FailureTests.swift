@@ -99,7 +99,7 @@ struct FailureTests {
                 SynclineTopology.jobMessage(JobRef(space: UUID().uuidString, job: unknownJob), traceID: nil),
             ])
 
-            // G8: while the poisoned job is retried, another user's jobs are applied.
+            // Poison is contained: while the poisoned job is retried, another user's jobs are applied.
             var healthyJobs: [String] = []
             for i in 0..<5 {
                 let result = try await api.push(hToken, device: hDevice, ops: [
@@ -167,7 +167,7 @@ struct FailureTests {
             #expect(replayed["attempts"] as? Int == 1)
             let (changes, _) = try await api.pullAll(pToken)
             #expect(changes.count == 1 && (changes.first?["data"] as? [String: Any])?["title"] as? String == "never")
-            // Gone from the list; replaying again is a 404 and changes nothing (G2).
+            // Gone from the list; replaying again is a 404 and changes nothing (each op takes effect at most once).
             #expect(try await api.request("GET", "/v1/admin/dead-letters/\(poisonJob)", token: admin).status == 404)
             #expect(try await api.request("POST", "/v1/admin/dead-letters/\(poisonJob)/replay", token: admin).status == 404)
             #expect(try await api.pullAll(pToken).changes.count == 1)

@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-/// Fanout streams (SPEC §6) with real processes: gateway, worker, fanout replicas.
+/// Fanout streams with real processes: gateway, worker, fanout replicas.
 @Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct FanoutTests {
     struct Device {

@@ -2,7 +2,7 @@ import Auth
 import Foundation
 import Testing
 
-/// Publish / unpublish and the public endpoints (SPEC §4, §5).
+/// Publish / unpublish and the public endpoints.
 @Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct PublicContentTests {
     static func token(_ user: String, name: String?) async -> String {

@@ -2,7 +2,7 @@ import Foundation
 import PQBridge
 import Testing
 
-/// Retention (G7) with the real `purge` executable and retention set to a second.
+/// Retention (honest retention) with the real `purge` executable and retention set to a second.
 @Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct PurgeTests {
     static let shortRetention = "TOMBSTONE_RETENTION=1s JOB_RETENTION=1s DEAD_LETTER_RETENTION=1h DEVICE_RETENTION=365d"

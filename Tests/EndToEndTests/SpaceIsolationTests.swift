@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-/// G6 for spaces: every endpoint that names a space, asked by its owner, an editor, a
+/// Isolation for spaces: every endpoint that names a space, asked by its owner, an editor, a
 /// viewer, a removed member and a stranger, answers the documented status — and what a
 /// stranger or removed member gets is, byte for byte, what an unknown space's id gets.
 @Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))

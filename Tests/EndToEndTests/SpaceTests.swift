@@ -2,7 +2,7 @@ import Foundation
 import PQBridge
 import Testing
 
-/// Shared spaces (SPEC §2, G6): members and roles, invitations, and the space as the unit
+/// Shared spaces (isolation): members and roles, invitations, and the space as the unit
 /// of data, counter and cursor.
 @Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct SpaceTests {
@@ -239,7 +239,7 @@ struct SpaceTests {
         }
     }
 
-    /// G4 per space: two spaces committing concurrently; a member pulling each from its
+    /// No missed changes per space: two spaces committing concurrently; a member pulling each from its
     /// own cursor while writes land sees every record.
     @Test func noChangeIsMissedPerSpaceWhileTwoSpacesCommitAtOnce() async throws {
         try await Stack.with(workers: 3) { stack in

@@ -100,7 +100,7 @@ struct SyncFlowTests {
             #expect((repeated["results"] as? [[String: Any]])?.first?["status"] as? String == "duplicate")
             #expect(try await api.pullAll(token, since: cursorBefore).changes.isEmpty)
 
-            // Isolation (G6): user 1 sees none of user 0's devices, jobs or records.
+            // Isolation (isolation): user 1 sees none of user 0's devices, jobs or records.
             let (otherToken, ownerJob) = (tokens[1], jobs.first { $0.0 == tokens[0] }!.1)
             #expect(try await api.request("GET", "/v1/sync/jobs/\(ownerJob)", token: otherToken).status == 404)
             let foreignPush = try await api.push(otherToken, device: devices[0][0], ops: [op])
@@ -118,7 +118,7 @@ struct SyncFlowTests {
         }
     }
 
-    /// G4: while one applying transaction of a user is held open, other jobs of the same
+    /// No missed changes: while one applying transaction of a user is held open, other jobs of the same
     /// user commit around it; a device following cursors still receives every change.
     @Test func cursorFollowingDeviceMissesNothingWhileATransactionIsHeld() async throws {
         let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
@@ -175,7 +175,7 @@ struct SyncFlowTests {
         await pool.shutdown()
     }
 
-    /// G1: with the broker down a push is still accepted, and the job runs once it is back.
+    /// An accepted push is never lost: with the broker down a push is still accepted, and the job runs once it is back.
     @Test func pushWhileBrokerIsDownSucceedsAfterItReturns() async throws {
         try await Stack.with(environment: ["RELAY_AFTER": "500ms"]) { stack in
             let api = stack.client
@@ -197,7 +197,7 @@ struct SyncFlowTests {
         }
     }
 
-    /// G1's other half: while PostgreSQL is down a push gets 503 with Retry-After (nothing
+    /// An accepted push is never lost, the other half: while PostgreSQL is down a push gets 503 with Retry-After (nothing
     /// is accepted that is not durable), and the gateway recovers by itself afterwards.
     @Test func pushWhileDatabaseIsDownIsRefusedWithRetryAfter() async throws {
         let cluster = (E2E.environment["PG_CLUSTER"] ?? "15/main").replacingOccurrences(of: "/", with: " ")

@@ -95,7 +95,7 @@ final class WebhookReceiver: @unchecked Sendable {
     }
 }
 
-/// Signed webhooks with retries and dead letters (SPEC §6), real processes throughout.
+/// Signed webhooks with retries and dead letters, real processes throughout.
 @Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct WebhookTests {
     static let allowLoopback = ["ALLOW_PRIVATE_WEBHOOKS": "true"]

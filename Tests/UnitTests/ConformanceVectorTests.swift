@@ -21,7 +21,7 @@ struct ConformanceVectorTests {
         #expect(stored == text, "Tests/Conformance/vectors.json is stale: run UPDATE_VECTORS=1 swift test --filter ConformanceVectorTests")
     }
 
-    /// Every order of a case's ops gives its expected record (G3), so an implementation may
+    /// Every order of a case's ops gives its expected record (everyone converges), so an implementation may
     /// apply them as they come.
     @Test func everyOrderOfEveryMergeCaseGivesTheSameRecord() {
         for merge in ConformanceVectors.mergeCases {

@@ -1,7 +1,7 @@
 import SyncModels
 import Testing
 
-/// G3: the final state depends only on the set of ops applied — never on order, on how
+/// Everyone converges: the final state depends only on the set of ops applied — never on order, on how
 /// ops are grouped into jobs, or on duplicates.
 @Suite("Convergence property")
 struct ConvergencePropertyTests {

@@ -1,7 +1,7 @@
 import SyncModels
 import Testing
 
-@Suite("Merge rules (SPEC §4)")
+@Suite("Merge rules")
 struct MergeRuleTests {
     @Test func upsertCreatesRecordWithDocument() {
         var replica = Replica()

@@ -7,7 +7,7 @@ import Persistence
 import ServiceSupport
 import SyncModels
 
-/// The admin API (SPEC §5): dead letters, bulk replay, audit log, queues, job rates, and
+/// The admin API: dead letters, bulk replay, audit log, queues, job rates, and
 /// the `/admin` page. Every endpoint needs a token with `role: admin` (the page itself
 /// holds no data and needs none).
 struct AdminRoutes: Sendable {

@@ -10,7 +10,7 @@ import ServiceSupport
 import SyncModels
 
 /// Shared spaces: `/v1/spaces…` and `POST /v1/invitations/{code}/accept`. A space the
-/// caller is no member of answers 404, exactly like one that does not exist (G6).
+/// caller is no member of answers 404, exactly like one that does not exist (isolation).
 struct SpaceRoutes: Sendable {
     let auth: Authenticator
     let spaces: SpaceStore

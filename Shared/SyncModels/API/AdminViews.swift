@@ -1,4 +1,4 @@
-/// The JSON shapes of the admin API (SPEC §5), shared by the gateway, syncctl and tests.
+/// The JSON shapes of the admin API, shared by the gateway, syncctl and tests.
 
 /// One dead letter in a list.
 public struct DeadLetterItem: Codable, Sendable, Equatable {

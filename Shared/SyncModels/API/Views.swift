@@ -1,4 +1,4 @@
-/// The JSON shapes of the HTTP API (SPEC §5), shared by the gateway, syncctl and tests.
+/// The JSON shapes of the HTTP API, shared by the gateway, syncctl and tests.
 
 public struct DeviceView: Codable, Sendable, Equatable {
     public var deviceID: String
@@ -128,7 +128,7 @@ public struct PushAccepted: Codable, Sendable {
     enum CodingKeys: String, CodingKey { case jobID = "job_id", status, ops }
 }
 
-/// One published record in the public listing (SPEC §5). `author` is the publisher's
+/// One published record in the public listing. `author` is the publisher's
 /// display name when known — never a user id.
 public struct PublicItem: Codable, Sendable, Equatable {
     public var publicID: String
@@ -303,7 +303,7 @@ public struct WebhookDelivery: Codable, Sendable, Equatable {
         case userID = "user_id", deviceID = "device_id", cursor, jobID = "job_id", spaceID = "space_id"
     }
 
-    /// The body POSTed to the device's push_url (SPEC §6), naming the space that changed.
+    /// The body POSTed to the device's push_url, naming the space that changed.
     public var pokeBody: [UInt8] {
         var fields: [String: JSONValue] = [
             "type": .string("poke"), "user_id": .string(userID), "device_id": .string(deviceID), "cursor": .string(cursor),

@@ -1,6 +1,6 @@
-/// The mergeable state of one record (SPEC §4). Every component only grows — field
+/// The mergeable state of one record. Every component only grows — field
 /// clocks, the floor, the newest write and the newest delete are maxima — so applying
-/// the same set of ops in any order gives the same state (G3).
+/// the same set of ops in any order gives the same state (everyone converges).
 public struct RecordState: Sendable, Equatable {
     /// Visible fields.
     public var fields: [String: JSONValue]

@@ -1,4 +1,4 @@
-/// The naming rules of SPEC §2, checked without regular expressions on the hot path.
+/// The naming rules of collections, ids and public ids, checked without regular expressions on the hot path.
 public enum Names {
     public static let maxOpsPerPush = 500
     public static let maxDataBytes = 262_144

@@ -155,7 +155,7 @@ extension OpResult {
 /// Reasons an op is rejected without failing its job.
 public enum RejectReason {
     public static let clockSkew = "clock_skew"
-    /// The op is no newer than a purged delete and its record no longer exists (G7).
+    /// The op is no newer than a purged delete and its record no longer exists (honest retention).
     public static let stale = "stale"
     /// A publish names a public id another record holds.
     public static let publicIDTaken = "public_id_taken"

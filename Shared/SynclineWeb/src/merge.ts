@@ -24,7 +24,7 @@ export function stampOf(op: Op): Stamp {
 export type PublicVisibility = "private" | "unlisted" | "public";
 
 /**
- * The mergeable state of one record, by the rules of the server (SPEC §4): last writer
+ * The mergeable state of one record, by the rules of the server: last writer
  * wins per top-level field by (hlc, op_id). Every component only grows, so applying the
  * same ops in any order gives the same state. A line-for-line sibling of the Swift
  * `RecordState`; the conformance vectors hold the two together.
