@@ -16,8 +16,10 @@ import SyncModels
 /// let quick = try await client.fetch(Recipe.self, where: Field("minutes") <= 30, orderBy: [Field("title").ascending])
 /// ```
 ///
-/// Dates are ISO 8601 strings in the data; `Double.nan` and infinities are refused at the
-/// call (JSON cannot carry them), as is anything else the server would refuse.
+/// Dates are ISO 8601 strings in UTC with milliseconds (`2026-11-22T09:00:00.123Z`, as the
+/// web client's `toISOString()` writes them); a `BlobRef` property is a file reference
+/// (`{"$blob": …}`), held back until its file is uploaded. `Double.nan` and infinities are
+/// refused at the call (JSON cannot carry them), as is anything else the server would refuse.
 public protocol SyncRecord: Codable, Identifiable, Sendable where ID == String {
     /// The collection its records live in.
     static var collection: String { get }
@@ -27,7 +29,10 @@ public protocol SyncRecord: Codable, Identifiable, Sendable where ID == String {
 enum RecordCoding {
     static func data<Record: SyncRecord>(_ record: Record) throws -> [String: JSONValue] {
         let encoder = JSONEncoder()
-        encoder.dateEncodingStrategy = .iso8601
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var text = encoder.singleValueContainer()
+            try text.encode(RFC3339.string(from: date))
+        }
         let encoded: Data
         do {
             encoded = try encoder.encode(record)
@@ -45,7 +50,14 @@ enum RecordCoding {
         var data = local.data
         data["id"] = .string(local.id)
         let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .iso8601
+        decoder.dateDecodingStrategy = .custom { decoder in
+            let container = try decoder.singleValueContainer()
+            let text = try container.decode(String.self)
+            guard let date = RFC3339.date(from: text) else {
+                throw DecodingError.dataCorruptedError(in: container, debugDescription: "\(text) is not an ISO 8601 date-time")
+            }
+            return date
+        }
         do {
             return try decoder.decode(Record.self, from: Data(JSONWriter.string(.object(data)).utf8))
         } catch let error as DecodingError {

@@ -49,6 +49,40 @@ struct ClientAttachmentTests {
         }
     }
 
+    struct Recipe: SyncRecord, Equatable {
+        static let collection = "recipes"
+        var id: String
+        var title: String
+        var photo: BlobRef?
+        var cookedAt: Date
+    }
+
+    /// A typed record's `BlobRef` property is a file reference: its op waits for the
+    /// upload, the server holds the reference and the file, and another device reads the
+    /// record back typed, with the file and the date to the millisecond.
+    @Test func aTypedRecordsFileTravelsAsAReferenceAndComesBackTyped() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let user = ClientTests.user()
+            let phone = try ClientTests.device(stack, user: user)
+            let photo = Self.photo(300_000)
+            let recipe = Recipe(
+                id: "r1", title: "Soup", photo: try await phone.client.attach(data: photo, contentType: "image/jpeg"),
+                cookedAt: Date(timeIntervalSince1970: 1_795_338_000.123))
+            try await phone.client.save(recipe)
+            try await phone.client.sync()
+            #expect(try await phone.client.status().pendingUploads == 0)
+            let stored = try #require(try await ClientTests.server(stack, user, "recipes")["r1"])
+            #expect(stored["photo"].flatMap(BlobRef.init(json:)) == recipe.photo, "the server holds a reference: \(stored)")
+            #expect(stored["cookedAt"] == "2026-11-22T09:00:00.123Z")
+
+            let laptop = try ClientTests.device(stack, user: user)
+            try await laptop.client.sync()
+            let pulled = try #require(try await laptop.client.fetch(Recipe.self, id: "r1"))
+            #expect(pulled == recipe)
+            #expect(try Data(contentsOf: try await laptop.client.blob(try #require(pulled.photo))) == photo)
+        }
+    }
+
     @Test func aFileTheServerRefusesSetsAsideItsOpsAndBlocksNothing() async throws {
         try await Stack.with(workers: 1, environment: ["BLOB_MAX_BYTES": "1MiB"]) { stack in
             let user = ClientTests.user()

@@ -2,6 +2,10 @@ import Foundation
 
 /// A file referenced from a record's data: `{"$blob": {"sha256", "size", "content_type"}}`,
 /// anywhere in the data. Files are stored by content (SHA-256) per space.
+///
+/// As `Codable` it is that reference too, so a typed record's `BlobRef` property is a file
+/// the server sees (held for its upload, kept while referenced). It also decodes from the
+/// bare `{"sha256", "size", "content_type"}` that typed records held before.
 public struct BlobReference: Sendable, Hashable, Codable {
     public let sha256: String
     public let size: Int64
@@ -13,6 +17,32 @@ public struct BlobReference: Sendable, Hashable, Codable {
     enum CodingKeys: String, CodingKey {
         case sha256, size
         case contentType = "content_type"
+    }
+
+    private enum ReferenceKeys: String, CodingKey {
+        case blob = "$blob"
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let reference = try decoder.container(keyedBy: ReferenceKeys.self)
+        let fields = reference.contains(.blob)
+            ? try reference.nestedContainer(keyedBy: CodingKeys.self, forKey: .blob)
+            : try decoder.container(keyedBy: CodingKeys.self)
+        sha256 = try fields.decode(String.self, forKey: .sha256)
+        size = try fields.decode(Int64.self, forKey: .size)
+        contentType = try fields.decode(String.self, forKey: .contentType)
+        guard Self.isValidSHA256(sha256), size >= 0, Self.isValidContentType(contentType) else {
+            throw DecodingError.dataCorrupted(.init(
+                codingPath: decoder.codingPath, debugDescription: "not a file reference: a SHA-256 of 64 lowercase hex digits, a size, a media type"))
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var reference = encoder.container(keyedBy: ReferenceKeys.self)
+        var fields = reference.nestedContainer(keyedBy: CodingKeys.self, forKey: .blob)
+        try fields.encode(sha256, forKey: .sha256)
+        try fields.encode(size, forKey: .size)
+        try fields.encode(contentType, forKey: .contentType)
     }
 
     public init(sha256: String, size: Int64, contentType: String) {

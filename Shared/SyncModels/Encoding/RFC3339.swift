@@ -1,3 +1,5 @@
+import Foundation
+
 /// Strict RFC 3339 date-times (`2026-11-22T10:00:00Z`, `…T10:00:00.5+01:00`), for filters
 /// that reach PostgreSQL: an impossible date (February 30), an offset beyond ±15:59 or a
 /// year outside 1–9999 is refused here, where a lenient parser would roll it over and
@@ -42,6 +44,19 @@ public enum RFC3339 {
         for _ in fractionDigits..<6 { microseconds *= 10 }
         // `-1.5` is 1.5 s before 1970: the fraction counts away from zero.
         return utc(unixMicroseconds: (seconds * 1_000_000 + microseconds) * (negative ? -1 : 1))
+    }
+
+    /// A date as record data holds it: UTC with milliseconds (`2026-11-23T05:47:21.123Z`), as
+    /// JavaScript's `toISOString()` writes it, the instant rounded to the millisecond.
+    public static func string(from date: Date) -> String {
+        utc(unixMicroseconds: Int64((date.timeIntervalSince1970 * 1000).rounded()) * 1000)
+    }
+
+    /// A date-time in record data (any offset, any number of fraction digits, read to the
+    /// millisecond), or nil.
+    public static func date(from text: String) -> Date? {
+        guard let (seconds, milliseconds) = parse(text) else { return nil }
+        return Date(timeIntervalSince1970: Double(seconds * 1000 + milliseconds) / 1000)
     }
 
     /// A time as microseconds since 1970, as `2026-11-23T05:47:21.123Z` (milliseconds

@@ -100,3 +100,11 @@ for (const c of vectors.validation) {
     assert.deepEqual(refused, c.refused);
   });
 }
+
+test("dates are written as toISOString() writes them, and read to the millisecond", () => {
+  assert.ok(vectors.date.length >= 10);
+  for (const c of vectors.date) {
+    if ("write" in c) assert.equal(new Date(c.write).toISOString(), c.expect, `writing ${c.write}`);
+    else assert.equal(Date.parse(c.read), c.expect, `reading ${c.read}`);
+  }
+});

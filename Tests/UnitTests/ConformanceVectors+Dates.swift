@@ -1,0 +1,20 @@
+import Foundation
+import SyncModels
+
+/// Dates in record data: how a client writes one (UTC, milliseconds, as JavaScript's
+/// `toISOString()` does) and the instant it reads from any ISO 8601 date-time.
+extension ConformanceVectors {
+    static let writtenDates: [Int64] = [0, 1_763_800_000_123, -1, 951_782_400_000, 253_402_300_799_999, 1_763_800_000_999]
+    static let readDates = [
+        "2026-11-22T10:00:00Z", "2026-11-22T10:00:00.5+01:00", "2026-11-22T10:00:00.123456Z", "2026-11-22T10:00:00-05:30",
+        "1969-12-31T23:59:59.999Z", "2024-02-29T23:59:59.1239Z",
+    ]
+
+    static var dateVectors: JSONValue {
+        .array(writtenDates.map { ms in
+            ["write": .int(ms), "expect": .string(RFC3339.string(from: Date(timeIntervalSince1970: Double(ms) / 1000)))]
+        } + readDates.map { text in
+            ["read": .string(text), "expect": RFC3339.date(from: text).map { .int(Int64(($0.timeIntervalSince1970 * 1000).rounded())) } ?? .null]
+        })
+    }
+}
