@@ -1,7 +1,11 @@
+import URLSessionCancellation
+
 /// A device's registration with the server, shared by the clients of its spaces
 /// (`client(for:databasePath:)`), so a phone is one device in every space — even when a
 /// space's client is made before the device has ever reached the server. The first client
-/// to need the id registers; the others wait for that one registration.
+/// to need the id registers; the others wait for that one registration. A waiter that is
+/// cancelled (its client stopped) stops waiting at once; the registration goes on for the
+/// others, and keeps the id it gets.
 actor DeviceRegistration {
     private var deviceID: String?
     private var registering: Task<String, any Error>?
@@ -13,13 +17,19 @@ actor DeviceRegistration {
     /// The device id, registering with `register` when nobody has yet.
     func id(register: @escaping @Sendable () async throws -> String) async throws -> String {
         if let deviceID { return deviceID }
-        if let registering { return try await registering.value }
-        let task = Task { try await register() }
+        let task = registering ?? start(register)
+        return try await AbandonOnCancel.run { try await task.value }
+    }
+
+    private func start(_ register: @escaping @Sendable () async throws -> String) -> Task<String, any Error> {
+        let task = Task {
+            defer { registering = nil }
+            let id = try await register()
+            deviceID = id
+            return id
+        }
         registering = task
-        defer { registering = nil }
-        let id = try await task.value
-        deviceID = id
-        return id
+        return task
     }
 
     /// A client whose own store already holds the id (a registration from before it was

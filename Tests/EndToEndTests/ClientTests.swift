@@ -92,6 +92,28 @@ struct ClientTests {
 
     /// An oversized value or a NaN — which used to make the whole push invalid and set
     /// aside every op of its batch — is refused at the call; the edits around it sync.
+    /// `stop()` returns at once while the device's first registration waits on a server
+    /// that accepted the connection and never answers (before, it waited out the request's
+    /// 30 s timeout).
+    @Test func stopReturnsAtOnceWhileTheRegistrationWaitsOnAServerThatNeverAnswers() async throws {
+        // A listening socket nobody accepts from: connections complete, requests are never read.
+        let (fd, port) = try #require(E2E.bindLoopback())
+        #expect(listen(fd, 16) == 0)
+        defer { close(fd) }
+        let directory = E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()
+        let client = try SyncClient(ClientConfiguration(
+            gatewayURL: URL(string: "http://127.0.0.1:\(port)")!, databasePath: "\(directory)/black-hole-\(UUID().uuidString.prefix(8)).sqlite",
+            tokenProvider: { _ in "unused" }, pollInterval: nil))
+        try await client.upsert("todos", id: "t1", data: ["title": "waits"])
+        await client.start()
+        try await Task.sleep(for: .milliseconds(500))  // the loop is registering the device by now
+        let started = ContinuousClock.now
+        await client.stop()
+        let took = ContinuousClock.now - started
+        #expect(took < .seconds(2), "stop() took \(took)")
+        #expect(try await client.status().pendingOps == 1)
+    }
+
     @Test func whatTheServerWouldRefuseIsRefusedAtTheCallAndTheRestSyncs() async throws {
         try await Stack.with(workers: 1) { stack in
             let user = Self.user()
