@@ -249,6 +249,66 @@ struct ClientTests {
         }
     }
 
+    /// Two live devices take turns editing one record, each edit made as soon as the other's
+    /// previous one shows; polling is every 30 s, so each turn must arrive through the
+    /// stream. No turn may wait anything like a poll interval.
+    @Test func twoLiveDevicesTakingTurnsSeeEveryTurnThroughTheStream() async throws {
+        try await Stack.with(workers: 1, fanouts: 1) { stack in
+            let user = Self.user()
+            let a = try Self.device(stack, user: user, fanout: stack.fanouts[0], pollInterval: 30)
+            let b = try Self.device(stack, user: user, fanout: stack.fanouts[0], pollInterval: 30)
+            await a.client.start()
+            await b.client.start()
+            for device in [a, b] {
+                _ = try await E2E.eventually(within: 10, "the stream") { try await device.client.status().live ? true : nil }
+            }
+            var turns: [Double] = []
+            for turn in 0..<200 {
+                let (writer, reader) = turn % 2 == 0 ? (a, b) : (b, a)
+                let started = ContinuousClock.now
+                try await writer.client.patch("todos", id: "t1", fields: ["turn": .int(Int64(turn)), "by": turn % 2 == 0 ? "a" : "b"])
+                let deadline = started + .seconds(40)
+                while try await reader.client.record("todos", id: "t1")?.data["turn"] != .int(Int64(turn)), ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(5))
+                }
+                let took = ContinuousClock.now - started
+                turns.append(Double(took.components.seconds) + Double(took.components.attoseconds) / 1e18)
+            }
+            let sorted = turns.sorted()
+            #expect(sorted.last! < 3, "turns: median \(sorted[sorted.count / 2]) s, slowest \(sorted.suffix(5)) s")
+            #expect(try await a.client.record("todos", id: "t1")?.data == ["turn": 199, "by": "b"])
+
+            // Then both at once, 250 edits each, interleaved in time: both converge on the
+            // server's record within seconds, never a poll interval.
+            let started = ContinuousClock.now
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for (device, name) in [(a, "a"), (b, "b")] {
+                    group.addTask {
+                        for n in 0..<250 {
+                            try await device.client.patch("todos", id: "t1", fields: ["n": .int(Int64(n)), "last": .string(name), name: .int(Int64(n))])
+                            if n % 10 == 0 { try await Task.sleep(for: .milliseconds(5)) }
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            var converged: Duration?
+            while ContinuousClock.now - started < .seconds(60) {
+                let server = try await Self.server(stack, user)["t1"]
+                let (onA, onB) = (try await a.client.record("todos", id: "t1"), try await b.client.record("todos", id: "t1"))
+                if let server, server["a"] == 249, server["b"] == 249, onA?.data == server, onB?.data == server, onA?.hasPendingEdits == false,
+                   onB?.hasPendingEdits == false {
+                    converged = ContinuousClock.now - started
+                    break
+                }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            #expect(converged != nil && converged! < .seconds(10), "500 interleaved edits converged after \(String(describing: converged))")
+            await a.client.stop()
+            await b.client.stop()
+        }
+    }
+
     @Test func anotherDeviceShowsAChangeWithinASecondThroughTheStream() async throws {
         try await Stack.with(workers: 1, fanouts: 1) { stack in
             let user = Self.user()
