@@ -18,13 +18,13 @@ final class Subscriptions: @unchecked Sendable {
     /// these subscriptions live.
     @MainActor
     func follow<Record: SyncRecord>(
-        _ client: SyncClient, _ query: RecordQuery, records: @escaping @MainActor ([Record]) -> Void,
+        _ client: SyncClient, _ query: RecordQuery, records: @escaping @MainActor ([Record], [UndecodableRecord]) -> Void,
         status: @escaping @MainActor (SyncStatus) -> Void, failed: @escaping @MainActor (ClientError?) -> Void
     ) {
         add(Task { @MainActor in
             do {
-                for await results in try await client.observe(Record.self, where: query.filter, orderBy: query.order, limit: query.limit) {
-                    records(results)
+                for await results in try await client.observeDecoded(Record.self, query) {
+                    records(results.records, results.failures)
                 }
             } catch {
                 failed(error as? ClientError)
@@ -63,12 +63,15 @@ public final class LiveQuery<Record: SyncRecord> {
     public private(set) var status: SyncStatus?
     /// Why the query could not run (an invalid query), if it could not.
     public private(set) var error: ClientError?
+    /// The records the query selects whose data does not decode as `Record`: left out of
+    /// `records`, each with why (also reported once as `SyncEvent.undecodable`).
+    public private(set) var failures: [UndecodableRecord] = []
     @ObservationIgnored private let subscriptions = Subscriptions()
 
     public init(_ client: SyncClient, where filter: Filter? = nil, orderBy order: [Ordering] = [], limit: Int? = nil) {
         subscriptions.follow(
             client, RecordQuery(Record.collection, where: filter, orderBy: order, limit: limit),
-            records: { [weak self] in self?.records = $0 }, status: { [weak self] in self?.status = $0 },
+            records: { [weak self] in self?.records = $0; self?.failures = $1 }, status: { [weak self] in self?.status = $0 },
             failed: { [weak self] in self?.error = $0 })
     }
 }
@@ -81,12 +84,13 @@ public final class LiveQueryObject<Record: SyncRecord>: ObservableObject {
     @Published public private(set) var records: [Record] = []
     @Published public private(set) var status: SyncStatus?
     @Published public private(set) var error: ClientError?
+    @Published public private(set) var failures: [UndecodableRecord] = []
     private let subscriptions = Subscriptions()
 
     public init(_ client: SyncClient, where filter: Filter? = nil, orderBy order: [Ordering] = [], limit: Int? = nil) {
         subscriptions.follow(
             client, RecordQuery(Record.collection, where: filter, orderBy: order, limit: limit),
-            records: { [weak self] in self?.records = $0 }, status: { [weak self] in self?.status = $0 },
+            records: { [weak self] in self?.records = $0; self?.failures = $1 }, status: { [weak self] in self?.status = $0 },
             failed: { [weak self] in self?.error = $0 })
     }
 }

@@ -30,6 +30,8 @@ public actor SyncClient {
     /// its own, receiving the events from then on: any number of consumers may listen.
     public nonisolated var events: AsyncStream<SyncEvent> { eventSink.subscribe() }
     let eventSink = Broadcast<SyncEvent>(buffer: 1_000)
+    /// Records typed reads left out and reported, so each version is reported once.
+    let undecodable = ReportedOnce<UndecodableRecord>()
     /// The sync status now and whenever it changes (a write, a confirmation, a pull, an
     /// error, the stream connecting): what a status badge binds to instead of polling
     /// `status()`. Every access is a subscription of its own; a slow consumer gets the latest.

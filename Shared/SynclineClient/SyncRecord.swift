@@ -65,6 +65,23 @@ enum RecordCoding {
         }
     }
 
+    /// The records that decode, in order, and the ones that do not.
+    static func records<Record: SyncRecord>(_ type: Record.Type, from locals: [LocalRecord]) -> (records: [Record], failures: [UndecodableRecord]) {
+        var records: [Record] = []
+        var failures: [UndecodableRecord] = []
+        records.reserveCapacity(locals.count)
+        for local in locals {
+            do {
+                records.append(try record(Record.self, from: local))
+            } catch ClientError.undecodable(_, _, let detail) {
+                failures.append(UndecodableRecord(collection: local.collection, id: local.id, version: local.version, detail: detail))
+            } catch {
+                failures.append(UndecodableRecord(collection: local.collection, id: local.id, version: local.version, detail: "\(error)"))
+            }
+        }
+        return (records, failures)
+    }
+
     /// The fields to patch so that `old` becomes `new`: changed and added ones with their
     /// value, removed ones as null.
     static func patch(from old: [String: JSONValue], to new: [String: JSONValue]) -> [String: JSONValue] {
@@ -127,12 +144,16 @@ extension SyncClient {
         try store.record(Record.collection, id).map { try RecordCoding.record(Record.self, from: $0) }
     }
 
-    /// The records the filter keeps, in the given order (then by id).
+    /// The records the filter keeps, in the given order (then by id). A record whose data
+    /// does not decode as `Record` is left out and reported (`SyncEvent.undecodable`), as
+    /// `observe` and `LiveQuery` do: one record never hides the others.
     public func fetch<Record: SyncRecord>(
         _ type: Record.Type, where filter: Filter? = nil, orderBy order: [Ordering] = [], limit: Int? = nil, offset: Int = 0
     ) throws -> [Record] {
-        try records(RecordQuery(Record.collection, where: filter, orderBy: order, limit: limit, offset: offset))
-            .map { try RecordCoding.record(Record.self, from: $0) }
+        let decoded = RecordCoding.records(
+            Record.self, from: try records(RecordQuery(Record.collection, where: filter, orderBy: order, limit: limit, offset: offset)))
+        report(decoded.failures)
+        return decoded.records
     }
 
     public func count<Record: SyncRecord>(_ type: Record.Type, where filter: Filter? = nil) throws -> Int {
@@ -140,12 +161,31 @@ extension SyncClient {
     }
 
     /// Yields the query's records now and whenever they change (see `observe(_:)` for a
-    /// `RecordQuery`). Records whose data does not decode as `Record` are left out.
+    /// `RecordQuery`). A record whose data does not decode as `Record` is left out and
+    /// reported (`SyncEvent.undecodable`).
     public func observe<Record: SyncRecord>(
         _ type: Record.Type, where filter: Filter? = nil, orderBy order: [Ordering] = [], limit: Int? = nil, offset: Int = 0
     ) throws -> AsyncStream<[Record]> {
         try observe(RecordQuery(Record.collection, where: filter, orderBy: order, limit: limit, offset: offset)) { records in
-            records.compactMap { try? RecordCoding.record(Record.self, from: $0) }
+            let decoded = RecordCoding.records(Record.self, from: records)
+            self.report(decoded.failures)
+            return decoded.records
         }
+    }
+
+    /// `observe`, with the records each result left out (for `LiveQuery`).
+    func observeDecoded<Record: SyncRecord>(
+        _ type: Record.Type, _ query: RecordQuery
+    ) throws -> AsyncStream<(records: [Record], failures: [UndecodableRecord])> {
+        try observe(query) { records in
+            let decoded = RecordCoding.records(Record.self, from: records)
+            self.report(decoded.failures)
+            return decoded
+        }
+    }
+
+    /// Reports records a typed read left out, each version once.
+    nonisolated func report(_ failures: [UndecodableRecord]) {
+        for failure in undecodable.firstTime(failures) { eventSink.yield(.undecodable(failure)) }
     }
 }

@@ -60,6 +60,21 @@ public enum SyncEvent: Sendable, Equatable {
     /// The server refused the file (too large, over the space's quota): the ops that
     /// reference it are set aside with `reason` (each also reported by `.setAside`).
     case uploadRefused(sha256: String, reason: String)
+    /// A typed read (`fetch`, `observe`, `LiveQuery`) left a record out: its data does not
+    /// decode as the record type (`detail` says where). Once per version of the record.
+    case undecodable(UndecodableRecord)
+}
+
+/// A record a typed read left out because its data does not decode as the record type —
+/// for example a record another version of the app wrote, or one a patch brought back
+/// after a concurrent delete, holding only the patched fields.
+public struct UndecodableRecord: Sendable, Equatable, Hashable {
+    public let collection: String
+    public let id: String
+    /// The version of the record that did not decode.
+    public let version: Int64
+    /// Which field, and what is wrong with it.
+    public let detail: String
 }
 
 /// Why an edit has not synced yet: what the app can show its user.
