@@ -1,4 +1,24 @@
+import Foundation
 import SyncModels
+
+/// A Swift value a filter compares a field with, as it is stored in record data:
+/// `Field("minutes") <= maximum` with `maximum: Int`, `Field("cookedAt") > date` with a
+/// `Date`. `JSONValue` is one too, for `.null` and values built by hand.
+public protocol QueryValue: Sendable {
+    var queryValue: JSONValue { get }
+}
+
+extension JSONValue: QueryValue { public var queryValue: JSONValue { self } }
+extension Int: QueryValue { public var queryValue: JSONValue { .int(Int64(self)) } }
+extension Int64: QueryValue { public var queryValue: JSONValue { .int(self) } }
+extension Int32: QueryValue { public var queryValue: JSONValue { .int(Int64(self)) } }
+extension Double: QueryValue { public var queryValue: JSONValue { .double(self) } }
+extension String: QueryValue { public var queryValue: JSONValue { .string(self) } }
+extension Bool: QueryValue { public var queryValue: JSONValue { .bool(self) } }
+/// A date as typed records store it (UTC with milliseconds), so comparisons order by time.
+extension Date: QueryValue { public var queryValue: JSONValue { .string(RFC3339.string(from: self)) } }
+/// `nil` is `null` (a missing field matches it too).
+extension Optional: QueryValue where Wrapped: QueryValue { public var queryValue: JSONValue { self?.queryValue ?? .null } }
 
 /// A field of a record's data, by name; `"a.b"` reaches into a nested object. `Field.id` is
 /// the record's id.
@@ -39,10 +59,19 @@ public struct Field: Sendable, Hashable, CustomStringConvertible {
     public static func > (field: Field, value: JSONValue) -> Filter { .compare(field, .greater, value) }
     public static func >= (field: Field, value: JSONValue) -> Filter { .compare(field, .greaterOrEqual, value) }
 
+    public static func == (field: Field, value: some QueryValue) -> Filter { field == value.queryValue }
+    public static func != (field: Field, value: some QueryValue) -> Filter { field != value.queryValue }
+    public static func < (field: Field, value: some QueryValue) -> Filter { field < value.queryValue }
+    public static func <= (field: Field, value: some QueryValue) -> Filter { field <= value.queryValue }
+    public static func > (field: Field, value: some QueryValue) -> Filter { field > value.queryValue }
+    public static func >= (field: Field, value: some QueryValue) -> Filter { field >= value.queryValue }
+
     /// The field equals one of `values`.
     public func isIn(_ values: [JSONValue]) -> Filter { .isIn(self, values) }
+    public func isIn(_ values: [some QueryValue]) -> Filter { .isIn(self, values.map(\.queryValue)) }
     /// A string field contains `value` as a substring, or an array field holds `value`.
     public func contains(_ value: JSONValue) -> Filter { .contains(self, value) }
+    public func contains(_ value: some QueryValue) -> Filter { .contains(self, value.queryValue) }
     /// The field is `null` or missing.
     public var isNull: Filter { .isNull(self) }
 

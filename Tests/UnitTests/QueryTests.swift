@@ -282,3 +282,25 @@ enum PlainQuery {
         return Array(sorted.dropFirst(query.offset).prefix(query.limit ?? Int.max))
     }
 }
+
+/// Filters take Swift values as they are (no `.int(Int64(x))`), dates included, and mean
+/// exactly what the same `JSONValue`s mean.
+@Suite("Query values")
+struct QueryValueTests {
+    @Test func swiftValuesBuildTheSameFiltersAsJSONValues() {
+        let minutes = 30, rating: Double = 4.5, title = "Soup", vegan = true, missing: Int? = nil
+        #expect((Field("minutes") <= minutes) == .compare(Field("minutes"), .lessOrEqual, .int(30)))
+        #expect((Field("rating") > rating) == .compare(Field("rating"), .greater, .double(4.5)))
+        #expect((Field("title") == title) == .compare(Field("title"), .equal, .string("Soup")))
+        #expect((Field("vegan") != vegan) == .compare(Field("vegan"), .notEqual, .bool(true)))
+        #expect((Field("rating") == missing) == .isNull(Field("rating")), "nil is null")
+        #expect(Field("tags").contains(title) == .contains(Field("tags"), .string("Soup")))
+        #expect(Field("minutes").isIn([10, 20].map { $0 * 2 }) == .isIn(Field("minutes"), [.int(20), .int(40)]))
+        let cooked = Date(timeIntervalSince1970: 1_795_338_000.123)
+        #expect((Field("cookedAt") >= cooked) == .compare(Field("cookedAt"), .greaterOrEqual, .string("2026-11-22T09:00:00.123Z")))
+        // Literals and .null still read as before.
+        #expect((Field("minutes") < 30) == .compare(Field("minutes"), .less, .int(30)))
+        #expect((Field("rating") == .null) == .isNull(Field("rating")))
+        #expect(Field("rating").isIn([3, .null]) == .isIn(Field("rating"), [.int(3), .null]))
+    }
+}
