@@ -1,4 +1,4 @@
-import { canonicalJSON, type JSONObject, type JSONValue } from "./json.js";
+import { canonicalJSON, isPlainObject, type JSONObject, type JSONValue } from "./json.js";
 
 /**
  * Local queries, with the rules of the Swift client (SQLite's): null or missing before
@@ -72,32 +72,26 @@ export class QueryError extends Error {
 const operators = ["eq", "gt", "gte", "lt", "lte", "in", "contains", "isNull"];
 const options = ["collection", "where", "orderBy", "limit", "offset"];
 
-function isPlain(value: unknown): value is Record<string, unknown> {
-  if (value === null || typeof value !== "object" || Array.isArray(value)) return false;
-  const prototype = Object.getPrototypeOf(value);
-  return prototype === Object.prototype || prototype === null;
-}
-
 function isJSON(value: unknown): boolean {
   if (value === null || typeof value === "string" || typeof value === "boolean") return true;
   if (typeof value === "number") return Number.isFinite(value);
   if (Array.isArray(value)) return value.every(isJSON);
-  return isPlain(value) && Object.values(value).every(isJSON);
+  return isPlainObject(value) && Object.values(value).every(isJSON);
 }
 
 /** Throws `QueryError` for a query that is not one: what TypeScript refuses in a typed collection, refused at run time too. */
 export function checkQuery(query: unknown): void {
   if (query === undefined) return;
-  if (!isPlain(query)) throw new QueryError("a query is an object: {where, orderBy, limit, offset}");
+  if (!isPlainObject(query)) throw new QueryError("a query is an object: {where, orderBy, limit, offset}");
   for (const key of Object.keys(query)) {
     if (!options.includes(key)) throw new QueryError(`unknown query option "${key}" (${options.slice(1).join(", ")})`);
   }
   const { where, orderBy, limit, offset } = query;
   if (where !== undefined) {
-    if (!isPlain(where)) throw new QueryError("where is an object of field conditions: {minutes: {lt: 30}}");
+    if (!isPlainObject(where)) throw new QueryError("where is an object of field conditions: {minutes: {lt: 30}}");
     for (const [field, condition] of Object.entries(where)) {
       if (field === "" || field.split(".").includes("")) throw new QueryError(`where: "${field}" is not a field`);
-      if (!isPlain(condition)) throw new QueryError(`where.${field} is a condition object such as {eq: value}`);
+      if (!isPlainObject(condition)) throw new QueryError(`where.${field} is a condition object such as {eq: value}`);
       for (const [operator, value] of Object.entries(condition)) {
         if (!operators.includes(operator)) throw new QueryError(`where.${field}: unknown operator "${operator}" (${operators.join(", ")})`);
         if (operator === "isNull" ? typeof value !== "boolean" : operator === "in" ? !Array.isArray(value) || !isJSON(value) : value === undefined || !isJSON(value)) {

@@ -29,43 +29,44 @@ export interface RecordResult<T> {
 export function useQuery<T extends object>(collection: Collection<T>, options: QueryOptions<T> = {}): QueryResult<T> {
   const key = JSON.stringify(options);
   const [result, setResult] = useState<QueryResult<T>>({ records: [], loading: true, error: null });
-  useEffect(() => {
-    let mounted = true;
-    let stop = () => {};
-    try {
-      stop = collection.observe(JSON.parse(key) as QueryOptions<T>, (records) => {
-        if (mounted) setResult({ records, loading: false, error: null });
-      });
-    } catch (error) {
-      setResult({ records: [], loading: false, error: error as Error });
-    }
-    return () => {
-      mounted = false;
-      stop();
-    };
-  }, [collection.client, collection.name, key]);
+  useObserved(collection, key, (whileMounted) => collection.observe(JSON.parse(key) as QueryOptions<T>, whileMounted((records) => setResult({ records, loading: false, error: null }))),
+    (error) => setResult({ records: [], loading: false, error }));
   return result;
 }
 
 /** One record of `collection`, kept current (null: none, or deleted). */
 export function useRecord<T extends object>(collection: Collection<T>, id: string): RecordResult<T> {
   const [result, setResult] = useState<RecordResult<T>>({ record: null, loading: true, error: null });
+  useObserved(collection, id, (whileMounted) => collection.observeRecord(id, whileMounted((record) => setResult({ record, loading: false, error: null }))),
+    (error) => setResult({ record: null, loading: false, error }));
+  return result;
+}
+
+/**
+ * Runs `observe` while the component is mounted with the same collection and `key`, and
+ * stops it when it unmounts or they change: a callback wrapped in `whileMounted` reaches
+ * the component no more after that. An `observe` that throws (a query that is not one)
+ * goes to `failed`.
+ */
+function useObserved<T extends object>(
+  collection: Collection<T>, key: string,
+  observe: (whileMounted: <A>(callback: (value: A) => void) => (value: A) => void) => () => void, failed: (error: Error) => void,
+): void {
   useEffect(() => {
     let mounted = true;
     let stop = () => {};
     try {
-      stop = collection.observeRecord(id, (record) => {
-        if (mounted) setResult({ record, loading: false, error: null });
+      stop = observe((callback) => (value) => {
+        if (mounted) callback(value);
       });
     } catch (error) {
-      setResult({ record: null, loading: false, error: error as Error });
+      failed(error as Error);
     }
     return () => {
       mounted = false;
       stop();
     };
-  }, [collection.client, collection.name, id]);
-  return result;
+  }, [collection.client, collection.name, key]);
 }
 
 /**

@@ -1,4 +1,5 @@
 import { blobRefOf } from "./blobs.js";
+import { isPlainObject } from "./json.js";
 import type { Op } from "./op.js";
 
 /** The gateway's limits on one op (the same as the Swift client's). */
@@ -44,12 +45,6 @@ export function checkOp(op: Op): void {
   if (op.type === "patch" && Object.keys(data).length === 0) throw new InvalidOpError("a patch needs at least one field", "data");
   const bytes = encodedSize(data, "data", 1);
   if (bytes > maxDataBytes) throw new InvalidOpError(`data is ${bytes} bytes, more than ${maxDataBytes}`, "data", maxDataBytes);
-}
-
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  if (value === null || typeof value !== "object" || Array.isArray(value)) return false;
-  const prototype = Object.getPrototypeOf(value);
-  return prototype === Object.prototype || prototype === null;
 }
 
 function refuse(path: string, problem: string, limit: number | null = null): never {
