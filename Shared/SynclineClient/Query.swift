@@ -35,8 +35,13 @@ public struct Field: Sendable, Hashable, CustomStringConvertible {
         isRecordID = false
     }
 
-    /// The field a `CodingKey` names: `Field(Recipe.CodingKeys.title)`.
+    /// The field a `CodingKey` names: `Field(Recipe.CodingKeys.title)`. (`Recipe.field(.title)`
+    /// says the same, taking only `Recipe`'s keys.)
     public init(_ key: some CodingKey) { self.init(key.stringValue) }
+
+    /// A field inside this one's object value: `Recipe.field(.source).appending(Source.CodingKeys.url)`
+    /// is `"source.url"`.
+    public func appending(_ key: some CodingKey) -> Field { Field("\(name).\(key.stringValue)") }
 
     /// The record's id.
     public static let id = Field(recordID: ())
@@ -135,5 +140,11 @@ public struct LocalIndex: Sendable, Hashable {
 
     public init(_ collection: String, on fields: String...) {
         self.init(collection, on: fields.map(Field.init))
+    }
+
+    /// An index on fields of a record type, named by its `CodingKeys`:
+    /// `LocalIndex(Recipe.self, on: .minutes, .title)`.
+    public init<Record: SyncRecord>(_ type: Record.Type, on keys: Record.CodingKeys...) {
+        self.init(Record.collection, on: keys.map(Record.field))
     }
 }

@@ -16,6 +16,17 @@ import SyncModels
 /// let quick = try await client.fetch(Recipe.self, where: Field("minutes") <= 30, orderBy: [Field("title").ascending])
 /// ```
 ///
+/// Declare the record's `CodingKeys` and queries name its fields through them, so a
+/// misspelt field does not compile (Swift's own synthesized keys are private to the type):
+///
+/// ```swift
+/// struct Recipe: SyncRecord {
+///     enum CodingKeys: String, CodingKey { case id, title, minutes, tags }
+///     …
+/// }
+/// let quick = try await client.fetch(Recipe.self, where: Recipe.field(.minutes) <= 30)
+/// ```
+///
 /// Dates are ISO 8601 strings in UTC with milliseconds (`2026-11-22T09:00:00.123Z`, as the
 /// web client's `toISOString()` writes them); a `BlobRef` property is a file reference
 /// (`{"$blob": …}`), held back until its file is uploaded. `Double.nan` and infinities are
@@ -23,6 +34,26 @@ import SyncModels
 public protocol SyncRecord: Codable, Identifiable, Sendable where ID == String {
     /// The collection its records live in.
     static var collection: String { get }
+    /// The names of its fields, for `field(_:)`: the record's own `CodingKeys` (declare them
+    /// to query by them), or none.
+    associatedtype CodingKeys: CodingKey = UndeclaredCodingKeys
+}
+
+extension SyncRecord {
+    /// The field `key` names, checked by the compiler: `Recipe.field(.minutes) <= 30`.
+    /// `.id` is the record's id.
+    public static func field(_ key: CodingKeys) -> Field {
+        key.stringValue == "id" ? .id : Field(key.stringValue)
+    }
+}
+
+/// The field names of a record type that declares no `CodingKeys` of its own (its coding
+/// is written by hand): none, so `field(_:)` cannot be called for it; `Field("name")` can.
+public enum UndeclaredCodingKeys: CodingKey {
+    public var stringValue: String { switch self {} }
+    public var intValue: Int? { switch self {} }
+    public init?(stringValue: String) { nil }
+    public init?(intValue: Int) { nil }
 }
 
 /// Between a typed record and a record's data: `id` is the record's id, never a data field.

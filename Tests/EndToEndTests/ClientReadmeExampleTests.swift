@@ -14,26 +14,29 @@ struct ClientReadmeExampleTests {
     // README example start
     struct Recipe: SyncRecord {
         static let collection = "recipes"
+        enum CodingKeys: String, CodingKey { case id, title, minutes, tags, photo }
         var id: String
         var title: String
         var minutes: Int
         var tags: [String] = []
+        var photo: BlobRef? = nil  // a file: uploaded before the record, kept while referenced
     }
     // README example end
 
-    static func example(gateway: URL, fanout: URL, databasePath: String, signIn: SignIn) async throws -> SyncClient {
+    static func example(gateway: URL, fanout: URL, databasePath: String, signIn: SignIn, pancakesJPEG: Data) async throws -> SyncClient {
         // README example start
         let client = try SyncClient(ClientConfiguration(
             gatewayURL: gateway, fanoutURL: fanout, databasePath: databasePath,
             tokenProvider: { refresh in try await signIn.token(refresh: refresh) },
-            indexes: [LocalIndex("recipes", on: "minutes")]))
+            indexes: [LocalIndex(Recipe.self, on: .minutes)]))
         await client.start()
-        try await client.save(Recipe(id: "r1", title: "Pancakes", minutes: 20, tags: ["sweet"]))
+        let photo = try await client.attach(data: pancakesJPEG, contentType: "image/jpeg")
+        try await client.save(Recipe(id: "r1", title: "Pancakes", minutes: 20, tags: ["sweet"], photo: photo))
         try await client.save(Recipe(id: "r2", title: "Stew", minutes: 90))
         try await client.update(Recipe.self, id: "r1") { $0.tags.append("quick") }  // sends only `tags`
-        let quick = Field("minutes") <= 30
+        let quick = Recipe.field(.minutes) <= 30  // fields by the record's CodingKeys: a typo does not compile
         print(try await client.fetch(Recipe.self, where: quick).map(\.title))  // ["Pancakes"]
-        for await recipes in try await client.observe(Recipe.self, where: quick, orderBy: [Field("title").ascending]) {
+        for await recipes in try await client.observe(Recipe.self, where: quick, orderBy: [Recipe.field(.title).ascending]) {
             print(recipes.map(\.tags))  // [["sweet", "quick"]], now and after every change that concerns it
             break
         }
@@ -49,11 +52,18 @@ struct ClientReadmeExampleTests {
         try await Stack.with(workers: 1, fanouts: 1) { stack in
             let directory = E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()
             let user = "readme-\(UUID().uuidString.prefix(8))"
+            let jpeg = Data((0..<50_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
             let client = try await Self.example(
                 gateway: URL(string: stack.client.base)!, fanout: URL(string: "http://127.0.0.1:\(stack.fanouts[0].port)")!,
-                databasePath: "\(directory)/readme-\(UUID().uuidString.prefix(8)).sqlite", signIn: SignIn(user: user))
-            #expect(try await client.fetch(Recipe.self, id: "r1")?.tags == ["sweet", "quick"])
-            #expect(try await ClientTests.server(stack, user, "recipes")["r1"] == ["title": "Pancakes", "minutes": 20, "tags": ["sweet", "quick"]])
+                databasePath: "\(directory)/readme-\(UUID().uuidString.prefix(8)).sqlite", signIn: SignIn(user: user),
+                pancakesJPEG: jpeg)
+            let pancakes = try #require(try await client.fetch(Recipe.self, id: "r1"))
+            #expect(pancakes.tags == ["sweet", "quick"])
+            let photo = try #require(pancakes.photo)
+            #expect(try await ClientTests.server(stack, user, "recipes")["r1"] == [
+                "title": "Pancakes", "minutes": 20, "tags": ["sweet", "quick"], "photo": photo.json,
+            ])
+            #expect(try Data(contentsOf: try await client.blob(photo)) == jpeg)
             #expect(try await ClientTests.server(stack, user, "recipes")["r2"] == ["title": "Stew", "minutes": 90, "tags": []])
             await client.stop()
 

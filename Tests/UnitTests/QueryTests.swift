@@ -304,3 +304,47 @@ struct QueryValueTests {
         #expect(Field("rating").isIn([3, .null]) == .isIn(Field("rating"), [.int(3), .null]))
     }
 }
+
+/// Fields named by a record type's own `CodingKeys`: the same filters as by name, `.id` the
+/// record's id. (A misspelling does not compile; a record coded by hand offers no keys.)
+@Suite("Typed query fields")
+struct TypedFieldTests {
+    struct Source: Codable, Sendable {
+        enum CodingKeys: String, CodingKey { case book, page }
+        var book: String
+        var page: Int
+    }
+
+    struct Recipe: SyncRecord {
+        static let collection = "recipes"
+        enum CodingKeys: String, CodingKey { case id, title, minutes, source }
+        var id: String
+        var title: String
+        var minutes: Double
+        var source: Source?
+    }
+
+    /// Coded by hand, without a `CodingKeys` type: `field(_:)` has no key to take.
+    struct Note: SyncRecord {
+        static let collection = "notes"
+        var id: String
+        init(from decoder: any Decoder) throws { id = try decoder.singleValueContainer().decode(String.self) }
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.singleValueContainer()
+            try container.encode(id)
+        }
+    }
+
+    @Test func theRecordsKeysNameTheSameFieldsAsTheirNames() throws {
+        #expect(Recipe.field(.minutes) == Field("minutes"))
+        #expect(Recipe.field(.id) == Field.id, "the record's id, not a data field named id")
+        #expect(Recipe.field(.source).appending(Source.CodingKeys.page) == Field("source.page"))
+        #expect(LocalIndex(Recipe.self, on: .minutes, .title) == LocalIndex("recipes", on: "minutes", "title"))
+        #expect(Note.CodingKeys.self == UndeclaredCodingKeys.self)
+
+        let store = try QueryTests.store(QueryTests.recipes)
+        #expect(try QueryTests.ids(store, Recipe.field(.minutes) <= 25.5, order: [Recipe.field(.title).descending]) == ["r4", "r2", "r1"])
+        #expect(try QueryTests.ids(store, Recipe.field(.source).appending(Source.CodingKeys.book) == "Joy") == ["r3"])
+        #expect(try QueryTests.ids(store, Recipe.field(.id).isIn(["r2", "r5"])) == ["r2", "r5"])
+    }
+}
