@@ -19,6 +19,8 @@ let package = Package(
         // The container image's one binary; the five commands above are links to it.
         .executable(name: "syncline", targets: ["SynclineCommand"]),
         .library(name: "SynclineClient", targets: ["SynclineClient"]),
+        // For an app's tests: a Syncline server in the test process.
+        .library(name: "SynclineTesting", targets: ["SynclineTesting"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
@@ -49,6 +51,19 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "Shared/SynclineClient", swiftSettings: strict),
+        // A fake server for apps' tests: the protocol on 127.0.0.1, over memory, by the
+        // server's own rules.
+        .target(
+            name: "SynclineTesting",
+            dependencies: [
+                "SyncModels", "SynclineClient",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
+            path: "Shared/SynclineTesting", swiftSettings: strict),
         // HS256 JWTs, minted by syncctl and verified by the services.
         .target(
             name: "Auth",
@@ -245,7 +260,7 @@ let package = Package(
         .testTarget(
             name: "UnitTests",
             dependencies: [
-                "SyncModels", "SynclineClient", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", "HTTPSupport", "BrokerTopology",
+                "SyncModels", "SynclineClient", "SynclineTesting", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", "HTTPSupport", "BrokerTopology",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

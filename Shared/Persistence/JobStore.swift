@@ -175,7 +175,7 @@ public struct JobStore: Sendable {
                     continue
                 }
                 guard var clock = clocks[intake.user] else { continue }
-                let ops = Self.stamp(intake.ops, clock: &clock, now: now, deviceID: intake.deviceID, maxSkew: intake.maxClockSkewMilliseconds)
+                let ops = clock.stamp(intake.ops, now: now, deviceID: intake.deviceID, maxSkew: intake.maxClockSkewMilliseconds)
                 clocks[intake.user] = clock
                 let jobID = UUID.timeOrdered()
                 let jobText = jobID.uuidString.lowercased()
@@ -245,25 +245,6 @@ public struct JobStore: Sendable {
         }
         for item in wanted where outcomes[item.index] == nil && !held.contains(Held(space: item.space, sha256: item.sha256)) {
             outcomes[item.index] = .blobMissing(op: item.op, sha256: item.sha256)
-        }
-    }
-
-    /// The HLC receive rule: client clocks within the skew bound are accepted and
-    /// observed; ops without one get server stamps, in order; clocks too far ahead are
-    /// marked `clock_skew` and neither observed nor applied.
-    public static func stamp(_ ops: [Op], clock: inout HLCState, now: Int64, deviceID: String, maxSkew: Int64) -> [Op] {
-        ops.map { op in
-            var op = op
-            if let text = op.hlc, let hlc = HLC(text) {
-                if hlc.milliseconds > now + maxSkew {
-                    op.rejected = RejectReason.clockSkew
-                } else {
-                    clock.observe(hlc)
-                }
-            } else {
-                op.hlc = clock.next(now: now, node: deviceID).description
-            }
-            return op
         }
     }
 

@@ -99,3 +99,24 @@ public struct Stamp: Sendable, Hashable, Comparable, CustomStringConvertible {
         (lhs.hlc, lhs.opID) < (rhs.hlc, rhs.opID)
     }
 }
+
+extension HLCState {
+    /// The HLC receive rule: client clocks within the skew bound are accepted and
+    /// observed; ops without one get server stamps, in order; clocks too far ahead are
+    /// marked `clock_skew` and neither observed nor applied.
+    public mutating func stamp(_ ops: [Op], now: Int64, deviceID: String, maxSkew: Int64) -> [Op] {
+        ops.map { op in
+            var op = op
+            if let text = op.hlc, let hlc = HLC(text) {
+                if hlc.milliseconds > now + maxSkew {
+                    op.rejected = RejectReason.clockSkew
+                } else {
+                    observe(hlc)
+                }
+            } else {
+                op.hlc = next(now: now, node: deviceID).description
+            }
+            return op
+        }
+    }
+}

@@ -1,0 +1,403 @@
+import Crypto
+import Foundation
+import SyncModels
+
+/// A request as the fake server reads it.
+struct FakeRequest: Sendable {
+    let method: String
+    let path: String
+    let query: [String: String]
+    let headers: [String: String]
+    let body: Data
+
+    init(method: String, uri: String, headers: [String: String], body: Data) {
+        self.method = method
+        let components = URLComponents(string: uri)
+        path = components?.percentEncodedPath ?? uri
+        var query: [String: String] = [:]
+        for item in components?.queryItems ?? [] { query[item.name] = item.value ?? "" }
+        self.query = query
+        var lowercased: [String: String] = [:]
+        for (name, value) in headers { lowercased[name.lowercased()] = value }
+        self.headers = lowercased
+        self.body = body
+    }
+
+    /// The user a bearer token names: the fake takes the token as the user's id.
+    var user: String? {
+        guard let value = headers["authorization"], value.hasPrefix("Bearer ") else { return nil }
+        let token = String(value.dropFirst(7))
+        return token.isEmpty ? nil : token
+    }
+
+    /// The path's segments after the leading slash.
+    var segments: [String] { path.split(separator: "/").map { String($0).removingPercentEncoding ?? String($0) } }
+}
+
+/// An answer of the fake server.
+struct FakeAnswer: Sendable {
+    var status: Int
+    var headers: [String: String] = [:]
+    var body = Data()
+
+    static func json(_ status: Int, _ value: some Encodable) -> FakeAnswer {
+        FakeAnswer(status: status, headers: ["Content-Type": "application/json"], body: (try? JSONCoding.encode(value)) ?? Data())
+    }
+
+    static func json(_ status: Int, _ value: JSONValue) -> FakeAnswer {
+        FakeAnswer(status: status, headers: ["Content-Type": "application/json"], body: Data(JSONWriter.bytes(value)))
+    }
+
+    /// `application/problem+json`, with the members the clients act on.
+    static func problem(_ status: Int, _ code: String, _ detail: String, members: [String: JSONValue] = [:]) -> FakeAnswer {
+        var fields = members
+        fields["type"] = .string("about:blank")
+        fields["title"] = .string(code.replacingOccurrences(of: "_", with: " ").capitalized)
+        fields["status"] = .int(Int64(status))
+        fields["code"] = .string(code)
+        fields["detail"] = .string(detail)
+        return FakeAnswer(
+            status: status, headers: ["Content-Type": "application/problem+json"], body: Data(JSONWriter.bytes(.object(fields))))
+    }
+
+    static let noContent = FakeAnswer(status: 204)
+}
+
+/// What a stream is told: JSON objects, one per event.
+struct StreamMessage: Sendable {
+    let json: JSONValue
+
+    var event: String { "data: \(JSONWriter.string(json))\n\n" }
+}
+
+/// Everything the fake server holds, and how it answers: the gateway's API over memory,
+/// with the server's own validation, clock and merge rules (`PushValidation`, `HLCState`,
+/// `JobApplier`). Not thread-safe: `FakeSyncServer` holds it under a lock.
+struct FakeBackend {
+    struct Space {
+        let id: String
+        var name: String
+        let personalOf: String?
+        var members: [String: SpaceRole]
+        var records: [RecordKey: StoredRecord] = [:]
+        var knownOpIDs: Set<String> = []
+        var counter: Int64 = 0
+        var blobs: [String: Data] = [:]
+        let createdAt = Timestamp.format(Date())
+    }
+
+    struct Job {
+        let id: String
+        let user: String
+        let device: String
+        let space: String
+        let ops: [Op]
+        var status: JobStatus = .queued
+        var results: [OpResult] = []
+        var checkpoint: Int64?
+        let createdAt = Timestamp.format(Date())
+        var finishedAt: String?
+
+        var view: JobView {
+            JobView(
+                jobID: id, status: status, attempts: status == .queued ? 0 : 1, attemptLog: [], createdAt: createdAt,
+                finishedAt: finishedAt, lastError: nil, checkpoint: checkpoint.map(String.init), results: results, spaceID: space)
+        }
+    }
+
+    struct Stream {
+        let user: String
+        let device: String
+        /// The one space it is narrowed to; nil: every space of the user.
+        let space: String?
+    }
+
+    /// A message for the streams `to` selects; nil ends them.
+    struct Delivery {
+        let to: @Sendable (Stream) -> Bool
+        let message: StreamMessage?
+    }
+
+    var devices: [String: String] = [:]
+    var spaces: [String: Space] = [:]
+    var personalSpaces: [String: String] = [:]
+    var jobs: [String: Job] = [:]
+    var queued: [String] = []
+    var idempotencyKeys: [String: (job: String, body: Data)] = [:]
+    var clocks: [String: HLCState] = [:]
+    var refusal: (@Sendable (Op) -> Refusal?)?
+    var unavailable = false
+    var jobsPaused = false
+    /// How far ahead of the server's clock an op's own may be.
+    let maxClockSkewMilliseconds: Int64 = 5 * 60_000
+
+    // MARK: - Spaces
+
+    mutating func personalSpace(of user: String) -> String {
+        if let id = personalSpaces[user] { return id }
+        let id = UUID().uuidString.lowercased()
+        spaces[id] = Space(id: id, name: "Personal", personalOf: user, members: [user: .owner])
+        personalSpaces[user] = id
+        return id
+    }
+
+    mutating func createSpace(name: String, owner: String) -> String {
+        let id = UUID().uuidString.lowercased()
+        spaces[id] = Space(id: id, name: name, personalOf: nil, members: [owner: .owner])
+        return id
+    }
+
+    /// The space a request names (`space_id`, else the user's personal one) when the user
+    /// is a member of it.
+    mutating func space(_ named: String?, of user: String) -> String? {
+        guard let named else { return personalSpace(of: user) }
+        let id = Names.canonicalUUID(named) ?? named
+        return spaces[id]?.members[user] == nil ? nil : id
+    }
+
+    func view(of space: Space, for user: String) -> SpaceView? {
+        guard let role = space.members[user] else { return nil }
+        return SpaceView(spaceID: space.id, name: space.name, role: role, personal: space.personalOf != nil, createdAt: space.createdAt)
+    }
+
+    // MARK: - Requests
+
+    /// Answers a request other than a stream; `deliveries` are for the open streams.
+    mutating func answer(_ request: FakeRequest, deliveries: inout [Delivery]) -> FakeAnswer {
+        if unavailable {
+            var answer = FakeAnswer.problem(503, "unavailable", "The server is unavailable (the test made it so).")
+            answer.headers["Retry-After"] = "1"
+            return answer
+        }
+        guard let user = request.user else { return .problem(401, "unauthorized", "A bearer token is required.") }
+        let (route, named) = Self.route(request.segments)
+        switch (request.method, route) {
+        case ("POST", "/v1/devices"):
+            let id = UUID().uuidString.lowercased()
+            devices[id] = user
+            return .json(201, .object(["device_id": .string(id)]))
+        case ("POST", "/v1/sync/push"):
+            return push(request, user: user, deliveries: &deliveries)
+        case ("GET", "/v1/sync/jobs/:id"):
+            guard let job = jobs[named], job.user == user else { return .problem(404, "not_found", "No such job.") }
+            return .json(200, job.view)
+        case ("GET", "/v1/sync/pull"):
+            return pull(request, user: user)
+        case ("GET", "/v1/spaces"):
+            let views = spaces.values.sorted { $0.createdAt < $1.createdAt }.compactMap { view(of: $0, for: user) }
+            return .json(200, SpaceList(items: views))
+        case ("POST", "/v1/spaces"):
+            guard let name = (try? JSONParser.parse(request.body))?.objectValue?["name"]?.stringValue, !name.isEmpty else {
+                return .problem(422, "invalid_request", "name must be a non-empty string.", members: ["pointer": "/name"])
+            }
+            let id = createSpace(name: name, owner: user)
+            return .json(201, view(of: spaces[id]!, for: user)!)
+        case ("DELETE", "/v1/spaces/:id"):
+            guard let space = spaces[Names.canonicalUUID(named) ?? named], let role = space.members[user] else {
+                return .problem(404, "not_found", "No such space.")
+            }
+            guard role == .owner, space.personalOf == nil else {
+                return .problem(403, "forbidden", "Only the owner deletes a space, and never a personal one.")
+            }
+            deleteSpace(space.id, &deliveries)
+            return .noContent
+        case ("PUT", "/v1/blobs/:id"):
+            return putBlob(request, sha256: named, user: user)
+        case ("GET", "/v1/blobs/:id"):
+            guard let id = space(request.query["space_id"], of: user), let data = spaces[id]?.blobs[named] else {
+                return .problem(404, "not_found", "No such file.")
+            }
+            return FakeAnswer(status: 200, headers: ["Content-Type": "application/octet-stream"], body: data)
+        default:
+            return .problem(
+                501, "not_implemented",
+                "The fake server does not serve \(request.method) \(request.path) (see SynclineTesting's documentation).")
+        }
+    }
+
+    /// The route a path takes, with the id it names in place of `:id` (a job, space or file).
+    static func route(_ segments: [String]) -> (route: String, named: String) {
+        switch segments.count {
+        case 3 where segments[1] == "spaces" || segments[1] == "blobs":
+            return ("/v1/\(segments[1])/:id", segments[2])
+        case 4 where segments[1] == "sync" && segments[2] == "jobs":
+            return ("/v1/sync/jobs/:id", segments[3])
+        default:
+            return ("/" + segments.joined(separator: "/"), "")
+        }
+    }
+
+    mutating func push(_ request: FakeRequest, user: String, deliveries: inout [Delivery]) -> FakeAnswer {
+        let push: PushRequest
+        do {
+            push = try PushValidation.parse(request.body)
+        } catch {
+            switch error {
+            case .notJSON(let detail): return .problem(400, "invalid_request", detail)
+            case .invalid(let detail, let pointer, let limit):
+                return .problem(422, "invalid_request", detail, members: Self.members(pointer: pointer, limit: limit))
+            case .op(let index, let pointer, let detail, let limit):
+                var members = Self.members(pointer: pointer, limit: limit)
+                members["op_index"] = .int(Int64(index))
+                return .problem(422, "invalid_request", detail, members: members)
+            }
+        }
+        let device = Names.canonicalUUID(push.deviceID) ?? push.deviceID
+        guard devices[device] == user else { return .problem(404, "not_found", "No such device.") }
+        guard let spaceID = space(push.spaceID, of: user) else { return .problem(404, "not_found", "No such space.") }
+        guard spaces[spaceID]?.members[user]?.canWrite == true else {
+            return .problem(403, "forbidden", "A viewer of this space cannot push to it.")
+        }
+        let key = request.headers["idempotency-key"].map { "\(spaceID) \($0)" }
+        if let key, let earlier = idempotencyKeys[key] {
+            guard earlier.body == request.body, let job = jobs[earlier.job] else {
+                return .problem(422, "invalid_request", "This Idempotency-Key was used with a different body.")
+            }
+            return .json(202, PushAccepted(jobID: job.id, status: job.status, ops: job.ops.count))
+        }
+        var ops = push.ops
+        for index in ops.indices {
+            switch refusal?(ops[index]) {
+            case .invalid(let detail)?:
+                return .problem(
+                    422, "invalid_request", detail, members: ["op_index": .int(Int64(index)), "pointer": .string("/ops/\(index)")])
+            case .rejected(let reason)?:
+                ops[index].rejected = reason
+            case nil:
+                break
+            }
+        }
+        let held = spaces[spaceID]?.blobs ?? [:]
+        for (index, op) in ops.enumerated() {
+            if let missing = JSONValue.object(op.data ?? [:]).blobReferences.first(where: { held[$0.sha256] == nil }) {
+                return .problem(
+                    409, "blob_missing",
+                    "The op references the file \(missing.sha256), which the space does not hold: upload it first.",
+                    members: ["op_index": .int(Int64(index)), "pointer": .string("/ops/\(index)/data"), "sha256": .string(missing.sha256)])
+            }
+        }
+        var clock = clocks[user] ?? HLCState(milliseconds: 0, counter: 0)
+        ops = clock.stamp(ops, now: Int64(Date().timeIntervalSince1970 * 1000), deviceID: device, maxSkew: maxClockSkewMilliseconds)
+        clocks[user] = clock
+        let job = Job(id: UUID.timeOrdered().uuidString.lowercased(), user: user, device: device, space: spaceID, ops: ops)
+        jobs[job.id] = job
+        if let key { idempotencyKeys[key] = (job.id, request.body) }
+        queued.append(job.id)
+        if !jobsPaused { runJobs(&deliveries) }
+        return .json(202, PushAccepted(jobID: job.id, status: jobs[job.id]!.status, ops: ops.count))
+    }
+
+    static func members(pointer: String?, limit: Int?) -> [String: JSONValue] {
+        var members: [String: JSONValue] = [:]
+        if let pointer { members["pointer"] = .string(pointer) }
+        if let limit { members["limit"] = .int(Int64(limit)) }
+        return members
+    }
+
+    /// Applies the queued jobs in order, as the worker would, and tells the streams.
+    mutating func runJobs(_ deliveries: inout [Delivery]) {
+        for id in queued {
+            guard var job = jobs[id], var space = spaces[job.space] else { continue }
+            let outcome = JobApplier.apply(
+                ops: job.ops, records: space.records, knownOpIDs: space.knownOpIDs, counter: space.counter, deviceID: job.device)
+            for (key, record) in outcome.changed { space.records[key] = record }
+            space.knownOpIDs.formUnion(outcome.remembered)
+            let moved = outcome.counter != space.counter
+            space.counter = outcome.counter
+            spaces[space.id] = space
+            job.status = .succeeded
+            job.results = outcome.results
+            job.checkpoint = space.counter
+            job.finishedAt = Timestamp.format(Date())
+            jobs[id] = job
+            let troubled = outcome.results.contains { $0.status == .conflict || $0.status == .rejected }
+            let (device, spaceID, members) = (job.device, space.id, Set(space.members.keys))
+            deliveries.append(Delivery(
+                to: { $0.device == device },
+                message: StreamMessage(json: .object([
+                    "type": "job", "job_id": .string(id), "status": .string(JobStatus.succeeded.rawValue),
+                    "checkpoint": .string(String(space.counter)), "troubled": .bool(troubled),
+                ]))))
+            if moved {
+                deliveries.append(Delivery(
+                    to: { members.contains($0.user) && ($0.space == nil || $0.space == spaceID) },
+                    message: StreamMessage(json: .object([
+                        "type": "poke", "cursor": .string(String(space.counter)), "space_id": .string(spaceID),
+                    ]))))
+            }
+        }
+        queued.removeAll()
+    }
+
+    mutating func pull(_ request: FakeRequest, user: String) -> FakeAnswer {
+        guard let spaceID = space(request.query["space_id"], of: user), let space = spaces[spaceID] else {
+            return .problem(404, "not_found", "No such space.")
+        }
+        guard let since = Int64(request.query["since"] ?? "0"), since >= 0 else {
+            return .problem(400, "invalid_request", "since must be a cursor from an earlier pull.")
+        }
+        let limit = request.query["limit"].flatMap(Int.init) ?? 500
+        guard (1...1000).contains(limit) else { return .problem(400, "invalid_request", "limit must be 1 to 1000.") }
+        let changed = space.records.values.filter { $0.version > since }.sorted { $0.version < $1.version }
+        let page = changed.prefix(limit)
+        let hasMore = changed.count > limit
+        let cursor = hasMore ? page.last!.version : max(since, space.counter)
+        let changes = page.map { record in (try? JSONParser.parse(JSONCoding.encode(record.view))) ?? .null }
+        return .json(200, .object(["changes": .array(changes), "cursor": .string(String(cursor)), "has_more": .bool(hasMore)]))
+    }
+
+    mutating func putBlob(_ request: FakeRequest, sha256: String, user: String) -> FakeAnswer {
+        guard BlobReference.isValidSHA256(sha256) else {
+            return .problem(400, "invalid_request", "The file's name must be its SHA-256, in lowercase hex.")
+        }
+        guard let spaceID = space(request.query["space_id"], of: user) else { return .problem(404, "not_found", "No such space.") }
+        guard Hex.string(SHA256.hash(data: request.body)) == sha256 else {
+            return .problem(422, "hash_mismatch", "The bytes do not hash to \(sha256).")
+        }
+        spaces[spaceID]?.blobs[sha256] = request.body
+        return FakeAnswer(status: 201)
+    }
+
+    /// The space and everything in it go, its jobs too; its members' streams narrowed to it end.
+    mutating func deleteSpace(_ id: String, _ deliveries: inout [Delivery]) {
+        spaces[id] = nil
+        jobs = jobs.filter { $0.value.space != id }
+        queued.removeAll { jobs[$0] == nil }
+        idempotencyKeys = idempotencyKeys.filter { !$0.key.hasPrefix(id + " ") }
+        deliveries.append(Delivery(to: { $0.space == id }, message: nil))
+    }
+
+    enum StreamOpening {
+        /// The stream, and its first message.
+        case opened(Stream, StreamMessage)
+        case refused(FakeAnswer)
+    }
+
+    /// Opens a stream, or says why it cannot open.
+    mutating func openStream(_ request: FakeRequest) -> StreamOpening {
+        if unavailable { return .refused(.problem(503, "unavailable", "The server is unavailable (the test made it so).")) }
+        guard let user = request.user else { return .refused(.problem(401, "unauthorized", "A bearer token is required.")) }
+        guard let device = request.query["device_id"].map({ Names.canonicalUUID($0) ?? $0 }), devices[device] == user else {
+            return .refused(.problem(404, "not_found", "No such device."))
+        }
+        let narrowed = request.query["space_id"]
+        guard let spaceID = space(narrowed, of: user), let space = spaces[spaceID] else {
+            return .refused(.problem(404, "not_found", "No such space."))
+        }
+        let stream = Stream(user: user, device: device, space: narrowed == nil ? nil : spaceID)
+        let hello = StreamMessage(json: .object([
+            "type": "hello", "cursor": .string(String(space.counter)), "space_id": .string(spaceID), "spaces": .object([:]),
+        ]))
+        return .opened(stream, hello)
+    }
+}
+
+/// How the fake server refuses an op (see `FakeSyncServer.refuse(_:)`).
+public enum Refusal: Sendable, Equatable {
+    /// The push is refused with a 422 naming the op, as the gateway refuses an invalid
+    /// op: the client sets it aside.
+    case invalid(String)
+    /// The job applies, but refuses this op with the reason code: the client reports
+    /// `SyncEvent.rejected` and drops the op.
+    case rejected(String)
+}

@@ -1,0 +1,166 @@
+import Foundation
+import SynclineClient
+import SynclineTesting
+import Testing
+
+/// SynclineTesting as an app's tests use it: clients sync through the fake server, and the
+/// test drives what is hard to make happen against a real one — edits from elsewhere,
+/// refused ops, an unreachable server, a space that goes away with edits not yet applied.
+@Suite("The fake server for apps' tests", .timeLimit(.minutes(1)))
+struct FakeSyncServerTests {
+    struct Recipe: SyncRecord, Equatable {
+        static let collection = "recipes"
+        enum CodingKeys: String, CodingKey { case id, title, minutes }
+        var id: String
+        var title: String
+        var minutes: Int
+    }
+
+    static func path() -> String { NSTemporaryDirectory() + "fake-\(UUID().uuidString).sqlite" }
+
+    /// Waits (up to 10 s) until `condition` holds.
+    static func until(_ what: String, _ condition: () async throws -> Bool) async throws {
+        let deadline = Date().addingTimeInterval(10)
+        while try await !condition() {
+            guard Date() < deadline else {
+                Issue.record("not within 10 s: \(what)")
+                return
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
+    /// The events a client reports from now on, collected.
+    final class Events: @unchecked Sendable {
+        private let lock = NSLock()
+        private var seen: [SyncEvent] = []
+        private var task: Task<Void, Never>?
+
+        init(_ client: SyncClient) {
+            let stream = client.events
+            task = Task { [weak self] in
+                for await event in stream { self?.append(event) }
+            }
+        }
+
+        private func append(_ event: SyncEvent) { lock.withLock { seen.append(event) } }
+        var all: [SyncEvent] { lock.withLock { seen } }
+        deinit { task?.cancel() }
+    }
+
+    @Test func twoDevicesOfAUserSyncThroughItAndSeeEditsFromElsewhere() async throws {
+        let server = try await FakeSyncServer.start()
+        let phone = try SyncClient(server.configuration(user: "alice", databasePath: Self.path()))
+        let laptop = try SyncClient(server.configuration(user: "alice", databasePath: Self.path()))
+        await phone.start()
+        await laptop.start()
+
+        try await phone.save(Recipe(id: "r1", title: "Pancakes", minutes: 20))
+        try await Self.until("the laptop shows the phone's recipe") {
+            try await laptop.fetch(Recipe.self, id: "r1") == Recipe(id: "r1", title: "Pancakes", minutes: 20)
+        }
+        #expect(server.records(of: "alice", in: "recipes") == ["r1": ["title": "Pancakes", "minutes": 20]])
+        try await Self.until("the phone has no edit left to sync") { try await phone.status().pendingOps == 0 }
+
+        // Another device's edit, made on the server: both clients are poked and pull it.
+        try server.upsert("recipes", id: "r2", data: ["title": "Stew", "minutes": 90], as: "alice")
+        try await laptop.update(Recipe.self, id: "r1") { $0.minutes = 15 }
+        for client in [phone, laptop] {
+            try await Self.until("both recipes, as edited, on every device") {
+                try await client.fetch(Recipe.self, where: Recipe.field(.minutes) <= 90, orderBy: [Recipe.field(.title).ascending])
+                    == [Recipe(id: "r1", title: "Pancakes", minutes: 15), Recipe(id: "r2", title: "Stew", minutes: 90)]
+            }
+        }
+        #expect(try await phone.status().live, "the live stream is open")
+        // Another user sees none of it.
+        #expect(server.records(of: "bob", in: "recipes").isEmpty)
+
+        await phone.stop()
+        await laptop.stop()
+        try await server.shutdown()
+    }
+
+    @Test func opsTheServerRefusesAreSetAsideOrRejected() async throws {
+        let server = try await FakeSyncServer.start()
+        server.refuse { op in
+            switch op.id {
+            case "invalid": return .invalid("title is too long for this app's server")
+            case "rejected": return .rejected("not_allowed")
+            default: return nil
+            }
+        }
+        let client = try SyncClient(server.configuration(user: "alice", databasePath: Self.path()))
+        let events = Events(client)
+        await client.start()
+        let setAside = try await client.save(Recipe(id: "invalid", title: "Soup", minutes: 5))
+        let rejected = try await client.save(Recipe(id: "rejected", title: "Salad", minutes: 5))
+        try await client.save(Recipe(id: "fine", title: "Bread", minutes: 60))
+
+        try await Self.until("the server holds the fine recipe, and both refusals are reported") {
+            events.all.contains(.setAside(opID: setAside, reason: "title is too long for this app's server"))
+                && events.all.contains(.rejected(opID: rejected, reason: "not_allowed"))
+                && server.records(of: "alice", in: "recipes").keys.sorted() == ["fine"]
+        }
+        #expect(try await client.setAside().map(\.opID) == [setAside])
+
+        // Once the server takes it, a retry goes through.
+        server.refuse(nil)
+        try await client.retry(opID: setAside)
+        try await Self.until("the retried recipe reaches the server") {
+            server.records(of: "alice", in: "recipes")["invalid"] == ["title": "Soup", "minutes": 5]
+        }
+        await client.stop()
+        try await server.shutdown()
+    }
+
+    @Test func editsWaitWhileTheServerIsUnreachable() async throws {
+        let server = try await FakeSyncServer.start()
+        let client = try SyncClient(server.configuration(user: "alice", databasePath: Self.path()))
+        await client.start()
+        try await Self.until("the device registered") { await client.deviceID != nil }
+        server.setUnavailable(true)
+        try await client.save(Recipe(id: "r1", title: "Pancakes", minutes: 20))
+        try await Self.until("the status says why the edit waits") {
+            let status = try await client.status()
+            return status.pendingOps == 1 && status.lastError != nil
+        }
+        #expect(server.records(of: "alice", in: "recipes").isEmpty)
+
+        server.setUnavailable(false)
+        try await Self.until("the edit reaches the server once it answers again") {
+            try await client.status().pendingOps == 0 && server.records(of: "alice", in: "recipes").count == 1
+        }
+        await client.stop()
+        try await server.shutdown()
+    }
+
+    @Test func aSpaceDeletedBeforeItsEditsAppliedLosesThemAndIsGone() async throws {
+        let server = try await FakeSyncServer.start()
+        let kitchen = server.createSpace(name: "Kitchen", owner: "alice")
+        try server.addMember("bob", to: kitchen)
+        let client = try SyncClient(server.configuration(user: "bob", databasePath: Self.path(), spaceID: kitchen))
+        let events = Events(client)
+        await client.start()
+        try await client.save(Recipe(id: "r1", title: "Pancakes", minutes: 20))
+        try await Self.until("the first recipe is applied") { try await client.status().pendingOps == 0 }
+
+        server.pauseJobs()  // a slow worker: the next push is taken, not applied
+        let unapplied = try await client.save(Recipe(id: "r2", title: "Stew", minutes: 90))
+        try await Self.until("the push is taken") { server.queuedJobs == 1 }
+        server.deleteSpace(kitchen)
+        server.resumeJobs()
+
+        try await Self.until("the client reports the lost edit, then the space gone") {
+            events.all.contains(.spaceGone(spaceID: kitchen))
+        }
+        let told = events.all.filter {
+            if case .editsLost = $0 { return true }
+            if case .spaceGone = $0 { return true }
+            return false
+        }
+        #expect(told == [.editsLost(spaceID: kitchen, opIDs: [unapplied]), .spaceGone(spaceID: kitchen)])
+        #expect(try await client.fetch(Recipe.self).isEmpty, "the space's records went with it")
+        await client.stop()
+        try await server.shutdown()
+    }
+}
