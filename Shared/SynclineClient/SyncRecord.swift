@@ -77,9 +77,9 @@ enum RecordCoding {
         return data
     }
 
-    static func record<Record: SyncRecord>(_ type: Record.Type, from local: LocalRecord) throws -> Record {
-        var data = local.data
-        data["id"] = .string(local.id)
+    /// A decoder of record data: dates as `data(_:)` writes them (any ISO 8601 offset and
+    /// fraction reads). One serves every record of a read.
+    static func decoder() -> JSONDecoder {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .custom { decoder in
             let container = try decoder.singleValueContainer()
@@ -89,6 +89,14 @@ enum RecordCoding {
             }
             return date
         }
+        return decoder
+    }
+
+    static func record<Record: SyncRecord>(
+        _ type: Record.Type, from local: LocalRecord, using decoder: JSONDecoder = decoder()
+    ) throws -> Record {
+        var data = local.data
+        data["id"] = .string(local.id)
         do {
             return try decoder.decode(Record.self, from: Data(JSONWriter.string(.object(data)).utf8))
         } catch let error as DecodingError {
@@ -101,9 +109,10 @@ enum RecordCoding {
         var records: [Record] = []
         var failures: [UndecodableRecord] = []
         records.reserveCapacity(locals.count)
+        let decoder = decoder()
         for local in locals {
             do {
-                records.append(try record(Record.self, from: local))
+                records.append(try record(Record.self, from: local, using: decoder))
             } catch ClientError.undecodable(_, _, let detail) {
                 failures.append(UndecodableRecord(collection: local.collection, id: local.id, version: local.version, detail: detail))
             } catch {
@@ -181,10 +190,8 @@ extension SyncClient {
     public func fetch<Record: SyncRecord>(
         _ type: Record.Type, where filter: Filter? = nil, orderBy order: [Ordering] = [], limit: Int? = nil, offset: Int = 0
     ) throws -> [Record] {
-        let decoded = RecordCoding.records(
-            Record.self, from: try records(RecordQuery(Record.collection, where: filter, orderBy: order, limit: limit, offset: offset)))
-        report(decoded.failures)
-        return decoded.records
+        decoded(Record.self, try records(RecordQuery(Record.collection, where: filter, orderBy: order, limit: limit, offset: offset)))
+            .records
     }
 
     public func count<Record: SyncRecord>(_ type: Record.Type, where filter: Filter? = nil) throws -> Int {
@@ -197,10 +204,8 @@ extension SyncClient {
     public func observe<Record: SyncRecord>(
         _ type: Record.Type, where filter: Filter? = nil, orderBy order: [Ordering] = [], limit: Int? = nil, offset: Int = 0
     ) throws -> AsyncStream<[Record]> {
-        try observe(RecordQuery(Record.collection, where: filter, orderBy: order, limit: limit, offset: offset)) { records in
-            let decoded = RecordCoding.records(Record.self, from: records)
-            self.report(decoded.failures)
-            return decoded.records
+        try observe(RecordQuery(Record.collection, where: filter, orderBy: order, limit: limit, offset: offset)) {
+            self.decoded(Record.self, $0).records
         }
     }
 
@@ -208,15 +213,16 @@ extension SyncClient {
     func observeDecoded<Record: SyncRecord>(
         _ type: Record.Type, _ query: RecordQuery
     ) throws -> AsyncStream<(records: [Record], failures: [UndecodableRecord])> {
-        try observe(query) { records in
-            let decoded = RecordCoding.records(Record.self, from: records)
-            self.report(decoded.failures)
-            return decoded
-        }
+        try observe(query) { self.decoded(Record.self, $0) }
     }
 
-    /// Reports records a typed read left out, each version once.
-    nonisolated func report(_ failures: [UndecodableRecord]) {
-        for failure in undecodable.firstTime(failures) { eventSink.yield(.undecodable(failure)) }
+    /// A typed read's records: the ones that decode, and the ones left out, which are
+    /// reported (`SyncEvent.undecodable`), each version once.
+    nonisolated func decoded<Record: SyncRecord>(
+        _ type: Record.Type, _ locals: [LocalRecord]
+    ) -> (records: [Record], failures: [UndecodableRecord]) {
+        let decoded = RecordCoding.records(Record.self, from: locals)
+        for failure in undecodable.firstTime(decoded.failures) { eventSink.yield(.undecodable(failure)) }
+        return decoded
     }
 }

@@ -276,15 +276,23 @@ struct FakeBackend {
                     members: ["op_index": .int(Int64(index)), "pointer": .string("/ops/\(index)/data"), "sha256": .string(missing.sha256)])
             }
         }
-        var clock = clocks[user] ?? HLCState(milliseconds: 0, counter: 0)
-        ops = clock.stamp(ops, now: Int64(Date().timeIntervalSince1970 * 1000), deviceID: device, maxSkew: maxClockSkewMilliseconds)
-        clocks[user] = clock
-        let job = Job(id: UUID.timeOrdered().uuidString.lowercased(), user: user, device: device, space: spaceID, ops: ops)
-        jobs[job.id] = job
+        let job = submit(ops, user: user, device: device, space: spaceID, &deliveries)
         if let key { idempotencyKeys[key] = (job.id, request.body) }
+        return .json(202, PushAccepted(jobID: job.id, status: job.status, ops: ops.count))
+    }
+
+    /// Queues a job of `ops`, stamped by the user's clock, and applies the queue unless jobs
+    /// are paused. Returns the job as it stands after that.
+    mutating func submit(_ ops: [Op], user: String, device: String, space: String, _ deliveries: inout [Delivery]) -> Job {
+        var clock = clocks[user] ?? HLCState(milliseconds: 0, counter: 0)
+        let stamped = clock.stamp(
+            ops, now: Int64(Date().timeIntervalSince1970 * 1000), deviceID: device, maxSkew: maxClockSkewMilliseconds)
+        clocks[user] = clock
+        let job = Job(id: UUID.timeOrdered().uuidString.lowercased(), user: user, device: device, space: space, ops: stamped)
+        jobs[job.id] = job
         queued.append(job.id)
         if !jobsPaused { runJobs(&deliveries) }
-        return .json(202, PushAccepted(jobID: job.id, status: jobs[job.id]!.status, ops: ops.count))
+        return jobs[job.id] ?? job
     }
 
     static func members(pointer: String?, limit: Int?) -> [String: JSONValue] {

@@ -93,7 +93,8 @@ public final class FakeSyncServer: Sendable {
     }
 
     /// Applies ops as another device of `user` would push them (to the user's personal space,
-    /// or to `space`): the streams are poked, the clients pull. Returns the ops' results.
+    /// or to `space`): the streams are poked, the clients pull. Returns the ops' results;
+    /// none while jobs are paused (the job waits with the others).
     @discardableResult
     public func write(_ ops: [Op], as user: String, space: String? = nil) throws -> [OpResult] {
         var deliveries: [FakeBackend.Delivery] = []
@@ -106,16 +107,7 @@ public final class FakeSyncServer: Sendable {
                     throw FakeServerError.invalidOp(error.detail)
                 }
             }
-            let device = "fake-server-device"
-            backend.devices[device] = user
-            var clock = backend.clocks[user] ?? HLCState(milliseconds: 0, counter: 0)
-            let stamped = clock.stamp(ops, now: Int64(Date().timeIntervalSince1970 * 1000), deviceID: device, maxSkew: 0)
-            backend.clocks[user] = clock
-            let job = FakeBackend.Job(id: UUID.timeOrdered().uuidString.lowercased(), user: user, device: device, space: spaceID, ops: stamped)
-            backend.jobs[job.id] = job
-            backend.queued.append(job.id)
-            backend.runJobs(&deliveries)
-            return backend.jobs[job.id]?.results ?? []
+            return backend.submit(ops, user: user, device: "another-device", space: spaceID, &deliveries).results
         }
         deliver(deliveries)
         return results
