@@ -36,6 +36,9 @@ let package = Package(
         .package(url: "https://github.com/jpsim/Yams.git", from: "5.0.1"),
         .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.8.0"),
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
+        .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.7.3"),
+        // OTLP over HTTP only: the gRPC exporter would build gRPC and HTTP/2 for nothing.
+        .package(url: "https://github.com/swift-otel/swift-otel.git", from: "1.6.0", traits: ["OTLPHTTP"]),
     ],
     targets: [
         // Wire models, validation, HLC and the merge rules: pure, no I/O.
@@ -87,6 +90,7 @@ let package = Package(
                 "CLibPQ",
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             path: "Shared/PQBridge", swiftSettings: strict),
@@ -132,11 +136,24 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ],
             path: "Shared/ServiceSupport", swiftSettings: strict),
+        // Traces out over OTLP/HTTP, configured by the standard OTEL_* variables: for the
+        // services only (the client library and syncctl never link it).
+        .target(
+            name: "Telemetry",
+            dependencies: [
+                "ServiceSupport",
+                .product(name: "OTel", package: "swift-otel"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Shared/Telemetry", swiftSettings: strict),
         // Syncline's queues, exchanges and messages on the broker.
         .target(
             name: "BrokerTopology",
@@ -155,6 +172,7 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -174,6 +192,7 @@ let package = Package(
             dependencies: [
                 "SyncModels", "HTTPSupport", "BrokerTopology", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "Operations",
                 "BlobStorage",
+                "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -189,6 +208,7 @@ let package = Package(
             name: "Worker",
             dependencies: [
                 "SyncModels", "HTTPSupport", "BrokerTopology", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport",
+                "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -199,6 +219,7 @@ let package = Package(
             name: "Fanout",
             dependencies: [
                 "SyncModels", "HTTPSupport", "BrokerTopology", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "URLSessionCancellation",
+                "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),

@@ -17,7 +17,10 @@ import ServiceSupport
 /// service group. The hub
 /// comes last so that on SIGTERM it is stopped first: it ends every open stream, and then
 /// the HTTP server, which waits for open responses, can finish.
-func buildFanout(configuration: Configuration, settings: FanoutSettings, logger: Logger) async throws -> ServiceGroup {
+/// `observability`: services that must stop last (the span exporter).
+func buildFanout(
+    configuration: Configuration, settings: FanoutSettings, observability: [any Service] = [], logger: Logger
+) async throws -> ServiceGroup {
     let verifier = try await configuration.tokenVerifier(logger: logger)
     let endpoint = try configuration.amqpEndpoint()
     let pool = configuration.primaryPool(logger: logger)
@@ -50,6 +53,7 @@ func buildFanout(configuration: Configuration, settings: FanoutSettings, logger:
     let router = Router(context: BasicRequestContext.self, options: .autoGenerateHeadEndpoints)
     let methods = RouteMethods()
     router.addMiddleware {
+        RequestTelemetryMiddleware(logger: logger, slow: configuration.slowThreshold)
         CORSMiddleware(allowedOrigins: settings.http.corsAllowedOrigins, methods: [.get])
         ProblemMiddleware(routes: methods)
     }
@@ -65,12 +69,12 @@ func buildFanout(configuration: Configuration, settings: FanoutSettings, logger:
         router: router,
         server: HTTPServerBuilder { responder in
             StreamServerChannel(responder: responder, idleTimeout: idleTimeout) { request, channel, logger in
-                await routes.webSocketDecision(request, channel: channel, logger: logger)
+                await routes.webSocketDecision(request, channel: channel, logger: logger, slow: configuration.slowThreshold)
             }
         },
         configuration: .init(address: .hostname("0.0.0.0", port: configuration.port), serverName: "syncline-fanout"),
         logger: logger)
     let closer = ResourceCloser { await publisher.shutdown() }
     return ServiceGroup(configuration: .init(
-        services: [pool, closer, background, app, webhooks, hub], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        services: observability + [pool, closer, background, app, webhooks, hub], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
 }

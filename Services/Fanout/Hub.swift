@@ -9,6 +9,7 @@ import Persistence
 import ServiceLifecycle
 import ServiceSupport
 import SyncModels
+import Tracing
 
 /// What a stream sends, one JSON object per message.
 enum StreamMessage: Sendable, Equatable {
@@ -204,7 +205,9 @@ final class Hub: Service, Sendable {
     /// Routes one job event to this replica's streams of its user that cover its space: a
     /// poke to every other device; to the origin device, the job's outcome, so that it need
     /// not ask for it.
-    func deliver(_ event: JobEvent) {
+    @discardableResult
+    func deliver(_ event: JobEvent) -> Int {
+        var sent = 0
         let (subscribers, member) = state.withLockedValue { state in
             (state.users[event.userID].map { Array($0.values) } ?? [],
              event.spaceID.flatMap { state.left[Membership(user: event.userID, space: $0)] }
@@ -215,10 +218,27 @@ final class Hub: Service, Sendable {
                 let troubled = event.troubled || event.status != .succeeded
                 subscriber.continuation.yield(.job(jobID: event.jobID, status: event.status, checkpoint: event.checkpoint, troubled: troubled))
                 delivered.increment()
+                sent += 1
             } else if member, let cursor = event.checkpoint, event.status == .succeeded {
                 subscriber.continuation.yield(.poke(cursor: cursor, space: event.spaceID))
                 delivered.increment()
+                sent += 1
             }
+        }
+        return sent
+    }
+
+    /// `deliver`, in a span of the job's trace (when tracing is on).
+    private func deliverTraced(_ event: JobEvent, from delivery: AMQPDelivery) {
+        guard Traces.enabled else {
+            deliver(event)
+            return
+        }
+        withSpan("poke \(queue)", context: Traces.context(of: delivery), ofKind: .consumer) { span in
+            span.attributes["messaging.system"] = "rabbitmq"
+            span.attributes["messaging.operation.type"] = "process"
+            span.attributes["messaging.destination.name"] = queue
+            span.attributes["syncline.streams.sent"] = deliver(event)
         }
     }
 
@@ -277,7 +297,7 @@ final class Hub: Service, Sendable {
                     for await delivery in self.consumer.deliveries {
                         self.consumer.ack(delivery)
                         switch try? JSONCoding.decode(Incoming.self, from: Data(delivery.body)) {
-                        case .job(let event)?: self.deliver(event)
+                        case .job(let event)?: self.deliverTraced(event, from: delivery)
                         case .revoked(let event)?: self.revoke(event)
                         case .left(let event)?: self.leave(event)
                         case nil: self.logger.warning("ignored an event this fanout cannot read")

@@ -10,6 +10,7 @@ import PQBridge
 import Persistence
 import ServiceSupport
 import SyncModels
+import Tracing
 
 /// `GET /v1/stream?device_id=…[&space_id=…]`: Server-Sent Events for `Accept:
 /// text/event-stream`, a WebSocket for an upgrade request; the pokes of every space of the
@@ -77,16 +78,32 @@ struct StreamRoutes: Sendable {
     }
 
     /// An upgrade request: the WebSocket stream of a device that may stream, or the same
-    /// refusal a Server-Sent Events request would get.
-    func webSocketDecision(_ request: Request, channel: any Channel, logger: Logger) async -> StreamServerChannel.Decision {
-        guard request.uri.path == "/v1/stream" else { return .refuse(.notFound("No WebSocket is served here.")) }
-        guard request.method == .get else { return .refuse(.methodNotAllowed(allowed: ["GET", "HEAD"])) }
-        let context = BasicRequestContext(source: .init(channel: channel, logger: logger))
-        do {
-            let listener = try await authorize(request, context: context)
-            return .upgrade { frames in await stream(to: frames, for: listener, logger: logger) }
-        } catch {
-            return .refuse(.problem(for: error, logger: logger))
+    /// refusal a Server-Sent Events request would get. Logged and traced like the routes
+    /// the middleware sees: one line when the refusal is sent or the stream ends.
+    func webSocketDecision(_ request: Request, channel: any Channel, logger: Logger, slow: Duration) async -> StreamServerChannel.Decision {
+        let telemetry = RequestTelemetry(request: request.head, logger: logger, slow: slow)
+        let route = request.uri.path == "/v1/stream" ? "/v1/stream" : nil
+        return await ServiceContext.withValue(telemetry.context) {
+            guard route != nil else {
+                telemetry.finish(route: nil, status: .notFound, bytes: 0)
+                return .refuse(.notFound("No WebSocket is served here."))
+            }
+            guard request.method == .get else {
+                telemetry.finish(route: route, status: .methodNotAllowed, bytes: 0)
+                return .refuse(.methodNotAllowed(allowed: ["GET", "HEAD"]))
+            }
+            let context = BasicRequestContext(source: .init(channel: channel, logger: logger))
+            do {
+                let listener = try await authorize(request, context: context)
+                return .upgrade { frames in
+                    await stream(to: frames, for: listener, logger: logger)
+                    telemetry.finish(route: route, status: .switchingProtocols, bytes: 0)
+                }
+            } catch {
+                let refusal = APIError.problem(for: error, logger: logger)
+                telemetry.finish(route: route, status: refusal.status, bytes: 0)
+                return .refuse(refusal)
+            }
         }
     }
 

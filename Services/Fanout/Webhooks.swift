@@ -13,6 +13,7 @@ import Persistence
 import ServiceLifecycle
 import ServiceSupport
 import SyncModels
+import Tracing
 import URLSessionCancellation
 
 /// Signed webhooks. Two steps over shared durable queues, so any fanout replica
@@ -71,6 +72,12 @@ struct WebhookDispatcher: Service {
 
     /// One job event → one delivery per other device of the user that has a webhook.
     func expand(_ message: AMQPDelivery) async {
+        await Traces.batch(
+            "process \(SynclineTopology.notifyEventsQueue)", members: [Traces.context(of: message)], kind: .consumer
+        ) { _ in await expandTraced(message) }
+    }
+
+    private func expandTraced(_ message: AMQPDelivery) async {
         guard let event = try? JSONCoding.decode(JobEvent.self, from: Data(message.body)),
               event.status == .succeeded, let cursor = event.checkpoint
         else {
@@ -87,7 +94,8 @@ struct WebhookDispatcher: Service {
                         spaceID: event.spaceID))) ?? Data()),
                     attempt: 0)
             }
-            try await publisher.publish(messages)
+            let context = ServiceContext.current ?? .topLevel
+            try await Traces.publish(messages.map { ($0, context) }, with: publisher)
             events.ack(message)
         } catch {
             logger.warning("cannot expand a job event yet", metadata: ["error": "\(error)"])
@@ -98,6 +106,12 @@ struct WebhookDispatcher: Service {
 
     /// One POST; then ack, retry by tier, or dead-letter.
     func deliver(_ message: AMQPDelivery) async {
+        await Traces.batch("deliver webhook", members: [Traces.context(of: message)], kind: .client) { _ in
+            await deliverTraced(message)
+        }
+    }
+
+    private func deliverTraced(_ message: AMQPDelivery) async {
         guard let delivery = try? JSONCoding.decode(WebhookDelivery.self, from: Data(message.body)) else {
             await park(message, delivery: nil, reason: DeadLetterReason.invalidMessage, error: "not a webhook delivery", attempts: 0)
             return

@@ -13,7 +13,10 @@ import ServiceLifecycle
 import ServiceSupport
 
 /// Wires the gateway: stores over one pool, the publisher, the routes and the relay.
-func buildApplication(configuration: Configuration, settings: GatewaySettings, logger: Logger) async throws -> some ApplicationProtocol {
+/// `observability`: services that must stop last (the span exporter).
+func buildApplication(
+    configuration: Configuration, settings: GatewaySettings, observability: [any Service] = [], logger: Logger
+) async throws -> some ApplicationProtocol {
     let endpoint = try configuration.amqpEndpoint()
     let pool = configuration.primaryPool(logger: logger)
     var replicaLogger = logger
@@ -37,6 +40,7 @@ func buildApplication(configuration: Configuration, settings: GatewaySettings, l
     let router = Router(context: GatewayRequestContext.self, options: .autoGenerateHeadEndpoints)
     let routes = RouteMethods()
     router.addMiddleware {
+        RequestTelemetryMiddleware(logger: logger, slow: configuration.slowThreshold)
         CORSMiddleware(allowedOrigins: settings.http.corsAllowedOrigins, openPrefixes: ["/v1/public"])
         ProblemMiddleware(routes: routes)
         MetricsMiddleware()
@@ -87,8 +91,8 @@ func buildApplication(configuration: Configuration, settings: GatewaySettings, l
     OperationsRoutes(pool: pool, publisher: publisher, openAPIDocument: try resource("openapi", "yaml")).register(on: router)
 
     routes.load(from: router)
-    // The pools first, so stopped last.
-    let pools: [any Service] = [pool] + (replica.map { [$0] } ?? [])
+    // The exporter and pools first, so stopped last.
+    let pools: [any Service] = observability + [pool] + (replica.map { [$0] } ?? [])
 
     return Application(
         router: router,

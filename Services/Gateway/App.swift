@@ -1,5 +1,6 @@
 import Hummingbird
 import ServiceSupport
+import Telemetry
 
 #if canImport(Glibc)
 import Glibc
@@ -10,9 +11,11 @@ public enum GatewayMain {
     public static func run(arguments: [String]) async {
         let (configuration, settings) = Configuration.forService(
             "gateway", defaultPort: 8080, checksTokens: true, settings: GatewaySettings.init)
-        let logger = Observability.bootstrap(service: "gateway", level: configuration.logLevel)
+        let logger = Observability.bootstrap(service: "gateway", level: configuration.logLevel, format: configuration.logFormat)
         await ServiceExit.run("gateway", port: configuration.port) {
-            let app = try await buildApplication(configuration: configuration, settings: settings, logger: logger)
+            let app = try await buildApplication(
+                configuration: configuration, settings: settings,
+                observability: try Telemetry.bootstrap(service: "gateway", logger: logger), logger: logger)
             try await app.runService()
         }
     }

@@ -8,6 +8,7 @@ import Persistence
 import PQBridge
 import ServiceSupport
 import SyncModels
+import Tracing
 
 /// Group commit at intake: a push that arrives while a slot is free is committed at once;
 /// pushes that arrive while every slot is committing wait, and go together in the next
@@ -18,6 +19,8 @@ import SyncModels
 final class IntakeBatcher: Sendable {
     private struct Waiting: Sendable {
         let intake: JobStore.Intake
+        /// The push's trace.
+        let context: ServiceContext
         let reply: CheckedContinuation<JobStore.IntakeOutcome, any Error>
     }
 
@@ -47,7 +50,8 @@ final class IntakeBatcher: Sendable {
     /// Commits the push's job (with whatever pushes wait alongside it) and announces it.
     func submit(_ intake: JobStore.Intake) async throws -> JobStore.IntakeOutcome {
         try await withCheckedThrowingContinuation { reply in
-            let batches = dispatch.withLockedValue { $0.arrived(Waiting(intake: intake, reply: reply)) }
+            let waiting = Waiting(intake: intake, context: ServiceContext.current ?? .topLevel, reply: reply)
+            let batches = dispatch.withLockedValue { $0.arrived(waiting) }
             for batch in batches where !background.submit({ await self.run(batch) }) { refuse(batch) }
         }
     }
@@ -72,6 +76,13 @@ final class IntakeBatcher: Sendable {
     }
 
     private func commit(_ batch: [Waiting]) async {
+        await Traces.batch("intake commit", members: batch.map(\.context)) { contexts in
+            await commitTraced(batch, contexts: contexts)
+        }
+    }
+
+    /// `contexts`: each push's, within the batch's trace.
+    private func commitTraced(_ batch: [Waiting], contexts: [ServiceContext]) async {
         batchSizes.record(batch.count)
         var outcomes: [Result<JobStore.IntakeOutcome, any Error>]
         if batch.count == 1 {
@@ -92,20 +103,21 @@ final class IntakeBatcher: Sendable {
                 for waiting in batch { outcomes.append(await Result(catching: { try await self.jobs.create(waiting.intake) })) }
             }
         }
-        await publish(zip(batch, outcomes).compactMap { waiting, outcome in
+        await publish(zip(zip(batch, contexts), outcomes).compactMap { pair, outcome in
             guard case .success(.created(let job, _)) = outcome else { return nil }
-            return (job, waiting.intake.traceID, waiting.intake.ops.count)
+            return (job, pair.1, pair.0.intake.ops.count)
         })
         for (waiting, outcome) in zip(batch, outcomes) { waiting.reply.resume(with: outcome) }
     }
 
     /// The jobs are committed: announce them. A failure here loses nothing — the relay
     /// publishes every job left unpublished — so the pushes are still accepted.
-    private func publish(_ created: [(job: JobRef, traceID: String?, ops: Int)]) async {
+    private func publish(_ created: [(job: JobRef, context: ServiceContext, ops: Int)]) async {
         guard !created.isEmpty else { return }
         if let pause = Failpoints.pauseBeforePublish { try? await Task.sleep(for: .seconds(pause)) }
         do {
-            try await publisher.publish(created.map { SynclineTopology.jobMessage($0.job, traceID: $0.traceID, ops: $0.ops) })
+            try await Traces.publish(
+                created.map { (SynclineTopology.jobMessage($0.job, traceID: nil, ops: $0.ops), $0.context) }, with: publisher)
             created.forEach { marks.add($0.job) }
         } catch {
             publishFailures.increment(by: created.count)

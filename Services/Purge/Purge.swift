@@ -46,7 +46,7 @@ struct Purge: AsyncParsableCommand {
              try reader.blobStore(),
              try reader.duration("BLOB_SWEEP_INTERVAL", "1m"))
         }
-        let logger = Observability.bootstrap(service: "purge", level: configuration.logLevel)
+        let logger = Observability.bootstrap(service: "purge", level: configuration.logLevel, format: configuration.logFormat)
         let pool = configuration.primaryPool(size: 2, logger: logger)
         let publisher = AMQPPublisher(
             endpoint: try configuration.amqpEndpoint(),

@@ -24,7 +24,7 @@ struct Syncctl: AsyncParsableCommand {
 /// Shared by the subcommands that talk to PostgreSQL.
 func withPool<T: Sendable>(_ body: (PGPool, Logger) async throws -> T) async throws -> T {
     let configuration = try Configuration.fromEnvironment()
-    let logger = Observability.bootstrap(service: "syncctl", level: configuration.logLevel)
+    let logger = Observability.bootstrap(service: "syncctl", level: configuration.logLevel, format: configuration.logFormat)
     // No statement_timeout: a migration may rewrite a large table.
     let pool = configuration.primaryPool(size: 1, logger: logger, statementTimeout: nil)
     do {

@@ -5,12 +5,16 @@ import Hummingbird
 import Logging
 import PQBridge
 import Persistence
+import ServiceLifecycle
 import ServiceSupport
 
 /// Wires the worker: consumers on `sync.jobs` and `sync.jobs.exhausted`, a pool sized for
 /// its transactions (and the exhausted consumer's four), a publisher for retries, dead
 /// letters and job events, and the operations endpoints.
-func buildWorker(configuration: Configuration, settings: WorkerSettings, logger: Logger) throws -> some ApplicationProtocol {
+/// `observability`: services that must stop last (the span exporter).
+func buildWorker(
+    configuration: Configuration, settings: WorkerSettings, observability: [any Service] = [], logger: Logger
+) throws -> some ApplicationProtocol {
     let endpoint = try configuration.amqpEndpoint()
     let pool = configuration.primaryPool(size: min(configuration.databasePoolSize, settings.concurrency + 4), logger: logger)
     let topology = SynclineTopology.topology(retryDelays: configuration.retryDelays)
@@ -34,7 +38,7 @@ func buildWorker(configuration: Configuration, settings: WorkerSettings, logger:
     return Application(
         router: router,
         configuration: .init(address: .hostname("0.0.0.0", port: configuration.port), serverName: "syncline-worker"),
-        services: [
+        services: observability + [
             pool,
             ResourceCloser { await publisher.shutdown() },
             // Stopped in reverse order: the consumer first, then the announcer publishes

@@ -6,6 +6,7 @@ import NIOConcurrencyHelpers
 import ServiceLifecycle
 import ServiceSupport
 import SyncModels
+import Tracing
 
 /// Tells fanout which jobs finished, after their commits, without holding a job slot
 /// while the broker confirms: `send` queues the events and returns; one loop publishes
@@ -13,7 +14,8 @@ import SyncModels
 /// poke gets the change at its next pull — so when the broker is slower than the jobs,
 /// the oldest events beyond `capacity` are dropped, and counted.
 final class EventAnnouncer: Service, Sendable {
-    private let queued = NIOLockedValueBox<[JobEvent]>([])
+    /// Each event with the trace of the job it tells of.
+    private let queued = NIOLockedValueBox<[(event: JobEvent, context: ServiceContext)]>([])
     private let signals: AsyncStream<Void>
     private let signal: AsyncStream<Void>.Continuation
     private let publisher: AMQPPublisher
@@ -29,7 +31,13 @@ final class EventAnnouncer: Service, Sendable {
         self.logger = logger
     }
 
+    /// Queues events of the job being handled now (its trace is the current one).
     func send(_ events: [JobEvent]) {
+        let context = ServiceContext.current ?? .topLevel
+        send(events.map { ($0, context) })
+    }
+
+    func send(_ events: [(event: JobEvent, context: ServiceContext)]) {
         guard !events.isEmpty else { return }
         let over = queued.withLockedValue { queued -> Int in
             queued += events
@@ -60,7 +68,7 @@ final class EventAnnouncer: Service, Sendable {
         for start in stride(from: 0, to: events.count, by: Self.chunk) {
             let chunk = events[start..<min(start + Self.chunk, events.count)]
             do {
-                try await publisher.publish(chunk.map(SynclineTopology.eventMessage))
+                try await Traces.publish(chunk.map { (SynclineTopology.eventMessage($0.event), $0.context) }, with: publisher)
             } catch {
                 logger.debug("job events not published", metadata: ["events.count": "\(chunk.count)", "error": "\(error)"])
             }

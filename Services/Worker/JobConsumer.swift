@@ -3,11 +3,12 @@ import BrokerTopology
 import Foundation
 import Logging
 import Metrics
-import PQBridge
 import Persistence
+import PQBridge
 import ServiceLifecycle
 import ServiceSupport
 import SyncModels
+import Tracing
 
 /// Takes job messages off `sync.jobs` and applies each job in PostgreSQL, acking only
 /// after the applying transaction committed. The message only names the job: the user,
@@ -74,6 +75,29 @@ struct JobConsumer: Service {
     /// is tried alone (`handleAlone`) on the same applying code: a poison job is
     /// dead-lettered alone while the others are applied.
     func handle(batch deliveries: [AMQPDelivery]) async {
+        let started = ContinuousClock.now
+        await Traces.batch(
+            "process \(SynclineTopology.jobsQueue)", members: deliveries.map(Traces.context(of:)), kind: .consumer,
+            attributes: Self.consumeAttributes
+        ) { contexts in
+            await handle(batch: deliveries, contexts: contexts)
+        }
+        let took = ContinuousClock.now - started
+        if took > configuration.slowThreshold {
+            logger.warning("slow apply batch", metadata: [
+                "jobs.count": "\(deliveries.count)", "seconds": "\(Double(took.components.seconds) + Double(took.components.attoseconds) / 1e18)",
+                "ops.count": "\(deliveries.map(SynclineTopology.opCount(inMessage:)).reduce(0, +))",
+            ])
+        }
+    }
+
+    static let consumeAttributes: SpanAttributes = [
+        "messaging.system": "rabbitmq", "messaging.operation.type": "process",
+        "messaging.destination.name": .string(SynclineTopology.jobsQueue),
+    ]
+
+    /// `contexts`: each delivery's, within the batch's trace.
+    private func handle(batch deliveries: [AMQPDelivery], contexts: [ServiceContext]) async {
         batchSizes.record(deliveries.count)
         batchOps.record(deliveries.map(SynclineTopology.opCount(inMessage:)).reduce(0, +))
         // Each message's job, read once; a delivery without one is handled alone below.
@@ -91,12 +115,12 @@ struct JobConsumer: Service {
             for delivery in deliveries { await handleAlone(delivery) }
             return
         }
-        var events: [JobEvent] = []
+        var events: [(event: JobEvent, context: ServiceContext)] = []
         var settled = Set<String>()
-        for (delivery, job) in named {
+        for ((delivery, job), context) in zip(named, contexts) {
             switch job.flatMap({ outcomes[$0.job] }) {
             case .applied(let applied)? where settled.insert(job!.job).inserted:
-                events += settleApplied(delivery, jobID: job!.job, applied)
+                events += settleApplied(delivery, jobID: job!.job, applied).map { (event: $0, context: context) }
             case .applied?, .alreadyFinished?:
                 duplicates.increment()
                 jobs.ack(delivery)
@@ -138,6 +162,12 @@ struct JobConsumer: Service {
     /// of its own first, so that a failing attempt counts: retries, dead-lettering and
     /// outages are handled here.
     func handleAlone(_ delivery: AMQPDelivery) async {
+        await Traces.batch("apply \(SynclineTopology.jobsQueue) job", members: [Traces.context(of: delivery)]) { _ in
+            await applyAlone(delivery)
+        }
+    }
+
+    private func applyAlone(_ delivery: AMQPDelivery) async {
         guard let named = SynclineTopology.job(inMessage: delivery.body) else {
             await park(delivery, from: jobs, jobID: nil, reason: DeadLetterReason.invalidMessage, error: "the message does not name a job")
             return
@@ -145,7 +175,6 @@ struct JobConsumer: Service {
         let jobID = named.id
         var logger = self.logger
         logger[metadataKey: "job.id"] = "\(jobID)"
-        if let trace = delivery.header(SynclineTopology.Header.trace) { logger[metadataKey: "trace.id"] = "\(trace)" }
 
         let job: JobRef
         let attempt: Int

@@ -73,8 +73,12 @@ public final class PGConnection: @unchecked Sendable {
         prepared = [:]
     }
 
+    /// Spans and slow-statement warnings for the holder's statements.
+    private var tracing: StatementTracing?
+
     /// The connection is held by checkout `id` until `release()`.
-    func hold(_ id: UInt64) {
+    func hold(_ id: UInt64, tracing: StatementTracing? = nil) {
+        self.tracing = tracing
         cancelLock.withLock {
             holder = id
             cancelRequested = false
@@ -82,6 +86,7 @@ public final class PGConnection: @unchecked Sendable {
     }
 
     func release() {
+        tracing = nil
         cancelLock.withLock {
             holder = 0
             cancelRequested = false
@@ -112,6 +117,20 @@ public final class PGConnection: @unchecked Sendable {
     /// result out in binary format.
     @discardableResult
     public func execute(_ query: PGQuery) throws(PGError) -> PGRows {
+        guard let tracing else { return try run(query) }
+        let started = ContinuousClock.now
+        let span = tracing.start(query)
+        do {
+            let rows = try run(query)
+            tracing.end(span, query, started: started, error: nil)
+            return rows
+        } catch {
+            tracing.end(span, query, started: started, error: error)
+            throw error
+        }
+    }
+
+    private func run(_ query: PGQuery) throws(PGError) -> PGRows {
         guard let handle else { throw PGError(code: .connection, message: "not connected") }
         try checkNotCancelled()
         observer?(query)

@@ -2,6 +2,7 @@ import Logging
 import NIOConcurrencyHelpers
 import NIOPosix
 import ServiceLifecycle
+import Tracing
 
 /// A fixed set of libpq connections, each used by one closure at a time on a thread of a
 /// `NIOThreadPool` the pool owns, so blocking libpq calls never stall Swift's cooperative
@@ -31,9 +32,10 @@ public final class PGPool: Sendable {
     private let threads: NIOThreadPool
     private let state: NIOLockedValueBox<State>
     private let logger: Logger
-    /// A connection waited for (a warning), or held (info: purges and big batches may), longer
-    /// than this is logged: such waits stall every request behind them.
-    static let slow = Duration.seconds(1)
+    /// A connection waited for or a statement run (warnings), or a connection held (info:
+    /// purges and big batches may), longer than this is logged: such waits stall every
+    /// request behind them.
+    public let slowThreshold: Duration
     /// Whether a failure to connect was logged and no connection has been made since: an
     /// outage is logged once, with libpq's reason, and its end once.
     private let outageLogged = NIOLockedValueBox(false)
@@ -56,11 +58,14 @@ public final class PGPool: Sendable {
     ///   - standbyWait: when set, every transaction's commit must be flushed by a standby
     ///     within it (`PGConnection.awaitStandby`), or `transaction` throws `.unconfirmed`.
     ///   - observer: shown every statement before it runs (nil: none).
+    ///   - slowThreshold: what counts as slow for a wait, a statement or a hold.
     public init(
         url: String, size: Int, logger: Logger,
         statementTimeout: Duration? = .seconds(60), acquisitionTimeout: Duration = .seconds(10),
-        healthCheckInterval: Duration = .seconds(30), standbyWait: Duration? = nil, observer: Observer? = nil
+        healthCheckInterval: Duration = .seconds(30), standbyWait: Duration? = nil, observer: Observer? = nil,
+        slowThreshold: Duration = .seconds(1)
     ) {
+        self.slowThreshold = slowThreshold
         let conninfo = url.contains("connect_timeout")
             ? url : url + (url.contains("?") ? "&" : "?") + "connect_timeout=5"
         self.size = size
@@ -81,13 +86,13 @@ public final class PGPool: Sendable {
         _ body: @escaping @Sendable (PGConnection) throws -> T
     ) async throws -> T {
         let (connection, id) = try await checkOut()
-        connection.hold(id)
+        connection.hold(id, tracing: StatementTracing(context: ServiceContext.current, logger: logger, slow: slowThreshold))
         let held = ContinuousClock.now
         defer {
             connection.release()
             checkIn(connection)
             let seconds = ContinuousClock.now - held
-            if seconds > Self.slow {
+            if seconds > slowThreshold {
                 logger.info("held a database connection", metadata: ["seconds": "\(seconds.seconds)"])
             }
         }
@@ -183,7 +188,7 @@ public final class PGPool: Sendable {
         let waitStarted = ContinuousClock.now
         defer {
             let waited = ContinuousClock.now - waitStarted
-            if waited > Self.slow {
+            if waited > slowThreshold {
                 logger.warning("waited for a database connection", metadata: ["seconds": "\(waited.seconds)"])
             }
         }
@@ -319,7 +324,7 @@ extension PGPool: Service {
 
 extension Duration {
     /// In seconds, to the millisecond (for logs).
-    fileprivate var seconds: String {
+    var seconds: String {
         let (whole, attoseconds) = components
         return "\(((Double(whole) + Double(attoseconds) / 1e18) * 1000).rounded() / 1000)"
     }

@@ -70,6 +70,10 @@ public struct Configuration: Sendable {
     /// Whether webhook URLs may name private addresses (registration and delivery).
     public var allowPrivateWebhooks: Bool
     public var logLevel: Logger.Level
+    public var logFormat: Observability.LogFormat
+    /// `SLOW_THRESHOLD`: a request, statement, wait for a connection, publisher confirm or
+    /// apply batch that takes longer logs a warning with its trace id.
+    public var slowThreshold: Duration
     public var databasePoolSize: Int
     /// `DATABASE_REQUIRE_STANDBY`: how long a commit may wait for a standby to hold it
     /// before the write is refused as unavailable (nil: a commit on the primary suffices).
@@ -101,6 +105,9 @@ public struct Configuration: Sendable {
         guard let level = Logger.Level(rawValue: levelText.lowercased()) else {
             throw Invalid(description: "LOG_LEVEL must be one of trace, debug, info, notice, warning, error, critical")
         }
+        guard let format = Observability.LogFormat(rawValue: (reader.value("LOG_FORMAT") ?? "text").lowercased()) else {
+            throw Invalid(description: "LOG_FORMAT must be text or json")
+        }
         return Configuration(
             databaseURL: reader.value("DATABASE_URL") ?? "postgresql://syncline:syncline@127.0.0.1:5432/syncline",
             amqpURL: reader.value("AMQP_URL") ?? "amqp://guest:guest@127.0.0.1:5672/%2f",
@@ -110,6 +117,8 @@ public struct Configuration: Sendable {
             maxAttempts: try reader.int("MAX_ATTEMPTS", 5),
             allowPrivateWebhooks: reader.flag("ALLOW_PRIVATE_WEBHOOKS"),
             logLevel: level,
+            logFormat: format,
+            slowThreshold: .milliseconds(Int((try reader.duration("SLOW_THRESHOLD", "1s") * 1000).rounded())),
             databasePoolSize: try reader.int("DATABASE_POOL_SIZE", 8),
             databaseStandbyWait: reader.value("DATABASE_REQUIRE_STANDBY") == nil
                 ? nil : .milliseconds(Int((try reader.duration("DATABASE_REQUIRE_STANDBY", "5s") * 1000).rounded())),
@@ -148,7 +157,7 @@ public struct Configuration: Sendable {
     public func primaryPool(size: Int? = nil, logger: Logger, statementTimeout: Duration? = .seconds(60)) -> PGPool {
         PGPool(
             url: databaseURL, size: size ?? databasePoolSize, logger: logger, statementTimeout: statementTimeout,
-            standbyWait: databaseStandbyWait)
+            standbyWait: databaseStandbyWait, slowThreshold: slowThreshold)
     }
 
     /// The broker endpoint from `AMQP_URL`.

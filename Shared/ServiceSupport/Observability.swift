@@ -9,17 +9,33 @@ public enum Observability {
 
     public static let registry = PrometheusCollectorRegistry()
 
-    public static func bootstrap(service: String, level: Logger.Level) -> Logger {
+    /// How log lines are written: readable text, or JSON lines (`LOG_FORMAT`).
+    public enum LogFormat: String, Sendable { case text, json }
+
+    /// Log lines written inside a trace carry its id as `trace.id`.
+    public static let traceMetadata = Logger.MetadataProvider {
+        guard let traceID = Traces.traceID(of: Traces.traceparent()) else { return [:] }
+        return ["trace.id": .string(traceID)]
+    }
+
+    public static func bootstrap(service: String, level: Logger.Level, format: LogFormat = .text) -> Logger {
         let first = bootstrapped.withLockedValue { done in
             defer { done = true }
             return !done
         }
         if first {
-            LoggingSystem.bootstrap { label in
-                var handler = StreamLogHandler.standardError(label: label)
-                handler.logLevel = level
-                return handler
-            }
+            LoggingSystem.bootstrap({ label, provider in
+                switch format {
+                case .text:
+                    var handler = StreamLogHandler.standardError(label: label, metadataProvider: provider)
+                    handler.logLevel = level
+                    return handler
+                case .json:
+                    var handler = JSONLogHandler(label: label, metadataProvider: provider)
+                    handler.logLevel = level
+                    return handler
+                }
+            }, metadataProvider: traceMetadata)
             var factory = PrometheusMetricsFactory(registry: registry)
             // How many pushes or jobs shared one transaction.
             let batchBuckets: [Double] = [1, 2, 4, 8, 16, 32, 64]

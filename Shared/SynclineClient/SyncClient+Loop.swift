@@ -163,9 +163,12 @@ extension SyncClient {
         while let batch = try store.nextBatch(
             device: device, space: configuration.spaceID, maxOps: Names.maxOpsPerPush, maxBytes: maxBatchBytes) {
             let answer: ServerAPI.Answer
+            let trace = TraceParent(batchKey: batch.idempotencyKey)
+            lastPushTraceID = trace.traceID
             do {
                 answer = try await api.send(
-                    "POST", "/v1/sync/push", body: batch.body, headers: ["Idempotency-Key": batch.idempotencyKey])
+                    "POST", "/v1/sync/push", body: batch.body,
+                    headers: ["Idempotency-Key": batch.idempotencyKey, "traceparent": trace.header])
             } catch {
                 throw Retry(reason: "push failed: \(error.localizedDescription)", after: nil)
             }

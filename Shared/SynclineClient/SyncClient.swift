@@ -45,6 +45,8 @@ public actor SyncClient {
     var observers: [UUID: QueryObserver] = [:]
     var lastSyncAt: Date?
     var lastError: String?
+    /// The trace id the last push was sent with (`traceparent`).
+    var lastPushTraceID: String?
     var live = false
     /// Outcomes of this device's jobs heard on the stream, until the jobs are settled (the
     /// stream may tell before the push's 202 is stored).
@@ -90,7 +92,7 @@ public actor SyncClient {
             guard let status = try? Self.status(store, snapshot, now: now()), last.changed(to: status) else { return }
             sink.yield(status)
         }
-        statusWork.request(StatusSnapshot(lastSyncAt: nil, lastError: nil, live: false))
+        statusWork.request(StatusSnapshot(lastSyncAt: nil, lastError: nil, lastPushTraceID: nil, live: false))
     }
 
     // MARK: - Lifecycle
@@ -268,13 +270,14 @@ public actor SyncClient {
 
     /// Why an edit has not synced yet.
     public func status() throws -> SyncStatus {
-        try Self.status(store, StatusSnapshot(lastSyncAt: lastSyncAt, lastError: lastError, live: live), now: configuration.now())
+        try Self.status(store, StatusSnapshot(lastSyncAt: lastSyncAt, lastError: lastError, lastPushTraceID: lastPushTraceID, live: live), now: configuration.now())
     }
 
     /// What the sync loop knows of the status; the store knows the rest.
     struct StatusSnapshot: Sendable {
         let lastSyncAt: Date?
         let lastError: String?
+        let lastPushTraceID: String?
         let live: Bool
     }
 
@@ -283,13 +286,14 @@ public actor SyncClient {
         let uploads = try store.pendingUploadTotals()
         return SyncStatus(
             pendingOps: counts.pending, oldestPendingAge: counts.oldest.map { now.timeIntervalSince1970 - $0 },
-            lastSyncAt: snapshot.lastSyncAt, lastError: snapshot.lastError, setAsideOps: counts.setAside, live: snapshot.live,
+            lastSyncAt: snapshot.lastSyncAt, lastError: snapshot.lastError, lastPushTraceID: snapshot.lastPushTraceID,
+            setAsideOps: counts.setAside, live: snapshot.live,
             pendingUploads: uploads.count, pendingUploadBytes: uploads.bytes)
     }
 
     /// The status may have changed: `statusUpdates` gets it if it did.
     func statusChanged() {
-        statusWork.request(StatusSnapshot(lastSyncAt: lastSyncAt, lastError: lastError, live: live))
+        statusWork.request(StatusSnapshot(lastSyncAt: lastSyncAt, lastError: lastError, lastPushTraceID: lastPushTraceID, live: live))
     }
 
     /// The last status delivered, so an unchanged one is not delivered again.
@@ -302,6 +306,7 @@ public actor SyncClient {
             // The age of the oldest pending op grows by itself: only whether there is one counts.
             return status.pendingOps != last.pendingOps || (status.oldestPendingAge == nil) != (last.oldestPendingAge == nil)
                 || status.lastSyncAt != last.lastSyncAt || status.lastError != last.lastError
+                || status.lastPushTraceID != last.lastPushTraceID
                 || status.setAsideOps != last.setAsideOps || status.live != last.live
                 || status.pendingUploads != last.pendingUploads || status.pendingUploadBytes != last.pendingUploadBytes
         }

@@ -89,6 +89,10 @@ public struct SyncStatus: Sendable, Equatable {
     public let lastSyncAt: Date?
     /// The last failure (network, auth, server), cleared by the next success.
     public let lastError: String?
+    /// The trace id (32 hex digits) the last push went out with, in its `traceparent`:
+    /// what the operator looks for in the server's logs (`trace.id`) and traces. Every
+    /// retry of the same batch keeps it.
+    public let lastPushTraceID: String?
     /// Ops the server refused, waiting for the app to retry or drop them.
     public let setAsideOps: Int
     /// Whether the live stream is connected.

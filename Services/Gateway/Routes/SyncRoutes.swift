@@ -65,7 +65,7 @@ struct SyncRoutes: Sendable {
         if let key, !(1...255).contains(key.utf8.count) || !key.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) {
             throw APIError.badRequest("Idempotency-Key must be 1 to 255 visible ASCII characters.")
         }
-        let traceID = TraceContext.traceparent(from: request.headers[.traceparent])
+        let traceID = Traces.traceparent() ?? TraceParent.random()
         let outcome = try await intake.submit(JobStore.Intake(
             user: claims.sub, deviceID: Names.canonicalUUID(push.deviceID) ?? push.deviceID, ops: push.ops,
             idempotencyKey: key, requestHash: Digests.sha256Hex(body), traceID: traceID,
@@ -157,21 +157,4 @@ struct SyncRoutes: Sendable {
 
 extension HTTPField.Name {
     static let idempotencyKey = HTTPField.Name("Idempotency-Key")!
-    static let traceparent = HTTPField.Name("traceparent")!
-}
-
-/// W3C trace context: keep a valid incoming `traceparent`, else start a trace.
-enum TraceContext {
-    static func traceparent(from header: String?) -> String {
-        if let header, header.utf8.count == 55, header.hasPrefix("00-"),
-           header.split(separator: "-").map(\.count) == [2, 32, 16, 2] {
-            return header.lowercased()
-        }
-        // 24 random bytes from three draws, not one per byte: each draw may be a system
-        // call, and `String(format:)` per byte was 7 % of the gateway's CPU.
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(24)
-        for _ in 0..<3 { withUnsafeBytes(of: UInt64.random(in: .min ... .max)) { bytes += $0 } }
-        return "00-\(Hex.string(bytes[0..<16]))-\(Hex.string(bytes[16..<24]))-01"
-    }
 }

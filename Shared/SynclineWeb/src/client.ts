@@ -68,6 +68,12 @@ export interface SyncStatus {
   oldestPendingAge: number | null;
   lastSyncAt: number | null;
   lastError: string | null;
+  /**
+   * The trace id (32 hex digits) the last push went out with, in its `traceparent`: what the
+   * operator looks for in the server's logs (`trace.id`) and traces. Every retry of the same
+   * batch keeps it.
+   */
+  lastPushTraceID: string | null;
   setAsideOps: number;
   live: boolean;
   leader: boolean;
@@ -154,6 +160,7 @@ export class SyncClient {
   readonly events: SyncEvents = new EventTarget() as SyncEvents;
   #lastSyncAt: number | null = null;
   #lastError: string | null = null;
+  #lastPushTraceID: string | null = null;
   #pullWanted = true;
   /**
    * The furthest the server has shown this space to be (a succeeded job's checkpoint, a
@@ -556,7 +563,7 @@ export class SyncClient {
     const [counts, uploads] = await Promise.all([this.#store.status(), this.#store.pendingUploadTotals()]);
     return {
       pendingOps: counts.pending, oldestPendingAge: counts.oldest === null ? null : (Date.now() - counts.oldest) / 1000,
-      lastSyncAt: this.#lastSyncAt, lastError: this.#lastError, setAsideOps: counts.setAside, live: this.#live, leader: this.#leader,
+      lastSyncAt: this.#lastSyncAt, lastError: this.#lastError, lastPushTraceID: this.#lastPushTraceID, setAsideOps: counts.setAside, live: this.#live, leader: this.#leader,
       pendingUploads: uploads.count, pendingUploadBytes: uploads.bytes,
     };
   }
@@ -1035,7 +1042,9 @@ export class SyncClient {
     for (;;) {
       const batch = await this.#store.nextBatch(device, maxOpsPerPush, this.#maxBytes, this.options.spaceID);
       if (!batch) return;
-      const answer = await this.#send("POST", "/v1/sync/push", batch.body, { "Idempotency-Key": batch.key });
+      const trace = traceparent(batch.key);
+      this.#lastPushTraceID = trace.traceID;
+      const answer = await this.#send("POST", "/v1/sync/push", batch.body, { "Idempotency-Key": batch.key, traceparent: trace.header });
       if (answer.status === 202 && typeof answer.json?.job_id === "string") {
         await this.#store.batchAccepted(batch, answer.json.job_id);
       } else if (answer.status === 400 || answer.status === 422 || (answer.status === 403 && this.options.spaceID)) {
@@ -1158,4 +1167,17 @@ export class SyncClient {
 /** A client of one space, its data in the IndexedDB database `databaseName`. */
 export function createClient(options: ClientOptions): Promise<SyncClient> {
   return SyncClient.create(options);
+}
+
+/**
+ * The W3C `traceparent` a push is sent with: the trace id is the batch's idempotency key (a
+ * UUID, so every retry of the batch is in the same trace); each attempt is a span of its own.
+ */
+function traceparent(batchKey: string): { traceID: string; header: string } {
+  const hex = (bytes: Uint8Array) => Array.from(bytes, (byte) => byte.toString(16).padStart(2, "0")).join("");
+  const fromKey = batchKey.toLowerCase().replace(/[^0-9a-f]/g, "");
+  const traceID = fromKey.length === 32 && /[1-9a-f]/.test(fromKey) ? fromKey : hex(crypto.getRandomValues(new Uint8Array(16)));
+  let spanID = hex(crypto.getRandomValues(new Uint8Array(8)));
+  if (spanID === "0000000000000000") spanID = "0000000000000001";
+  return { traceID, header: `00-${traceID}-${spanID}-01` };
 }
