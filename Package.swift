@@ -281,7 +281,7 @@ let package = Package(
         .testTarget(
             name: "UnitTests",
             dependencies: [
-                "SyncModels", "SynclineClient", "SynclineTesting", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", "HTTPSupport", "BrokerTopology",
+                "Telemetry", "SyncModels", "SynclineClient", "SynclineTesting", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", "HTTPSupport", "BrokerTopology",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -33,7 +33,7 @@ public struct JSONLogHandler: LogHandler {
         FileHandle.standardError.write(Data(line.utf8))
     }
 
-    static func json(_ value: Logger.Metadata.Value) -> String {
+    public static func json(_ value: Logger.Metadata.Value) -> String {
         switch value {
         case .string(let text): quoted(text)
         case .stringConvertible(let value): quoted(value.description)
