@@ -29,7 +29,8 @@ func buildFanout(
     let queue = "fanout.\(UUID().uuidString.prefix(12).lowercased())"
     var topology = SynclineTopology.topology(retryDelays: configuration.retryDelays)
     topology.queues.append(.init(name: queue, arguments: ["x-expires": .int(120_000)]))
-    let publisher = AMQPPublisher(endpoint: endpoint, topology: topology, confirmTimeout: 2, logger: logger)
+    let publisher = AMQPPublisher(
+        endpoint: endpoint, topology: topology, confirmTimeout: 2, slowThreshold: configuration.slowThreshold, logger: logger)
     let consumer = AMQPConsumer(
         configuration: .init(endpoint: endpoint, topology: topology, queue: queue, prefetch: 256), logger: logger)
     let background = BackgroundWork()

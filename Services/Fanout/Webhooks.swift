@@ -54,7 +54,14 @@ struct WebhookDispatcher: Service {
         session = URLSession(configuration: sessionConfiguration, delegate: NoRedirects(), delegateQueue: nil)
     }
 
+    /// The reason a delivery to a private address is parked.
+    static let privateAddress = "private_address"
+
     func run() async throws {
+        // Counted from zero, so that alerts see the series before the first one.
+        for reason in [DeadLetterReason.invalidMessage, Self.privateAddress, DeadLetterReason.maxAttempts] {
+            Counter(label: "syncline_webhook_dead_letters_total", dimensions: [("reason", reason)]).increment(by: 0)
+        }
         events.start()
         deliveries.start()
         await withGracefulShutdownHandler {
@@ -124,7 +131,7 @@ struct WebhookDispatcher: Service {
             }
             if !configuration.allowPrivateWebhooks, let host = URL(string: hook.url)?.host,
                await Self.resolvesToPrivate(host) {
-                await park(message, delivery: delivery, reason: "private_address",
+                await park(message, delivery: delivery, reason: Self.privateAddress,
                            error: "\(host) is a private or loopback address (ALLOW_PRIVATE_WEBHOOKS is off)", attempts: attempt)
                 return
             }

@@ -22,12 +22,12 @@ func buildApplication(
     var replicaLogger = logger
     replicaLogger[metadataKey: "database"] = "replica"
     let replica = settings.databaseReadURL.map {
-        PGPool(url: $0, size: configuration.databasePoolSize, logger: replicaLogger)
+        PGPool(url: $0, size: configuration.databasePoolSize, logger: replicaLogger, slowThreshold: configuration.slowThreshold, name: "replica")
     }
     let reads = ReadPools(primary: pool, replica: replica, logger: logger)
     let publisher = AMQPPublisher(
         endpoint: endpoint, topology: SynclineTopology.topology(retryDelays: configuration.retryDelays),
-        confirmTimeout: 2, logger: logger)
+        confirmTimeout: 2, slowThreshold: configuration.slowThreshold, logger: logger)
     let auth = Authenticator(verifier: try await configuration.tokenVerifier(logger: logger))
     let devices = DeviceStore(pool: pool)
     let jobs = JobStore(pool: pool)

@@ -18,7 +18,8 @@ func buildWorker(
     let endpoint = try configuration.amqpEndpoint()
     let pool = configuration.primaryPool(size: min(configuration.databasePoolSize, settings.concurrency + 4), logger: logger)
     let topology = SynclineTopology.topology(retryDelays: configuration.retryDelays)
-    let publisher = AMQPPublisher(endpoint: endpoint, topology: topology, logger: logger)
+    let publisher = AMQPPublisher(
+        endpoint: endpoint, topology: topology, slowThreshold: configuration.slowThreshold, logger: logger)
     let jobs = AMQPConsumer(
         configuration: .init(
             endpoint: endpoint, topology: topology, queue: SynclineTopology.jobsQueue,

@@ -47,6 +47,7 @@ struct JobConsumer: Service {
     private let deadlockRetries = Counter(label: "syncline_job_deadlock_retries_total")
 
     func run() async throws {
+        for reason in DeadLetterReason.all { Counter(label: "syncline_dead_letters_total", dimensions: [("reason", reason)]).increment(by: 0) }
         jobs.start()
         exhausted.start()
         await withGracefulShutdownHandler {

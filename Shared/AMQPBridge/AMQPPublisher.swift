@@ -34,12 +34,18 @@ public final class AMQPPublisher: Sendable {
     private let owned: Owned
     private let topology: AMQPTopology
     private let confirmTimeout: TimeInterval
+    /// A batch the broker takes longer to confirm logs a warning.
+    private let slowThreshold: Duration
     private let logger: Logger
 
-    public init(endpoint: AMQPEndpoint, topology: AMQPTopology, confirmTimeout: TimeInterval = 5, logger: Logger) {
+    public init(
+        endpoint: AMQPEndpoint, topology: AMQPTopology, confirmTimeout: TimeInterval = 5, slowThreshold: Duration = .seconds(1),
+        logger: Logger
+    ) {
         owned = Owned(nodes: BrokerNodes(endpoint, role: "publisher"))
         self.topology = topology
         self.confirmTimeout = confirmTimeout
+        self.slowThreshold = slowThreshold
         self.logger = logger
         thread.start()
     }
@@ -68,8 +74,19 @@ public final class AMQPPublisher: Sendable {
             if batches.isEmpty { return }
             let messages = batches.flatMap(\.messages)
             let timeout = confirmTimeout
+            let started = ContinuousClock.now
             do {
                 try await onThread { connection in try connection.publishConfirmed(messages, timeout: timeout) }
+                let took = ContinuousClock.now - started
+                if took > slowThreshold {
+                    // The batch serves many callers: their traces are named by the messages.
+                    let traces = messages.compactMap { $0.headers["traceparent"].flatMap { if case .string(let t) = $0 { t } else { nil } } }
+                    logger.warning("slow publisher confirm", metadata: [
+                        "messages.count": "\(messages.count)",
+                        "seconds": "\(Double(took.components.seconds) + Double(took.components.attoseconds) / 1e18)",
+                        "trace.ids": .array(traces.prefix(10).map { .string(String($0.split(separator: "-").dropFirst().first ?? "")) }),
+                    ])
+                }
                 batches.forEach { $0.continuation.resume() }
             } catch {
                 batches.forEach { $0.continuation.resume(throwing: error) }

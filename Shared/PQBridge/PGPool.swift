@@ -1,4 +1,5 @@
 import Logging
+import Metrics
 import NIOConcurrencyHelpers
 import NIOPosix
 import ServiceLifecycle
@@ -32,6 +33,10 @@ public final class PGPool: Sendable {
     private let threads: NIOThreadPool
     private let state: NIOLockedValueBox<State>
     private let logger: Logger
+    /// Waits for a connection (`syncline_db_pool_wait_seconds`), and connections in use
+    /// out of the pool's size: what shows a pool too small for its load.
+    private let waits: Timer
+    private let inUse: Gauge
     /// A connection waited for or a statement run (warnings), or a connection held (info:
     /// purges and big batches may), longer than this is logged: such waits stall every
     /// request behind them.
@@ -59,13 +64,18 @@ public final class PGPool: Sendable {
     ///     within it (`PGConnection.awaitStandby`), or `transaction` throws `.unconfirmed`.
     ///   - observer: shown every statement before it runs (nil: none).
     ///   - slowThreshold: what counts as slow for a wait, a statement or a hold.
+    ///   - name: the `pool` label of its metrics (`primary`, `replica`).
     public init(
         url: String, size: Int, logger: Logger,
         statementTimeout: Duration? = .seconds(60), acquisitionTimeout: Duration = .seconds(10),
         healthCheckInterval: Duration = .seconds(30), standbyWait: Duration? = nil, observer: Observer? = nil,
-        slowThreshold: Duration = .seconds(1)
+        slowThreshold: Duration = .seconds(1), name: String = "primary"
     ) {
         self.slowThreshold = slowThreshold
+        waits = Timer(label: "syncline_db_pool_wait_seconds", dimensions: [("pool", name)], preferredDisplayUnit: .seconds)
+        inUse = Gauge(label: "syncline_db_pool_in_use", dimensions: [("pool", name)])
+        Gauge(label: "syncline_db_pool_size", dimensions: [("pool", name)]).record(size)
+        inUse.record(0)
         let conninfo = url.contains("connect_timeout")
             ? url : url + (url.contains("?") ? "&" : "?") + "connect_timeout=5"
         self.size = size
@@ -179,15 +189,20 @@ public final class PGPool: Sendable {
     /// A free connection, and the id of this checkout. Waits at most `acquisitionTimeout`
     /// (then `.timeout`); a cancelled caller stops waiting (`.cancelled`).
     private func checkOut() async throws -> (PGConnection, UInt64) {
-        let (id, immediate): (UInt64, PGConnection?) = try state.withLockedValue { state in
+        let (id, immediate, idle): (UInt64, PGConnection?, Int) = try state.withLockedValue { state in
             if state.closed { throw PGError(code: .closed, message: "pool closed") }
             defer { state.nextID += 1 }
-            return (state.nextID, state.idle.popLast())
+            let connection = state.idle.popLast()
+            return (state.nextID, connection, state.idle.count)
         }
-        if let immediate { return (immediate, id) }
+        if let immediate {
+            inUse.record(size - idle)
+            return (immediate, id)
+        }
         let waitStarted = ContinuousClock.now
         defer {
             let waited = ContinuousClock.now - waitStarted
+            waits.recordNanoseconds(Int64(waited.components.seconds) * 1_000_000_000 + Int64(waited.components.attoseconds / 1_000_000_000))
             if waited > slowThreshold {
                 logger.warning("waited for a database connection", metadata: ["seconds": "\(waited.seconds)"])
             }
@@ -260,14 +275,15 @@ public final class PGPool: Sendable {
     }
 
     private func checkIn(_ connection: PGConnection) {
-        let (waiter, closed): (Waiter?, Bool) = state.withLockedValue { state in
+        let (waiter, closed, idle): (Waiter?, Bool, Int) = state.withLockedValue { state in
             connection.lastCheckedIn = ContinuousClock.now
-            if state.closed { return (nil, true) }
-            if !state.waiters.isEmpty { return (state.waiters.removeFirst(), false) }
+            if state.closed { return (nil, true, 0) }
+            if !state.waiters.isEmpty { return (state.waiters.removeFirst(), false, state.idle.count) }
             state.idle.append(connection)
-            return (nil, false)
+            return (nil, false, state.idle.count)
         }
         if closed { connection.close() }
+        if !closed { inUse.record(size - idle) }
         waiter?.continuation.resume(returning: connection)
     }
 

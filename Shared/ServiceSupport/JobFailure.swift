@@ -64,4 +64,8 @@ public enum DeadLetterReason {
     public static let maxAttempts = "max_attempts"
     /// The broker redelivered the message past its delivery limit (workers kept dying on it).
     public static let deliveryLimit = "delivery_limit"
+
+    /// The reasons the worker itself gives, counted from zero in
+    /// `syncline_dead_letters_total` before any happens (so alerts see the series).
+    public static let all = [invalidMessage, unknownJob, maxAttempts, deliveryLimit]
 }
