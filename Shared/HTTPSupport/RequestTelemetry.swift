@@ -96,15 +96,21 @@ public struct RequestTelemetry: Sendable {
             if let error { span.recordError(error) }
             span.end()
         }
-        let (seconds, attoseconds) = took.components
-        let milliseconds = (Double(seconds) * 1000 + Double(attoseconds) / 1e15 * 1000).rounded() / 1000
         var metadata: Logger.Metadata = [
             "http.request.method": "\(method)", "http.route": "\(route)", "http.response.status_code": "\(status.code)",
-            "duration_ms": "\(milliseconds)", "http.response.body.size": "\(bytes)",
+            "duration_ms": "\(Self.milliseconds(took))", "http.response.body.size": "\(bytes)",
         ]
         if let traceID = Traces.traceID(of: Traces.traceparent(of: context)) { metadata["trace.id"] = "\(traceID)" }
         if let error, status.code >= 500 { metadata["error"] = "\(error)" }
         logger.log(level: took > slow ? .warning : .info, took > slow ? "slow request" : "request", metadata: metadata)
+    }
+}
+
+extension RequestTelemetry {
+    /// `duration` in milliseconds, to the microsecond (for log lines).
+    public static func milliseconds(_ duration: Duration) -> Double {
+        let (seconds, attoseconds) = duration.components
+        return ((Double(seconds) * 1000 + Double(attoseconds) / 1e15) * 1000).rounded() / 1000
     }
 }
 

@@ -200,7 +200,13 @@ public final class PGPool: Sendable {
             return (immediate, id)
         }
         let waitStarted = ContinuousClock.now
+        // In the caller's trace, the wait is a span of its own: time no statement accounts for.
+        let tracer = InstrumentationSystem.tracer
+        let span = tracer is NoOpTracer ? nil : ServiceContext.current.map {
+            tracer.startSpan("wait for a database connection", context: $0, ofKind: .internal)
+        }
         defer {
+            span?.end()
             let waited = ContinuousClock.now - waitStarted
             waits.recordNanoseconds(Int64(waited.components.seconds) * 1_000_000_000 + Int64(waited.components.attoseconds / 1_000_000_000))
             if waited > slowThreshold {

@@ -8,7 +8,7 @@ import Tracing
 /// the same `traceparent` still travels, so that logs of one push share one trace id.
 public enum Traces {
     /// Whether a tracer was bootstrapped: spans are worth starting.
-    public static var enabled: Bool { InstrumentationSystem.tracer is NoOpTracer == false }
+    public static var enabled: Bool { !(InstrumentationSystem.tracer is NoOpTracer) }
 
     /// The `traceparent` of `context`: its span's, when tracing is on, else the one the
     /// request or message brought (`ServiceContext.traceparent`).
@@ -65,7 +65,8 @@ public enum Traces {
                     var inner = span.context
                     inner.traceparent = traceparent(of: span.context) ?? context.traceparent
                     return try await ServiceContext.withValue(inner) {
-                        try await body(members.isEmpty ? [] : [inner])
+                        // Tracing off, several members: each keeps its own context.
+                        try await body(members.count == 1 ? [inner] : members)
                     }
                 }
             }

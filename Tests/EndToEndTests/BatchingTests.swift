@@ -43,8 +43,11 @@ struct BatchingTests {
     }
 
     /// Every job succeeded on its first attempt, and each op was applied once: the user's
-    /// pull holds one record per op and its cursor counts one version each.
-    static func expectEachAppliedOnce(_ api: APIClient, _ pushed: [(token: String, jobs: [String])], opsEach: Int = 1) async throws {
+    /// pull holds one record per op and its cursor counts one version each. Every job
+    /// message was published at intake (none waited for the relay) and acknowledged by a
+    /// worker: a batch settles each of its deliveries, not only its first.
+    static func expectEachAppliedOnce(_ stack: Stack, _ pushed: [(token: String, jobs: [String])], opsEach: Int = 1) async throws {
+        let api = stack.client
         for (token, jobs) in pushed {
             for job in jobs {
                 let view = try await api.awaitJob(token, job, within: 30)
@@ -53,6 +56,17 @@ struct BatchingTests {
             let (changes, cursor) = try await api.pullAll(token, limit: 1000)
             #expect(changes.count == jobs.count * opsEach && cursor == String(jobs.count * opsEach))
         }
+        #expect(metric("syncline_relayed_jobs_total", in: try await metrics(of: stack.gateway)) == 0, "a job message waited for the relay")
+        let vhost = E2E.amqpURL.flatMap { URL(string: $0.split(separator: ",").first.map(String.init) ?? $0)?.path.dropFirst() }.map(String.init) ?? "/"
+        let unacknowledged = try await E2E.eventually(within: 5, "every job message acknowledged") { () -> Int? in
+            let (status, output) = E2E.shellOutput(
+                "rabbitmqctl -q list_queues -p '\(vhost.isEmpty ? "/" : vhost)' name messages_unacknowledged 2>/dev/null")
+            guard status == 0 else { return nil }
+            let line = output.split(separator: "\n").first { $0.split(whereSeparator: \.isWhitespace).first == "sync.jobs" }
+            let count = line.flatMap { $0.split(whereSeparator: \.isWhitespace).last }.flatMap { Int($0) }
+            return count == 0 ? 0 : nil
+        }
+        #expect(unacknowledged == 0)
     }
 
     @Test func aPoisonJobInABatchOfFiftyIsDeadLetteredAloneWhileTheOthersSucceed() async throws {
@@ -73,7 +87,7 @@ struct BatchingTests {
             // One worker, one transaction at a time: the first job goes alone, the others
             // queued behind it leave together.
             try await stack.addWorker()
-            try await Self.expectEachAppliedOnce(api, healthy + more)
+            try await Self.expectEachAppliedOnce(stack, healthy + more)
             let dead = try await api.awaitJob(poisonToken, poisonJob, within: 30)
             #expect(dead["status"] as? String == "dead" && dead["attempts"] as? Int == E2E.maxAttempts, "\(dead)")
             // The batch that held the poison job rolled back and was applied job by job.
@@ -92,7 +106,7 @@ struct BatchingTests {
             let api = stack.client
             let pushed = try await Self.pushJobs(api, users: 3, jobsEach: 4, tag: "deadlock", collection: "deadlocky")
             try await stack.addWorker()
-            try await Self.expectEachAppliedOnce(api, pushed)
+            try await Self.expectEachAppliedOnce(stack, pushed)
             let metrics = try await Self.metrics(of: stack.workers[0])
             #expect(Self.metric("syncline_job_deadlock_retries_total", in: metrics) > 0, "no deadlock was met")
             #expect(Self.metric("syncline_job_retries_total", in: metrics) == 0, "a deadlock spent an attempt")
@@ -108,7 +122,7 @@ struct BatchingTests {
             // three jobs (90 ops) per transaction.
             let pushed = try await Self.pushJobs(api, users: 3, jobsEach: 6, opsEach: 30, tag: "opbound")
             try await stack.addWorker()
-            try await Self.expectEachAppliedOnce(api, pushed, opsEach: 30)
+            try await Self.expectEachAppliedOnce(stack, pushed, opsEach: 30)
             let metrics = try await Self.metrics(of: stack.workers[0])
             let batches = Self.metric("syncline_job_batch_ops_count", in: metrics)
             let withinBound = metrics.split(separator: "\n").first { $0.hasPrefix("syncline_job_batch_ops_bucket{le=\"100\"}") || $0.hasPrefix("syncline_job_batch_ops_bucket{le=\"100.0\"}") }
@@ -130,7 +144,7 @@ struct BatchingTests {
                 group.addTask { try await stack.addWorker() }
                 try await group.waitForAll()
             }
-            try await Self.expectEachAppliedOnce(api, pushed)
+            try await Self.expectEachAppliedOnce(stack, pushed)
             var batched = 0.0
             for worker in stack.workers {
                 let metrics = try await Self.metrics(of: worker)

@@ -120,8 +120,12 @@ final class OTLPReceiver: @unchecked Sendable {
     struct Span: @unchecked Sendable {
         // @unchecked: the attribute values are decoded JSON, never mutated.
         let service: String, trace: String, id: String, parent: String?, name: String, kind: String
+        /// Unix time in nanoseconds.
+        let start: UInt64, end: UInt64
         let attributes: [String: Any]
         let links: [(trace: String, span: String)]
+
+        var seconds: Double { Double(end &- start) / 1e9 }
     }
 
     let port = E2E.freePort()
@@ -157,12 +161,35 @@ final class OTLPReceiver: @unchecked Sendable {
             }
             return Span(
                 service: object["service"] as? String ?? "", trace: trace, id: id, parent: object["parent_span_id"] as? String,
-                name: name, kind: object["kind"] as? String ?? "", attributes: object["attributes"] as? [String: Any] ?? [:],
+                name: name, kind: object["kind"] as? String ?? "",
+                start: (object["start_ns"] as? NSNumber)?.uint64Value ?? 0, end: (object["end_ns"] as? NSNumber)?.uint64Value ?? 0,
+                attributes: object["attributes"] as? [String: Any] ?? [:],
                 links: links)
         }
     }
 
     func spans(inTrace trace: String) -> [Span] { all().filter { $0.trace == trace } }
+
+    /// Where the time of each server span slower than `seconds` went: its trace's spans
+    /// within it, longest first, and the time none of its children account for (CPU, the
+    /// scheduler, waits no span names). One line per slow span, for a test's output.
+    func breakdowns(slowerThan seconds: Double) -> [String] {
+        let spans = all()
+        let byParent = Dictionary(grouping: spans.filter { $0.parent != nil }, by: { $0.parent! })
+        return spans.filter { $0.kind == "server" && $0.seconds > seconds }.map { slow in
+            let children = byParent[slow.id] ?? []
+            let covered = children.reduce(0) { $0 + $1.seconds }
+            func describe(_ span: Span, depth: Int) -> [String] {
+                let own = String(format: "%@ %.3f s", span.name, span.seconds)
+                guard depth < 3 else { return [own] }
+                let inner = (byParent[span.id] ?? []).sorted { $0.seconds > $1.seconds }.prefix(3)
+                return [own] + inner.flatMap { describe($0, depth: depth + 1).map { "  " + $0 } }
+            }
+            let top = children.sorted { $0.seconds > $1.seconds }.prefix(4).flatMap { describe($0, depth: 1) }
+            return String(format: "%@ %@ %.3f s (trace %@): in no child span %.3f s; ", slow.service, slow.name, slow.seconds,
+                          slow.trace, max(0, slow.seconds - covered)) + top.joined(separator: " | ")
+        }
+    }
 
     func stop() {
         guard pid != 0 else { return }

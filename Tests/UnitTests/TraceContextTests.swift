@@ -1,4 +1,5 @@
 import Foundation
+import HTTPSupport
 import Logging
 import PQBridge
 import ServiceSupport
@@ -56,6 +57,16 @@ struct TraceContextTests {
         #expect(Traces.traceparent(of: Traces.context(traceparent: given)) == given)
     }
 
+    /// A batch hands its body one context per member, tracing on or off: what each member
+    /// sends on (its job message, its events) must keep its own trace.
+    @Test func aBatchGivesEveryMemberItsOwnContext() async {
+        let members = (0..<3).map { _ in Traces.context(traceparent: TraceParent.random()) }
+        let seen = await Traces.batch("test batch", members: members) { contexts in contexts.map(\.traceparent) }
+        #expect(seen == members.map(\.traceparent))
+        let alone = await Traces.batch("test batch", members: [members[0]]) { contexts in contexts.map(\.traceparent) }
+        #expect(alone == [members[0].traceparent])
+    }
+
     /// A client's push is in the trace its batch's idempotency key names, in every retry.
     @Test func aClientsPushTraceIsItsBatchsKey() {
         let key = "01a218be-944d-7df0-a736-ba5c2c66d9c0"
@@ -82,6 +93,12 @@ struct TraceContextTests {
         #expect(set.logFormat == .json && set.slowThreshold == .milliseconds(250))
         #expect(throws: Configuration.Invalid.self) { try Configuration.read(EnvironmentReader(["LOG_FORMAT": "xml"])) }
         #expect(throws: Configuration.Invalid.self) { try Configuration.read(EnvironmentReader(["SLOW_THRESHOLD": "soon"])) }
+    }
+
+    @Test func requestLinesGiveMillisecondsToTheMicrosecond() {
+        #expect(RequestTelemetry.milliseconds(.microseconds(34_850)) == 34.85)
+        #expect(RequestTelemetry.milliseconds(.milliseconds(1_500)) == 1_500)
+        #expect(RequestTelemetry.milliseconds(.seconds(12) + .microseconds(2)) == 12_000.002)
     }
 
     @Test func jsonLogValuesAreValidJSON() throws {

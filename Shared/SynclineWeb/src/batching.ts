@@ -34,3 +34,16 @@ export function batchSize(deviceID: string, ops: Op[], maxBytes = maxPushBytes, 
 export function halved(maxBytes: number): number {
   return Math.max(1_024, Math.floor(maxBytes / 2));
 }
+
+/**
+ * The W3C `traceparent` a push is sent with: the trace id is the batch's idempotency key (a
+ * UUID, so every retry of the batch is in the same trace); each attempt is a span of its own.
+ */
+export function traceparent(batchKey: string): { traceID: string; header: string } {
+  const hex = (bytes: Uint8Array) => Array.from(bytes, (byte) => byte.toString(16).padStart(2, "0")).join("");
+  const fromKey = batchKey.toLowerCase().replace(/[^0-9a-f]/g, "");
+  const traceID = fromKey.length === 32 && /[1-9a-f]/.test(fromKey) ? fromKey : hex(crypto.getRandomValues(new Uint8Array(16)));
+  let spanID = hex(crypto.getRandomValues(new Uint8Array(8)));
+  if (spanID === "0000000000000000") spanID = "0000000000000001";
+  return { traceID, header: `00-${traceID}-${spanID}-01` };
+}

@@ -1,6 +1,6 @@
 import { Backoff, retryAfterSeconds } from "./backoff.js";
 import { blobRefOf, isContentType, sha256Hex, type BlobRef } from "./blobs.js";
-import { halved, maxOpsPerPush, maxPushBytes } from "./batching.js";
+import { halved, maxOpsPerPush, maxPushBytes, traceparent } from "./batching.js";
 import type { JSONObject } from "./json.js";
 import type { Op, OpType, RecordView } from "./op.js";
 import { canonicalJSON } from "./json.js";
@@ -1167,17 +1167,4 @@ export class SyncClient {
 /** A client of one space, its data in the IndexedDB database `databaseName`. */
 export function createClient(options: ClientOptions): Promise<SyncClient> {
   return SyncClient.create(options);
-}
-
-/**
- * The W3C `traceparent` a push is sent with: the trace id is the batch's idempotency key (a
- * UUID, so every retry of the batch is in the same trace); each attempt is a span of its own.
- */
-function traceparent(batchKey: string): { traceID: string; header: string } {
-  const hex = (bytes: Uint8Array) => Array.from(bytes, (byte) => byte.toString(16).padStart(2, "0")).join("");
-  const fromKey = batchKey.toLowerCase().replace(/[^0-9a-f]/g, "");
-  const traceID = fromKey.length === 32 && /[1-9a-f]/.test(fromKey) ? fromKey : hex(crypto.getRandomValues(new Uint8Array(16)));
-  let spanID = hex(crypto.getRandomValues(new Uint8Array(8)));
-  if (spanID === "0000000000000000") spanID = "0000000000000001";
-  return { traceID, header: `00-${traceID}-${spanID}-01` };
 }

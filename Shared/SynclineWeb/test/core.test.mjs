@@ -2,7 +2,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Backoff, retryAfterSeconds } from "../dist/backoff.js";
-import { batchSize, halved, pushBody, maxOpsPerPush } from "../dist/batching.js";
+import { batchSize, halved, pushBody, maxOpsPerPush, traceparent } from "../dist/batching.js";
 import { ServerSentEvents } from "../dist/sse.js";
 import { formatHLC, parseHLC } from "../dist/hlc.js";
 
@@ -67,4 +67,16 @@ test("HLC text round-trips and compares as (ms, counter, node)", () => {
   assert.deepEqual(parseHLC(text), { milliseconds: 1_763_800_000_123, counter: 42, node: "dev-a" });
   assert.equal(parseHLC("nonsense"), null);
   assert.ok(formatHLC({ milliseconds: 5, counter: 10, node: "a" }) > formatHLC({ milliseconds: 5, counter: 9, node: "z" }));
+});
+
+test("a push's traceparent has its batch's key as trace id, and a new span each attempt", () => {
+  const key = "01a218be-944d-7df0-a736-ba5c2c66d9c0";
+  const first = traceparent(key), retry = traceparent(key);
+  assert.equal(first.traceID, "01a218be944d7df0a736ba5c2c66d9c0");
+  assert.equal(retry.traceID, first.traceID);
+  assert.notEqual(first.header, retry.header);
+  assert.match(first.header, /^00-01a218be944d7df0a736ba5c2c66d9c0-[0-9a-f]{16}-01$/);
+  const other = traceparent("not a uuid");
+  assert.match(other.header, /^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/);
+  assert.equal(other.header.split("-")[1], other.traceID);
 });
