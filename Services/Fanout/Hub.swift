@@ -230,11 +230,11 @@ final class Hub: Service, Sendable {
 
     /// `deliver`, in a span of the job's trace (when tracing is on).
     private func deliverTraced(_ event: JobEvent, from delivery: AMQPDelivery) {
-        guard Traces.enabled else {
+        guard let tracer = Traces.tracer else {
             deliver(event)
             return
         }
-        withSpan("poke \(queue)", context: Traces.context(of: delivery), ofKind: .consumer) { span in
+        tracer.withSpan("poke \(queue)", context: Traces.context(of: delivery), ofKind: .consumer) { span in
             span.attributes["messaging.system"] = "rabbitmq"
             span.attributes["messaging.operation.type"] = "process"
             span.attributes["messaging.destination.name"] = queue

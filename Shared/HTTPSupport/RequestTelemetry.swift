@@ -66,8 +66,8 @@ public struct RequestTelemetry: Sendable {
         let parent = Traces.context(
             traceparent: request.headerFields[.traceparent], tracestate: request.headerFields[.tracestate])
         method = request.method.rawValue
-        if Traces.enabled {
-            let span = InstrumentationSystem.tracer.startSpan(method, context: parent, ofKind: .server)
+        if let tracer = Traces.tracer {
+            let span = tracer.startSpan(method, context: parent, ofKind: .server)
             span.attributes["http.request.method"] = method
             span.attributes["url.path"] = request.path.map { String($0.prefix { $0 != "?" }) }
             span.attributes["user_agent.original"] = request.headerFields[.userAgent]

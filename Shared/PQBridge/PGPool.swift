@@ -36,6 +36,8 @@ public final class PGPool: Sendable {
     /// Waits for a connection (`syncline_db_pool_wait_seconds`), and connections in use
     /// out of the pool's size: what shows a pool too small for its load.
     private let waits: Timer
+    /// The tracer bootstrapped before the pool was made; nil: tracing is off.
+    private let tracer: (any Tracer)?
     private let inUse: Gauge
     /// A connection waited for or a statement run (warnings), or a connection held (info:
     /// purges and big batches may), longer than this is logged: such waits stall every
@@ -72,6 +74,7 @@ public final class PGPool: Sendable {
         slowThreshold: Duration = .seconds(1), name: String = "primary"
     ) {
         self.slowThreshold = slowThreshold
+        tracer = InstrumentationSystem.tracer is NoOpTracer ? nil : InstrumentationSystem.tracer
         waits = Timer(label: "syncline_db_pool_wait_seconds", dimensions: [("pool", name)], preferredDisplayUnit: .seconds)
         inUse = Gauge(label: "syncline_db_pool_in_use", dimensions: [("pool", name)])
         Gauge(label: "syncline_db_pool_size", dimensions: [("pool", name)]).record(size)
@@ -96,7 +99,7 @@ public final class PGPool: Sendable {
         _ body: @escaping @Sendable (PGConnection) throws -> T
     ) async throws -> T {
         let (connection, id) = try await checkOut()
-        connection.hold(id, tracing: StatementTracing(context: ServiceContext.current, logger: logger, slow: slowThreshold))
+        connection.hold(id, tracing: StatementTracing(tracer: tracer, context: ServiceContext.current, logger: logger, slow: slowThreshold))
         let held = ContinuousClock.now
         defer {
             connection.release()
@@ -201,9 +204,8 @@ public final class PGPool: Sendable {
         }
         let waitStarted = ContinuousClock.now
         // In the caller's trace, the wait is a span of its own: time no statement accounts for.
-        let tracer = InstrumentationSystem.tracer
-        let span = tracer is NoOpTracer ? nil : ServiceContext.current.map {
-            tracer.startSpan("wait for a database connection", context: $0, ofKind: .internal)
+        let span = tracer.flatMap { tracer in
+            ServiceContext.current.map { tracer.startSpan("wait for a database connection", context: $0, ofKind: .internal) }
         }
         defer {
             span?.end()

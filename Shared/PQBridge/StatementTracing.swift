@@ -8,16 +8,18 @@ import Tracing
 /// operation and table, and carry its text, whose values are all `$n` parameters
 /// (`PGQuery`): never a value.
 struct StatementTracing: Sendable {
+    /// The pool's tracer; nil when tracing is off.
+    let tracer: (any Tracer)?
     /// The holder's context: statements run on a pool thread, which has no task-locals.
     let context: ServiceContext?
     let logger: Logger
     let slow: Duration
 
     func start(_ query: PGQuery) -> (any Span)? {
-        let tracer = InstrumentationSystem.tracer
-        guard !(tracer is NoOpTracer), let context else { return nil }
+        guard let tracer, let context else { return nil }
         let summary = query.summary
         let span = tracer.startSpan(summary, context: context, ofKind: .client)
+        guard span.isRecording else { return span }
         span.attributes["db.system.name"] = "postgresql"
         span.attributes["db.query.summary"] = summary
         span.attributes["db.query.text"] = query.sql
@@ -48,39 +50,55 @@ struct StatementTracing: Sendable {
 extension PGQuery {
     /// The operation and the table it acts on (`SELECT jobs`, `INSERT devices`, `BEGIN`),
     /// read outside parentheses, past a `WITH`'s common table expressions: a statement's
-    /// name, low in cardinality.
+    /// name, low in cardinality. Read from the bytes (SQL keywords are ASCII): it runs for
+    /// every statement while tracing is on.
     public var summary: String {
-        // Words outside any parentheses.
-        var words: [Substring] = []
+        let bytes = Array(sql.utf8)
+        // Words outside any parentheses, as byte ranges.
+        var words: [Range<Int>] = []
         var depth = 0
-        var wordStart: String.Index?
-        for index in sql.indices {
-            let character = sql[index]
-            let isWordCharacter = character.isLetter || character.isNumber || character == "_" || character == "."
-            if isWordCharacter, wordStart == nil { wordStart = index }
-            if !isWordCharacter, let start = wordStart {
-                if depth == 0 { words.append(sql[start..<index]) }
+        var wordStart: Int?
+        for (index, byte) in bytes.enumerated() {
+            let inWord = (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
+                || byte == UInt8(ascii: "_") || byte == UInt8(ascii: ".") || byte >= 0x80
+            if inWord {
+                if wordStart == nil { wordStart = index }
+                continue
+            }
+            if let start = wordStart {
+                if depth == 0 { words.append(start..<index) }
                 wordStart = nil
             }
-            if character == "(" { depth += 1 } else if character == ")" { depth = max(0, depth - 1) }
+            if byte == UInt8(ascii: "(") { depth += 1 } else if byte == UInt8(ascii: ")") { depth = max(0, depth - 1) }
         }
-        if let start = wordStart, depth == 0 { words.append(sql[start...]) }
-        let upper = words.map { $0.uppercased() }
-        guard var verb = upper.first else { return "" }
-        var at = 0
-        if verb == "WITH", let main = upper.firstIndex(where: { ["SELECT", "INSERT", "UPDATE", "DELETE"].contains($0) }) {
-            verb = upper[main]
-            at = main
+        if let start = wordStart, depth == 0 { words.append(start..<bytes.count) }
+        /// Whether word `index` is `keyword` (upper case), in any case.
+        func word(_ index: Int, is keyword: StaticString) -> Bool {
+            let range = words[index]
+            guard range.count == keyword.utf8CodeUnitCount else { return false }
+            return keyword.withUTF8Buffer { key in
+                zip(bytes[range], key).allSatisfy { byte, letter in (byte & 0xDF) == letter }
+            }
         }
-        let marker: String? = switch verb {
+        func text(_ index: Int) -> String { String(decoding: bytes[words[index]], as: UTF8.self) }
+        guard !words.isEmpty else { return "" }
+        var verb = 0
+        if word(0, is: "WITH"),
+           let main = words.indices.first(where: { word($0, is: "SELECT") || word($0, is: "INSERT") || word($0, is: "UPDATE") || word($0, is: "DELETE") }) {
+            verb = main
+        }
+        let operation = text(verb).uppercased()
+        let marker: StaticString? = switch operation {
         case "SELECT", "DELETE": "FROM"
         case "INSERT": "INTO"
         case "UPDATE": "UPDATE"
         default: nil
         }
-        guard let marker, let found = upper[at...].firstIndex(of: marker), found + 1 < words.count else { return verb }
+        guard let marker, let found = words.indices[verb...].first(where: { word($0, is: marker) }), found + 1 < words.count else {
+            return operation
+        }
         var target = found + 1
-        while target + 1 < words.count, ["ONLY", "LATERAL"].contains(upper[target]) { target += 1 }
-        return "\(verb) \(words[target])"
+        while target + 1 < words.count, word(target, is: "ONLY") || word(target, is: "LATERAL") { target += 1 }
+        return "\(operation) \(text(target))"
     }
 }

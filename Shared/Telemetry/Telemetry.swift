@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import OTel
 import ServiceLifecycle
+import ServiceSupport
 import Tracing
 
 /// Traces out over OTLP/HTTP (protobuf), configured by OpenTelemetry's standard
@@ -27,6 +28,7 @@ public enum Telemetry {
         configuration.traces.otlpExporter.protocol = .httpProtobuf
         let (tracer, exporting) = try OTel.makeTracingBackend(configuration: configuration)
         InstrumentationSystem.bootstrap(tracer)
+        Traces.started(tracer)
         logger.info("tracing on", metadata: [
             "otel.endpoint": "\(environment["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] ?? environment["OTEL_EXPORTER_OTLP_ENDPOINT"] ?? "")",
             "otel.sampler": "\(environment["OTEL_TRACES_SAMPLER"] ?? "parentbased_always_on")",
