@@ -228,13 +228,14 @@ final class Hub: Service, Sendable {
         return sent
     }
 
-    /// `deliver`, in a span of the job's trace (when tracing is on).
+    /// `deliver`, in a span of the job's trace (when tracing is on and the trace sampled).
     private func deliverTraced(_ event: JobEvent, from delivery: AMQPDelivery) {
-        guard let tracer = Traces.tracer else {
+        let context = Traces.context(of: delivery)
+        guard let tracer = Traces.tracer, Traces.isSampled(context) else {
             deliver(event)
             return
         }
-        tracer.withSpan("poke \(queue)", context: Traces.context(of: delivery), ofKind: .consumer) { span in
+        tracer.withSpan("poke \(queue)", context: context, ofKind: .consumer) { span in
             span.attributes["messaging.system"] = "rabbitmq"
             span.attributes["messaging.operation.type"] = "process"
             span.attributes["messaging.destination.name"] = queue

@@ -34,6 +34,14 @@ public enum Traces {
         return context.traceparent
     }
 
+    /// Whether spans of `context`'s trace are recorded (its `traceparent`'s sampled flag).
+    /// Spans are made only for such traces: an unsampled one's would be dropped anyway.
+    public static func isSampled(_ context: ServiceContext) -> Bool {
+        guard enabled, let flags = traceparent(of: context)?.split(separator: "-").last, let value = UInt8(flags, radix: 16)
+        else { return false }
+        return value & 1 == 1
+    }
+
     /// The trace id (32 hex digits) within a `traceparent`.
     public static func traceID(of traceparent: String?) -> String? {
         guard let traceparent, TraceParent.isValid(traceparent) else { return nil }
@@ -69,7 +77,7 @@ public enum Traces {
         _ name: String, members: [ServiceContext], kind: SpanKind = .internal, attributes: SpanAttributes = [:],
         _ body: ([ServiceContext]) async throws -> T
     ) async rethrows -> T {
-        guard let tracer else {
+        guard let tracer, members.contains(where: isSampled) || (members.isEmpty && isSampled(.current ?? .topLevel)) else {
             // Each member keeps its own context; the batch's log lines are the first's.
             return try await ServiceContext.withValue(members.first ?? .current ?? .topLevel) { try await body(members) }
         }
@@ -125,10 +133,10 @@ public enum Traces {
     public static func publish(
         _ messages: [(message: OutgoingMessage, context: ServiceContext)], with publisher: AMQPPublisher
     ) async throws {
-        guard let tracer else {
+        guard let tracer, messages.contains(where: { isSampled($0.context) }) else {
             try await publisher.publish(messages.map { message, context in
                 var message = message
-                if let traceparent = context.traceparent { message.headers["traceparent"] = .string(traceparent) }
+                if let traceparent = traceparent(of: context) { message.headers["traceparent"] = .string(traceparent) }
                 return message
             })
             return

@@ -31,9 +31,18 @@ struct TracingTests {
             let traceID = try #require(try await device.client.status().lastPushTraceID)
             #expect(traceID.count == 32)
 
+            // Each process exports on its own schedule: wait for the last of them.
+            let expected = [
+                ("syncline-gateway", "POST /v1/sync/push"), ("syncline-gateway", "intake commit"), ("syncline-gateway", "publish sync.jobs"),
+                ("syncline-gateway", "COMMIT"), ("syncline-worker", "process sync.jobs"), ("syncline-worker", "publish sync.events"),
+                ("syncline-worker", "COMMIT"), ("syncline-fanout", "poke "),
+            ]
             let spans = try await E2E.eventually(within: 20, "the push's spans from the gateway, the worker and fanout") {
                 let spans = receiver.spans(inTrace: traceID)
-                return spans.contains(where: { $0.service == "syncline-fanout" && $0.name.hasPrefix("poke ") }) ? spans : nil
+                let all = expected.allSatisfy { service, name in
+                    spans.contains { $0.service == service && ($0.name == name || name.hasSuffix(" ") && $0.name.hasPrefix(name)) }
+                }
+                return all ? spans : nil
             }
             let named = { (service: String, name: String) throws -> OTLPReceiver.Span in
                 try #require(spans.first { $0.service == service && $0.name == name }, "no \(name) span from \(service)")
