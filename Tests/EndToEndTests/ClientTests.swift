@@ -403,7 +403,11 @@ struct ClientProcessTests {
     /// reported, not yet explained. The run prints every registration
     /// over 0.5 s, so CI's log keeps the evidence; 5 s still fails the stalls of 5–17 s the
     /// probe saw. The services export traces to a receiver, and the run prints where the time
-    /// of every request over 0.5 s went, span by span.
+    /// of every request over 0.5 s went, span by span. With the machine made busy
+    /// (`stress-ng --cpu 2` beside it), the slow registrations spent all their time in
+    /// their one statement, `INSERT devices`, which PostgreSQL showed waiting on
+    /// `LWLock:WALWrite`: the commit's WAL flush queued behind a starved lock holder
+    /// (docs/OPERATIONS.md, "When answers stall").
     @Test func twoDevicesOfOneUserSyncingNeverStallOthers() async throws {
         let receiver = try await OTLPReceiver()
         defer { receiver.stop() }

@@ -185,7 +185,8 @@ final class OTLPReceiver: @unchecked Sendable {
     func breakdowns(slowerThan seconds: Double) -> [String] {
         let spans = all()
         let byParent = Dictionary(grouping: spans.filter { $0.parent != nil }, by: { $0.parent! })
-        return spans.filter { $0.kind == "server" && $0.seconds > seconds }.map { slow in
+        // A stream's request lasts as long as the stream: not a slow answer.
+        return spans.filter { $0.kind == "server" && $0.seconds > seconds && !$0.name.hasSuffix(" /v1/stream") }.map { slow in
             let children = byParent[slow.id] ?? []
             let covered = children.reduce(0) { $0 + $1.seconds }
             func describe(_ span: Span, depth: Int) -> [String] {
