@@ -169,6 +169,15 @@ final class SteadyLoad: @unchecked Sendable {
                 let (status, attempts, published, error, count) = try row.decode((String, Int32, Bool, String, Int).self)
                 return "\(count) \(status) after \(attempts) attempts, published \(published), last error \(error)"
             }.joined(separator: "; ")
+            // Their ids and trace ids: what the services' log lines (`job.id`, `trace.id`) name.
+            let stuck = try await pool.execute("""
+                SELECT job_id::text, coalesce(trace_id, '') FROM jobs
+                WHERE job_id = ANY(\(jobs)::uuid[]) AND status = ANY(\(JobStatus.unfinished.map(\.rawValue))) LIMIT 5
+                """)
+            report += "; e.g. " + (try stuck.map { row in
+                let (id, trace) = try row.decode((String, String).self)
+                return "job \(id) trace \(Traces.traceID(of: trace) ?? "-")"
+            }.joined(separator: ", "))
         } catch {
             report += "(jobs unreadable: \(error))"
         }
