@@ -77,18 +77,18 @@ public enum Traces {
         _ name: String, members: [ServiceContext], kind: SpanKind = .internal, attributes: SpanAttributes = [:],
         _ body: ([ServiceContext]) async throws -> T
     ) async rethrows -> T {
-        guard let tracer, members.contains(where: isSampled) || (members.isEmpty && isSampled(.current ?? .topLevel)) else {
+        guard let tracer, members.contains(where: isSampled) else {
             // Each member keeps its own context; the batch's log lines are the first's.
             return try await ServiceContext.withValue(members.first ?? .current ?? .topLevel) { try await body(members) }
         }
         guard members.count > 1 else {
-            let context = members.first ?? .current ?? .topLevel
+            let context = members[0]
             return try await ServiceContext.withValue(context) {
                 try await tracer.withSpan(name, context: context, ofKind: kind) { span in
                     span.attributes.merge(attributes)
                     var inner = span.context
                     inner.traceparent = traceparent(of: span.context) ?? context.traceparent
-                    return try await ServiceContext.withValue(inner) { try await body(members.isEmpty ? [] : [inner]) }
+                    return try await ServiceContext.withValue(inner) { try await body([inner]) }
                 }
             }
         }

@@ -2,24 +2,20 @@ import Foundation
 
 /// A real HTTP server for files in a temporary folder (Python's `http.server` on
 /// loopback): the test identity provider's JWKS, a page on another origin. `stop()` ends it.
-final class StaticFileServer: @unchecked Sendable {
-    // @unchecked: used by one test at a time; `pid` is written once in init.
+final class StaticFileServer: Sendable {
     let directory: String
     let port: Int
     /// Where the server logs every request it answers.
     let log: String
-    private var pid: pid_t = 0
+    private let process: ShellProcess
 
     init() async throws {
         directory = NSTemporaryDirectory() + "syncline-static-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         port = E2E.freePort()
         log = (E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()) + "/static-\(port).log"
-        let command = "exec python3 -m http.server \(port) --bind 127.0.0.1 --directory \(directory) >>\(log) 2>&1"
-        let arguments: [String] = ["/bin/sh", "-c", command]
-        let argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
-        guard posix_spawn(&pid, "/bin/sh", nil, nil, argv, environ) == 0 else { throw StackError(description: "cannot start python3 http.server") }
+        process = try ShellProcess(
+            "exec python3 -m http.server \(port) --bind 127.0.0.1 --directory \(directory) >>\(log) 2>&1", what: "python3 http.server")
         try write("ready.txt", "ok")
         let base = "http://127.0.0.1:\(port)"
         _ = try await E2E.eventually(within: 15, "static server") {
@@ -46,13 +42,5 @@ final class StaticFileServer: @unchecked Sendable {
         }
     }
 
-    func stop() {
-        guard pid != 0 else { return }
-        kill(pid, SIGKILL)
-        var status: Int32 = 0
-        waitpid(pid, &status, 0)
-        pid = 0
-    }
-
-    deinit { stop() }
+    func stop() { process.stop() }
 }

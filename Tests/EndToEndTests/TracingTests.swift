@@ -124,8 +124,7 @@ struct TracingTests {
 }
 
 /// `scripts/otlp-receiver` on a free loopback port, writing the spans it receives to a file.
-final class OTLPReceiver: @unchecked Sendable {
-    // @unchecked: `pid` is written once in init and cleared by `stop`, from one test.
+final class OTLPReceiver: Sendable {
     struct Span: @unchecked Sendable {
         // @unchecked: the attribute values are decoded JSON, never mutated.
         let service: String, trace: String, id: String, parent: String?, name: String, kind: String
@@ -139,16 +138,13 @@ final class OTLPReceiver: @unchecked Sendable {
 
     let port = E2E.freePort()
     let file: String
-    private var pid: pid_t = 0
+    private let process: ShellProcess
 
     init() async throws {
         file = (E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()) + "/otlp-\(port).jsonl"
         FileManager.default.createFile(atPath: file, contents: nil)
         let script = FileManager.default.currentDirectoryPath + "/scripts/otlp-receiver"
-        let arguments = ["/bin/sh", "-c", "exec python3 \(script) \(port) \(file) 2>>\(file).log"]
-        let argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
-        guard posix_spawn(&pid, "/bin/sh", nil, nil, argv, environ) == 0 else { throw StackError(description: "cannot start the OTLP receiver") }
+        process = try ShellProcess("exec python3 \(script) \(port) \(file) 2>>\(file).log", what: "the OTLP receiver")
         _ = try await E2E.eventually(within: 15, "the OTLP receiver") {
             E2E.connectLoopback(port: port).map { fd in close(fd); return true }
         }
@@ -201,13 +197,5 @@ final class OTLPReceiver: @unchecked Sendable {
         }
     }
 
-    func stop() {
-        guard pid != 0 else { return }
-        kill(pid, SIGKILL)
-        var status: Int32 = 0
-        waitpid(pid, &status, 0)
-        pid = 0
-    }
-
-    deinit { stop() }
+    func stop() { process.stop() }
 }
