@@ -1,19 +1,16 @@
-import { Backoff, retryAfterSeconds } from "./backoff.js";
+import { Backoff } from "./backoff.js";
 import { blobRefOf, isContentType, sha256Hex, type BlobRef } from "./blobs.js";
-import { halved, maxOpsPerPush, maxPushBytes, traceparent } from "./batching.js";
 import type { JSONObject } from "./json.js";
-import type { Op, OpType, RecordView } from "./op.js";
+import type { Op, OpType } from "./op.js";
 import { canonicalJSON } from "./json.js";
 import { checkQuery, matches, recordOrder, type PlainQuery, type QueryOptions, type Uninferred, type Where } from "./query.js";
 import { Collection } from "./collection.js";
 import type { SyncEventMap, SyncEventName, SyncEvents } from "./events.js";
 import type { Schema } from "./schema.js";
 import { checkOp } from "./validation.js";
-import { LocalStore, type Changed, type LocalBlob, type OutboxEntry, type ShownRecord } from "./store.js";
-
-/** Files up to this size are uploaded in one `PUT`; larger ones with tus, in pieces, resumed after a reload. */
-const resumableUploadThreshold = 4 * 1024 * 1024;
-const uploadPieceBytes = 4 * 1024 * 1024;
+import type { EngineHost, SyncEngine, SyncState } from "./engine.js";
+import type { Invitation, Member, Role, Space } from "./spaces.js";
+import { LocalStore, SpaceGoneError, type Changed, type OutboxEntry, type ShownRecord } from "./store.js";
 
 export interface ClientOptions {
   gatewayURL: string;
@@ -105,38 +102,13 @@ interface Observer {
   again: boolean;
 }
 
-/** The space is gone (deleted, or this user was removed): its local data went with it. */
-export class SpaceGoneError extends Error {
-  constructor() {
-    super("the space is gone: deleted, or you are no longer a member");
-    this.name = "SpaceGoneError";
-  }
-}
-
-/** A space the user belongs to. */
-export interface Space {
-  spaceID: string;
-  name: string;
-  role: "owner" | "editor" | "viewer";
-  personal: boolean;
-}
-
-/** How long, in seconds, a job may run with a live stream before it is asked for anyway (an outcome the stream lost). */
-const liveJobWait = 10;
-
-/** A failure worth retrying after a pause (network, 429, 5xx, auth). */
-class Retry extends Error {
-  constructor(message: string, readonly after?: number) {
-    super(message);
-  }
-}
-
-interface Answer {
-  status: number;
-  json: any;
-  detail: string;
-  retryAfter?: number;
-  headers: Headers;
+/** What `load` makes, loaded on the first call; a load that fails is tried again on the next. */
+function onFirstUse<T>(load: () => Promise<T>): () => Promise<T> {
+  let loaded: Promise<T> | null = null;
+  return () => loaded ??= load().catch((error) => {
+    loaded = null;
+    throw error;
+  });
 }
 
 function shown<T>(row: ShownRecord): LocalRecord<T> {
@@ -146,37 +118,20 @@ function shown<T>(row: ShownRecord): LocalRecord<T> {
   };
 }
 
-/** The op a problem is about: its `op_index` member (the detail is for people, never parsed). */
-function problemOpIndex(problem: any): number | null {
-  return Number.isInteger(problem?.op_index) ? problem.op_index : null;
-}
-
 /**
  * The browser side of Syncline: a durable IndexedDB store and outbox, optimistic local
- * writes by the server's merge rules, and a sync loop that pushes, follows jobs and pulls.
+ * writes by the server's merge rules, and a sync loop (the sync engine, `engine.ts`, loaded
+ * when syncing starts) that pushes, follows jobs and pulls.
  */
 export class SyncClient {
   /** What happens to this device's edits and data, as `CustomEvent`s (`SyncEventMap` names each and its `detail`); `on` is the shorter way. */
   readonly events: SyncEvents = new EventTarget() as SyncEvents;
-  #lastSyncAt: number | null = null;
-  #lastError: string | null = null;
-  #lastPushTraceID: string | null = null;
-  #pullWanted = true;
-  /**
-   * The furthest the server has shown this space to be (a succeeded job's checkpoint, a
-   * poke's cursor): pulls ask for at least it (`min_cursor`), so a server reading from a
-   * replica that lags still shows this device its own writes.
-   */
-  #reachedCursor = 0;
-  #maxBytes = maxPushBytes;
+  /** What `status()` shows beside the counts, kept with the sync engine. */
+  readonly #state: SyncState = { lastSyncAt: null, lastError: null, lastPushTraceID: null, live: false, pullWanted: true, writesWaiting: false };
+  /** The sync engine, once loaded (`createClient` starts loading it): it talks to the server. */
+  #engine: SyncEngine | null = null;
   #running = false;
-  #wake: (() => void) | null = null;
-  /** Before this time (ms) nothing is sent: the server asked to wait (`Retry-After`), and writes do not cut it short. */
-  #notBefore = 0;
-  /** A write came while the loop waited: the next pass waits `pushDelay` first, for others. */
-  #writesWaiting = false;
   #loop: Promise<void> | null = null;
-  #passing: Promise<boolean> | null = null;
   #observers = new Set<Observer>();
   /** Whether this tab holds the database's lock and so runs the sync loop for every tab. */
   #leader = false;
@@ -185,20 +140,8 @@ export class SyncClient {
   readonly #channel: BroadcastChannel;
   readonly #lockName: string;
   #syncRequests = new Map<string, { resolve: () => void; reject: (error: Error) => void }>();
-  /** The live stream (the leader's only), whether it is up, and the space its hello named. */
-  #stream: EventSource | null = null;
-  #live = false;
-  #streamSpace: string | null = null;
-  #streamBackoff = new Backoff();
-  #streamRetry: ReturnType<typeof setTimeout> | null = null;
-  /** Outcomes of this device's jobs heard on the stream, until the jobs are settled (the stream may tell before the push's 202 is stored). */
-  #heardJobs = new Map<string, { status: string; checkpoint: string | null; troubled: boolean }>();
-  /** Jobs are asked for once more: no stream has been live since they were sent, or one was (re)opened and may have missed an outcome. */
-  #askJobs = true;
-
   /** The device's identity, kept in memory too, so a database deleted from outside gets it back. */
-  #identity: { device?: string; node?: string } = {};
-
+  readonly #identity: { device?: string; node?: string } = {};
   readonly #store: LocalStore;
 
   private constructor(readonly options: ClientOptions, store: LocalStore) {
@@ -248,72 +191,51 @@ export class SyncClient {
   async #storageReset(): Promise<void> {
     if (this.#identity.node) await this.#store.setMeta("node", this.#identity.node);
     if (this.#identity.device) await this.#store.setMeta("device_id", this.#identity.device);
-    this.#pullWanted = true;
-    this.#lastError = "the browser deleted this device's database; starting over with a full pull";
+    this.#state.pullWanted = true;
+    this.#state.lastError = "the browser deleted this device's database; starting over with a full pull";
     this.#emit("storageReset", { databaseName: this.options.databaseName });
     this.#changedAll();
     this.#wakeUp();
   }
 
-  /** The space answered 404: its local data goes, the app hears which edits were lost, syncing ends. */
-  async #spaceGone(): Promise<never> {
-    const lost = await this.#store.forgetSpace();
-    if (lost.length > 0) this.#emit("editsLost", { spaceID: this.options.spaceID, opIDs: lost });
-    this.#emit("spaceGone", { spaceID: this.options.spaceID });
-    this.#changedAll();
-    throw new SpaceGoneError();
-  }
+  // MARK: - Spaces (online: loaded on first use)
 
-  // MARK: - Spaces (online)
-
-  /** A JSON answer of status `expected`; any other status throws with the server's detail. */
-  async #call(method: string, path: string, expected: number, body?: unknown): Promise<any> {
-    const answer = await this.#send(method, path, body === undefined ? undefined : JSON.stringify(body));
-    if (answer.status !== expected) throw new Error(`server answered ${answer.status}: ${answer.detail}`);
-    return answer.json;
-  }
-
-  private static space(view: any): Space {
-    return { spaceID: view.space_id, name: view.name, role: view.role, personal: view.personal };
-  }
+  readonly #spaces = onFirstUse(async () => new (await import("./spaces.js")).Spaces(this.options.gatewayURL, this.options.tokenProvider));
 
   /** The user's spaces, the personal one first. */
   async spaces(): Promise<Space[]> {
-    return ((await this.#call("GET", "/v1/spaces", 200)).items as any[]).map(SyncClient.space);
+    return (await this.#spaces()).list();
   }
 
   /** A new shared space, owned by this user. */
   async createSpace(name: string): Promise<Space> {
-    return SyncClient.space(await this.#call("POST", "/v1/spaces", 201, { name }));
+    return (await this.#spaces()).create(name);
   }
 
   /** A single-use invitation code to `spaceID` with `role` (owners only), valid `expiresIn` seconds. */
-  async invite(spaceID: string, role: "owner" | "editor" | "viewer", expiresIn?: number): Promise<{ invitationID: string; code: string; role: string; expiresAt: string }> {
-    const view = await this.#call("POST", `/v1/spaces/${encodeURIComponent(spaceID)}/invitations`, 201, expiresIn === undefined ? { role } : { role, expires_in: expiresIn });
-    return { invitationID: view.invitation_id, code: view.code, role: view.role, expiresAt: view.expires_at };
+  async invite(spaceID: string, role: Role, expiresIn?: number): Promise<Invitation> {
+    return (await this.#spaces()).invite(spaceID, role, expiresIn);
   }
 
-  async acceptInvitation(code: string): Promise<{ spaceID: string; role: string }> {
-    const joined = await this.#call("POST", `/v1/invitations/${encodeURIComponent(code)}/accept`, 200);
-    return { spaceID: joined.space_id, role: joined.role };
+  async acceptInvitation(code: string): Promise<{ spaceID: string; role: Role }> {
+    return (await this.#spaces()).accept(code);
   }
 
-  async members(spaceID: string): Promise<{ userID: string; role: string; joinedAt: string }[]> {
-    return ((await this.#call("GET", `/v1/spaces/${encodeURIComponent(spaceID)}/members`, 200)).items as any[])
-      .map((member) => ({ userID: member.user_id, role: member.role, joinedAt: member.joined_at }));
+  async members(spaceID: string): Promise<Member[]> {
+    return (await this.#spaces()).members(spaceID);
   }
 
-  async setRole(role: "owner" | "editor" | "viewer", userID: string, spaceID: string): Promise<void> {
-    await this.#call("PATCH", `/v1/spaces/${encodeURIComponent(spaceID)}/members/${encodeURIComponent(userID)}`, 200, { role });
+  async setRole(role: Role, userID: string, spaceID: string): Promise<void> {
+    return (await this.#spaces()).setRole(role, userID, spaceID);
   }
 
   /** Removes a member (this user's own id: leave the space). */
   async removeMember(userID: string, spaceID: string): Promise<void> {
-    await this.#call("DELETE", `/v1/spaces/${encodeURIComponent(spaceID)}/members/${encodeURIComponent(userID)}`, 204);
+    return (await this.#spaces()).removeMember(userID, spaceID);
   }
 
   async deleteSpace(spaceID: string): Promise<void> {
-    await this.#call("DELETE", `/v1/spaces/${encodeURIComponent(spaceID)}`, 204);
+    return (await this.#spaces()).delete(spaceID);
   }
 
   /**
@@ -325,12 +247,11 @@ export class SyncClient {
     if (spaceID) options.spaceID = spaceID;
     else delete options.spaceID;
     const client = await SyncClient.create(options);
-    const device = await this.#registeredDevice();
+    const device = await (await this.#engineReady()).registeredDevice();
     if (!(await client.#store.meta<string>("device_id"))) await client.#store.setMeta("device_id", device);
     return client;
   }
 
-  /** Tells this tab's listeners and every other tab's. */
   /** Calls `listener` with each `name` event's detail; returns a function that stops it. */
   on<K extends SyncEventName>(name: K, listener: (detail: SyncEventMap[K]) => void): () => void {
     const handler = (event: CustomEvent<SyncEventMap[K]>) => listener(event.detail);
@@ -338,6 +259,7 @@ export class SyncClient {
     return () => this.events.removeEventListener(name, handler);
   }
 
+  /** Tells this tab's listeners and every other tab's. */
   #emit<K extends SyncEventName>(name: K, detail: SyncEventMap[K]): void {
     this.events.dispatchEvent(new CustomEvent(name, { detail }));
     this.#channel.postMessage({ type: "event", name, detail });
@@ -347,7 +269,10 @@ export class SyncClient {
     // Asks the browser not to evict this site's data under storage pressure (it may say no).
     void globalThis.navigator?.storage?.persist?.().catch(() => false);
     const indexes = (options.indexes ?? []).map((index) => (typeof index === "string" ? [index] : index));
-    return new SyncClient(options, await LocalStore.open(options.databaseName, indexes));
+    const client = new SyncClient(options, await LocalStore.open(options.databaseName, indexes));
+    // The sync engine loads beside the app's first reads, not before them (a failure is tried again when syncing starts).
+    client.#engineReady().catch(() => {});
+    return client;
   }
 
   // MARK: - Writes
@@ -392,13 +317,13 @@ export class SyncClient {
       stored = await this.#store.enqueue(op, await this.#node(), Date.now());
     } catch (error) {
       if ((error as DOMException)?.name === "QuotaExceededError") {
-        this.#lastError = "the browser's storage for this site is full: the edit was not saved";
+        this.#state.lastError = "the browser's storage for this site is full: the edit was not saved";
         this.#emit("storageFull", { opID: op.op_id });
       }
       throw error;
     }
     this.#changed([{ collection: stored.op.collection, id: stored.op.id, row: stored.row }]);
-    this.#writesWaiting = true;
+    this.#state.writesWaiting = true;
     this.#wakeUp();
     return stored.op.op_id;
   }
@@ -563,7 +488,8 @@ export class SyncClient {
     const [counts, uploads] = await Promise.all([this.#store.status(), this.#store.pendingUploadTotals()]);
     return {
       pendingOps: counts.pending, oldestPendingAge: counts.oldest === null ? null : (Date.now() - counts.oldest) / 1000,
-      lastSyncAt: this.#lastSyncAt, lastError: this.#lastError, lastPushTraceID: this.#lastPushTraceID, setAsideOps: counts.setAside, live: this.#live, leader: this.#leader,
+      lastSyncAt: this.#state.lastSyncAt, lastError: this.#state.lastError, lastPushTraceID: this.#state.lastPushTraceID, setAsideOps: counts.setAside,
+      live: this.#state.live, leader: this.#leader,
       pendingUploads: uploads.count, pendingUploadBytes: uploads.bytes,
     };
   }
@@ -597,100 +523,7 @@ export class SyncClient {
       await this.#store.touchBlob(file.sha256, Date.now());
       return known.blob;
     }
-    const space = this.options.spaceID ? `?space_id=${encodeURIComponent(this.options.spaceID)}` : "";
-    let response = await this.#fetchWithToken("GET", `/v1/blobs/${file.sha256}${space}`);
-    // Too many downloads of this user's at once (a page of pictures): wait as told, ask again.
-    for (let waited = 0; response.status === 429 && waited < 60; ) {
-      const pause = Math.min(Number(response.headers.get("Retry-After")) || 1, 60 - waited);
-      await new Promise((resolve) => setTimeout(resolve, pause * 1000));
-      waited += pause;
-      response = await this.#fetchWithToken("GET", `/v1/blobs/${file.sha256}${space}`);
-    }
-    if (response.status !== 200) throw new Error(`download answered ${response.status}: ${(await response.text()).slice(0, 300)}`);
-    const bytes = await response.arrayBuffer();
-    if ((await sha256Hex(bytes)) !== file.sha256) throw new Error("the file downloaded does not match its hash");
-    const blob = new Blob([bytes], { type: file.content_type });
-    await this.#store.addDownloadedBlob(file, blob, Date.now());
-    await this.#store.evictBlobs(this.options.blobCacheBytes ?? 256 * 1024 * 1024);
-    return blob;
-  }
-
-  /**
-   * Uploads every file waiting, oldest first: `PUT` up to 4 MiB, tus in 4 MiB pieces above
-   * (resumed from the kept upload URL). A file the server refuses sets aside the ops that
-   * reference it; one failing for now holds back only the ops from its first referencing op
-   * on. Returns the first such failure.
-   */
-  async #uploadPending(): Promise<string | null> {
-    for (const aside of await this.#store.blobsRefused(null, "")) this.#emit("setAside", aside);
-    let failure: string | null = null;
-    for (const file of await this.#store.pendingBlobs()) {
-      try {
-        const answer = file.size > resumableUploadThreshold ? await this.#uploadResumably(file) : await this.#uploadWhole(file);
-        if (answer.status === 200 || answer.status === 201 || answer.status === 204) {
-          await this.#store.blobUploaded(file.sha256);
-          this.#emit("uploaded", { sha256: file.sha256 });
-        } else if (answer.status === 413 || answer.status === 422) {
-          const aside = await this.#store.blobsRefused(file.sha256, answer.detail);
-          this.#emit("uploadRefused", { sha256: file.sha256, reason: answer.detail });
-          for (const op of aside) this.#emit("setAside", op);
-          this.#changedAll();
-        } else {
-          failure ??= `upload answered ${answer.status}: ${answer.detail}`;
-        }
-      } catch (error) {
-        failure ??= error instanceof Error ? error.message : String(error);
-      }
-    }
-    return failure;
-  }
-
-  #spaceQuery(): string {
-    return this.options.spaceID ? `?space_id=${encodeURIComponent(this.options.spaceID)}` : "";
-  }
-
-  async #uploadWhole(file: LocalBlob): Promise<Answer> {
-    this.#emit("uploadProgress", { sha256: file.sha256, sent: 0, total: file.size });
-    const answer = await this.#send("PUT", `/v1/blobs/${file.sha256}${this.#spaceQuery()}`, file.blob, { "Content-Type": file.content_type });
-    if (answer.status === 200 || answer.status === 201) this.#emit("uploadProgress", { sha256: file.sha256, sent: file.size, total: file.size });
-    return answer;
-  }
-
-  async #uploadResumably(file: LocalBlob): Promise<Answer> {
-    const tus = { "Tus-Resumable": "1.0.0" };
-    let location = file.upload_url;
-    let offset = 0;
-    if (location) {
-      const head = await this.#send("HEAD", location, undefined, tus);
-      const at = Number(head.headers.get("Upload-Offset"));
-      if (head.status === 200 && Number.isInteger(at)) offset = at;
-      else location = null;
-    }
-    if (!location) {
-      const b64 = (text: string) => btoa(text);
-      let metadata = `sha256 ${b64(file.sha256)},content_type ${b64(file.content_type)}`;
-      if (this.options.spaceID) metadata += `,space_id ${b64(this.options.spaceID)}`;
-      const created = await this.#send("POST", "/v1/uploads", undefined, { ...tus, "Upload-Length": String(file.size), "Upload-Metadata": metadata });
-      const url = created.headers.get("Location");
-      if (created.status !== 201 || !url) return created;
-      location = url;
-      await this.#store.setUploadURL(file.sha256, url);
-    }
-    let last: Answer = { status: 204, json: null, detail: "", headers: new Headers() };
-    while (offset < file.size) {
-      this.#emit("uploadProgress", { sha256: file.sha256, sent: offset, total: file.size });
-      last = await this.#send("PATCH", location, file.blob.slice(offset, offset + uploadPieceBytes), {
-        ...tus, "Upload-Offset": String(offset), "Content-Type": "application/offset+octet-stream",
-      });
-      const at = Number(last.headers.get("Upload-Offset"));
-      if (last.status !== 204 || !Number.isInteger(at)) {
-        if (last.status === 404 || last.status === 409) await this.#store.setUploadURL(file.sha256, null);
-        return last;
-      }
-      offset = at;
-    }
-    this.#emit("uploadProgress", { sha256: file.sha256, sent: file.size, total: file.size });
-    return last;
+    return (await this.#engineReady()).transfers.download(file, this.options.blobCacheBytes ?? 256 * 1024 * 1024);
   }
 
   async setAside(): Promise<SetAsideOp[]> {
@@ -731,96 +564,43 @@ export class SyncClient {
       .catch(() => { /* stopped before this tab led */ });
   }
 
+  /** Leads until `stop()`: loads the sync engine (waiting out a failure to load it, offline) and runs its loop. */
   async #lead(): Promise<void> {
     this.#leader = true;
+    const stopped = this.#abandonLock?.signal;
     try {
-      await this.#runLoop();
+      const backoff = new Backoff();
+      while (this.#running) {
+        try {
+          await this.#engineReady();
+          break;
+        } catch (error) {
+          this.#state.lastError = `cannot load the sync engine: ${error instanceof Error ? error.message : String(error)}`;
+          await new Promise<void>((resolve) => {
+            const timer = setTimeout(resolve, backoff.next() * 1000);
+            stopped?.addEventListener("abort", () => { clearTimeout(timer); resolve(); }, { once: true });
+          });
+        }
+      }
+      if (!this.#running) return;
+      await this.#engine!.run();
+      this.#running = false;  // stopped, or the space is gone
     } finally {
       this.#leader = false;
-      this.#closeStream();
     }
   }
 
-  // MARK: - Live stream
-
-  /**
-   * Opens the fanout's Server-Sent Events stream (the leader only): a `hello` or `poke` of
-   * this client's space whose cursor is past the device's asks for a pull, a `job` message
-   * for a job poll. A failed stream is closed and opened again with backoff and a fresh
-   * token; while it is down, the loop pulls every `pollInterval`.
-   */
-  async #openStream(device: string): Promise<void> {
-    if (!this.options.fanoutURL || this.#stream || this.#streamRetry || !this.#leader || !this.#running) return;
-    let token: string;
-    try {
-      token = await this.options.tokenProvider(false);
-    } catch (error) {
-      // An app opened offline, or a provider that fails: reported like any failure, and
-      // tried again with backoff, as a dropped stream is.
-      this.#lastError = `cannot open the live stream: ${error instanceof Error ? error.message : String(error)}`;
-      this.#retryStream(device);
-      return;
-    }
-    if (this.#stream || this.#streamRetry || !this.#leader || !this.#running) return;  // opened, or stopped, meanwhile
-    const space = this.options.spaceID ? `&space_id=${encodeURIComponent(this.options.spaceID)}` : "";
-    const source = new EventSource(`${this.options.fanoutURL}/v1/stream?device_id=${encodeURIComponent(device)}&access_token=${encodeURIComponent(token)}${space}`);
-    this.#stream = source;
-    source.onmessage = (event: MessageEvent) => {
-      if (!this.#live) {
-        this.#live = true;
-        this.#streamBackoff.reset();
-      }
-      try { void this.#streamMessage(JSON.parse(event.data)); } catch { /* not JSON: ignored */ }
+  /** The sync engine, loaded on first use: it holds everything that talks to the server. */
+  readonly #engineReady = onFirstUse(async () => {
+    const host: EngineHost = {
+      store: this.#store, state: this.#state, identity: this.#identity,
+      gatewayURL: this.options.gatewayURL, tokenProvider: this.options.tokenProvider, spaceID: this.options.spaceID,
+      fanoutURL: this.options.fanoutURL, pollInterval: this.options.pollInterval, pushDelay: this.options.pushDelay, deviceName: this.options.deviceName,
+      running: () => this.#running, leader: () => this.#leader,
+      emit: (name, detail) => this.#emit(name, detail), changed: (changes) => this.#changed(changes), changedAll: () => this.#changedAll(),
     };
-    source.onerror = () => {
-      this.#closeStream();
-      this.#pullWanted = true;  // pokes may have been missed while it was down
-      this.#wakeUp();
-      this.#retryStream(device);
-    };
-  }
-
-  /** Opens the stream again after the backoff's next wait, while this client still syncs. */
-  #retryStream(device: string): void {
-    if (!this.#running || !this.#leader || this.#streamRetry) return;
-    this.#streamRetry = setTimeout(() => {
-      this.#streamRetry = null;
-      void this.#openStream(device);
-    }, this.#streamBackoff.next() * 1000);
-  }
-
-  #closeStream(): void {
-    this.#stream?.close();
-    this.#stream = null;
-    this.#live = false;
-    if (this.#streamRetry) clearTimeout(this.#streamRetry);
-    this.#streamRetry = null;
-  }
-
-  async #streamMessage(message: { type?: string; cursor?: string; space_id?: string }): Promise<void> {
-    if (message.type === "hello") {
-      this.#streamSpace = message.space_id ?? null;
-      this.#askJobs = true;  // outcomes told while no stream listened are asked for once
-    }
-    if (message.type === "hello" || message.type === "poke") {
-      if (message.space_id && this.#streamSpace && message.space_id !== this.#streamSpace) return;  // another space's
-      const cursor = await this.#store.meta<string>("cursor");
-      if (message.cursor !== undefined) this.#reachedCursor = Math.max(this.#reachedCursor, Number(message.cursor) || 0);
-      if (message.cursor !== undefined && (cursor === undefined || Number(message.cursor) > Number(cursor))) {
-        this.#pullWanted = true;
-        this.#wakeUp();
-      }
-    } else if (message.type === "job") {
-      const job = message as { job_id?: unknown; status?: unknown; checkpoint?: unknown; troubled?: unknown };
-      if (typeof job.job_id === "string" && typeof job.status === "string") {
-        if (this.#heardJobs.size >= 10_000) this.#heardJobs.clear();  // outcomes of jobs this device no longer follows
-        this.#heardJobs.set(job.job_id, {
-          status: job.status, checkpoint: typeof job.checkpoint === "string" ? job.checkpoint : null, troubled: job.troubled !== false,
-        });
-      }
-      this.#wakeUp();
-    }
-  }
+    return this.#engine = new (await import("./engine.js")).SyncEngine(host);
+  });
 
   async stop(): Promise<void> {
     this.#running = false;
@@ -842,10 +622,10 @@ export class SyncClient {
    * now — in this tab when it leads or no tab does, else by asking the leader.
    */
   async sync(timeout = 30): Promise<void> {
-    if (this.#leader) return this.#syncHere(timeout);
+    if (this.#leader) return (await this.#engineReady()).sync(timeout);
     const ran = await navigator.locks.request(this.#lockName, { ifAvailable: true }, async (lock) => {
       if (!lock) return false;
-      await this.#syncHere(timeout);
+      await (await this.#engineReady()).sync(timeout);
       return true;
     });
     if (ran) return;
@@ -860,307 +640,9 @@ export class SyncClient {
     });
   }
 
-  /**
-   * Passes until nothing is left to send, follow or pull. A server that asks to wait
-   * (`Retry-After`: 429, 503) is waited out within the timeout, never cut short; any other
-   * failure ends the sync with its reason.
-   */
-  async #syncHere(timeout: number): Promise<void> {
-    const deadline = Date.now() + timeout * 1000;
-    let askJobsAt = Date.now() + liveJobWait * 1000;
-    this.#pullWanted = true;
-    for (;;) {
-      if (Date.now() > askJobsAt) {  // an outcome the stream lost
-        this.#askJobs = true;
-        askJobsAt = Date.now() + liveJobWait * 1000;
-      }
-      const asked = this.#notBefore - Date.now();
-      if (asked > 0) {
-        if (Date.now() + asked > deadline) throw new Error(`the server asked to wait ${Math.ceil(asked / 1000)} s, beyond the sync's ${timeout} s: ${this.#lastError}`);
-        await new Promise((resolve) => setTimeout(resolve, asked));
-      }
-      let jobsInFlight: boolean;
-      try {
-        jobsInFlight = await this.#exclusivePass();
-      } catch (error) {
-        if (error instanceof Retry && error.after !== undefined) continue;
-        throw error instanceof Retry ? new Error(error.message) : error;
-      }
-      if (!jobsInFlight && !this.#pullWanted) return;
-      if (Date.now() > deadline) throw new Error(`jobs still running after ${timeout} s`);
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-  }
-
-  /**
-   * Asks the loop for another pass: now when it waits, else as soon as its pass ends (never
-   * lost). While the server's `Retry-After` runs, the pass waits for it to end (unless
-   * `now`: stopping).
-   */
+  /** Asks the sync engine, when it runs here, for another pass (`now`: even within the server's `Retry-After`: stopping). */
   #wakeUp(now = false): void {
-    if (this.#wake && (now || Date.now() >= this.#notBefore)) this.#wake();
-    else this.#wakeRequested = true;
-  }
-
-  /** A pass about to push what writes just queued waits a moment for more, unless a batch is full already. */
-  async #gatherWrites(): Promise<void> {
-    if (!this.#writesWaiting) return;
-    this.#writesWaiting = false;
-    const delay = this.options.pushDelay ?? 0.05;
-    if (delay <= 0 || (await this.#store.status()).pending >= maxOpsPerPush) return;
-    await new Promise((resolve) => setTimeout(resolve, delay * 1000));
-  }
-
-  #wakeRequested = false;
-
-  async #runLoop(): Promise<void> {
-    const backoff = new Backoff();
-    const jobPolls = new Backoff(0.05, 1);
-    while (this.#running) {
-      let wait: number | null = null;
-      let failed = false;
-      try {
-        await this.#gatherWrites();
-        const jobsInFlight = await this.#exclusivePass();
-        backoff.reset();
-        if (jobsInFlight && this.#live) wait = liveJobWait;  // the stream tells each outcome; asked for after this as a safety net
-        else if (jobsInFlight) wait = jobPolls.next(undefined, 1);
-        else {
-          jobPolls.reset();
-          const poll = this.options.pollInterval === undefined ? 30 : this.options.pollInterval;
-          if (poll !== null && !this.#live) wait = poll;
-        }
-      } catch (error) {
-        if (error instanceof SpaceGoneError) {
-          this.#running = false;
-          this.#closeStream();
-          return;
-        }
-        failed = true;
-        wait = backoff.next(error instanceof Retry ? error.after : undefined);
-      }
-      if (!this.#running) return;
-      const woken = this.#wakeRequested;
-      this.#wakeRequested = false;
-      if (woken && !failed) continue;  // something happened during a good pass: another pass at once
-      const timedOut = await new Promise<boolean>((resolve) => {
-        const timer = wait === null ? null : setTimeout(() => resolve(true), wait * 1000);
-        this.#wake = () => {
-          if (timer !== null) clearTimeout(timer);
-          resolve(false);
-        };
-      });
-      this.#wake = null;
-      if (timedOut && !this.#live) this.#pullWanted = true;
-      if (timedOut) this.#askJobs = true;
-    }
-  }
-
-  /** One pass at a time, whoever asks (the loop or `sync()`). */
-  async #exclusivePass(): Promise<boolean> {
-    while (this.#passing) await this.#passing.catch(() => false);
-    this.#passing = this.#pass();
-    try {
-      const result = await this.#passing;
-      this.#lastSyncAt = Date.now();
-      this.#lastError = null;
-      return result;
-    } catch (error) {
-      this.#lastError = error instanceof Error ? error.message : String(error);
-      if (error instanceof Retry && error.after !== undefined) this.#notBefore = Math.max(this.#notBefore, Date.now() + error.after * 1000);
-      throw error;
-    } finally {
-      this.#passing = null;
-    }
-  }
-
-  async #pass(): Promise<boolean> {
-    if (await this.#store.meta<boolean>("gone")) throw new SpaceGoneError();
-    const device = await this.#registeredDevice();
-    if (this.#leader) void this.#openStream(device);
-    const uploadFailure = await this.#uploadPending();
-    // While the server's Retry-After runs, nothing is pushed, whoever asks for the pass.
-    const asked = this.#notBefore - Date.now();
-    if (asked <= 0) await this.#pushAll(device);
-    const jobsInFlight = await this.#followJobs();
-    if (this.#pullWanted) await this.#pullAll();
-    // The ops waiting for a file that could not be sent wait for the next pass.
-    if (uploadFailure) throw new Retry(uploadFailure);
-    if (asked > 0) throw new Retry(this.#lastError ?? "the server asked to wait", asked / 1000);
-    return jobsInFlight;
-  }
-
-  // MARK: - HTTP
-
-  /** A request with the bearer token (asked again once after a 401); a JSON body unless `Content-Type` says otherwise. */
-  async #fetchWithToken(method: string, path: string, body?: string | Blob, headers: Record<string, string> = {}): Promise<Response> {
-    let refresh = false;
-    for (;;) {
-      const token = await this.options.tokenProvider(refresh);
-      let response: Response;
-      try {
-        response = await fetch(this.options.gatewayURL + path, {
-          method, body, headers: { ...(typeof body === "string" ? { "Content-Type": "application/json" } : {}), ...headers, Authorization: `Bearer ${token}` },
-        });
-      } catch (error) {
-        throw new Retry(`cannot reach the server: ${error instanceof Error ? error.message : String(error)}`);
-      }
-      if (response.status === 401 && !refresh) {
-        refresh = true;
-        continue;
-      }
-      return response;
-    }
-  }
-
-  async #send(method: string, path: string, body?: string | Blob, headers: Record<string, string> = {}): Promise<Answer> {
-    const response = await this.#fetchWithToken(method, path, body, headers);
-    const text = await response.text();
-    let json: any = null;
-    try { json = text ? JSON.parse(text) : null; } catch { /* not JSON */ }
-    return {
-      status: response.status, json, detail: json?.detail ?? text.slice(0, 500), retryAfter: retryAfterSeconds(response.headers.get("Retry-After")),
-      headers: response.headers,
-    };
-  }
-
-  async #registeredDevice(): Promise<string> {
-    const known = await this.#store.meta<string>("device_id");
-    if (known) {
-      this.#identity.device = known;
-      return known;
-    }
-    const answer = await this.#send("POST", "/v1/devices", JSON.stringify({ name: this.options.deviceName ?? "browser", platform: "web" }));
-    if (answer.status !== 201 || typeof answer.json?.device_id !== "string") throw new Retry(`device registration answered ${answer.status}: ${answer.detail}`, answer.retryAfter);
-    await this.#store.setMeta("device_id", answer.json.device_id);
-    this.#identity.device = answer.json.device_id;
-    return answer.json.device_id;
-  }
-
-  /** Sends batches until the outbox holds none, setting aside what the server refuses. */
-  async #pushAll(device: string): Promise<void> {
-    for (;;) {
-      const batch = await this.#store.nextBatch(device, maxOpsPerPush, this.#maxBytes, this.options.spaceID);
-      if (!batch) return;
-      const trace = traceparent(batch.key);
-      this.#lastPushTraceID = trace.traceID;
-      const answer = await this.#send("POST", "/v1/sync/push", batch.body, { "Idempotency-Key": batch.key, traceparent: trace.header });
-      if (answer.status === 202 && typeof answer.json?.job_id === "string") {
-        await this.#store.batchAccepted(batch, answer.json.job_id);
-      } else if (answer.status === 400 || answer.status === 422 || (answer.status === 403 && this.options.spaceID)) {
-        await this.#refused(batch, answer.status === 403 ? null : problemOpIndex(answer.json), answer.detail);
-      } else if (answer.status === 409 && answer.json?.code === "blob_missing") {
-        // The server lacks a file an op references: sent again when this browser holds it, else the op is set aside.
-        const sha = typeof answer.json?.sha256 === "string" ? answer.json.sha256 : null;
-        if (sha && await this.#store.blobMissing(sha)) {
-          await this.#store.batchDissolved(batch);
-          const failure = await this.#uploadPending();
-          if (failure) throw new Retry(failure);
-        } else {
-          await this.#refused(batch, problemOpIndex(answer.json), answer.detail);
-        }
-      } else if (answer.status === 404 && this.options.spaceID) {
-        // The space may be gone: the pull tells (a 404 there drops it).
-        await this.#pullAll();
-        throw new Retry(`push answered 404: ${answer.detail}`);
-      } else if (answer.status === 413 && batch.op_ids.length > 1) {
-        this.#maxBytes = halved(this.#maxBytes);
-        await this.#store.batchDissolved(batch);
-      } else if (answer.status === 413) {
-        await this.#refused(batch, 0, answer.detail);
-      } else {
-        throw new Retry(`push answered ${answer.status}: ${answer.detail}`, answer.retryAfter);
-      }
-    }
-  }
-
-  async #refused(batch: Parameters<LocalStore["batchRefused"]>[0], index: number | null, reason: string): Promise<void> {
-    const aside = await this.#store.batchRefused(batch, index, reason);
-    for (const opID of aside) this.#emit("setAside", { opID, reason });
-    this.#changedAll();
-  }
-
-  /**
-   * Settles every job whose outcome is known; returns whether any is still running. While
-   * the stream is live it tells each job's outcome, and a job is asked for only when the
-   * outcome was troubled (its results say which ops were refused) or may have been missed
-   * (no stream was live since the job was sent). A shared space's jobs are asked for with
-   * their space, so the server reads that space alone.
-   */
-  async #followJobs(): Promise<boolean> {
-    let running = false;
-    const scope = this.options.spaceID ? `?space_id=${encodeURIComponent(this.options.spaceID)}` : "";
-    const ask = this.#askJobs || !this.#live;
-    for (const jobID of await this.#store.sentJobs()) {
-      const heard = this.#heardJobs.get(jobID);
-      if (heard?.status === "succeeded" && !heard.troubled) {
-        this.#heardJobs.delete(jobID);
-        await this.#jobSucceeded(jobID, Number(heard.checkpoint ?? 0), []);
-        continue;
-      }
-      if (!heard && !ask) {
-        running = true;
-        continue;
-      }
-      this.#heardJobs.delete(jobID);
-      const answer = await this.#send("GET", `/v1/sync/jobs/${jobID}${scope}`);
-      if (answer.status === 404) {
-        await this.#store.jobForgotten(jobID);
-        continue;
-      }
-      if (answer.status !== 200) throw new Retry(`job status answered ${answer.status}`, answer.retryAfter);
-      const job = answer.json;
-      if (job.status === "succeeded") {
-        await this.#jobSucceeded(jobID, Number(job.checkpoint ?? 0), job.results ?? []);
-      } else if (job.status === "dead" || job.status === "discarded") {
-        const opIDs = await this.#store.jobDead(jobID, `job ${job.status}: ${job.last_error ?? "no error recorded"}`);
-        this.#emit("jobDead", { jobID, opIDs });
-        this.#changedAll();
-      } else {
-        running = true;
-      }
-    }
-    if (ask && this.#live) this.#askJobs = false;
-    return running;
-  }
-
-  /** A job of this device's succeeded: its refused ops are reported, the others wait for the pull that shows them. */
-  async #jobSucceeded(jobID: string, checkpoint: number, results: Parameters<LocalStore["jobSucceeded"]>[2]): Promise<void> {
-    this.#reachedCursor = Math.max(this.#reachedCursor, checkpoint);
-    const gone = await this.#store.jobSucceeded(jobID, checkpoint, results);
-    for (const result of gone) {
-      const name = result.status === "conflict" ? "conflict" : "rejected";
-      this.#emit(name, { opID: result.op_id, reason: result.reason, current: result.current as RecordView | undefined });
-    }
-    this.#pullWanted = true;
-    this.#changedAll();
-  }
-
-  /** Pulls until `has_more` is false; a 410 starts a resync that keeps unpushed ops. */
-  async #pullAll(): Promise<void> {
-    this.#pullWanted = false;
-    for (;;) {
-      const cursor = await this.#store.meta<string>("cursor");
-      const space = this.options.spaceID ? `&space_id=${encodeURIComponent(this.options.spaceID)}` : "";
-      const reached = this.#reachedCursor > 0 ? `&min_cursor=${this.#reachedCursor}` : "";
-      const answer = await this.#send("GET", `/v1/sync/pull?limit=1000${space}${cursor ? `&since=${cursor}` : ""}${reached}`);
-      if (answer.status === 410) {
-        await this.#store.beginResync();
-        this.#emit("resync", undefined);
-        continue;
-      }
-      if (answer.status === 404 && this.options.spaceID) await this.#spaceGone();
-      if (answer.status !== 200) {
-        this.#pullWanted = true;
-        throw new Retry(`pull answered ${answer.status}: ${answer.detail}`, answer.retryAfter);
-      }
-      const page = answer.json as { changes: RecordView[]; cursor: string; has_more: boolean };
-      this.#changed(await this.#store.applyPage(page.changes, page.cursor, page.has_more));
-      if (!page.has_more) {
-        this.#emit("pulled", { cursor: page.cursor });
-        return;
-      }
-    }
+    this.#engine?.wakeUp(now);
   }
 }
 

@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
@@ -21,8 +21,8 @@ test("npm pack builds the package (prepack) and packs the built modules, their t
       assert.ok(files.has(`${file}.map`), `${file} has a source map`);
       const map = JSON.parse(readFileSync(`${root}/${file}.map`, "utf8"));
       assert.ok(map.sourcesContent?.[0]?.length > 0, `${file}.map carries its source`);
-      // Every relative import resolves inside the package.
-      for (const [, target] of readFileSync(`${root}/${file}`, "utf8").matchAll(/from "(\.[^"]+)"/g)) {
+      // Every relative import resolves inside the package, the dynamic ones (loaded on first use) too.
+      for (const [, target] of readFileSync(`${root}/${file}`, "utf8").matchAll(/(?:from |import\()"(\.[^"]+)"/g)) {
         assert.ok(files.has(`dist/${target.replace("./", "")}`), `${file} imports ${target}, which is packed`);
       }
     }
@@ -44,4 +44,20 @@ test("the entry points export the public API and no internals", async () => {
   const react = readFileSync(`${root}/dist/react.js`, "utf8");
   assert.deepEqual([...react.matchAll(/^export function (\w+)/gm)].map((match) => match[1]).sort(), ["useQuery", "useRecord", "useSyncStatus"]);
   assert.deepEqual([...react.matchAll(/from "([^".][^"]*)"/g)].map((match) => match[1]), ["react"], "React is the one package it imports");
+});
+
+test("a page loads the core alone first: the code that talks to the server comes by dynamic import", () => {
+  const staticImports = (file) => [...readFileSync(`${root}/dist/${file}`, "utf8").matchAll(/^(?:import|export) [^;]*? from "\.\/([^"]+)"/gm)].map((match) => match[1]);
+  const core = new Set();
+  const walk = (file) => {
+    if (core.has(file)) return;
+    core.add(file);
+    for (const target of staticImports(file)) walk(target);
+  };
+  walk("index.js");
+  for (const online of ["engine.js", "syncsteps.js", "transfers.js", "http.js", "spaces.js"]) {
+    assert.ok(existsSync(`${root}/dist/${online}`), `${online} is a module of its own`);
+    assert.ok(!core.has(online), `${online} is loaded on demand, not with the entry point (core: ${[...core].join(", ")})`);
+  }
+  for (const local of ["client.js", "store.js", "validation.js", "merge.js", "query.js"]) assert.ok(core.has(local), `${local} is in the core`);
 });

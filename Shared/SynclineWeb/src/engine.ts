@@ -1,0 +1,463 @@
+// The sync engine: everything that talks to the server about the outbox and the records —
+// the loop of passes (push, follow jobs, pull), the live stream, uploads. The client loads
+// it when it starts syncing, so a page reads and writes its local data without it.
+import { Backoff } from "./backoff.js";
+import { halved, maxOpsPerPush, maxPushBytes, traceparent } from "./batching.js";
+import type { SyncEventMap, SyncEventName } from "./events.js";
+import { Gateway, Retry, spaceParameter } from "./http.js";
+import type { RecordView } from "./op.js";
+import { SpaceGoneError, type Batch, type Changed, type LocalStore } from "./store.js";
+import { SyncSteps } from "./syncsteps.js";
+import { Transfers } from "./transfers.js";
+
+/** How long, in seconds, a job may run with a live stream before it is asked for anyway (an outcome the stream lost). */
+const liveJobWait = 10;
+
+/** What the client and its engine both know: `status()` shows it, and either sets it. */
+export interface SyncState {
+  lastSyncAt: number | null;
+  lastError: string | null;
+  lastPushTraceID: string | null;
+  /** Whether the live stream is up. */
+  live: boolean;
+  /** The server may hold changes this device has not pulled: the next pass pulls. */
+  pullWanted: boolean;
+  /** A write came while the loop waited: the next pass waits `pushDelay` first, for others. */
+  writesWaiting: boolean;
+}
+
+/** What the engine needs of its client. */
+export interface EngineHost {
+  readonly store: LocalStore;
+  readonly gatewayURL: string;
+  readonly tokenProvider: (refresh: boolean) => Promise<string>;
+  readonly state: SyncState;
+  readonly spaceID: string | undefined;
+  readonly fanoutURL: string | undefined;
+  readonly pollInterval: number | null | undefined;
+  readonly pushDelay: number | undefined;
+  readonly deviceName: string | undefined;
+  /** The device's identity, kept in memory too, so a database deleted from outside gets it back. */
+  readonly identity: { device?: string; node?: string };
+  /** Whether the client still syncs (`start()` until `stop()`). */
+  running(): boolean;
+  /** Whether this tab leads: only the leader opens the stream. */
+  leader(): boolean;
+  emit<K extends SyncEventName>(name: K, detail: SyncEventMap[K]): void;
+  changed(changes: Changed[]): void;
+  changedAll(): void;
+}
+
+/** A problem's op: its `op_index` member (the detail is for people, never parsed). */
+function problemOpIndex(problem: any): number | null {
+  return Number.isInteger(problem?.op_index) ? problem.op_index : null;
+}
+
+export class SyncEngine {
+  readonly transfers: Transfers;
+  readonly gateway: Gateway;
+  readonly #steps: SyncSteps;
+  /**
+   * The furthest the server has shown this space to be (a succeeded job's checkpoint, a
+   * poke's cursor): pulls ask for at least it (`min_cursor`), so a server reading from a
+   * replica that lags still shows this device its own writes.
+   */
+  #reachedCursor = 0;
+  #maxBytes = maxPushBytes;
+  #wake: (() => void) | null = null;
+  #wakeRequested = false;
+  /** Before this time (ms) nothing is sent: the server asked to wait (`Retry-After`), and writes do not cut it short. */
+  #notBefore = 0;
+  #passing: Promise<boolean> | null = null;
+  /** The live stream (the leader's only), and the space its hello named. */
+  #stream: EventSource | null = null;
+  #streamSpace: string | null = null;
+  #streamBackoff = new Backoff();
+  #streamRetry: ReturnType<typeof setTimeout> | null = null;
+  /** Outcomes of this device's jobs heard on the stream, until the jobs are settled (the stream may tell before the push's 202 is stored). */
+  #heardJobs = new Map<string, { status: string; checkpoint: string | null; troubled: boolean }>();
+  /** Jobs are asked for once more: no stream has been live since they were sent, or one was (re)opened and may have missed an outcome. */
+  #askJobs = true;
+
+  constructor(readonly host: EngineHost) {
+    this.#steps = new SyncSteps(host.store);
+    this.gateway = new Gateway(host.gatewayURL, host.tokenProvider);
+    this.transfers = new Transfers(this.#steps, this.gateway, host.spaceID, host);
+  }
+
+  get #store(): LocalStore {
+    return this.host.store;
+  }
+
+  get #state(): SyncState {
+    return this.host.state;
+  }
+
+  // MARK: - The loop
+
+  /**
+   * Passes while the client runs (until `stop()`, or the space is gone): at once when woken,
+   * else after the backoff, the job poll or `pollInterval`.
+   */
+  async run(): Promise<void> {
+    const backoff = new Backoff();
+    const jobPolls = new Backoff(0.05, 1);
+    try {
+      while (this.host.running()) {
+        let wait: number | null = null;
+        let failed = false;
+        try {
+          await this.#gatherWrites();
+          const jobsInFlight = await this.#exclusivePass();
+          backoff.reset();
+          if (jobsInFlight && this.#state.live) wait = liveJobWait;  // the stream tells each outcome; asked for after this as a safety net
+          else if (jobsInFlight) wait = jobPolls.next(undefined, 1);
+          else {
+            jobPolls.reset();
+            const poll = this.host.pollInterval === undefined ? 30 : this.host.pollInterval;
+            if (poll !== null && !this.#state.live) wait = poll;
+          }
+        } catch (error) {
+          if (error instanceof SpaceGoneError) return;
+          failed = true;
+          wait = backoff.next(error instanceof Retry ? error.after : undefined);
+        }
+        if (!this.host.running()) return;
+        const woken = this.#wakeRequested;
+        this.#wakeRequested = false;
+        if (woken && !failed) continue;  // something happened during a good pass: another pass at once
+        const timedOut = await new Promise<boolean>((resolve) => {
+          const timer = wait === null ? null : setTimeout(() => resolve(true), wait * 1000);
+          this.#wake = () => {
+            if (timer !== null) clearTimeout(timer);
+            resolve(false);
+          };
+        });
+        this.#wake = null;
+        if (timedOut && !this.#state.live) this.#state.pullWanted = true;
+        if (timedOut) this.#askJobs = true;
+      }
+    } finally {
+      this.#closeStream();
+    }
+  }
+
+  /**
+   * Asks the loop for another pass: now when it waits, else as soon as its pass ends (never
+   * lost). While the server's `Retry-After` runs, the pass waits for it to end (unless
+   * `now`: stopping).
+   */
+  wakeUp(now = false): void {
+    if (this.#wake && (now || Date.now() >= this.#notBefore)) this.#wake();
+    else this.#wakeRequested = true;
+  }
+
+  /** A pass about to push what writes just queued waits a moment for more, unless a batch is full already. */
+  async #gatherWrites(): Promise<void> {
+    if (!this.#state.writesWaiting) return;
+    this.#state.writesWaiting = false;
+    const delay = this.host.pushDelay ?? 0.05;
+    if (delay <= 0 || (await this.#store.status()).pending >= maxOpsPerPush) return;
+    await new Promise((resolve) => setTimeout(resolve, delay * 1000));
+  }
+
+  /**
+   * Passes until nothing is left to send, follow or pull. A server that asks to wait
+   * (`Retry-After`: 429, 503) is waited out within the timeout, never cut short; any other
+   * failure ends the sync with its reason.
+   */
+  async sync(timeout: number): Promise<void> {
+    const deadline = Date.now() + timeout * 1000;
+    let askJobsAt = Date.now() + liveJobWait * 1000;
+    this.#state.pullWanted = true;
+    for (;;) {
+      if (Date.now() > askJobsAt) {  // an outcome the stream lost
+        this.#askJobs = true;
+        askJobsAt = Date.now() + liveJobWait * 1000;
+      }
+      const asked = this.#notBefore - Date.now();
+      if (asked > 0) {
+        if (Date.now() + asked > deadline) throw new Error(`the server asked to wait ${Math.ceil(asked / 1000)} s, beyond the sync's ${timeout} s: ${this.#state.lastError}`);
+        await new Promise((resolve) => setTimeout(resolve, asked));
+      }
+      let jobsInFlight: boolean;
+      try {
+        jobsInFlight = await this.#exclusivePass();
+      } catch (error) {
+        if (error instanceof Retry && error.after !== undefined) continue;
+        throw error instanceof Retry ? new Error(error.message) : error;
+      }
+      if (!jobsInFlight && !this.#state.pullWanted) return;
+      if (Date.now() > deadline) throw new Error(`jobs still running after ${timeout} s`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  }
+
+  /** One pass at a time, whoever asks (the loop or `sync()`). */
+  async #exclusivePass(): Promise<boolean> {
+    while (this.#passing) await this.#passing.catch(() => false);
+    this.#passing = this.#pass();
+    try {
+      const result = await this.#passing;
+      this.#state.lastSyncAt = Date.now();
+      this.#state.lastError = null;
+      return result;
+    } catch (error) {
+      this.#state.lastError = error instanceof Error ? error.message : String(error);
+      if (error instanceof Retry && error.after !== undefined) this.#notBefore = Math.max(this.#notBefore, Date.now() + error.after * 1000);
+      throw error;
+    } finally {
+      this.#passing = null;
+    }
+  }
+
+  async #pass(): Promise<boolean> {
+    if (await this.#store.meta<boolean>("gone")) throw new SpaceGoneError();
+    const device = await this.registeredDevice();
+    if (this.host.leader()) void this.#openStream(device);
+    const uploadFailure = await this.#uploadPending();
+    // While the server's Retry-After runs, nothing is pushed, whoever asks for the pass.
+    const asked = this.#notBefore - Date.now();
+    if (asked <= 0) await this.#pushAll(device);
+    const jobsInFlight = await this.#followJobs();
+    if (this.#state.pullWanted) await this.#pullAll();
+    // The ops waiting for a file that could not be sent wait for the next pass.
+    if (uploadFailure) throw new Retry(uploadFailure);
+    if (asked > 0) throw new Retry(this.#state.lastError ?? "the server asked to wait", asked / 1000);
+    return jobsInFlight;
+  }
+
+  /** Uploads the files waiting (and sets aside the ops of files refused); returns the first failure. */
+  async #uploadPending(): Promise<string | null> {
+    return (await this.#store.hasFilesToSettle()) ? this.transfers.uploadPending() : null;
+  }
+
+  // MARK: - Device, push, jobs, pull
+
+  /** This device's id on the server: registered on first use. */
+  async registeredDevice(): Promise<string> {
+    const known = await this.#store.meta<string>("device_id");
+    if (known) return this.host.identity.device = known;
+    const answer = await this.gateway.send("POST", "/v1/devices", JSON.stringify({ name: this.host.deviceName ?? "browser", platform: "web" }));
+    if (answer.status !== 201 || typeof answer.json?.device_id !== "string") throw new Retry(`device registration answered ${answer.status}: ${answer.detail}`, answer.retryAfter);
+    await this.#store.setMeta("device_id", answer.json.device_id);
+    return this.host.identity.device = answer.json.device_id;
+  }
+
+  /** Sends batches until the outbox holds none, setting aside what the server refuses. */
+  async #pushAll(device: string): Promise<void> {
+    const spaceID = this.host.spaceID;
+    for (;;) {
+      const batch = await this.#steps.nextBatch(device, maxOpsPerPush, this.#maxBytes, spaceID);
+      if (!batch) return;
+      const trace = traceparent(batch.key);
+      this.#state.lastPushTraceID = trace.traceID;
+      const answer = await this.gateway.send("POST", "/v1/sync/push", batch.body, { "Idempotency-Key": batch.key, traceparent: trace.header });
+      if (answer.status === 202 && typeof answer.json?.job_id === "string") {
+        await this.#steps.batchAccepted(batch, answer.json.job_id);
+      } else if (answer.status === 400 || answer.status === 422 || (answer.status === 403 && spaceID)) {
+        await this.#refused(batch, answer.status === 403 ? null : problemOpIndex(answer.json), answer.detail);
+      } else if (answer.status === 409 && answer.json?.code === "blob_missing") {
+        // The server lacks a file an op references: sent again when this browser holds it, else the op is set aside.
+        const sha = typeof answer.json?.sha256 === "string" ? answer.json.sha256 : null;
+        if (sha && await this.#steps.blobMissing(sha)) {
+          await this.#steps.batchDissolved(batch);
+          const failure = await this.#uploadPending();
+          if (failure) throw new Retry(failure);
+        } else {
+          await this.#refused(batch, problemOpIndex(answer.json), answer.detail);
+        }
+      } else if (answer.status === 404 && spaceID) {
+        // The space may be gone: the pull tells (a 404 there drops it).
+        await this.#pullAll();
+        throw new Retry(`push answered 404: ${answer.detail}`);
+      } else if (answer.status === 413 && batch.op_ids.length > 1) {
+        this.#maxBytes = halved(this.#maxBytes);
+        await this.#steps.batchDissolved(batch);
+      } else if (answer.status === 413) {
+        await this.#refused(batch, 0, answer.detail);
+      } else {
+        throw new Retry(`push answered ${answer.status}: ${answer.detail}`, answer.retryAfter);
+      }
+    }
+  }
+
+  async #refused(batch: Batch, index: number | null, reason: string): Promise<void> {
+    const aside = await this.#steps.batchRefused(batch, index, reason);
+    for (const opID of aside) this.host.emit("setAside", { opID, reason });
+    this.host.changedAll();
+  }
+
+  /**
+   * Settles every job whose outcome is known; returns whether any is still running. While
+   * the stream is live it tells each job's outcome, and a job is asked for only when the
+   * outcome was troubled (its results say which ops were refused) or may have been missed
+   * (no stream was live since the job was sent). A shared space's jobs are asked for with
+   * their space, so the server reads that space alone.
+   */
+  async #followJobs(): Promise<boolean> {
+    let running = false;
+    const scope = spaceParameter(this.host.spaceID);
+    const ask = this.#askJobs || !this.#state.live;
+    for (const jobID of await this.#steps.sentJobs()) {
+      const heard = this.#heardJobs.get(jobID);
+      if (heard?.status === "succeeded" && !heard.troubled) {
+        this.#heardJobs.delete(jobID);
+        await this.#jobSucceeded(jobID, Number(heard.checkpoint ?? 0), []);
+        continue;
+      }
+      if (!heard && !ask) {
+        running = true;
+        continue;
+      }
+      this.#heardJobs.delete(jobID);
+      const answer = await this.gateway.send("GET", `/v1/sync/jobs/${jobID}${scope}`);
+      if (answer.status === 404) {
+        await this.#steps.jobForgotten(jobID);
+        continue;
+      }
+      if (answer.status !== 200) throw new Retry(`job status answered ${answer.status}`, answer.retryAfter);
+      const job = answer.json;
+      if (job.status === "succeeded") {
+        await this.#jobSucceeded(jobID, Number(job.checkpoint ?? 0), job.results ?? []);
+      } else if (job.status === "dead" || job.status === "discarded") {
+        const opIDs = await this.#steps.jobDead(jobID, `job ${job.status}: ${job.last_error ?? "no error recorded"}`);
+        this.host.emit("jobDead", { jobID, opIDs });
+        this.host.changedAll();
+      } else {
+        running = true;
+      }
+    }
+    if (ask && this.#state.live) this.#askJobs = false;
+    return running;
+  }
+
+  /** A job of this device's succeeded: its refused ops are reported, the others wait for the pull that shows them. */
+  async #jobSucceeded(jobID: string, checkpoint: number, results: Parameters<SyncSteps["jobSucceeded"]>[2]): Promise<void> {
+    this.#reachedCursor = Math.max(this.#reachedCursor, checkpoint);
+    const gone = await this.#steps.jobSucceeded(jobID, checkpoint, results);
+    for (const result of gone) {
+      const name = result.status === "conflict" ? "conflict" : "rejected";
+      this.host.emit(name, { opID: result.op_id, reason: result.reason, current: result.current as RecordView | undefined });
+    }
+    this.#state.pullWanted = true;
+    this.host.changedAll();
+  }
+
+  /** Pulls until `has_more` is false; a 410 starts a resync that keeps unpushed ops. */
+  async #pullAll(): Promise<void> {
+    this.#state.pullWanted = false;
+    for (;;) {
+      const cursor = await this.#store.meta<string>("cursor");
+      const space = spaceParameter(this.host.spaceID, "&");
+      const reached = this.#reachedCursor > 0 ? `&min_cursor=${this.#reachedCursor}` : "";
+      const answer = await this.gateway.send("GET", `/v1/sync/pull?limit=1000${space}${cursor ? `&since=${cursor}` : ""}${reached}`);
+      if (answer.status === 410) {
+        await this.#steps.beginResync();
+        this.host.emit("resync", undefined);
+        continue;
+      }
+      if (answer.status === 404 && this.host.spaceID) await this.#spaceGone();
+      if (answer.status !== 200) {
+        this.#state.pullWanted = true;
+        throw new Retry(`pull answered ${answer.status}: ${answer.detail}`, answer.retryAfter);
+      }
+      const page = answer.json as { changes: RecordView[]; cursor: string; has_more: boolean };
+      this.host.changed(await this.#steps.applyPage(page.changes, page.cursor, page.has_more));
+      if (!page.has_more) {
+        this.host.emit("pulled", { cursor: page.cursor });
+        return;
+      }
+    }
+  }
+
+  /** The space answered 404: its local data goes, the app hears which edits were lost, syncing ends. */
+  async #spaceGone(): Promise<never> {
+    const lost = await this.#steps.forgetSpace();
+    if (lost.length > 0) this.host.emit("editsLost", { spaceID: this.host.spaceID, opIDs: lost });
+    this.host.emit("spaceGone", { spaceID: this.host.spaceID });
+    this.host.changedAll();
+    throw new SpaceGoneError();
+  }
+
+  // MARK: - Live stream
+
+  /**
+   * Opens the fanout's Server-Sent Events stream (the leader only): a `hello` or `poke` of
+   * this client's space whose cursor is past the device's asks for a pull, a `job` message
+   * for a job poll. A failed stream is closed and opened again with backoff and a fresh
+   * token; while it is down, the loop pulls every `pollInterval`.
+   */
+  async #openStream(device: string): Promise<void> {
+    if (!this.host.fanoutURL || this.#stream || this.#streamRetry || !this.host.leader() || !this.host.running()) return;
+    let token: string;
+    try {
+      token = await this.gateway.tokenProvider(false);
+    } catch (error) {
+      // An app opened offline, or a provider that fails: reported like any failure, and
+      // tried again with backoff, as a dropped stream is.
+      this.#state.lastError = `cannot open the live stream: ${error instanceof Error ? error.message : String(error)}`;
+      this.#retryStream(device);
+      return;
+    }
+    if (this.#stream || this.#streamRetry || !this.host.leader() || !this.host.running()) return;  // opened, or stopped, meanwhile
+    const space = spaceParameter(this.host.spaceID, "&");
+    const source = new EventSource(`${this.host.fanoutURL}/v1/stream?device_id=${encodeURIComponent(device)}&access_token=${encodeURIComponent(token)}${space}`);
+    this.#stream = source;
+    source.onmessage = (event: MessageEvent) => {
+      if (!this.#state.live) {
+        this.#state.live = true;
+        this.#streamBackoff.reset();
+      }
+      try { void this.#streamMessage(JSON.parse(event.data)); } catch { /* not JSON: ignored */ }
+    };
+    source.onerror = () => {
+      this.#closeStream();
+      this.#state.pullWanted = true;  // pokes may have been missed while it was down
+      this.wakeUp();
+      this.#retryStream(device);
+    };
+  }
+
+  /** Opens the stream again after the backoff's next wait, while this client still syncs. */
+  #retryStream(device: string): void {
+    if (!this.host.running() || !this.host.leader() || this.#streamRetry) return;
+    this.#streamRetry = setTimeout(() => {
+      this.#streamRetry = null;
+      void this.#openStream(device);
+    }, this.#streamBackoff.next() * 1000);
+  }
+
+  #closeStream(): void {
+    this.#stream?.close();
+    this.#stream = null;
+    this.#state.live = false;
+    if (this.#streamRetry) clearTimeout(this.#streamRetry);
+    this.#streamRetry = null;
+  }
+
+  async #streamMessage(message: { type?: string; cursor?: string; space_id?: string }): Promise<void> {
+    if (message.type === "hello") {
+      this.#streamSpace = message.space_id ?? null;
+      this.#askJobs = true;  // outcomes told while no stream listened are asked for once
+    }
+    if (message.type === "hello" || message.type === "poke") {
+      if (message.space_id && this.#streamSpace && message.space_id !== this.#streamSpace) return;  // another space's
+      const cursor = await this.#store.meta<string>("cursor");
+      if (message.cursor !== undefined) this.#reachedCursor = Math.max(this.#reachedCursor, Number(message.cursor) || 0);
+      if (message.cursor !== undefined && (cursor === undefined || Number(message.cursor) > Number(cursor))) {
+        this.#state.pullWanted = true;
+        this.wakeUp();
+      }
+    } else if (message.type === "job") {
+      const job = message as { job_id?: unknown; status?: unknown; checkpoint?: unknown; troubled?: unknown };
+      if (typeof job.job_id === "string" && typeof job.status === "string") {
+        if (this.#heardJobs.size >= 10_000) this.#heardJobs.clear();  // outcomes of jobs this device no longer follows
+        this.#heardJobs.set(job.job_id, {
+          status: job.status, checkpoint: typeof job.checkpoint === "string" ? job.checkpoint : null, troubled: job.troubled !== false,
+        });
+      }
+      this.wakeUp();
+    }
+  }
+}

@@ -1,0 +1,61 @@
+import { retryAfterSeconds } from "./backoff.js";
+
+/** A failure worth retrying after a pause (network, 429, 5xx, auth); `after`: the server's `Retry-After`, in seconds. */
+export class Retry extends Error {
+  constructor(message: string, readonly after?: number) {
+    super(message);
+  }
+}
+
+/** A server's answer, its body read: JSON when it is, and the problem's `detail` (else the text's start). */
+export interface Answer {
+  status: number;
+  json: any;
+  detail: string;
+  retryAfter?: number;
+  headers: Headers;
+}
+
+/** `?space_id=…` (or with `&`) for a shared space; nothing for the personal one. */
+export function spaceParameter(spaceID: string | undefined, separator: "?" | "&" = "?"): string {
+  return spaceID ? `${separator}space_id=${encodeURIComponent(spaceID)}` : "";
+}
+
+/** The gateway, reached with the app's bearer token. */
+export class Gateway {
+  constructor(readonly url: string, readonly tokenProvider: (refresh: boolean) => Promise<string>) {}
+
+  /** A request with the bearer token (asked again once after a 401); a JSON body unless `Content-Type` says otherwise. */
+  async fetch(method: string, path: string, body?: string | Blob, headers: Record<string, string> = {}): Promise<Response> {
+    for (let refresh = false; ; refresh = true) {
+      const token = await this.tokenProvider(refresh);
+      let response: Response;
+      try {
+        response = await fetch(this.url + path, {
+          method, body, headers: { ...(typeof body === "string" ? { "Content-Type": "application/json" } : {}), ...headers, Authorization: `Bearer ${token}` },
+        });
+      } catch (error) {
+        throw new Retry(`cannot reach the server: ${error instanceof Error ? error.message : String(error)}`);
+      }
+      if (response.status !== 401 || refresh) return response;
+    }
+  }
+
+  async send(method: string, path: string, body?: string | Blob, headers: Record<string, string> = {}): Promise<Answer> {
+    const response = await this.fetch(method, path, body, headers);
+    const text = await response.text();
+    let json: any = null;
+    try { json = text ? JSON.parse(text) : null; } catch { /* not JSON */ }
+    return {
+      status: response.status, json, detail: json?.detail ?? text.slice(0, 500), retryAfter: retryAfterSeconds(response.headers.get("Retry-After")),
+      headers: response.headers,
+    };
+  }
+
+  /** A JSON answer of status `expected`; any other status throws with the server's detail. */
+  async call(method: string, path: string, expected: number, body?: unknown): Promise<any> {
+    const answer = await this.send(method, path, body === undefined ? undefined : JSON.stringify(body));
+    if (answer.status !== expected) throw new Error(`server answered ${answer.status}: ${answer.detail}`);
+    return answer.json;
+  }
+}
