@@ -82,6 +82,39 @@ struct WebClientTests {
         return try browser.evaluate(script)
     }
 
+    /// The code that talks to the server loads apart from the core: a page whose sync engine
+    /// cannot be fetched (an app opened offline, its chunk not cached) still writes, reads
+    /// and queries its local data, says why it does not sync, and stops at once.
+    @Test func aPageWithoutItsSyncEngineStillReadsAndWritesItsData() async throws {
+        let site = try await Self.serve()
+        defer { site.stop() }
+        try FileManager.default.removeItem(atPath: "\(site.directory)/engine.js")
+        let browser = try Browser()
+        defer { browser.quit() }
+        try browser.open("\(site.base)/index.html")
+        try browser.waitFor("window.syncline")
+        let result = try browser.evaluate("""
+            (async () => {
+              const client = await syncline.createClient({gatewayURL: 'http://127.0.0.1:9', databaseName: 'no-engine',
+                tokenProvider: async () => 'token', pollInterval: null});
+              client.start();
+              await client.upsert('items', 'a1', {title: 'milk'});
+              await client.upsert('items', 'a2', {title: 'eggs'});
+              const found = (await client.query('items', {where: {title: {eq: 'milk'}}})).map(r => [r.id, r.hasPendingEdits]);
+              let status = await client.status();
+              for (let i = 0; i < 100 && !status.lastError; i++) {
+                await new Promise(r => setTimeout(r, 50));
+                status = await client.status();
+              }
+              const started = Date.now();
+              await client.stop();
+              return syncline.canonicalJSON({found, pending: status.pendingOps, leader: status.leader,
+                why: status.lastError?.startsWith('cannot load the sync engine') ?? status.lastError, stoppedAtOnce: Date.now() - started < 1000});
+            })()
+            """) as? String
+        #expect(result == #"{"found":[["a1",true]],"leader":true,"pending":2,"stoppedAtOnce":true,"why":true}"#)
+    }
+
     /// With the gateway down, a page writes, is reloaded, and still shows its edits; once
     /// the gateway is back they are applied once and the server holds what the page shows.
     @Test func offlineEditsSurviveAReloadAndAreAppliedOnce() async throws {
