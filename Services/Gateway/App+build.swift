@@ -22,7 +22,9 @@ func buildApplication(
     var replicaLogger = logger
     replicaLogger[metadataKey: "database"] = "replica"
     let replica = settings.databaseReadURL.map {
-        PGPool(url: $0, size: configuration.databasePoolSize, logger: replicaLogger, slowThreshold: configuration.slowThreshold, name: "replica")
+        PGPool(
+            url: $0, size: configuration.databasePoolSize, logger: replicaLogger, slowThreshold: configuration.slowThreshold,
+            name: "replica", isSampled: Traces.isSampled)
     }
     let reads = ReadPools(primary: pool, replica: replica, logger: logger)
     let publisher = AMQPPublisher(

@@ -63,7 +63,7 @@ public struct RequestTelemetry: Sendable {
     private let slow: Duration
 
     public init(request: HTTPRequest, logger: Logger, slow: Duration) {
-        let parent = Traces.context(
+        let parent = Traces.requestContext(
             traceparent: request.headerFields[.traceparent], tracestate: request.headerFields[.tracestate])
         method = request.method.rawValue
         if let tracer = Traces.tracer {
@@ -71,10 +71,8 @@ public struct RequestTelemetry: Sendable {
             span.attributes["http.request.method"] = method
             span.attributes["url.path"] = request.path.map { String($0.prefix { $0 != "?" }) }
             span.attributes["user_agent.original"] = request.headerFields[.userAgent]
-            var context = span.context
-            context.traceparent = Traces.traceparent(of: span.context)
             self.span = span
-            self.context = context
+            context = Traces.context(of: span)
         } else {
             span = nil
             context = parent
@@ -100,7 +98,7 @@ public struct RequestTelemetry: Sendable {
             "http.request.method": "\(method)", "http.route": "\(route)", "http.response.status_code": "\(status.code)",
             "duration_ms": "\(Self.milliseconds(took))", "http.response.body.size": "\(bytes)",
         ]
-        if let traceID = Traces.traceID(of: Traces.traceparent(of: context)) { metadata["trace.id"] = "\(traceID)" }
+        if let traceID = Traces.traceID(of: context.traceparent) { metadata["trace.id"] = "\(traceID)" }
         if let error, status.code >= 500 { metadata["error"] = "\(error)" }
         logger.log(level: took > slow ? .warning : .info, took > slow ? "slow request" : "request", metadata: metadata)
     }

@@ -38,6 +38,8 @@ public final class PGPool: Sendable {
     private let waits: Timer
     /// The tracer bootstrapped before the pool was made; nil: tracing is off.
     private let tracer: (any Tracer)?
+    /// Whether a holder's trace is sampled: only then are its waits and statements spans.
+    private let isSampled: @Sendable (ServiceContext) -> Bool
     private let inUse: Gauge
     /// A connection waited for or a statement run (warnings), or a connection held (info:
     /// purges and big batches may), longer than this is logged: such waits stall every
@@ -67,14 +69,18 @@ public final class PGPool: Sendable {
     ///   - observer: shown every statement before it runs (nil: none).
     ///   - slowThreshold: what counts as slow for a wait, a statement or a hold.
     ///   - name: the `pool` label of its metrics (`primary`, `replica`).
+    ///   - isSampled: whether a holder's trace is sampled, so that its statements are spans
+    ///     (nil: asked of the tracer, which costs a `traceparent` made per checkout).
     public init(
         url: String, size: Int, logger: Logger,
         statementTimeout: Duration? = .seconds(60), acquisitionTimeout: Duration = .seconds(10),
         healthCheckInterval: Duration = .seconds(30), standbyWait: Duration? = nil, observer: Observer? = nil,
-        slowThreshold: Duration = .seconds(1), name: String = "primary"
+        slowThreshold: Duration = .seconds(1), name: String = "primary", isSampled: (@Sendable (ServiceContext) -> Bool)? = nil
     ) {
         self.slowThreshold = slowThreshold
-        tracer = InstrumentationSystem.tracer is NoOpTracer ? nil : InstrumentationSystem.tracer
+        let tracer = InstrumentationSystem.tracer is NoOpTracer ? nil : InstrumentationSystem.tracer
+        self.tracer = tracer
+        self.isSampled = isSampled ?? { context in tracer.map { StatementTracing.isSampled(context, by: $0) } ?? false }
         waits = Timer(label: "syncline_db_pool_wait_seconds", dimensions: [("pool", name)], preferredDisplayUnit: .seconds)
         inUse = Gauge(label: "syncline_db_pool_in_use", dimensions: [("pool", name)])
         Gauge(label: "syncline_db_pool_size", dimensions: [("pool", name)]).record(size)
@@ -99,7 +105,9 @@ public final class PGPool: Sendable {
         _ body: @escaping @Sendable (PGConnection) throws -> T
     ) async throws -> T {
         let (connection, id) = try await checkOut()
-        connection.hold(id, tracing: StatementTracing(tracer: tracer, context: ServiceContext.current, logger: logger, slow: slowThreshold))
+        let context = ServiceContext.current
+        let sampled = tracer.flatMap { tracer in context.flatMap { isSampled($0) ? tracer : nil } }
+        connection.hold(id, tracing: StatementTracing(tracer: sampled, context: context, logger: logger, slow: slowThreshold))
         let held = ContinuousClock.now
         defer {
             connection.release()
@@ -205,7 +213,7 @@ public final class PGPool: Sendable {
         let waitStarted = ContinuousClock.now
         // In the caller's trace, the wait is a span of its own: time no statement accounts for.
         let span = tracer.flatMap { tracer in
-            ServiceContext.current.map { tracer.startSpan("wait for a database connection", context: $0, ofKind: .internal) }
+            ServiceContext.current.flatMap { isSampled($0) ? tracer.startSpan("wait for a database connection", context: $0, ofKind: .internal) : nil }
         }
         defer {
             span?.end()

@@ -8,23 +8,17 @@ import Tracing
 /// operation and table, and carry its text, whose values are all `$n` parameters
 /// (`PGQuery`): never a value.
 struct StatementTracing: Sendable {
-    /// The pool's tracer, when tracing is on and the holder's trace is sampled: spans of an
-    /// unsampled trace would be dropped, so they are not made (that was half of what tracing
-    /// at 1 % cost the worker).
+    /// The pool's tracer, when tracing is on and the holder's trace is sampled (the pool
+    /// decides): spans of an unsampled trace would be dropped, so they are not made (that was
+    /// half of what tracing at 1 % cost the worker).
     let tracer: (any Tracer)?
     /// The holder's context: statements run on a pool thread, which has no task-locals.
     let context: ServiceContext?
     let logger: Logger
     let slow: Duration
 
-    init(tracer: (any Tracer)?, context: ServiceContext?, logger: Logger, slow: Duration) {
-        self.tracer = tracer.flatMap { tracer in context.flatMap { Self.isSampled($0, by: tracer) ? tracer : nil } }
-        self.context = context
-        self.logger = logger
-        self.slow = slow
-    }
-
-    /// Whether `context`'s trace is sampled: the flags of the `traceparent` it would send on.
+    /// Whether `context`'s trace is sampled, asked of the tracer: the flags of the
+    /// `traceparent` it would send on.
     static func isSampled(_ context: ServiceContext, by tracer: any Tracer) -> Bool {
         var carrier: [String: String] = [:]
         tracer.inject(context, into: &carrier, using: TraceparentInjector())

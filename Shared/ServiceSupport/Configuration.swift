@@ -157,7 +157,7 @@ public struct Configuration: Sendable {
     public func primaryPool(size: Int? = nil, logger: Logger, statementTimeout: Duration? = .seconds(60)) -> PGPool {
         PGPool(
             url: databaseURL, size: size ?? databasePoolSize, logger: logger, statementTimeout: statementTimeout,
-            standbyWait: databaseStandbyWait, slowThreshold: slowThreshold)
+            standbyWait: databaseStandbyWait, slowThreshold: slowThreshold, isSampled: Traces.isSampled)
     }
 
     /// The broker endpoint from `AMQP_URL`.

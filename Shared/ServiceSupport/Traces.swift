@@ -11,56 +11,76 @@ public enum Traces {
     /// The tracer `Telemetry` bootstrapped, or nil: tracing is off and no span is started.
     /// (Kept here rather than asked of `InstrumentationSystem` on every request: that
     /// lookup, a task-local read, a lock and a cast, was 1.8 % of the gateway's CPU.)
-    public static var tracer: (any Tracer)? { bootstrapped.withLockedValue { $0 } }
-    private static let bootstrapped = NIOLockedValueBox<(any Tracer)?>(nil)
+    public static var tracer: (any Tracer)? { bootstrapped.withLockedValue { $0.tracer } }
+    private static let bootstrapped = NIOLockedValueBox<(tracer: (any Tracer)?, requestSampleRatio: Double)>((nil, 1))
 
     /// Whether a tracer was bootstrapped: spans are worth starting.
     public static var enabled: Bool { tracer != nil }
 
-    /// Called once `tracer` is bootstrapped as the `InstrumentationSystem`'s.
-    public static func started(_ tracer: any Tracer) {
-        bootstrapped.withLockedValue { $0 = tracer }
+    /// Called once `tracer` is bootstrapped as the `InstrumentationSystem`'s, with the share
+    /// of requests to sample (`requestContext`).
+    public static func started(_ tracer: any Tracer, requestSampleRatio: Double) {
+        bootstrapped.withLockedValue { $0 = (tracer, min(max(requestSampleRatio, 0), 1)) }
     }
 
-    /// The `traceparent` of `context`: its span's, when tracing is on, else the one the
-    /// request or message brought (`ServiceContext.traceparent`).
+    /// The `traceparent` of `context`: the one its work belongs to (`ServiceContext.traceparent`),
+    /// which every context made from a span carries (`context(of:)`), sampled or not.
     public static func traceparent(of context: ServiceContext? = .current) -> String? {
-        guard let context else { return nil }
-        if enabled {
+        context?.traceparent
+    }
+
+    /// A span's context, carrying the span's own `traceparent` (its trace, its id, whether
+    /// it is sampled): what its work logs and sends on.
+    public static func context(of span: any Span) -> ServiceContext {
+        var context = span.context
+        if let tracer {
             var carrier: [String: String] = [:]
-            InstrumentationSystem.instrument.inject(context, into: &carrier, using: DictionaryInjector())
-            if let traceparent = carrier["traceparent"] { return traceparent }
+            tracer.inject(span.context, into: &carrier, using: DictionaryInjector())
+            if let traceparent = carrier["traceparent"] { context.traceparent = traceparent }
         }
-        return context.traceparent
+        return context
     }
 
     /// Whether spans of `context`'s trace are recorded (its `traceparent`'s sampled flag).
     /// Spans are made only for such traces: an unsampled one's would be dropped anyway.
     public static func isSampled(_ context: ServiceContext) -> Bool {
-        guard enabled, let flags = traceparent(of: context)?.split(separator: "-").last, let value = UInt8(flags, radix: 16)
-        else { return false }
-        return value & 1 == 1
+        guard enabled, let traceparent = context.traceparent else { return false }
+        return TraceParent.isSampled(traceparent)
     }
 
     /// The trace id (32 hex digits) within a `traceparent`.
     public static func traceID(of traceparent: String?) -> String? {
         guard let traceparent, TraceParent.isValid(traceparent) else { return nil }
-        return String(traceparent.split(separator: "-")[1])
+        return String(traceparent.utf8.dropFirst(3).prefix(32))!
     }
 
     /// The context a remote caller or a message carried in `traceparent` (and
     /// `tracestate`): the parent of the spans that handle it. An invalid or missing one
     /// starts a new trace.
     public static func context(traceparent: String?, tracestate: String? = nil) -> ServiceContext {
+        let valid = traceparent.flatMap(TraceParent.normalized)
         var context = ServiceContext.topLevel
-        let valid = traceparent.map { $0.lowercased() }.flatMap { TraceParent.isValid($0) ? $0 : nil }
-        if enabled, let valid {
+        if let tracer, let valid {
             var carrier = ["traceparent": valid]
             if let tracestate { carrier["tracestate"] = tracestate }
-            InstrumentationSystem.instrument.extract(carrier, into: &context, using: DictionaryExtractor())
+            tracer.extract(carrier, into: &context, using: DictionaryExtractor())
         }
         context.traceparent = valid ?? TraceParent.random()
         return context
+    }
+
+    /// The context of an HTTP request: its `traceparent` names the trace (a device sends
+    /// its push's), but whether the trace is sampled is this service's decision, by its
+    /// share of requests to sample and the trace id, as OpenTelemetry's trace-id ratio
+    /// sampler decides — a device cannot know that share, and one that always asked for
+    /// sampling would have every push traced.
+    public static func requestContext(traceparent: String?, tracestate: String? = nil) -> ServiceContext {
+        let (tracer, ratio) = bootstrapped.withLockedValue { $0 }
+        guard let valid = traceparent.flatMap(TraceParent.normalized) else {
+            // With a tracer, a new trace is the request span's (`context(of:)`); without, it starts here.
+            return tracer == nil ? context(traceparent: nil) : .topLevel
+        }
+        return context(traceparent: TraceParent.sampled(valid, ratio: ratio), tracestate: tracestate)
     }
 
     /// The context a message was published in (its `traceparent` header).
@@ -86,8 +106,7 @@ public enum Traces {
             return try await ServiceContext.withValue(context) {
                 try await tracer.withSpan(name, context: context, ofKind: kind) { span in
                     span.attributes.merge(attributes)
-                    var inner = span.context
-                    inner.traceparent = traceparent(of: span.context) ?? context.traceparent
+                    let inner = Self.context(of: span)
                     return try await ServiceContext.withValue(inner) { try await body([inner]) }
                 }
             }
@@ -110,14 +129,8 @@ public enum Traces {
             batch.end()
             memberSpans.forEach { $0.end() }
         }
-        let memberContexts = memberSpans.map { span in
-            var context = span.context
-            context.traceparent = traceparent(of: span.context)
-            return context
-        }
-        var context = batch.context
-        context.traceparent = traceparent(of: batch.context)
-        return try await ServiceContext.withValue(context) {
+        let memberContexts = memberSpans.map(Self.context(of:))
+        return try await ServiceContext.withValue(Self.context(of: batch)) {
             do {
                 return try await body(memberContexts)
             } catch {
@@ -136,7 +149,7 @@ public enum Traces {
         guard let tracer, messages.contains(where: { isSampled($0.context) }) else {
             try await publisher.publish(messages.map { message, context in
                 var message = message
-                if let traceparent = traceparent(of: context) { message.headers["traceparent"] = .string(traceparent) }
+                if let traceparent = context.traceparent { message.headers["traceparent"] = .string(traceparent) }
                 return message
             })
             return
@@ -153,7 +166,7 @@ public enum Traces {
             if let id = message.messageID { span.attributes["messaging.message.id"] = id }
             var message = message
             var carrier: [String: String] = [:]
-            InstrumentationSystem.instrument.inject(span.context, into: &carrier, using: DictionaryInjector())
+            tracer.inject(span.context, into: &carrier, using: DictionaryInjector())
             for (name, value) in carrier { message.headers[name] = .string(value) }
             spans.append(span)
             outgoing.append(message)
@@ -173,13 +186,60 @@ public enum Traces {
 
 /// `traceparent` values: `00-<trace id>-<parent id>-<flags>`, lowercase hex.
 public enum TraceParent {
+    /// Whether `value` is a `traceparent`: version 00's layout in lowercase hex, the ids not
+    /// all zero. Read byte by byte, allocating nothing: it runs for every request, message
+    /// and log line.
     public static func isValid(_ value: String) -> Bool {
-        let parts = value.split(separator: "-", omittingEmptySubsequences: false)
-        guard parts.count == 4, parts[0].count == 2, parts[0] != "ff", parts[1].count == 32, parts[2].count == 16,
-              parts[3].count == 2 else { return false }
-        let hex = { (part: Substring) in part.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) } }
-        return parts.allSatisfy(hex) && parts[1] != String(repeating: "0", count: 32)
-            && parts[2] != String(repeating: "0", count: 16)
+        var index = 0, traceIDZero = true, parentIDZero = true, versionFF = true
+        for byte in value.utf8 {
+            defer { index += 1 }
+            if index == 2 || index == 35 || index == 52 {
+                guard byte == UInt8(ascii: "-") else { return false }
+                continue
+            }
+            guard index < 55, (48...57).contains(byte) || (97...102).contains(byte) else { return false }
+            if index < 2, byte != UInt8(ascii: "f") { versionFF = false }
+            if byte != UInt8(ascii: "0") {
+                if (3..<35).contains(index) { traceIDZero = false } else if (36..<52).contains(index) { parentIDZero = false }
+            }
+        }
+        return index == 55 && !versionFF && !traceIDZero && !parentIDZero
+    }
+
+    /// `value` when it is a `traceparent`, or in lowercase when that one is; else nil.
+    public static func normalized(_ value: String) -> String? {
+        if isValid(value) { return value }
+        let lowercase = value.lowercased()
+        return lowercase != value && isValid(lowercase) ? lowercase : nil
+    }
+
+    /// Whether a valid `traceparent`'s flags say sampled (their lowest bit).
+    public static func isSampled(_ traceparent: String) -> Bool {
+        guard let last = traceparent.utf8.last, let digit = hexValue(last) else { return false }
+        return digit & 1 == 1
+    }
+
+    /// A valid `traceparent` with its sampled flag set by `ratio` and its trace id, as
+    /// OpenTelemetry's trace-id ratio sampler (and swift-otel's) decides: the trace id's last
+    /// eight bytes, read as a little-endian integer, below `ratio` of the largest.
+    public static func sampled(_ traceparent: String, ratio: Double) -> String {
+        let bytes = Array(traceparent.utf8)
+        var value: UInt64 = 0
+        for pair in (0..<8).reversed() {
+            let high = hexValue(bytes[19 + 2 * pair]) ?? 0, low = hexValue(bytes[20 + 2 * pair]) ?? 0
+            value = value << 8 | UInt64(high << 4 | low)
+        }
+        let sampled = ratio >= 1 || (ratio > 0 && value < UInt64(ratio * Double(UInt64.max)))
+        return String(decoding: bytes[0..<53], as: UTF8.self) + (sampled ? "01" : "00")
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case 48...57: byte - 48
+        case 97...102: byte - 87
+        case 65...70: byte - 55
+        default: nil
+        }
     }
 
     /// A new trace's `traceparent`, sampled.

@@ -28,12 +28,22 @@ public enum Telemetry {
         configuration.traces.otlpExporter.protocol = .httpProtobuf
         let (tracer, exporting) = try OTel.makeTracingBackend(configuration: configuration)
         InstrumentationSystem.bootstrap(tracer)
-        Traces.started(tracer)
+        Traces.started(tracer, requestSampleRatio: requestSampleRatio(environment))
         logger.info("tracing on", metadata: [
             "otel.endpoint": "\(environment["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] ?? environment["OTEL_EXPORTER_OTLP_ENDPOINT"] ?? "")",
             "otel.sampler": "\(environment["OTEL_TRACES_SAMPLER"] ?? "parentbased_always_on")",
         ])
         return [exporting]
+    }
+
+    /// The share of requests whose traces are sampled, from `OTEL_TRACES_SAMPLER` (and its
+    /// `_ARG`): a device's `traceparent` names the trace but does not decide this.
+    public static func requestSampleRatio(_ environment: [String: String]) -> Double {
+        switch environment["OTEL_TRACES_SAMPLER"]?.lowercased() ?? "parentbased_always_on" {
+        case "always_off", "parentbased_always_off": 0
+        case "traceidratio", "parentbased_traceidratio": environment["OTEL_TRACES_SAMPLER_ARG"].flatMap(Double.init) ?? 1
+        default: 1
+        }
     }
 
     /// Whether the environment asks for traces: an OTLP endpoint is set, and neither the

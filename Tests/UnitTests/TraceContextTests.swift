@@ -46,6 +46,28 @@ struct TraceContextTests {
         #expect(Traces.traceID(of: "garbage") == nil)
     }
 
+    /// A request's trace is sampled by the service's share and the trace id, whatever the
+    /// device's flag says, by OpenTelemetry's trace-id ratio rule: the id's last eight bytes,
+    /// little-endian, below the share of the largest such number.
+    @Test func aRequestsTraceIsSampledByTheServicesShareNotTheDevicesFlag() {
+        let low = "00-00000000000000000100000000000000-b7ad6b7169203331-00"   // last eight bytes: 1
+        let below = "00-0000000000000000ffffffffffffff7f-b7ad6b7169203331-01" // 2^63 - 1
+        let above = "00-00000000000000000000000000000080-b7ad6b7169203331-01" // 2^63
+        #expect(TraceParent.sampled(low, ratio: 1e-12).hasSuffix("-01"))
+        #expect(TraceParent.sampled(below, ratio: 0.5).hasSuffix("-01"))
+        #expect(TraceParent.sampled(above, ratio: 0.5).hasSuffix("-00"))
+        #expect(TraceParent.sampled(above, ratio: 1) == above)
+        #expect(TraceParent.sampled(low, ratio: 0) == low)
+        #expect(TraceParent.sampled(above, ratio: 0.5).dropLast(2) == above.dropLast(2), "the trace and parent ids stay")
+        let share = (0..<10_000).filter { _ in TraceParent.isSampled(TraceParent.sampled(TraceParent.random(), ratio: 0.1)) }.count
+        #expect((800...1_200).contains(share), "\(share) of 10,000 sampled at 10 %")
+        #expect(TraceParent.isSampled(below) && !TraceParent.isSampled(low) && TraceParent.isSampled("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0b"))
+        #expect(TraceParent.normalized(below.uppercased()) == below && TraceParent.normalized("00-nonsense") == nil)
+        #expect(Telemetry.requestSampleRatio(["OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.01"]) == 0.01)
+        #expect(Telemetry.requestSampleRatio([:]) == 1)
+        #expect(Telemetry.requestSampleRatio(["OTEL_TRACES_SAMPLER": "always_off"]) == 0)
+    }
+
     /// With tracing off, a caller's valid `traceparent` is kept (upper case read as lower)
     /// and an invalid one is replaced by a new trace: log lines always have a trace id.
     @Test func withTracingOffTheCallersTraceStillTravels() {
