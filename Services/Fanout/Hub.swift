@@ -64,8 +64,8 @@ final class Hub: Service, Sendable {
 
     private struct State: Sendable {
         var users: [String: [UUID: Subscriber]] = [:]
-        /// Memberships that ended in the last `leftMemory` seconds: a poke computed before
-        /// the removal committed but arriving after its announcement is not delivered.
+        /// Memberships that ended in the last `endedMembershipSeconds`: a poke computed
+        /// before the removal committed but arriving after its announcement is not delivered.
         var left: [Membership: Date] = [:]
         /// The bind of each connected user's routing key, made by their first stream; every
         /// later stream of the user waits for it too, so none says `hello` before its pokes
@@ -75,7 +75,8 @@ final class Hub: Service, Sendable {
         var closed = false
     }
 
-    static let leftMemory: Double = 10
+    /// How long an ended membership is remembered, in seconds.
+    static let endedMembershipSeconds: Double = 10
 
     /// Why a stream was not admitted.
     private enum StreamRefusal: Error {
@@ -211,11 +212,11 @@ final class Hub: Service, Sendable {
         let (subscribers, member) = state.withLockedValue { state in
             (state.users[event.userID].map { Array($0.values) } ?? [],
              event.spaceID.flatMap { state.left[Membership(user: event.userID, space: $0)] }
-                .map { Date().timeIntervalSince($0) >= Self.leftMemory } ?? true)
+                .map { Date().timeIntervalSince($0) >= Self.endedMembershipSeconds } ?? true)
         }
         for subscriber in subscribers where subscriber.covers(event.spaceID) {
             if subscriber.deviceID == event.deviceID {
-                let troubled = event.troubled || event.status != .succeeded
+                let troubled = event.hasRefusedOps || event.status != .succeeded
                 subscriber.continuation.yield(.job(jobID: event.jobID, status: event.status, checkpoint: event.checkpoint, troubled: troubled))
                 delivered.increment()
                 sent += 1
@@ -339,7 +340,7 @@ final class Hub: Service, Sendable {
             }
             if Date().timeIntervalSince(lastHeartbeat) >= heartbeat {
                 lastHeartbeat = Date()
-                state.withLockedValue { state in state.left = state.left.filter { Date().timeIntervalSince($0.value) < Self.leftMemory } }
+                state.withLockedValue { state in state.left = state.left.filter { Date().timeIntervalSince($0.value) < Self.endedMembershipSeconds } }
                 let subscribers = state.withLockedValue { $0.users.values.flatMap(\.values) }
                 subscribers.forEach { $0.continuation.yield(.heartbeat) }
             }

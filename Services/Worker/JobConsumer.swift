@@ -148,13 +148,13 @@ struct JobConsumer: Service {
         var events = applied.members.map { member in
             JobEvent(
                 userID: member, deviceID: applied.deviceID, jobID: jobID, status: .succeeded,
-                checkpoint: String(applied.checkpoint), troubled: member == applied.user && applied.hadRejectsOrConflicts,
+                checkpoint: String(applied.checkpoint), hasRefusedOps: member == applied.user && applied.hadRejectsOrConflicts,
                 spaceID: applied.space)
         }
         if !applied.members.contains(applied.user) {
             events.append(JobEvent(
                 userID: applied.user, deviceID: applied.deviceID, jobID: jobID, status: .succeeded, checkpoint: nil,
-                troubled: true, spaceID: applied.space))
+                hasRefusedOps: true, spaceID: applied.space))
         }
         return events
     }
@@ -208,7 +208,7 @@ struct JobConsumer: Service {
             case .unknownJob:
                 await settleUnknown(delivery, from: jobs, jobID: jobID)
             case .unreadable:
-                throw PGError(code: .decoding, message: "job \(jobID) holds ops that cannot be read")
+                throw UnreadableJob(jobID: jobID)
             }
         } catch {
             let failure = JobFailure.classify(error)
@@ -367,7 +367,7 @@ struct JobConsumer: Service {
             consumer.ack(delivery)
             if let jobID, let user = recorded.userID, let device = recorded.deviceID {
                 announcer.send([JobEvent(
-                    userID: user, deviceID: device, jobID: jobID, status: .dead, checkpoint: nil, troubled: true,
+                    userID: user, deviceID: device, jobID: jobID, status: .dead, checkpoint: nil, hasRefusedOps: true,
                     spaceID: recorded.spaceID)])
             }
         } catch {

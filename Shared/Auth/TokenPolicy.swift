@@ -45,9 +45,9 @@ public struct TokenPolicy: Sendable, Equatable {
                 guard audiences.contains(audience) else { throw .wrongAudience }
             }
         }
-        guard let user = payload[userClaim]?.stringValue, (1...Names.maxUserIDLength).contains(user.count),
+        guard let user = payload[userClaim]?.stringValue, (1...Limits.maxUserIDLength).contains(user.count),
               Names.isPlainText(user)
-        else { throw .invalidClaims("\(userClaim) must be 1 to \(Names.maxUserIDLength) characters without control characters") }
+        else { throw .invalidClaims("\(userClaim) must be 1 to \(Limits.maxUserIDLength) characters without control characters") }
         let isAdmin: Bool
         switch payload[adminClaim] {
         case .string(let value)?: isAdmin = value == adminValue

@@ -6,9 +6,10 @@ import Persistence
 import SyncModels
 
 /// Takes files in: a whole file (`PUT`) or a resumable upload's pieces (tus), hashed as
-/// they stream through, written in pieces of `BlobChunking.bytes` (the request body waits
-/// while a piece is written), sealed, then made the space's file. A refused file leaves
-/// nothing behind: its object is removed before the answer.
+/// they stream through, written in pieces of `BlobChunking.bytes` (up to `piecesInFlight`
+/// at once; the request body waits while that many are being written), sealed, then made
+/// the space's file. A refused file leaves nothing behind: its object is removed before
+/// the answer.
 public struct BlobIngest: Sendable {
     let catalog: BlobCatalog
     let stores: BlobStores
@@ -167,8 +168,8 @@ public struct BlobIngest: Sendable {
         }
     }
 
-    /// Pieces written at once: while one is stored, the next is written too (two cores of
-    /// PostgreSQL, or of the disk) and the body keeps coming.
+    /// Pieces being written at once: while the oldest is stored, up to three more are
+    /// written beside it (PostgreSQL's or the disk's parallelism) and the body keeps coming.
     static let piecesInFlight = 4
 
     /// Writes `body` in pieces from `offset`; returns the bytes written, or nil once they

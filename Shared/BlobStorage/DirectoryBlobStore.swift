@@ -123,18 +123,6 @@ public struct DirectoryBlobStore: BlobStore {
         }
     }
 
-    /// Every file sealed in the store, as (hash, object) pairs: for checks and migrations.
-    public func sealedObjects() throws -> [(sha256: String, object: UUID)] {
-        var found: [(String, UUID)] = []
-        for folder in try FileManager.default.contentsOfDirectory(atPath: root.path) where folder.count == 2 {
-            for name in try FileManager.default.contentsOfDirectory(atPath: root.appendingPathComponent(folder).path) {
-                let parts = name.split(separator: "-", maxSplits: 1)
-                if parts.count == 2, let object = UUID(uuidString: String(parts[1])) { found.append((String(parts[0]), object)) }
-            }
-        }
-        return found
-    }
-
     private func blocking<T: Sendable>(_ body: @Sendable @escaping () throws -> T) async throws -> T {
         try await NIOThreadPool.singleton.runIfActive(body)
     }

@@ -40,20 +40,27 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
         case lockNotAvailable = "lock_not_available"
     }
 
-    static let conflicts: [String: Conflict] = ["40001": .serializationFailure, "40P01": .deadlock, "55P03": .lockNotAvailable]
+    static let conflicts: [String: Conflict] = [
+        SQLState.serializationFailure: .serializationFailure, SQLState.deadlockDetected: .deadlock,
+        SQLState.lockNotAvailable: .lockNotAvailable,
+    ]
     /// A row that another transaction inserted first (unique_violation).
-    public var isUniqueViolation: Bool { code == .server && sqlState == "23505" }
+    public var isUniqueViolation: Bool { code == .server && sqlState == SQLState.uniqueViolation }
 
     /// A write refused because the server is read-only (read_only_sql_transaction): the
     /// connection reached a standby, or a primary that has since been demoted.
-    public var isReadOnlyServer: Bool { code == .server && sqlState == "25006" }
+    public var isReadOnlyServer: Bool { code == .server && sqlState == SQLState.readOnlySQLTransaction }
 
     /// The schema lacks a table, column or function this build uses (undefined_table,
     /// undefined_column, undefined_function): the database was not migrated to this build.
-    public var isSchemaBehind: Bool { code == .server && ["42P01", "42703", "42883"].contains(sqlState ?? "") }
+    public var isSchemaBehind: Bool {
+        code == .server && [SQLState.undefinedTable, SQLState.undefinedColumn, SQLState.undefinedFunction].contains(sqlState ?? "")
+    }
 
     /// The server shutting down or starting, or out of connection slots.
-    static let serverUnavailableStates: Set<String> = ["57P01", "57P02", "57P03", "53300"]
+    static let serverUnavailableStates: Set<String> = [
+        SQLState.adminShutdown, SQLState.crashShutdown, SQLState.cannotConnectNow, SQLState.tooManyConnections,
+    ]
 
     /// The conflict this error reports, if it is one.
     public var conflict: Conflict? {
@@ -75,7 +82,8 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
     /// The database is unreachable (as opposed to refusing one statement).
     public var isUnavailable: Bool {
         code == .connection || code == .closed || code == .timeout || code == .unconfirmed
-            || (sqlState.map { $0.hasPrefix("08") || $0.hasPrefix("57P") || $0 == "53300" } ?? false) || isReadOnlyServer
+            || (sqlState.map { $0.hasPrefix("08") || $0.hasPrefix("57P") || $0 == SQLState.tooManyConnections } ?? false)
+            || isReadOnlyServer
     }
 
     /// What failed; for a connection, libpq's reason too (`database "x" does not exist`,
@@ -95,4 +103,22 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
 
     /// With libpq's or the server's own words (a connection failure's description has them already).
     public var debugDescription: String { code == .connection ? description : "\(description): \(message)" }
+}
+
+/// The SQLSTATEs Syncline acts on, by PostgreSQL's names (its appendix "PostgreSQL Error
+/// Codes"): the one list of them. Classes `08` (connection exceptions) and `57P`
+/// (operator intervention) are matched by prefix.
+public enum SQLState {
+    public static let uniqueViolation = "23505"
+    public static let readOnlySQLTransaction = "25006"
+    public static let serializationFailure = "40001"
+    public static let deadlockDetected = "40P01"
+    public static let undefinedColumn = "42703"
+    public static let undefinedFunction = "42883"
+    public static let undefinedTable = "42P01"
+    public static let tooManyConnections = "53300"
+    public static let lockNotAvailable = "55P03"
+    public static let adminShutdown = "57P01"
+    public static let crashShutdown = "57P02"
+    public static let cannotConnectNow = "57P03"
 }

@@ -46,7 +46,7 @@ extension ApplyStore {
             let (id, user, space, device, status, ops, author, counter, purgeClock) =
                 try row.decode((String, String, String, String, String, String, String?, Int64?, String?).self)
             guard let status = JobStatus(rawValue: status) else {
-                throw PGError(code: .decoding, message: "job \(id) has status \(status)")
+                throw UnexpectedAnswer("job \(id) has status \(status)")
             }
             jobs[id] = LockedJob(id: id, user: user, space: space, deviceID: device, status: status, ops: ops, author: author)
             if let counter { counters[space] = counter }
@@ -434,11 +434,7 @@ extension ApplyStore {
                       (SELECT count(*) FROM updated)
             """) {
             let (id, latency, updated) = try row.decode((String, Double, Int).self)
-            guard updated == updates else {
-                throw PGError(
-                    code: .server, sqlState: "40001",
-                    message: "\(updates - updated) of the records read were gone at the write; applying again")
-            }
+            guard updated == updates else { throw ApplyError.recordsGoneAtWrite(count: updates - updated) }
             latencies[id] = latency
         }
         try saveReferences(connection, writes)

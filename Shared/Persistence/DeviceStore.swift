@@ -31,7 +31,7 @@ public struct DeviceStore: Sendable {
             INSERT INTO devices (device_id, user_id, name, platform, push_url, push_secret)
             VALUES (\(UUID()), \(user), \(name), \(platform), \(pushURL), \(pushSecret)) RETURNING \(sql: Self.columns)
             """).first
-        guard let row else { throw PGError(code: .decoding, message: "INSERT returned no row") }
+        guard let row else { throw UnexpectedAnswer("the device INSERT returned no row") }
         return try Self.view(row, secret: pushSecret)
     }
 

@@ -174,7 +174,7 @@ public struct JobStore: Sendable {
                         ? .existing(jobID: first.jobID, status: .queued, ops: first.ops) : .keyReused
                     continue
                 }
-                guard var clock = clocks[intake.user] else { continue }
+                guard var clock = clocks[intake.user] else { throw UnexpectedAnswer("no clock row was locked for a user of the batch") }
                 let ops = clock.stamp(intake.ops, now: now, deviceID: intake.deviceID, maxSkew: intake.maxClockSkewMilliseconds)
                 clocks[intake.user] = clock
                 let jobID = UUID.timeOrdered()
@@ -207,7 +207,9 @@ public struct JobStore: Sendable {
                       AS x(j, u, d, o, n, k, h, t, a, s)
                     """)
             }
-            return outcomes.map { $0 ?? .deviceRevoked }
+            let decided = outcomes.compactMap { $0 }
+            guard decided.count == intakes.count else { throw UnexpectedAnswer("a push of the batch was given no outcome") }
+            return decided
         }
     }
 

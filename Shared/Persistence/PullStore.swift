@@ -80,7 +80,7 @@ public struct PullStore: Sendable {
               ORDER BY r.version
             ) r ON true
             """)
-        guard let first = rows.first else { throw PGError(code: .decoding, message: "pull returned no row") }
+        guard let first = rows.first else { throw UnexpectedAnswer("the pull returned no row") }
         let (counter, horizon, fetched) = try first.decode((Int64, Int64, Int64?).self)
         if since > 0 && since < horizon { return .resyncRequired }
         let records: [PGRows.Row] = fetched == nil ? [] : Array(rows.prefix(limit))

@@ -31,7 +31,7 @@ public struct SpaceStore: Sendable {
             }
             // Another request made it at the same moment: the second look finds it.
         }
-        throw PGError(code: .decoding, message: "personal space of a user could not be made")
+        throw UnexpectedAnswer("the personal space of a user could not be made")
     }
 
     /// Deletes spaces with everything in them (their members and invitations cascade).
@@ -91,7 +91,7 @@ extension SpaceStore {
                   INSERT INTO space_members (space_id, user_id, role) SELECT space_id, \(user), \(SpaceRole.owner) FROM space)
                 SELECT syncline_rfc3339(created_at) FROM space
                 """).first
-            else { throw PGError(code: .decoding, message: "space not created") }
+            else { throw UnexpectedAnswer("the space was not created") }
             return SpaceView(
                 spaceID: id.uuidString.lowercased(), name: name, role: .owner, personal: false,
                 createdAt: try row.decode(String.self, at: 0))
@@ -204,7 +204,7 @@ extension SpaceStore {
                         clock_timestamp() + make_interval(secs => \(Double(seconds))))
                 RETURNING invitation_id, syncline_rfc3339(expires_at)
                 """).first
-            else { throw PGError(code: .decoding, message: "invitation not stored") }
+            else { throw UnexpectedAnswer("the invitation was not stored") }
             let (invitationID, expiresAt) = try row.decode((String, String).self)
             return (.done, InvitationView(invitationID: invitationID, code: code, role: role, expiresAt: expiresAt))
         }

@@ -161,7 +161,7 @@ extension SyncClient {
     /// Sends batches until the outbox holds none, setting aside what the server refuses.
     func pushAll(device: String) async throws {
         while let batch = try store.nextBatch(
-            device: device, space: configuration.spaceID, maxOps: Names.maxOpsPerPush, maxBytes: maxBatchBytes) {
+            device: device, space: configuration.spaceID, maxOps: Limits.maxOpsPerPush, maxBytes: maxBatchBytes) {
             let answer: ServerAPI.Answer
             let trace = TraceParent(batchKey: batch.idempotencyKey)
             lastPushTraceID = trace.traceID

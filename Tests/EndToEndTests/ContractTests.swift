@@ -292,8 +292,8 @@ struct ContractTests {
             // The op refused is named by members a client reads, not in the detail's words.
             let refused = try await api.push(token, device: device, ops: [op([:]), op(["id": "bad id"])])
             #expect(refused.json["op_index"] as? Int == 1 && refused.json["pointer"] as? String == "/ops/1/id", "\(refused.text)")
-            let tooMany = try await api.push(token, device: device, ops: (0...Names.maxOpsPerPush).map { _ in op([:]) })
-            #expect(tooMany.status == 422 && tooMany.json["limit"] as? Int == Names.maxOpsPerPush
+            let tooMany = try await api.push(token, device: device, ops: (0...Limits.maxOpsPerPush).map { _ in op([:]) })
+            #expect(tooMany.status == 422 && tooMany.json["limit"] as? Int == Limits.maxOpsPerPush
                 && tooMany.json["pointer"] as? String == "/ops", "\(tooMany.text)")
 
             // Only the one push with the Idempotency-Key made a job; nothing else did.

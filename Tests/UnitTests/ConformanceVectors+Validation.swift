@@ -37,7 +37,7 @@ extension ConformanceVectors {
         return expand.merging(["/data/t": repeated("x", bytes - base)]) { $1 }
     }
 
-    static let limit = Names.maxDataBytes
+    static let limit = Limits.maxDataBytes
     static let sha = String(repeating: "ab", count: 32)
 
     static let validationCases: [ValidationCase] = [
@@ -65,14 +65,14 @@ extension ConformanceVectors {
         ValidationCase(name: "if_version 0", op: write(.upsert, data: ["a": 1], ifVersion: 0)),
         ValidationCase(name: "a negative if_version", op: write(.patch, data: ["a": 1], ifVersion: -1)),
         ValidationCase(name: "an if_version that is not an integer", op: write(.patch, data: ["a": 1], ifVersion: 1.5)),
-        ValidationCase(name: "an if_version past the largest", op: write(.delete, ifVersion: .int(Names.maxIfVersion))),
+        ValidationCase(name: "an if_version past the largest", op: write(.delete, ifVersion: .int(Limits.maxIfVersion))),
         ValidationCase(name: "NaN in data", op: write(.upsert, data: ["title": "a"]), expand: ["/data/rating": number("NaN")]),
         ValidationCase(name: "Infinity deep in a patch", op: write(.patch, data: ["stats": ["best": 1]]), expand: ["/data/stats/worst": number("Infinity")]),
         ValidationCase(name: "-Infinity in data", op: write(.upsert, data: ["title": "a"]), expand: ["/data/low": number("-Infinity")]),
         ValidationCase(name: "NUL in a value", op: write(.upsert, data: ["title": "a\u{0}b"])),
         ValidationCase(name: "NUL in a field name", op: write(.patch, data: ["a\u{0}b": 1])),
-        ValidationCase(name: "data nested to the deepest", op: write(.upsert, data: ["title": "a"]), expand: ["/data/deep": ["nest": .int(Int64(Names.maxDataDepth - 1))]]),
-        ValidationCase(name: "data nested one level too deep", op: write(.upsert, data: ["title": "a"]), expand: ["/data/deep": ["nest": .int(Int64(Names.maxDataDepth))]]),
+        ValidationCase(name: "data nested to the deepest", op: write(.upsert, data: ["title": "a"]), expand: ["/data/deep": ["nest": .int(Int64(Limits.maxDataDepth - 1))]]),
+        ValidationCase(name: "data nested one level too deep", op: write(.upsert, data: ["title": "a"]), expand: ["/data/deep": ["nest": .int(Int64(Limits.maxDataDepth))]]),
         ValidationCase(name: "a file reference", op: write(.upsert, data: ["photo": BlobReference(sha256: sha, size: 10, contentType: "image/jpeg").json])),
         ValidationCase(name: "a file reference with a short hash", op: write(.upsert, data: ["photo": ["$blob": ["sha256": "abc", "size": 10, "content_type": "image/jpeg"]]])),
         ValidationCase(name: "a file reference beside another field", op: write(.upsert, data: ["photo": ["$blob": ["sha256": .string(sha), "size": 10, "content_type": "image/jpeg"], "alt": "x"]])),

@@ -2,10 +2,12 @@ import AMQPBridge
 import BrokerTopology
 import HTTPSupport
 import Logging
+import Persistence
 import PQBridge
 import ServiceSupport
 import SyncModels
 import Testing
+import Worker
 
 /// The one place failures are classified, and the retry tiers they lead to.
 struct FailureHandlingTests {
@@ -44,6 +46,10 @@ struct FailureHandlingTests {
         #expect(JobFailure.classify(CancellationError()) == .outage(reason: "shutting_down"))
         struct Odd: Error {}
         #expect(JobFailure.classify(Odd()) == .permanent(reason: "internal_error"))
+        // Each layer's own errors name their cause: records purged mid-apply are worth
+        // another attempt; ops that cannot be read are not.
+        #expect(JobFailure.classify(ApplyError.recordsGoneAtWrite(count: 2)) == .transient(reason: "records_gone"))
+        #expect(JobFailure.classify(UnreadableJob(jobID: "j")) == .permanent(reason: "invalid_payload"))
     }
 
     @Test func attemptNPlusOneWaitsTheNthDelayTheLastRepeating() {

@@ -81,9 +81,9 @@ struct ValidationTests {
     }
 
     @Test func dataOverLimitIsRefused() {
-        let big = String(repeating: "x", count: Names.maxDataBytes)
+        let big = String(repeating: "x", count: Limits.maxDataBytes)
         #expect(failure(body(op(#""type":"upsert","data":{"t":"\#(big)"}"#)))?.detail.contains("bytes") == true)
-        let fits = String(repeating: "x", count: Names.maxDataBytes - 10)
+        let fits = String(repeating: "x", count: Limits.maxDataBytes - 10)
         #expect(failure(body(op(#""type":"upsert","data":{"t":"\#(fits)"}"#))) == nil)
     }
 

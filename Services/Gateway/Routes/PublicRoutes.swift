@@ -24,8 +24,8 @@ struct PublicRoutes: Sendable {
             guard Names.isValidCollection(text) else { throw APIError.badRequest("collection must be a collection name.") }
             filter.collection = text
         }
-        filter.tag = try request.textParameter("tag", maxLength: Names.maxTagLength)
-        filter.query = try request.textParameter("q", maxLength: Names.maxSearchLength)
+        filter.tag = try request.textParameter("tag", maxLength: Limits.maxTagLength)
+        filter.query = try request.textParameter("q", maxLength: Limits.maxSearchLength)
         let limit = try request.integerParameter("limit", in: 1...100, default: 20)
         let offset = try request.integerParameter("offset", in: 0...100_000, default: 0)
         var items = try await records.list(filter, limit: limit, offset: offset)

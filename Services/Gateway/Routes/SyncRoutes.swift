@@ -51,7 +51,7 @@ struct SyncRoutes: Sendable {
     @Sendable func push(_ request: Request, context: GatewayRequestContext) async throws -> Response {
         let claims = try await auth.user(request, context: context)
         try limiter.check(claims.sub, limit: "push")
-        let body = Data(buffer: try await request.body.collect(upTo: Names.maxBodyBytes))
+        let body = Data(buffer: try await request.body.collect(upTo: Limits.maxBodyBytes))
         var push: PushRequest
         do {
             push = try PushValidation.parse(body)

@@ -258,14 +258,15 @@ public struct JobEvent: Codable, Sendable, Equatable {
     public var jobID: String
     public var status: JobStatus
     public var checkpoint: String?
-    /// Some op was rejected or conflicted.
-    public var troubled: Bool
+    /// Some op was rejected or conflicted: the device asks for the job's results (on the
+    /// wire, `troubled`).
+    public var hasRefusedOps: Bool
     /// The space the job wrote to (nil only in events from before spaces). `userID` is the
     /// member this event is for; `deviceID` the device that pushed.
     public var spaceID: String?
 
     public init(
-        userID: String, deviceID: String, jobID: String, status: JobStatus, checkpoint: String?, troubled: Bool,
+        userID: String, deviceID: String, jobID: String, status: JobStatus, checkpoint: String?, hasRefusedOps: Bool,
         spaceID: String? = nil
     ) {
         self.userID = userID
@@ -273,12 +274,12 @@ public struct JobEvent: Codable, Sendable, Equatable {
         self.jobID = jobID
         self.status = status
         self.checkpoint = checkpoint
-        self.troubled = troubled
+        self.hasRefusedOps = hasRefusedOps
         self.spaceID = spaceID
     }
 
     enum CodingKeys: String, CodingKey {
-        case userID = "user_id", deviceID = "device_id", jobID = "job_id", status, checkpoint, troubled, spaceID = "space_id"
+        case userID = "user_id", deviceID = "device_id", jobID = "job_id", status, checkpoint, hasRefusedOps = "troubled", spaceID = "space_id"
     }
 }
 

@@ -1,15 +1,5 @@
 /// The naming rules of collections, ids and public ids, checked without regular expressions on the hot path.
 public enum Names {
-    public static let maxOpsPerPush = 500
-    public static let maxDataBytes = 262_144
-    /// How deep a record's data may nest objects and arrays (its own object is level 1).
-    public static let maxDataDepth = 64
-    public static let maxBodyBytes = 1_048_576
-    public static let maxUserIDLength = 128
-    /// `if_version` stays below this: a version is a counter far from it, and a JSON double
-    /// is an exact integer only below it.
-    public static let maxIfVersion: Int64 = 9_000_000_000_000_000
-
     private static func isLower(_ b: UInt8) -> Bool { b >= 97 && b <= 122 }
     private static func isUpper(_ b: UInt8) -> Bool { b >= 65 && b <= 90 }
     private static func isDigit(_ b: UInt8) -> Bool { b >= 48 && b <= 57 }
@@ -39,11 +29,6 @@ public enum Names {
         guard (3...128).contains(bytes.count), isLower(bytes[0]) || isDigit(bytes[0]) else { return false }
         return bytes.allSatisfy { isLower($0) || isDigit($0) || $0 == UInt8(ascii: "-") }
     }
-
-    /// The longest tag a Discover filter matches (longer tags are shown, not indexed).
-    public static let maxTagLength = 200
-    /// The longest Discover search.
-    public static let maxSearchLength = 200
 
     /// Text without control characters (C0, DEL, C1): what a name, a platform, a URL or a
     /// user id may hold. NUL in particular would be cut by libpq and change the text.

@@ -31,9 +31,9 @@ public enum PushValidation {
             throw .invalid("device_id must be a non-empty string.", pointer: "/device_id")
         }
         guard case .array(let rawOps)? = object["ops"] else { throw .invalid("ops must be an array.", pointer: "/ops") }
-        guard (1...Names.maxOpsPerPush).contains(rawOps.count) else {
+        guard (1...Limits.maxOpsPerPush).contains(rawOps.count) else {
             throw .invalid(
-                "ops must hold 1 to \(Names.maxOpsPerPush) operations, not \(rawOps.count).", pointer: "/ops", limit: Names.maxOpsPerPush)
+                "ops must hold 1 to \(Limits.maxOpsPerPush) operations, not \(rawOps.count).", pointer: "/ops", limit: Limits.maxOpsPerPush)
         }
         var ops: [Op] = []
         ops.reserveCapacity(rawOps.count)
@@ -105,8 +105,8 @@ public enum PushValidation {
         if let ifVersion = fields["if_version"], !ifVersion.isNull {
             // One bound whether the number arrives as 42 or 42.0 (a double is an exact
             // integer only below 9e15), as the OpenAPI document says.
-            guard let version = ifVersion.intValue, (0..<Names.maxIfVersion).contains(version) else {
-                throw OpProblem(text: "if_version must be an integer from 0 to \(Names.maxIfVersion - 1)", field: "if_version")
+            guard let version = ifVersion.intValue, (0..<Limits.maxIfVersion).contains(version) else {
+                throw OpProblem(text: "if_version must be an integer from 0 to \(Limits.maxIfVersion - 1)", field: "if_version")
             }
             op.ifVersion = version
         }
@@ -118,9 +118,9 @@ public enum PushValidation {
             if JSONValue.object(data).containsNUL {
                 throw OpProblem(text: "data must not contain the NUL character (\\u0000)", field: "data")
             }
-            if JSONValue.object(data).nests(deeperThan: Names.maxDataDepth) {
+            if JSONValue.object(data).nests(deeperThan: Limits.maxDataDepth) {
                 throw OpProblem(
-                    text: "data nests more than \(Names.maxDataDepth) levels of objects and arrays", field: "data", limit: Names.maxDataDepth)
+                    text: "data nests more than \(Limits.maxDataDepth) levels of objects and arrays", field: "data", limit: Limits.maxDataDepth)
             }
             if let path = JSONValue.object(data).malformedBlobReferencePath("data") {
                 throw OpProblem(
@@ -128,8 +128,8 @@ public enum PushValidation {
                     field: "data")
             }
             let size = JSONWriter.bytes(.object(data)).count
-            guard size <= Names.maxDataBytes else {
-                throw OpProblem(text: "data is \(size) bytes, more than \(Names.maxDataBytes)", field: "data", limit: Names.maxDataBytes)
+            guard size <= Limits.maxDataBytes else {
+                throw OpProblem(text: "data is \(size) bytes, more than \(Limits.maxDataBytes)", field: "data", limit: Limits.maxDataBytes)
             }
             op.data = data
         case .delete, .unpublish:

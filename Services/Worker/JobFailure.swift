@@ -1,4 +1,5 @@
 import AMQPBridge
+import Persistence
 import PQBridge
 
 /// What a failed job attempt means — decided here and nowhere else.
@@ -32,6 +33,12 @@ public enum JobFailure: Equatable, Sendable {
 
     public static func classify(_ error: any Error) -> JobFailure {
         switch error {
+        case let error as ApplyError:
+            switch error {
+            case .recordsGoneAtWrite: return .transient(reason: "records_gone")
+            }
+        case is UnreadableJob:
+            return .permanent(reason: "invalid_payload")
         case let error as PGError:
             if error.isUnavailable { return .outage(reason: "database_unavailable") }
             if let conflict = error.conflict { return .transient(reason: conflict.rawValue) }
@@ -54,18 +61,13 @@ public enum JobFailure: Equatable, Sendable {
     }
 }
 
-/// Reasons a message is dead-lettered without (further) attempts.
-public enum DeadLetterReason {
-    /// The message is not a job message (not JSON, no job id).
-    public static let invalidMessage = "invalid_message"
-    /// The message names a job no row exists for.
-    public static let unknownJob = "unknown_job"
-    /// The job failed transiently `MAX_ATTEMPTS` times.
-    public static let maxAttempts = "max_attempts"
-    /// The broker redelivered the message past its delivery limit (workers kept dying on it).
-    public static let deliveryLimit = "delivery_limit"
+/// A job whose stored ops cannot be read as ops: no attempt can apply it.
+public struct UnreadableJob: Error, CustomStringConvertible {
+    public let jobID: String
 
-    /// The reasons the worker itself gives, counted from zero in
-    /// `syncline_dead_letters_total` before any happens (so alerts see the series).
-    public static let all = [invalidMessage, unknownJob, maxAttempts, deliveryLimit]
+    public init(jobID: String) {
+        self.jobID = jobID
+    }
+
+    public var description: String { "job \(jobID) holds ops that cannot be read" }
 }
