@@ -39,12 +39,13 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.7.3"),
         // OTLP over HTTP only: the gRPC exporter would build gRPC and HTTP/2 for nothing.
         .package(url: "https://github.com/swift-otel/swift-otel.git", from: "1.6.0", traits: ["OTLPHTTP"]),
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
     ],
     targets: [
         // Wire models, validation, HLC and the merge rules: pure, no I/O.
         .target(name: "SyncModels", path: "Shared/SyncModels", swiftSettings: strict),
-        // URLSession calls whose caller may be cancelled without cancelling the request
-        // (which can deadlock on Linux).
+        // The Swift client's URLSession calls, whose caller may be cancelled without
+        // cancelling the request (which can deadlock on Linux). The server uses AsyncHTTPClient.
         .target(name: "URLSessionCancellation", path: "Shared/URLSessionCancellation", swiftSettings: strict),
         // The Swift package an offline-first app drops in: local store, outbox, sync.
         .target(
@@ -72,9 +73,11 @@ let package = Package(
             name: "Auth",
             dependencies: [
                 "SyncModels",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
             ],
             path: "Shared/Auth", swiftSettings: strict),
         .systemLibrary(
@@ -219,8 +222,9 @@ let package = Package(
         .target(
             name: "Fanout",
             dependencies: [
-                "SyncModels", "HTTPSupport", "BrokerTopology", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "URLSessionCancellation",
+                "SyncModels", "HTTPSupport", "BrokerTopology", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport",
                 "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),

@@ -1,20 +1,18 @@
 import AMQPBridge
+import AsyncHTTPClient
 import Auth
-import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 import BrokerTopology
+import Foundation
 import Logging
 import Metrics
 import NIOConcurrencyHelpers
+import NIOCore
 import NIOPosix
 import Persistence
 import ServiceLifecycle
 import ServiceSupport
 import SyncModels
 import Tracing
-import URLSessionCancellation
 
 /// Signed webhooks. Two steps over shared durable queues, so any fanout replica
 /// can do either:
@@ -32,7 +30,6 @@ struct WebhookDispatcher: Service {
     let publisher: AMQPPublisher
     let configuration: Configuration
     let logger: Logger
-    let session: URLSession
     let directory = WebhookDirectory(ttl: 5)
 
     static let requestTimeout: Double = 5
@@ -48,10 +45,17 @@ struct WebhookDispatcher: Service {
         self.publisher = publisher
         self.configuration = configuration
         self.logger = logger
-        let sessionConfiguration = URLSessionConfiguration.ephemeral
-        sessionConfiguration.timeoutIntervalForRequest = Self.requestTimeout
-        sessionConfiguration.httpMaximumConnectionsPerHost = 16
-        session = URLSession(configuration: sessionConfiguration, delegate: NoRedirects(), delegateQueue: nil)
+    }
+
+    /// The client deliveries are posted with. A receiver's 3xx is a failed delivery, never
+    /// followed: a redirect could bounce the delivery to a private address after that
+    /// address check.
+    static func makeClient() -> HTTPClient {
+        var configuration = HTTPClient.Configuration(
+            redirectConfiguration: .disallow,
+            timeout: .init(connect: .seconds(Int64(requestTimeout)), read: .seconds(Int64(requestTimeout))))
+        configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 16)
+        return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
     }
 
     /// The reason a delivery to a private address is parked.
@@ -62,12 +66,13 @@ struct WebhookDispatcher: Service {
         for reason in [DeadLetterReason.invalidMessage, Self.privateAddress, DeadLetterReason.maxAttempts] {
             Counter(label: "syncline_webhook_dead_letters_total", dimensions: [("reason", reason)]).increment(by: 0)
         }
+        let client = Self.makeClient()
         events.start()
         deliveries.start()
         await withGracefulShutdownHandler {
             await withTaskGroup(of: Void.self) { group in
                 group.addTask { await events.handleConcurrently(limit: 32) { await expand($0) } }
-                group.addTask { await deliveries.handleConcurrently(limit: 64) { await deliver($0) } }
+                group.addTask { await deliveries.handleConcurrently(limit: 64) { await deliver($0, with: client) } }
             }
         } onGracefulShutdown: {
             events.stopConsuming()
@@ -75,6 +80,7 @@ struct WebhookDispatcher: Service {
         }
         await events.close()
         await deliveries.close()
+        try? await client.shutdown()
     }
 
     /// One job event → one delivery per other device of the user that has a webhook.
@@ -112,13 +118,13 @@ struct WebhookDispatcher: Service {
     }
 
     /// One POST; then ack, retry by tier, or dead-letter.
-    func deliver(_ message: AMQPDelivery) async {
+    func deliver(_ message: AMQPDelivery, with client: HTTPClient) async {
         await Traces.batch("deliver webhook", members: [Traces.context(of: message)], kind: .client) { _ in
-            await deliverTraced(message)
+            await deliverTraced(message, with: client)
         }
     }
 
-    private func deliverTraced(_ message: AMQPDelivery) async {
+    private func deliverTraced(_ message: AMQPDelivery, with client: HTTPClient) async {
         guard let delivery = try? JSONCoding.decode(WebhookDelivery.self, from: Data(message.body)) else {
             await park(message, delivery: nil, reason: DeadLetterReason.invalidMessage, error: "not a webhook delivery", attempts: 0)
             return
@@ -135,7 +141,7 @@ struct WebhookDispatcher: Service {
                            error: "\(host) is a private or loopback address (ALLOW_PRIVATE_WEBHOOKS is off)", attempts: attempt)
                 return
             }
-            let status = try await post(delivery, to: hook)
+            let status = try await post(delivery, to: hook, with: client)
             if (200..<300).contains(status) {
                 Counter(label: "syncline_webhooks_total", dimensions: [("outcome", "delivered")]).increment()
                 deliveries.ack(message)
@@ -147,21 +153,19 @@ struct WebhookDispatcher: Service {
         }
     }
 
-    private func post(_ delivery: WebhookDelivery, to hook: DeviceStore.Webhook) async throws -> Int {
-        guard let url = URL(string: hook.url) else { return 0 }
+    private func post(_ delivery: WebhookDelivery, to hook: DeviceStore.Webhook, with client: HTTPClient) async throws -> Int {
         let body = delivery.pokeBody
-        var request = URLRequest(url: url)
-        request.httpMethod = "POST"
-        request.httpBody = Data(body)
-        request.timeoutInterval = Self.requestTimeout
-        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        request.setValue(
-            WebhookSignature.header(secret: hook.secret, timestamp: Int64(Date().timeIntervalSince1970), body: body),
-            forHTTPHeaderField: "Syncline-Signature")
-        // A shutdown that cancels this delivery abandons the request rather than cancel it.
-        let session = self.session, prepared = request
-        let (_, response) = try await AbandonOnCancel.run { try await session.data(for: prepared) }
-        return (response as? HTTPURLResponse)?.statusCode ?? 0
+        var request = HTTPClientRequest(url: hook.url)
+        request.method = .POST
+        request.headers.add(name: "Content-Type", value: "application/json")
+        request.headers.add(
+            name: "Syncline-Signature",
+            value: WebhookSignature.header(secret: hook.secret, timestamp: Int64(Date().timeIntervalSince1970), body: body))
+        request.body = .bytes(ByteBuffer(bytes: body))
+        let response = try await client.execute(request, timeout: .seconds(Int64(Self.requestTimeout)))
+        // The receiver's answer is not read, only drained (up to 64 KiB) so that its connection is kept.
+        _ = try? await response.body.collect(upTo: 1 << 16)
+        return Int(response.status.code)
     }
 
     private func failed(_ message: AMQPDelivery, delivery: WebhookDelivery, attempt: Int, error: String) async {
@@ -208,17 +212,6 @@ struct WebhookDispatcher: Service {
     /// down answers "private", which refuses the delivery.
     static func resolvesToPrivate(_ host: String) async -> Bool {
         (try? await NIOThreadPool.singleton.runIfActive { WebhookAddresses.resolvesToPrivate(host: host) }) ?? true
-    }
-}
-
-/// A webhook receiver's 3xx is a failed delivery, never followed: a redirect could bounce
-/// the delivery to a private address after that address check.
-final class NoRedirects: NSObject, URLSessionTaskDelegate, Sendable {
-    func urlSession(
-        _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
-        newRequest request: URLRequest, completionHandler: @escaping @Sendable (URLRequest?) -> Void
-    ) {
-        completionHandler(nil)
     }
 }
 

@@ -1,9 +1,8 @@
+import AsyncHTTPClient
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 import JWTKit
 import Logging
+import NIOCore
 import SyncModels
 
 /// The identity provider's public keys (`JWT_JWKS_URL`: https, http on loopback, or a
@@ -89,12 +88,9 @@ public actor JWKSKeySet {
             case .file(let path):
                 data = try Data(contentsOf: URL(fileURLWithPath: path))
             case .url(let url):
-                var request = URLRequest(url: url)
-                request.timeoutInterval = 5
-                let (body, response) = try await URLSession.shared.data(for: request)
-                let status = (response as? HTTPURLResponse)?.statusCode ?? 0
-                guard status == 200 else { throw JWKSError(description: "the JWKS endpoint answered \(status)") }
-                data = body
+                let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: url.absoluteString), timeout: .seconds(5))
+                guard response.status == .ok else { throw JWKSError(description: "the JWKS endpoint answered \(response.status.code)") }
+                data = Data(try await response.body.collect(upTo: Self.maxDocumentBytes).readableBytesView)
             }
             let parsed = try await Self.parse(data, logger: logger)
             keys = parsed
@@ -108,6 +104,9 @@ public actor JWKSKeySet {
     }
 
     struct JWKSError: Error, CustomStringConvertible { let description: String }
+
+    /// The largest key set read: an identity provider's holds a handful of keys.
+    static let maxDocumentBytes = 1 << 20
 
     /// The signing keys of a JWKS document by `kid`. Keys without a `kid`, encryption
     /// keys, symmetric (`oct`) keys and key types Syncline does not accept are left out.
