@@ -9,7 +9,9 @@ import SyncModels
 /// Full pulls of one user's records through the gateway: pushes `--records` records of
 /// about `--record-bytes` each once (500 per push), then pulls them all from the start,
 /// 1,000 per page, `--runs` times with `--clients` pulling at once, and reports records/s
-/// and the gateway's resident memory.
+/// and the gateway's resident memory. After each round, the floor: PostgreSQL handing over
+/// the same rows, with the fields a page carries, as JSON (`COPY … TO STDOUT` through
+/// `psql`, in one statement), timed the same way, with the pull's ratio to it.
 struct PullBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pull", abstract: "Benchmark full pulls (records/s, gateway memory).")
@@ -79,7 +81,40 @@ struct PullBench: AsyncParsableCommand {
                 format: "run %d: %d clients pulled %d records in %d pages (%.1f MB) in %.2f s → %.0f records/s; CPU per page: gateway %.1f ms, PostgreSQL %.1f ms",
                 round, clients, pulled, pages, Double(bytes) / 1e6, seconds, Double(pulled) / seconds, perPage("gateway"),
                 perPage("postgres")))
+            let floor = try Self.copyFloor(databaseURL: configuration.databaseURL, user: user)
+            print(String(
+                format: "run %d floor: COPY of the same %d rows as JSON in %.2f s (%.1f MB) → %.0f records/s; one pull ÷ floor %.2f",
+                round, floor.rows, floor.seconds, Double(floor.bytes) / 1e6, Double(floor.rows) / floor.seconds,
+                seconds / Double(clients) / floor.seconds))
         }
         for line in Processes.memoryReport(["gateway"]) { print("after: " + line) }
+    }
+
+    /// The floor of a full pull: the user's records, the fields a page carries, in version
+    /// order, as one JSON object per row, read by `psql` with `COPY … TO STDOUT`. Returns
+    /// the rows, bytes and seconds.
+    static func copyFloor(databaseURL: String, user: String) throws -> (rows: Int, bytes: Int, seconds: Double) {
+        let query = """
+            COPY (SELECT row_to_json(r) FROM (
+              SELECT collection, record_id AS id, version, deleted, data, updated_at, updated_by,
+                     greatest(write_clock COLLATE "C", delete_clock, visibility_clock) AS hlc, visibility, public_id,
+                     can_fork, published_at, forked_from
+              FROM records
+              WHERE space_id = (SELECT space_id FROM spaces WHERE personal_of = '\(user)')
+                AND (write_clock IS NOT NULL OR delete_clock IS NOT NULL)
+              ORDER BY version) r) TO STDOUT
+            """
+        let psql = Process()
+        psql.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        psql.arguments = ["psql", "--no-psqlrc", "--quiet", databaseURL, "--command", query]
+        let output = Pipe()
+        psql.standardOutput = output
+        let started = Date()
+        try psql.run()
+        let text = try output.fileHandleForReading.readToEnd() ?? Data()
+        psql.waitUntilExit()
+        let seconds = Date().timeIntervalSince(started)
+        guard psql.terminationStatus == 0 else { throw ValidationError("psql exited with \(psql.terminationStatus)") }
+        return (text.reduce(0) { $0 + ($1 == UInt8(ascii: "\n") ? 1 : 0) }, text.count, seconds)
     }
 }
