@@ -77,140 +77,172 @@ public struct JobStore: Sendable {
     /// rolls back all of them and is thrown: the caller then takes each push alone.
     public func create(batch intakes: [Intake]) async throws -> [IntakeOutcome] {
         try await pool.transaction { connection in
-            var outcomes = [IntakeOutcome?](repeating: nil, count: intakes.count)
-            struct UserKey: Hashable { let space: String, user: String, key: String }
-            var earlier: [UserKey: (jobID: String, hash: String, ops: Int)] = [:]
-            // The clock rows, made on first use and locked either way, in user order; with
-            // each user's personal space (made below on a first push).
-            var clocks: [String: HLCState] = [:]
-            var spaces: [String: String] = [:]
-            for row in try connection.execute("""
-                INSERT INTO user_clocks (user_id, hlc_ms, hlc_counter)
-                SELECT u, 0, 0 FROM unnest(\(Array(Set(intakes.map(\.user))).sorted())) AS u ORDER BY u
-                ON CONFLICT (user_id) DO UPDATE SET user_id = EXCLUDED.user_id
-                RETURNING user_id, hlc_ms, hlc_counter, (SELECT space_id FROM spaces WHERE personal_of = user_clocks.user_id)
-                """) {
-                let (user, milliseconds, counter, personal) = try row.decode((String, Int64, Int, String?).self)
-                clocks[user] = HLCState(milliseconds: milliseconds, counter: counter)
-                spaces[user] = personal
-            }
-            // The devices are checked under the clock locks, which a revocation and an
-            // account deletion take too: either it committed before — and no job is
-            // written — or it waits for these jobs and then sees (or erases) them. The
-            // role in a space pushed to is checked here too (and again by the worker under
-            // the space's counter lock: isolation). Both come before the keys: a revoked device
-            // replaying a key is refused all the same.
-            var devices: [String: (user: String, active: Bool)] = [:]
-            for row in try connection.execute("""
-                SELECT device_id, user_id, revoked_at IS NULL FROM devices
-                WHERE device_id = ANY(\(Array(Set(intakes.compactMap { UUID(uuidString: $0.deviceID) }))))
-                """) {
-                let (id, user, active) = try row.decode((String, String, Bool).self)
-                devices[id] = (user, active)
-            }
-            struct Member: Hashable { let space: String, user: String }
-            let chosen = intakes.filter { $0.spaceID != nil }
-            var roles: [Member: SpaceRole] = [:]
-            if !chosen.isEmpty {
-                for row in try connection.execute("""
-                    SELECT m.space_id, m.user_id, m.role
-                    FROM space_members m JOIN unnest(\(chosen.map { UUID(uuidString: $0.spaceID!) }), \(chosen.map(\.user))) AS k(space_id, user_id)
-                      USING (space_id, user_id)
-                    """) {
-                    let (space, user, role) = try row.decode((String, String, String).self)
-                    roles[Member(space: space, user: user)] = SpaceRole(rawValue: role)
-                }
-            }
-            for (index, intake) in intakes.enumerated() {
-                switch devices[intake.deviceID.lowercased()] {
-                case let device? where device.user == intake.user:
-                    if !device.active { outcomes[index] = .deviceRevoked }
-                default:
-                    outcomes[index] = .deviceNotFound
-                }
-                if outcomes[index] == nil, let space = intake.spaceID {
-                    switch roles[Member(space: space.lowercased(), user: intake.user)] {
-                    case nil: outcomes[index] = .spaceNotFound
-                    case let role? where !role.canWrite: outcomes[index] = .spaceReadOnly
-                    default: break
-                    }
-                }
-            }
-
-            // Keys are looked up under the clock locks: a push with the same key that
-            // committed meanwhile is found, not inserted twice. A key is the user's within
-            // the space pushed to (a personal space not made yet holds no job).
-            func pushedSpace(_ intake: Intake) -> String? { intake.spaceID?.lowercased() ?? spaces[intake.user] }
-            let keyed = intakes.indices.filter { intakes[$0].idempotencyKey != nil && outcomes[$0] == nil && pushedSpace(intakes[$0]) != nil }
-            if !keyed.isEmpty {
-                for row in try connection.execute("""
-                    SELECT space_id, user_id, idempotency_key, job_id, status, op_count, request_hash
-                    FROM jobs JOIN unnest(\(keyed.map { UUID(uuidString: pushedSpace(intakes[$0])!) }), \(keyed.map { intakes[$0].user }),
-                                         \(keyed.map { intakes[$0].idempotencyKey! })) AS k(s, u, k)
-                      ON space_id = k.s AND user_id = k.u AND idempotency_key = k.k
-                    """) {
-                    let (space, user, key, jobID, status, ops, hash) = try row.decode((String, String, String, String, String, Int, String?).self)
-                    let found = UserKey(space: space, user: user, key: key)
-                    for index in keyed where UserKey(space: pushedSpace(intakes[index])!, user: intakes[index].user, key: intakes[index].idempotencyKey!) == found {
-                        outcomes[index] = hash == intakes[index].requestHash
-                            ? .existing(jobID: jobID, status: JobStatus(rawValue: status) ?? .queued, ops: ops)
-                            : .keyReused
-                    }
-                }
-            }
+            var (clocks, spaces) = try Self.lockClocks(connection, users: Set(intakes.map(\.user)))
+            var outcomes = try Self.checkDevicesAndRoles(connection, intakes)
+            // A key is the user's within the space pushed to (a personal space not made yet holds no job).
+            let pushedSpace = { (intake: Intake) in intake.spaceID?.lowercased() ?? spaces[intake.user] }
+            try Self.answerRepeatedKeys(connection, intakes, pushedSpace: pushedSpace, outcomes: &outcomes)
             try Self.claimBlobs(connection, intakes, spaces: spaces, outcomes: &outcomes)
-            let now = Int64(Date().timeIntervalSince1970 * 1000)
-            var jobs: [(id: UUID, intake: Intake, ops: [Op], space: String)] = []
-            for (index, intake) in intakes.enumerated() where outcomes[index] == nil {
-                let space: String
-                if let chosen = pushedSpace(intake) {
-                    space = chosen
-                } else {
-                    space = try SpaceStore.personalSpace(connection, user: intake.user)
-                    spaces[intake.user] = space
-                }
-                if let key = intake.idempotencyKey, let first = earlier[UserKey(space: space, user: intake.user, key: key)] {
-                    outcomes[index] = first.hash == intake.requestHash
-                        ? .existing(jobID: first.jobID, status: .queued, ops: first.ops) : .keyReused
-                    continue
-                }
-                guard var clock = clocks[intake.user] else { throw UnexpectedAnswer("no clock row was locked for a user of the batch") }
-                let ops = clock.stamp(intake.ops, now: now, deviceID: intake.deviceID, maxSkew: intake.maxClockSkewMilliseconds)
-                clocks[intake.user] = clock
-                let jobID = UUID.timeOrdered()
-                let jobText = jobID.uuidString.lowercased()
-                jobs.append((jobID, intake, ops, space))
-                if let key = intake.idempotencyKey {
-                    earlier[UserKey(space: space, user: intake.user, key: key)] = (jobText, intake.requestHash, ops.count)
-                }
-                outcomes[index] = .created(JobRef(space: space, job: jobText), ops: ops.count)
-            }
-            if !jobs.isEmpty {
-                let users = clocks.keys.sorted()
-                try connection.execute("""
-                    WITH clock AS (
-                      UPDATE user_clocks c SET hlc_ms = u.ms, hlc_counter = u.n
-                      FROM unnest(\(users), \(users.map { clocks[$0]!.milliseconds }), \(users.map { Int32(clocks[$0]!.counter) }))
-                        AS u(id, ms, n)
-                      WHERE c.user_id = u.id),
-                    seen AS (
-                      UPDATE devices SET last_seen_at = clock_timestamp()
-                      WHERE device_id = ANY(\(Array(Set(jobs.compactMap { UUID(uuidString: $0.intake.deviceID) }))))
-                        AND last_seen_at < clock_timestamp() - interval '1 hour')
-                    INSERT INTO jobs (job_id, user_id, device_id, status, ops, op_count, idempotency_key, request_hash, trace_id,
-                                      author_name, space_id)
-                    SELECT j, u, d, \(JobStatus.queued), o, n, k, h, t, a, s
-                    FROM unnest(\(jobs.map(\.id)), \(jobs.map(\.intake.user)), \(jobs.map { UUID(uuidString: $0.intake.deviceID) }),
-                                \(jobs.map { PGJSON(Op.encodeStored($0.ops)) }), \(jobs.map { Int32($0.ops.count) }),
-                                \(jobs.map(\.intake.idempotencyKey)), \(jobs.map(\.intake.requestHash)), \(jobs.map(\.intake.traceID)),
-                                \(jobs.map(\.intake.authorName)), \(jobs.map { UUID(uuidString: $0.space) }))
-                      AS x(j, u, d, o, n, k, h, t, a, s)
-                    """)
-            }
+            let jobs = try Self.stamp(connection, intakes, clocks: &clocks, spaces: &spaces, outcomes: &outcomes)
+            if !jobs.isEmpty { try Self.write(connection, jobs, clocks: clocks) }
             let decided = outcomes.compactMap { $0 }
             guard decided.count == intakes.count else { throw UnexpectedAnswer("a push of the batch was given no outcome") }
             return decided
         }
+    }
+
+    /// A job about to be written: its id, push, stamped ops and space.
+    typealias NewJob = (id: UUID, intake: Intake, ops: [Op], space: String)
+
+    /// The users' clock rows, made on first use and locked either way, in user order; with
+    /// each user's personal space (made later, on a first push, when there is none).
+    static func lockClocks(
+        _ connection: PGConnection, users: Set<String>
+    ) throws -> (clocks: [String: HLCState], personalSpaces: [String: String]) {
+        var clocks: [String: HLCState] = [:], spaces: [String: String] = [:]
+        for row in try connection.execute("""
+            INSERT INTO user_clocks (user_id, hlc_ms, hlc_counter)
+            SELECT u, 0, 0 FROM unnest(\(users.sorted())) AS u ORDER BY u
+            ON CONFLICT (user_id) DO UPDATE SET user_id = EXCLUDED.user_id
+            RETURNING user_id, hlc_ms, hlc_counter, (SELECT space_id FROM spaces WHERE personal_of = user_clocks.user_id)
+            """) {
+            let (user, milliseconds, counter, personal) = try row.decode((String, Int64, Int, String?).self)
+            clocks[user] = HLCState(milliseconds: milliseconds, counter: counter)
+            spaces[user] = personal
+        }
+        return (clocks, spaces)
+    }
+
+    /// The devices, checked under the clock locks, which a revocation and an account
+    /// deletion take too: either it committed before — and no job is written — or it waits
+    /// for these jobs and then sees (or erases) them. The role in a space pushed to is
+    /// checked here too (and again by the worker under the space's counter lock: isolation).
+    /// Both come before the keys: a revoked device replaying a key is refused all the same.
+    /// Returns each push's refusal, or nil.
+    static func checkDevicesAndRoles(_ connection: PGConnection, _ intakes: [Intake]) throws -> [IntakeOutcome?] {
+        var devices: [String: (user: String, active: Bool)] = [:]
+        for row in try connection.execute("""
+            SELECT device_id, user_id, revoked_at IS NULL FROM devices
+            WHERE device_id = ANY(\(Array(Set(intakes.compactMap { UUID(uuidString: $0.deviceID) }))))
+            """) {
+            let (id, user, active) = try row.decode((String, String, Bool).self)
+            devices[id] = (user, active)
+        }
+        struct Member: Hashable { let space: String, user: String }
+        let chosen = intakes.filter { $0.spaceID != nil }
+        var roles: [Member: SpaceRole] = [:]
+        if !chosen.isEmpty {
+            for row in try connection.execute("""
+                SELECT m.space_id, m.user_id, m.role
+                FROM space_members m JOIN unnest(\(chosen.map { UUID(uuidString: $0.spaceID!) }), \(chosen.map(\.user))) AS k(space_id, user_id)
+                  USING (space_id, user_id)
+                """) {
+                let (space, user, role) = try row.decode((String, String, String).self)
+                roles[Member(space: space, user: user)] = SpaceRole(rawValue: role)
+            }
+        }
+        return intakes.map { intake in
+            switch devices[intake.deviceID.lowercased()] {
+            case let device? where device.user == intake.user:
+                if !device.active { return .deviceRevoked }
+            default:
+                return .deviceNotFound
+            }
+            guard let space = intake.spaceID else { return nil }
+            switch roles[Member(space: space.lowercased(), user: intake.user)] {
+            case nil: return .spaceNotFound
+            case let role? where !role.canWrite: return .spaceReadOnly
+            default: return nil
+            }
+        }
+    }
+
+    /// Pushes whose idempotency key the user used before in the space answer with that
+    /// job (the same body) or `keyReused`. Looked up under the clock locks: a push with the
+    /// same key that committed meanwhile is found, not inserted twice.
+    static func answerRepeatedKeys(
+        _ connection: PGConnection, _ intakes: [Intake], pushedSpace: (Intake) -> String?, outcomes: inout [IntakeOutcome?]
+    ) throws {
+        let keyed = intakes.indices.filter { intakes[$0].idempotencyKey != nil && outcomes[$0] == nil && pushedSpace(intakes[$0]) != nil }
+        guard !keyed.isEmpty else { return }
+        struct UserKey: Hashable { let space: String, user: String, key: String }
+        for row in try connection.execute("""
+            SELECT space_id, user_id, idempotency_key, job_id, status, op_count, request_hash
+            FROM jobs JOIN unnest(\(keyed.map { UUID(uuidString: pushedSpace(intakes[$0])!) }), \(keyed.map { intakes[$0].user }),
+                                 \(keyed.map { intakes[$0].idempotencyKey! })) AS k(s, u, k)
+              ON space_id = k.s AND user_id = k.u AND idempotency_key = k.k
+            """) {
+            let (space, user, key, jobID, status, ops, hash) = try row.decode((String, String, String, String, String, Int, String?).self)
+            let found = UserKey(space: space, user: user, key: key)
+            for index in keyed where UserKey(space: pushedSpace(intakes[index])!, user: intakes[index].user, key: intakes[index].idempotencyKey!) == found {
+                outcomes[index] = hash == intakes[index].requestHash
+                    ? .existing(jobID: jobID, status: JobStatus(rawValue: status) ?? .queued, ops: ops)
+                    : .keyReused
+            }
+        }
+    }
+
+    /// The pushes still undecided become jobs, in arrival order: each op stamped by its
+    /// user's clock (HLC receive rule; clocks too far ahead rejected), in the space pushed
+    /// to (a first push makes the personal space). A key repeated within the batch answers
+    /// with the first job.
+    static func stamp(
+        _ connection: PGConnection, _ intakes: [Intake], clocks: inout [String: HLCState], spaces: inout [String: String],
+        outcomes: inout [IntakeOutcome?]
+    ) throws -> [NewJob] {
+        struct UserKey: Hashable { let space: String, user: String, key: String }
+        var earlier: [UserKey: (jobID: String, hash: String, ops: Int)] = [:]
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        var jobs: [NewJob] = []
+        for (index, intake) in intakes.enumerated() where outcomes[index] == nil {
+            let space: String
+            if let chosen = intake.spaceID?.lowercased() ?? spaces[intake.user] {
+                space = chosen
+            } else {
+                space = try SpaceStore.personalSpace(connection, user: intake.user)
+                spaces[intake.user] = space
+            }
+            if let key = intake.idempotencyKey, let first = earlier[UserKey(space: space, user: intake.user, key: key)] {
+                outcomes[index] = first.hash == intake.requestHash
+                    ? .existing(jobID: first.jobID, status: .queued, ops: first.ops) : .keyReused
+                continue
+            }
+            guard var clock = clocks[intake.user] else { throw UnexpectedAnswer("no clock row was locked for a user of the batch") }
+            let ops = clock.stamp(intake.ops, now: now, deviceID: intake.deviceID, maxSkew: intake.maxClockSkewMilliseconds)
+            clocks[intake.user] = clock
+            let jobID = UUID.timeOrdered()
+            let jobText = jobID.uuidString.lowercased()
+            jobs.append((jobID, intake, ops, space))
+            if let key = intake.idempotencyKey {
+                earlier[UserKey(space: space, user: intake.user, key: key)] = (jobText, intake.requestHash, ops.count)
+            }
+            outcomes[index] = .created(JobRef(space: space, job: jobText), ops: ops.count)
+        }
+        return jobs
+    }
+
+    /// Every job, clock and device's last-seen written together, in one statement.
+    static func write(_ connection: PGConnection, _ jobs: [NewJob], clocks: [String: HLCState]) throws {
+        let users = clocks.keys.sorted()
+        try connection.execute("""
+            WITH clock AS (
+              UPDATE user_clocks c SET hlc_ms = u.ms, hlc_counter = u.n
+              FROM unnest(\(users), \(users.map { clocks[$0]!.milliseconds }), \(users.map { Int32(clocks[$0]!.counter) }))
+                AS u(id, ms, n)
+              WHERE c.user_id = u.id),
+            seen AS (
+              UPDATE devices SET last_seen_at = clock_timestamp()
+              WHERE device_id = ANY(\(Array(Set(jobs.compactMap { UUID(uuidString: $0.intake.deviceID) }))))
+                AND last_seen_at < clock_timestamp() - interval '1 hour')
+            INSERT INTO jobs (job_id, user_id, device_id, status, ops, op_count, idempotency_key, request_hash, trace_id,
+                              author_name, space_id)
+            SELECT j, u, d, \(JobStatus.queued), o, n, k, h, t, a, s
+            FROM unnest(\(jobs.map(\.id)), \(jobs.map(\.intake.user)), \(jobs.map { UUID(uuidString: $0.intake.deviceID) }),
+                        \(jobs.map { PGJSON(Op.encodeStored($0.ops)) }), \(jobs.map { Int32($0.ops.count) }),
+                        \(jobs.map(\.intake.idempotencyKey)), \(jobs.map(\.intake.requestHash)), \(jobs.map(\.intake.traceID)),
+                        \(jobs.map(\.intake.authorName)), \(jobs.map { UUID(uuidString: $0.space) }))
+              AS x(j, u, d, o, n, k, h, t, a, s)
+            """)
     }
 
     /// Checks that every file the pushes reference is in the space pushed to, claiming it
