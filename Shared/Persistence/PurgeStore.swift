@@ -59,167 +59,209 @@ public struct PurgeStore: Sendable {
                 return nil
             }
             defer { _ = try? connection.execute("SELECT pg_advisory_unlock(\(Self.lockKey))") }
+            let drain = Drain(connection: connection, batch: batch)
             var report = Report()
-            /// Runs a batch statement (given the batch size, counting what it removed) until
-            /// it removes less than a batch.
-            func drain(_ statement: (Int) -> PGQuery) throws -> Int {
-                var total = 0
-                while true {
-                    let n = Int(try connection.execute(statement(batch)).first?.decode(Int64.self, at: 0) ?? 0)
-                    total += n
-                    if n < batch { return total }
-                }
-            }
-            // Tombstones, raising each space's purge horizon (cursor) and purge clock.
-            report.tombstones = try drain { batch in """
-                WITH doomed AS (
-                  SELECT space_id, collection, record_id FROM records
-                  WHERE deleted AND updated_at < clock_timestamp() - make_interval(secs => \(retention.tombstones))
-                  ORDER BY updated_at LIMIT \(batch) FOR UPDATE SKIP LOCKED),
-                gone AS (
-                  DELETE FROM records r USING doomed d
-                  WHERE r.space_id = d.space_id AND r.collection = d.collection AND r.record_id = d.record_id
-                  RETURNING r.space_id, r.blob_refs, r.version, r.delete_clock COLLATE "C" AS delete_clock),
-                -- The files the tombstones still counted towards lose a reference each.
-                referencing AS (
-                  SELECT space_id, sha256, count(*)::integer AS n FROM gone, unnest(gone.blob_refs) AS sha256
-                  GROUP BY space_id, sha256),
-                released AS (
-                  UPDATE blobs b SET ref_count = greatest(b.ref_count - x.n, 0),
-                    unreferenced_since = CASE WHEN b.ref_count - x.n <= 0 THEN clock_timestamp() ELSE b.unreferenced_since END
-                  FROM referencing x WHERE b.space_id = x.space_id AND b.sha256 = x.sha256),
-                horizons AS (
-                  SELECT space_id, max(version) AS version, max(delete_clock) AS clock FROM gone GROUP BY space_id),
-                raised AS (
-                  UPDATE space_counters u SET purge_horizon = greatest(u.purge_horizon, h.version),
-                    purge_clock = CASE WHEN u.purge_clock IS NULL OR h.clock > u.purge_clock THEN h.clock ELSE u.purge_clock END
-                  FROM horizons h WHERE u.space_id = h.space_id)
-                SELECT count(*) FROM gone
-                """
-            }
-            // Dead letters first, so that their jobs become purgeable below.
-            report.deadLetters = try drain { batch in """
-                WITH gone AS (
-                  DELETE FROM dead_letters WHERE dead_letter_id IN (
-                    SELECT dead_letter_id FROM dead_letters
-                    WHERE dead_at < clock_timestamp() - make_interval(secs => \(retention.deadLetters)) LIMIT \(batch))
-                  RETURNING 1)
-                SELECT count(*) FROM gone
-                """
-            }
-            // Finished jobs (and with them their idempotency keys); a dead job only once
-            // its dead letter is gone.
-            report.jobs = try drain { batch in """
-                WITH gone AS (
-                  DELETE FROM jobs WHERE job_id IN (
-                    SELECT job_id FROM jobs j
-                    WHERE finished_at < clock_timestamp() - make_interval(secs => \(retention.jobs))
-                      AND (status IN (\(literal: JobStatus.succeeded), \(literal: JobStatus.discarded))
-                           OR (status = \(literal: JobStatus.dead)
-                               AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.job_id = j.job_id)))
-                    LIMIT \(batch) FOR UPDATE SKIP LOCKED)
-                  RETURNING 1)
-                SELECT count(*) FROM gone
-                """
-            }
-            report.opIDs = try drain { batch in """
-                WITH gone AS (
-                  DELETE FROM op_ids WHERE (space_id, op_id) IN (
-                    SELECT space_id, op_id FROM op_ids
-                    WHERE created_at < clock_timestamp() - make_interval(secs => \(retention.jobs))
-                    LIMIT \(batch) FOR UPDATE SKIP LOCKED)
-                  RETURNING 1)
-                SELECT count(*) FROM gone
-                """
-            }
-            report.devices = try drain { batch in """
-                WITH gone AS (
-                  DELETE FROM devices WHERE device_id IN (
-                    SELECT device_id FROM devices
-                    WHERE revoked_at < clock_timestamp() - make_interval(secs => \(retention.devices))
-                       OR last_seen_at < clock_timestamp() - make_interval(secs => \(retention.devices))
-                    LIMIT \(batch) FOR UPDATE SKIP LOCKED)
-                  RETURNING 1)
-                SELECT count(*) FROM gone
-                """
-            }
-            // Files no record of their space referenced for the retention — live, tombstone,
-            // or in a job not applied yet (or dead, and so replayable). A push claims its
-            // files at intake and the apply path counts references under the row lock
-            // this delete takes, so neither races it. The bytes go with the sweeper.
-            let unreferenced = """
-                ref_count = 0
-                AND unreferenced_since < clock_timestamp() - make_interval(secs => \(retention.blobs))
-                AND claimed_at < clock_timestamp() - make_interval(secs => \(retention.blobs))
-                """
-            report.blobs = try drain { batch in """
-                WITH gone AS (
-                  DELETE FROM blobs b WHERE (space_id, sha256) IN (
-                    SELECT space_id, sha256 FROM blobs c
-                    WHERE \(sql: unreferenced)
-                      -- Unfinished jobs are few (the jobs_unfinished index holds them); dead
-                      -- ones that can be replayed are found through their dead letters.
-                      AND NOT EXISTS (
-                        SELECT 1 FROM jobs j WHERE j.space_id = c.space_id
-                          AND j.status IN (\(literal: JobStatus.queued), \(literal: JobStatus.processing),
-                                           \(literal: JobStatus.retrying))
-                          AND strpos(j.ops::text, c.sha256) > 0)
-                      AND NOT EXISTS (
-                        SELECT 1 FROM dead_letters d JOIN jobs j USING (job_id) WHERE d.space_id = c.space_id
-                          AND strpos(j.ops::text, c.sha256) > 0)
-                    LIMIT \(batch) FOR UPDATE SKIP LOCKED)
-                    AND \(sql: unreferenced)
-                  RETURNING 1)
-                SELECT count(*) FROM gone
-                """
-            }
-            // A public id held by a record without data (a publish that never got its
-            // record, or a deleted record) is released; its visibility clock stays.
-            report.releasedPublicIDs = try drain { batch in """
-                WITH released AS (
-                  UPDATE records SET public_id = NULL WHERE (space_id, collection, record_id) IN (
-                    SELECT space_id, collection, record_id FROM records
-                    WHERE public_id IS NOT NULL AND visibility = \(literal: RecordState.PublicVisibility.private)
-                      AND updated_at < clock_timestamp() - make_interval(secs => \(retention.publicIDReservation))
-                    LIMIT \(batch) FOR UPDATE SKIP LOCKED)
-                  RETURNING 1)
-                SELECT count(*) FROM released
-                """
-            }
-            // A backstop: rows of a space that no longer exists (deleting a space erases
-            // them under its counter's lock, so none should be found). Each table's spaces
-            // are listed by skipping through its index, not by reading every row.
-            for (table, column) in [("records", "space_id"), ("op_ids", "space_id"), ("forks", "source_space_id")] {
-                let orphaned = try connection.execute("""
-                    WITH RECURSIVE present AS (
-                      (SELECT \(sql: column) AS id FROM \(sql: table) ORDER BY \(sql: column) LIMIT 1)
-                      UNION ALL
-                      SELECT (SELECT \(sql: column) FROM \(sql: table) WHERE \(sql: column) > present.id ORDER BY \(sql: column) LIMIT 1)
-                      FROM present WHERE present.id IS NOT NULL)
-                    SELECT id FROM present
-                    WHERE id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM spaces s WHERE s.space_id = present.id)
-                    """).map { try $0.decode(UUID.self, at: 0) }
-                guard !orphaned.isEmpty else { continue }
-                report.orphans += try drain { batch in """
-                    WITH gone AS (
-                      DELETE FROM \(sql: table) WHERE ctid IN (
-                        SELECT ctid FROM \(sql: table) WHERE \(sql: column) = ANY(\(orphaned)) LIMIT \(batch) FOR UPDATE SKIP LOCKED)
-                      RETURNING 1)
-                    SELECT count(*) FROM gone
-                    """
-                }
-            }
-            _ = try drain { batch in """
-                WITH gone AS (
-                  DELETE FROM forgotten_jobs WHERE job_id IN (
-                    SELECT job_id FROM forgotten_jobs
-                    WHERE forgotten_at < clock_timestamp() - make_interval(secs => \(retention.jobs))
-                    LIMIT \(batch) FOR UPDATE SKIP LOCKED)
-                  RETURNING 1)
-                SELECT count(*) FROM gone
-                """
-            }
+            report.tombstones = try drain { Self.tombstones(retention, batch: $0) }
+            report.deadLetters = try drain { Self.deadLetters(retention, batch: $0) }
+            report.jobs = try drain { Self.finishedJobs(retention, batch: $0) }
+            report.opIDs = try drain { Self.opIDs(retention, batch: $0) }
+            report.devices = try drain { Self.staleDevices(retention, batch: $0) }
+            report.blobs = try drain { Self.unreferencedBlobs(retention, batch: $0) }
+            report.releasedPublicIDs = try drain { Self.unheldPublicIDs(retention, batch: $0) }
+            report.orphans = try Self.removeOrphans(connection, drain: drain)
+            _ = try drain { Self.forgottenJobs(retention, batch: $0) }
             return report
         }
+    }
+
+    /// Runs a batch statement (given the batch size, counting what it removed) until it
+    /// removes less than a batch; returns how many it removed in all.
+    struct Drain {
+        let connection: PGConnection
+        let batch: Int
+
+        func callAsFunction(_ statement: (Int) -> PGQuery) throws -> Int {
+            var total = 0
+            while true {
+                let n = Int(try connection.execute(statement(batch)).first?.decode(Int64.self, at: 0) ?? 0)
+                total += n
+                if n < batch { return total }
+            }
+        }
+    }
+
+    /// Tombstones past their retention, raising each space's purge horizon (cursor) and purge
+    /// clock; the files they still counted towards lose a reference each.
+    static func tombstones(_ retention: Retention, batch: Int) -> PGQuery {
+        return """
+            WITH doomed AS (
+              SELECT space_id, collection, record_id FROM records
+              WHERE deleted AND updated_at < clock_timestamp() - make_interval(secs => \(retention.tombstones))
+              ORDER BY updated_at LIMIT \(batch) FOR UPDATE SKIP LOCKED),
+            gone AS (
+              DELETE FROM records r USING doomed d
+              WHERE r.space_id = d.space_id AND r.collection = d.collection AND r.record_id = d.record_id
+              RETURNING r.space_id, r.blob_refs, r.version, r.delete_clock COLLATE "C" AS delete_clock),
+            -- The files the tombstones still counted towards lose a reference each.
+            referencing AS (
+              SELECT space_id, sha256, count(*)::integer AS n FROM gone, unnest(gone.blob_refs) AS sha256
+              GROUP BY space_id, sha256),
+            released AS (
+              UPDATE blobs b SET ref_count = greatest(b.ref_count - x.n, 0),
+                unreferenced_since = CASE WHEN b.ref_count - x.n <= 0 THEN clock_timestamp() ELSE b.unreferenced_since END
+              FROM referencing x WHERE b.space_id = x.space_id AND b.sha256 = x.sha256),
+            horizons AS (
+              SELECT space_id, max(version) AS version, max(delete_clock) AS clock FROM gone GROUP BY space_id),
+            raised AS (
+              UPDATE space_counters u SET purge_horizon = greatest(u.purge_horizon, h.version),
+                purge_clock = CASE WHEN u.purge_clock IS NULL OR h.clock > u.purge_clock THEN h.clock ELSE u.purge_clock END
+              FROM horizons h WHERE u.space_id = h.space_id)
+            SELECT count(*) FROM gone
+            """
+    }
+
+    /// Dead letters past their retention (before the jobs, so that dead jobs become
+    /// purgeable).
+    static func deadLetters(_ retention: Retention, batch: Int) -> PGQuery {
+        return """
+            WITH gone AS (
+              DELETE FROM dead_letters WHERE dead_letter_id IN (
+                SELECT dead_letter_id FROM dead_letters
+                WHERE dead_at < clock_timestamp() - make_interval(secs => \(retention.deadLetters)) LIMIT \(batch))
+              RETURNING 1)
+            SELECT count(*) FROM gone
+            """
+    }
+
+    /// Finished jobs (and with them their idempotency keys); a dead job only once its dead
+    /// letter is gone.
+    static func finishedJobs(_ retention: Retention, batch: Int) -> PGQuery {
+        return """
+            WITH gone AS (
+              DELETE FROM jobs WHERE job_id IN (
+                SELECT job_id FROM jobs j
+                WHERE finished_at < clock_timestamp() - make_interval(secs => \(retention.jobs))
+                  AND (status IN (\(literal: JobStatus.succeeded), \(literal: JobStatus.discarded))
+                       OR (status = \(literal: JobStatus.dead)
+                           AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.job_id = j.job_id)))
+                LIMIT \(batch) FOR UPDATE SKIP LOCKED)
+              RETURNING 1)
+            SELECT count(*) FROM gone
+            """
+    }
+
+    /// The op ids kept against replays, past the jobs' retention.
+    static func opIDs(_ retention: Retention, batch: Int) -> PGQuery {
+        return """
+            WITH gone AS (
+              DELETE FROM op_ids WHERE (space_id, op_id) IN (
+                SELECT space_id, op_id FROM op_ids
+                WHERE created_at < clock_timestamp() - make_interval(secs => \(retention.jobs))
+                LIMIT \(batch) FOR UPDATE SKIP LOCKED)
+              RETURNING 1)
+            SELECT count(*) FROM gone
+            """
+    }
+
+    /// Devices revoked, or not seen, for the devices' retention.
+    static func staleDevices(_ retention: Retention, batch: Int) -> PGQuery {
+        return """
+            WITH gone AS (
+              DELETE FROM devices WHERE device_id IN (
+                SELECT device_id FROM devices
+                WHERE revoked_at < clock_timestamp() - make_interval(secs => \(retention.devices))
+                   OR last_seen_at < clock_timestamp() - make_interval(secs => \(retention.devices))
+                LIMIT \(batch) FOR UPDATE SKIP LOCKED)
+              RETURNING 1)
+            SELECT count(*) FROM gone
+            """
+    }
+
+    /// Files no record of their space referenced for the retention — live, tombstone, or in a
+    /// job not applied yet (or dead, and so replayable). A push claims its files at intake
+    /// and the apply path counts references under the row lock this delete takes, so neither
+    /// races it. The bytes go with the sweeper.
+    static func unreferencedBlobs(_ retention: Retention, batch: Int) -> PGQuery {
+        let unreferenced = """
+            ref_count = 0
+            AND unreferenced_since < clock_timestamp() - make_interval(secs => \(retention.blobs))
+            AND claimed_at < clock_timestamp() - make_interval(secs => \(retention.blobs))
+            """
+        return """
+            WITH gone AS (
+              DELETE FROM blobs b WHERE (space_id, sha256) IN (
+                SELECT space_id, sha256 FROM blobs c
+                WHERE \(sql: unreferenced)
+                  -- Unfinished jobs are few (the jobs_unfinished index holds them); dead
+                  -- ones that can be replayed are found through their dead letters.
+                  AND NOT EXISTS (
+                    SELECT 1 FROM jobs j WHERE j.space_id = c.space_id
+                      AND j.status IN (\(literal: JobStatus.queued), \(literal: JobStatus.processing),
+                                       \(literal: JobStatus.retrying))
+                      AND strpos(j.ops::text, c.sha256) > 0)
+                  AND NOT EXISTS (
+                    SELECT 1 FROM dead_letters d JOIN jobs j USING (job_id) WHERE d.space_id = c.space_id
+                      AND strpos(j.ops::text, c.sha256) > 0)
+                LIMIT \(batch) FOR UPDATE SKIP LOCKED)
+                AND \(sql: unreferenced)
+              RETURNING 1)
+            SELECT count(*) FROM gone
+            """
+    }
+
+    /// A public id held by a record without data (a publish that never got its record, or a
+    /// deleted record) is released; its visibility clock stays.
+    static func unheldPublicIDs(_ retention: Retention, batch: Int) -> PGQuery {
+        return """
+            WITH released AS (
+              UPDATE records SET public_id = NULL WHERE (space_id, collection, record_id) IN (
+                SELECT space_id, collection, record_id FROM records
+                WHERE public_id IS NOT NULL AND visibility = \(literal: RecordState.PublicVisibility.private)
+                  AND updated_at < clock_timestamp() - make_interval(secs => \(retention.publicIDReservation))
+                LIMIT \(batch) FOR UPDATE SKIP LOCKED)
+              RETURNING 1)
+            SELECT count(*) FROM released
+            """
+    }
+
+    /// The ids of jobs forgotten with their account, past the jobs' retention.
+    static func forgottenJobs(_ retention: Retention, batch: Int) -> PGQuery {
+        return """
+            WITH gone AS (
+              DELETE FROM forgotten_jobs WHERE job_id IN (
+                SELECT job_id FROM forgotten_jobs
+                WHERE forgotten_at < clock_timestamp() - make_interval(secs => \(retention.jobs))
+                LIMIT \(batch) FOR UPDATE SKIP LOCKED)
+              RETURNING 1)
+            SELECT count(*) FROM gone
+            """
+    }
+
+    /// A backstop: rows of a space that no longer exists (deleting a space erases them
+    /// under its counter's lock, so none should be found). Each table's spaces are listed
+    /// by skipping through its index, not by reading every row.
+    static func removeOrphans(_ connection: PGConnection, drain: Drain) throws -> Int {
+        var removed = 0
+        for (table, column) in [("records", "space_id"), ("op_ids", "space_id"), ("forks", "source_space_id")] {
+            let orphaned = try connection.execute("""
+                WITH RECURSIVE present AS (
+                  (SELECT \(sql: column) AS id FROM \(sql: table) ORDER BY \(sql: column) LIMIT 1)
+                  UNION ALL
+                  SELECT (SELECT \(sql: column) FROM \(sql: table) WHERE \(sql: column) > present.id ORDER BY \(sql: column) LIMIT 1)
+                  FROM present WHERE present.id IS NOT NULL)
+                SELECT id FROM present
+                WHERE id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM spaces s WHERE s.space_id = present.id)
+                """).map { try $0.decode(UUID.self, at: 0) }
+            guard !orphaned.isEmpty else { continue }
+            removed += try drain { batch in """
+                WITH gone AS (
+                  DELETE FROM \(sql: table) WHERE ctid IN (
+                    SELECT ctid FROM \(sql: table) WHERE \(sql: column) = ANY(\(orphaned)) LIMIT \(batch) FOR UPDATE SKIP LOCKED)
+                  RETURNING 1)
+                SELECT count(*) FROM gone
+                """
+            }
+        }
+        return removed
     }
 }
