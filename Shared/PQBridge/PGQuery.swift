@@ -56,6 +56,15 @@ public struct PGQuery: Sendable, ExpressibleByStringInterpolation {
             sql += binds.append(value.rawValue)
         }
 
+        /// Values one after another, separated by commas, each the next parameter followed by
+        /// its cast: for a list declared as data, whose values' types vary.
+        public mutating func appendInterpolation(list parameters: [PGParameter]) {
+            for (index, parameter) in parameters.enumerated() {
+                if index > 0 { sql += ", " }
+                sql += binds.append(parameter.value) + parameter.cast
+            }
+        }
+
         /// SQL the code composes itself. Never input.
         public mutating func appendInterpolation(sql fragment: String) { sql += fragment }
 
@@ -64,6 +73,18 @@ public struct PGQuery: Sendable, ExpressibleByStringInterpolation {
         public mutating func appendInterpolation<Value: RawRepresentable>(literal value: Value) where Value.RawValue == String {
             sql += PGQuery.literal(value.rawValue)
         }
+    }
+}
+
+/// A parameter whose Swift type is known only at run time, with the cast its placeholder
+/// takes in SQL (`::uuid[]`, or none).
+public struct PGParameter: Sendable {
+    public let value: any PGEncodable
+    public let cast: String
+
+    public init(_ value: some PGEncodable, cast: String = "") {
+        self.value = value
+        self.cast = cast
     }
 }
 

@@ -26,6 +26,8 @@ public struct PGRows: Sendable, RandomAccessCollection {
     final class Result: @unchecked Sendable {
         private let handle: OpaquePointer
         @usableFromInline let columns: [String]
+        /// Each column's position, by name (the first, where names repeat).
+        let positions: [String: Int]
         @usableFromInline let types: [PGType]
         @usableFromInline let rowCount: Int
         let affectedRows: Int
@@ -34,6 +36,7 @@ public struct PGRows: Sendable, RandomAccessCollection {
             self.handle = handle
             let columnCount = Int(PQnfields(handle))
             columns = (0..<columnCount).map { String(cString: PQfname(handle, Int32($0))) }
+            positions = Dictionary(columns.enumerated().map { ($1, $0) }, uniquingKeysWith: { first, _ in first })
             types = (0..<columnCount).map { PGType(oid: PQftype(handle, Int32($0))) }
             rowCount = Int(PQntuples(handle))
             affectedRows = Int(String(cString: PQcmdTuples(handle))) ?? 0
@@ -97,19 +100,22 @@ public struct PGRows: Sendable, RandomAccessCollection {
             return (repeat try next((each Value).self))
         }
 
-        /// The columns, in order, as the stored properties of a `Decodable` struct, in the
-        /// order they are declared (which is the order its synthesized `init(from:)`
-        /// reads them). Each property's type must be `PGDecodable`.
+        /// A `Decodable` struct, each stored property read from the column its coding key
+        /// names: the key itself (`content_type`, or a `CodingKeys` raw value) or the key in
+        /// snake case (`deviceID` reads `device_id`). Each property's type must be
+        /// `PGDecodable`; an optional property whose column the result lacks reads as nil.
         public func decode<Record: Decodable>(as _: Record.Type) throws -> Record {
-            try Record(from: PositionalDecoder(row: self))
+            try Record(from: ColumnDecoder(row: self))
         }
+
+        /// The position of the column named `name`, if the result has one.
+        func column(named name: String) -> Int? { result.positions[name] }
     }
 }
 
-/// Reads a row's columns one after the other, whatever the keys are called.
-private final class PositionalDecoder: Decoder {
+/// Reads a row's columns by the names of the keys asked for.
+private final class ColumnDecoder: Decoder {
     let row: PGRows.Row
-    var column = 0
     var codingPath: [any CodingKey] { [] }
     var userInfo: [CodingUserInfoKey: Any] { [:] }
 
@@ -127,39 +133,57 @@ private final class PositionalDecoder: Decoder {
         throw PGError(code: .decoding, message: "a row decodes into a struct's properties, not a single value")
     }
 
-    func next<Value>(_ type: Value.Type) throws -> Value {
+    /// The column a key names: the key as written, else in snake case.
+    func column(for key: some CodingKey) -> Int? {
+        row.column(named: key.stringValue) ?? row.column(named: Self.snakeCase(key.stringValue))
+    }
+
+    func value<Value>(_ type: Value.Type, for key: some CodingKey) throws -> Value {
         guard let decodable = type as? any PGDecodable.Type else {
             throw PGError(code: .decoding, message: "\(type) is not PGDecodable")
         }
-        defer { column += 1 }
-        return try open(decodable) as! Value
+        guard let column = column(for: key) else {
+            throw PGError(code: .decoding, message: "no column \(key.stringValue) in (\(row.result.columns.joined(separator: ", ")))")
+        }
+        return try open(decodable, at: column) as! Value
     }
 
-    private func open<Value: PGDecodable>(_ type: Value.Type) throws -> any PGDecodable {
+    private func open<Value: PGDecodable>(_ type: Value.Type, at column: Int) throws -> any PGDecodable {
         try row.decode(Value.self, at: column)
     }
 
+    /// `deviceID` → `device_id`, `refCount` → `ref_count`.
+    static func snakeCase(_ name: String) -> String {
+        var snake = ""
+        var previous: Character?
+        for character in name {
+            if character.isUppercase, let previous, previous.isLowercase || previous.isNumber { snake.append("_") }
+            snake.append(contentsOf: character.lowercased())
+            previous = character
+        }
+        return snake
+    }
+
     struct Container<Key: CodingKey>: KeyedDecodingContainerProtocol {
-        let decoder: PositionalDecoder
+        let decoder: ColumnDecoder
         var codingPath: [any CodingKey] { [] }
         var allKeys: [Key] { [] }
-        func contains(_ key: Key) -> Bool { decoder.column < decoder.row.columnCount }
+        func contains(_ key: Key) -> Bool { decoder.column(for: key) != nil }
         func decodeNil(forKey key: Key) throws -> Bool {
-            guard decoder.row.isNull(at: decoder.column) else { return false }
-            decoder.column += 1
-            return true
+            guard let column = decoder.column(for: key) else { return true }
+            return decoder.row.isNull(at: column)
         }
-        func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T { try decoder.next(type) }
+        func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T { try decoder.value(type, for: key) }
         func decodeIfPresent<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T? {
-            try decodeNil(forKey: key) ? nil : decoder.next(type)
+            try decodeNil(forKey: key) ? nil : decoder.value(type, for: key)
         }
-        func decode(_ type: Bool.Type, forKey key: Key) throws -> Bool { try decoder.next(type) }
-        func decode(_ type: String.Type, forKey key: Key) throws -> String { try decoder.next(type) }
-        func decode(_ type: Double.Type, forKey key: Key) throws -> Double { try decoder.next(type) }
-        func decode(_ type: Int.Type, forKey key: Key) throws -> Int { try decoder.next(type) }
-        func decode(_ type: Int32.Type, forKey key: Key) throws -> Int32 { try decoder.next(type) }
-        func decode(_ type: Int64.Type, forKey key: Key) throws -> Int64 { try decoder.next(type) }
-        func decode(_ type: Float.Type, forKey key: Key) throws -> Float { Float(try decoder.next(Double.self)) }
+        func decode(_ type: Bool.Type, forKey key: Key) throws -> Bool { try decoder.value(type, for: key) }
+        func decode(_ type: String.Type, forKey key: Key) throws -> String { try decoder.value(type, for: key) }
+        func decode(_ type: Double.Type, forKey key: Key) throws -> Double { try decoder.value(type, for: key) }
+        func decode(_ type: Int.Type, forKey key: Key) throws -> Int { try decoder.value(type, for: key) }
+        func decode(_ type: Int32.Type, forKey key: Key) throws -> Int32 { try decoder.value(type, for: key) }
+        func decode(_ type: Int64.Type, forKey key: Key) throws -> Int64 { try decoder.value(type, for: key) }
+        func decode(_ type: Float.Type, forKey key: Key) throws -> Float { Float(try decoder.value(Double.self, for: key)) }
         func decode(_ type: Int8.Type, forKey key: Key) throws -> Int8 { try narrow(key) }
         func decode(_ type: Int16.Type, forKey key: Key) throws -> Int16 { try narrow(key) }
         func decode(_ type: UInt.Type, forKey key: Key) throws -> UInt { try narrow(key) }
@@ -177,7 +201,7 @@ private final class PositionalDecoder: Decoder {
         func superDecoder(forKey key: Key) throws -> any Decoder { decoder }
 
         private func narrow<Integer: FixedWidthInteger>(_ key: Key) throws -> Integer {
-            let wide = try decoder.next(Int64.self)
+            let wide = try decoder.value(Int64.self, for: key)
             guard let value = Integer(exactly: wide) else {
                 throw PGError(code: .decoding, message: "\(wide) does not fit \(Integer.self) (\(key.stringValue))")
             }

@@ -173,7 +173,10 @@ extension ApplyStore {
     /// What a set of jobs writes: the records (with the author's name and user of the job
     /// that last changed each), the op_ids to remember, each space's counter, each job's results.
     struct StateWrites {
-        var records: [SpaceKey: (record: StoredRecord, author: String?, user: String)] = [:]
+        /// A record written, with the author's name and user of the job that last changed it.
+        typealias Record = (record: StoredRecord, author: String?, user: String)
+
+        var records: [SpaceKey: Record] = [:]
         /// The records of `records` that were read from the table (the others are new).
         var stored = Set<SpaceKey>()
         var opIDs: [(space: String, opID: String)] = []
@@ -271,10 +274,7 @@ extension ApplyStore {
         }
         let keys = Array(reads.keys)
         for row in try connection.execute("""
-            SELECT r.space_id, r.collection, r.record_id, r.version, r.data, r.field_clocks, r.floor_clock, r.write_clock,
-                   r.delete_clock, r.updated_by, r.public_id, r.can_fork, r.visibility_clock, r.listed, r.forked_from,
-                   r.fork_clock, syncline_rfc3339(r.published_at), r.blob_refs
-            FROM records r
+            SELECT \(sql: RecordRow.selection) FROM records r
             JOIN unnest(\(keys.map(\.space))::uuid[], \(keys.map(\.key.collection)), \(keys.map(\.key.id))) AS k(space_id, collection, record_id)
               USING (space_id, collection, record_id)
             """) {
@@ -283,47 +283,6 @@ extension ApplyStore {
             if let blobs = record.blobRefs, !blobs.isEmpty { states[record.space, default: SpaceState()].blobRefs[record.key] = Set(blobs) }
         }
         return states
-    }
-
-    /// A record as `loadState` reads it, column by column.
-    struct RecordRow: Decodable {
-        let space: String
-        let collection: String
-        let id: String
-        let version: Int64
-        let data: String
-        let fieldClocks: String
-        let floorClock: String?
-        let writeClock: String?
-        let deleteClock: String?
-        let updatedBy: String?
-        let publicID: String?
-        let canFork: Bool
-        let visibilityClock: String?
-        let listed: Bool
-        let forkedFrom: String?
-        let forkClock: String?
-        let publishedAt: String?
-        let blobRefs: [String]?
-
-        var key: RecordKey { RecordKey(collection: collection, id: id) }
-
-        func stored() throws -> StoredRecord {
-            let fields = try JSONParser.parse(data).objectValue ?? [:]
-            let written = writeClock.flatMap(Stamp.init(stored:))
-            let clocks = (try JSONParser.parse(fieldClocks).objectValue ?? [:]).compactMapValues { $0.stringValue.flatMap(Stamp.init(stored:)) }
-            let state = RecordState(
-                fields: fields,
-                fieldClocks: RecordState.restoringFieldClocks(clocks, fields: fields, writeClock: written),
-                floor: floorClock.flatMap(Stamp.init(stored:)),
-                writeClock: written,
-                deleteClock: deleteClock.flatMap(Stamp.init(stored:)),
-                visibility: visibilityClock.flatMap(Stamp.init(stored:)).map {
-                    RecordState.Visibility(publicID: publicID, canFork: canFork, listed: listed, clock: $0)
-                },
-                fork: forkClock.flatMap(Stamp.init(stored:)).map { RecordState.Fork(publicID: forkedFrom, clock: $0) })
-            return StoredRecord(key: key, version: version, state: state, updatedBy: updatedBy, publishedAt: publishedAt)
-        }
     }
 
     /// Every write of a set of jobs in one statement: the remembered op_ids, the changed
@@ -339,20 +298,10 @@ extension ApplyStore {
     /// lock), fewer rows are updated than read, and the statement fails: the jobs are then
     /// applied again, one by one, reading afresh.
     static func save(_ connection: PGConnection, _ writes: StateWrites, attempt: Attempt) throws -> [String: Double] {
-        let attemptLog = switch attempt {
-        case .begun:
-            "attempt_log = \(Self.closingLastAttempt(error: nil))"
-        case .countedInCommit:
-            // Started when the transaction did.
-            """
-            attempts = attempts + 1,
-            attempt_log = attempt_log || jsonb_build_array(jsonb_build_object(
-              'attempt', attempts + 1, 'started_at', syncline_rfc3339(now()),
-              'finished_at', syncline_rfc3339(clock_timestamp()), 'error', NULL))
-            """
-        }
         let sorted = writes.records.sorted { ($0.key.space, $0.key.key) < ($1.key.space, $1.key.key) }
-        let records = sorted.map(\.value.record)
+        let columns = WrittenColumn.all(sorted, writes)
+        let keys = columns.filter { $0.role == .key }.map(\.name)
+        let copied = columns.filter { $0.role == .copied }
         let counters = writes.counters.sorted { $0.key < $1.key }
         let hidden = RecordState.PublicVisibility.private
         let updates = sorted.filter { writes.stored.contains($0.key) }.count
@@ -365,46 +314,17 @@ extension ApplyStore {
               SELECT u.*,
                      CASE WHEN public_id IS NULL THEN NULL ELSE author END AS shown_author,
                      CASE WHEN public_id IS NULL OR author IS NULL THEN NULL ELSE author_user END AS shown_author_user
-              FROM unnest(
-                \(sorted.map { writes.stored.contains($0.key) }),
-                \(sorted.map(\.key.space))::uuid[], \(sorted.map(\.key.key.collection)), \(sorted.map(\.key.key.id)),
-                \(records.map(\.version)), \(records.map(\.state.deleted)),
-                \(records.map { PGJSON(JSONWriter.string(.object($0.state.fields))) }),
-                \(records.map { PGJSON(JSONWriter.string(.object($0.state.storedFieldClocks.mapValues { .string($0.description) }))) }),
-                \(records.map { $0.state.floor?.description }), \(records.map { $0.state.writeClock?.description }),
-                \(records.map { $0.state.deleteClock?.description }), \(records.map(\.updatedBy))::uuid[],
-                \(records.map { $0.state.publicVisibility.rawValue }), \(records.map { $0.state.visibility?.publicID }),
-                \(records.map { $0.state.visibility?.canFork == true }), \(records.map { $0.state.visibility?.clock.description }),
-                \(sorted.map(\.value.author)), \(records.map { $0.state.visibility?.listed != false }),
-                \(records.map { $0.state.fork?.publicID }), \(records.map { $0.state.fork?.clock.description }),
-                \(sorted.map(\.value.user)),
-                \(writes.blobRefs.isEmpty
-                    ? [String?](repeating: nil, count: sorted.count)
-                    : sorted.map { writes.blobRefs[$0.key].map { $0.sorted().joined(separator: ",") } }))
-                AS u(stored, space_id, collection, record_id, version, deleted, data, field_clocks, floor_clock, write_clock,
-                     delete_clock, updated_by, visibility, public_id, can_fork, visibility_clock, author, listed,
-                     forked_from, fork_clock, author_user, blob_refs)),
+              FROM unnest(\(list: columns.map(\.parameter))) AS u(\(sql: columns.map(\.name).joined(separator: ", ")))),
             inserted AS (
-              INSERT INTO records (space_id, collection, record_id, version, deleted, data, field_clocks,
-                                   floor_clock, write_clock, delete_clock, updated_by, updated_at,
-                                   visibility, public_id, can_fork, visibility_clock, published_at, author,
-                                   listed, forked_from, fork_clock, author_user, blob_refs)
-              SELECT space_id, collection, record_id, version, deleted, data, field_clocks,
-                     floor_clock, write_clock, delete_clock, updated_by, clock_timestamp(),
-                     visibility, public_id, can_fork, visibility_clock,
-                     CASE WHEN visibility = \(literal: hidden) THEN NULL ELSE clock_timestamp() END,
-                     shown_author, listed, forked_from, fork_clock, shown_author_user, string_to_array(blob_refs, ',')
-              FROM source WHERE NOT stored),
+              INSERT INTO records (\(sql: (keys + copied.map(\.name)).joined(separator: ", ")),
+                                   updated_at, published_at, author, author_user)
+              SELECT \(sql: (keys.map { "s.\($0)" } + copied.map(\.stored)).joined(separator: ", ")),
+                     clock_timestamp(), CASE WHEN s.visibility = \(literal: hidden) THEN NULL ELSE clock_timestamp() END,
+                     s.shown_author, s.shown_author_user
+              FROM source s WHERE NOT s.stored),
             updated AS (
-              UPDATE records SET
+              UPDATE records SET \(sql: copied.map { "\($0.name) = \($0.stored)" }.joined(separator: ", ")),
                 updated_at = CASE WHEN records.version <> s.version THEN clock_timestamp() ELSE records.updated_at END,
-                updated_by = s.updated_by,
-                version = s.version, deleted = s.deleted, data = s.data,
-                field_clocks = s.field_clocks, floor_clock = s.floor_clock,
-                write_clock = s.write_clock, delete_clock = s.delete_clock,
-                visibility = s.visibility, can_fork = s.can_fork, visibility_clock = s.visibility_clock,
-                listed = s.listed, forked_from = s.forked_from, fork_clock = s.fork_clock,
-                blob_refs = string_to_array(s.blob_refs, ','),
                 published_at = CASE WHEN s.visibility = \(literal: hidden) THEN NULL
                                     WHEN records.visibility <> \(literal: hidden)
                                          AND records.public_id IS NOT DISTINCT FROM s.public_id THEN records.published_at
@@ -414,18 +334,16 @@ extension ApplyStore {
                               ELSE coalesce(records.author, s.shown_author) END,
                 author_user = CASE WHEN (records.public_id IS DISTINCT FROM s.public_id AND s.shown_author IS NOT NULL)
                                         OR (records.public_id IS NOT DISTINCT FROM s.public_id AND records.author IS NULL)
-                                   THEN s.shown_author_user ELSE records.author_user END,
-                public_id = s.public_id
+                                   THEN s.shown_author_user ELSE records.author_user END
               FROM source s
-              WHERE s.stored AND records.space_id = s.space_id AND records.collection = s.collection
-                AND records.record_id = s.record_id
+              WHERE s.stored AND \(sql: keys.map { "records.\($0) = s.\($0)" }.joined(separator: " AND "))
               RETURNING 1),
             counter AS (
               UPDATE space_counters c SET counter = u.counter
               FROM unnest(\(counters.map(\.key))::uuid[], \(counters.map(\.value))) AS u(space_id, counter)
               WHERE c.space_id = u.space_id AND c.counter <> u.counter)
             UPDATE jobs SET status = \(JobStatus.succeeded), checkpoint = u.checkpoint, results = u.results,
-              finished_at = clock_timestamp(), last_error = NULL, \(sql: attemptLog)
+              finished_at = clock_timestamp(), last_error = NULL, \(sql: attempt.logged)
             FROM unnest(\(writes.jobs.map { UUID(uuidString: $0.job.space) })::uuid[], \(writes.jobs.map { UUID(uuidString: $0.job.job) })::uuid[],
                         \(writes.jobs.map(\.checkpoint)), \(writes.jobs.map { PGJSON($0.results) }))
               AS u(space_id, job_id, checkpoint, results)

@@ -18,6 +18,22 @@ public struct ApplyStore: Sendable {
         /// how a job is tried alone after a batch failed, so that an attempt that fails
         /// still counts.
         case begun
+
+        /// The SQL assignments that log a succeeding attempt of this kind.
+        var logged: String {
+            switch self {
+            case .begun:
+                "attempt_log = \(ApplyStore.closingLastAttempt(error: nil))"
+            case .countedInCommit:
+                // Started when the transaction did.
+                """
+                attempts = attempts + 1,
+                attempt_log = attempt_log || jsonb_build_array(jsonb_build_object(
+                  'attempt', attempts + 1, 'started_at', syncline_rfc3339(now()),
+                  'finished_at', syncline_rfc3339(clock_timestamp()), 'error', NULL))
+                """
+            }
+        }
     }
 
     /// What a job came to.

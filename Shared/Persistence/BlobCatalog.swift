@@ -18,7 +18,7 @@ public struct BlobCatalog: Sendable {
         public let objectID: UUID
         public let store: String
 
-        /// In the order of the columns read (`storedColumns`).
+        /// The columns read (`storedColumns`), by name.
         enum CodingKeys: String, CodingKey {
             case sha256, size
             case contentType = "content_type"
@@ -183,7 +183,7 @@ public struct BlobCatalog: Sendable {
         public let finished: Bool
         public let store: String
 
-        /// In the order of the columns read (`uploadColumns`).
+        /// The columns read (`uploadColumns`), by name.
         enum CodingKeys: String, CodingKey {
             case uploadID = "upload_id"
             case userID = "user_id"
@@ -314,7 +314,7 @@ public struct BlobCatalog: Sendable {
         public let refCount: Int
         public let createdAt: String
 
-        /// In the order of the columns read.
+        /// The columns read, by name.
         enum CodingKeys: String, CodingKey {
             case sha256, size
             case contentType = "content_type"
@@ -334,7 +334,7 @@ public struct BlobCatalog: Sendable {
     public func list(space: String) async throws -> [Listed] {
         guard let id = UUID(uuidString: space) else { return [] }
         return try await pool.execute("""
-            SELECT sha256, size, content_type, object_id, store, ref_count, syncline_rfc3339(created_at)
+            SELECT sha256, size, content_type, object_id, store, ref_count, syncline_rfc3339(created_at) AS created_at
             FROM blobs WHERE space_id = \(id) ORDER BY sha256
             """).map { try $0.decode(as: Listed.self) }
     }

@@ -91,7 +91,7 @@ public struct DeviceStore: Sendable {
     /// The webhooks of a user's active devices.
     public func webhooks(user: String) async throws -> [Webhook] {
         try await pool.execute("""
-            SELECT device_id, push_url, push_secret FROM devices
+            SELECT device_id, push_url AS url, push_secret AS secret FROM devices
             WHERE user_id = \(user) AND push_url IS NOT NULL AND revoked_at IS NULL
             ORDER BY device_id
             """).map { try $0.decode(as: Webhook.self) }
@@ -101,7 +101,7 @@ public struct DeviceStore: Sendable {
     public func webhook(user: String, deviceID: String) async throws -> Webhook? {
         guard let id = UUID(uuidString: deviceID) else { return nil }
         return try await pool.execute("""
-            SELECT device_id, push_url, push_secret FROM devices
+            SELECT device_id, push_url AS url, push_secret AS secret FROM devices
             WHERE user_id = \(user) AND device_id = \(id) AND push_url IS NOT NULL AND revoked_at IS NULL
             """).first.map { try $0.decode(as: Webhook.self) }
     }

@@ -142,21 +142,27 @@ struct PGQueryTests {
         let tags: [String]
     }
 
-    @Test func rowsDecodeIntoDecodableStructsByPosition() async throws {
+    @Test func rowsDecodeIntoDecodableStructsByColumnName() async throws {
         try await withPool(size: 1) { pool in
             let id = UUID()
+            // Columns in another order than the properties, one named in snake case.
             let rows = try await pool.execute("""
-                SELECT \(id), 'phone', NULL::timestamptz, 3::int4, ARRAY['a','b']
+                SELECT 'phone' AS name, \(id) AS id, ARRAY['a','b'] AS tags, 3::int4 AS count, NULL::timestamptz AS revoked_at
                 UNION ALL
-                SELECT \(id), 'laptop', '2026-01-01T00:00:00Z'::timestamptz, 4::int8, '{}'::text[]
+                SELECT 'laptop', \(id), '{}'::text[], 4::int8, '2026-01-01T00:00:00Z'::timestamptz
                 """)
             let devices = try rows.map { try $0.decode(as: Device.self) }
             #expect(devices == [
                 Device(id: id, name: "phone", revokedAt: nil, count: 3, tags: ["a", "b"]),
                 Device(id: id, name: "laptop", revokedAt: Date(timeIntervalSince1970: 1_767_225_600), count: 4, tags: []),
             ])
-            // A column of another type than the property's is an error naming the column.
-            let wrong = try await pool.execute("SELECT 'x'::text AS id, 'n', NULL::timestamptz, 1, '{}'::text[]")
+            // An optional property without a column reads as nil.
+            let lacking = try await pool.execute("SELECT \(id) AS id, 'n' AS name, 1 AS count, '{}'::text[] AS tags")
+            #expect(try lacking[0].decode(as: Device.self).revokedAt == nil)
+            // A required property without a column is an error naming it, and so is a column of another type.
+            let unnamed = try await pool.execute("SELECT \(id), 'n', NULL::timestamptz, 1, '{}'::text[]")
+            #expect(throws: PGError.self) { try unnamed[0].decode(as: Device.self) }
+            let wrong = try await pool.execute("SELECT 'x'::text AS id, 'n' AS name, 1 AS count, '{}'::text[] AS tags")
             #expect(throws: PGError.self) { try wrong[0].decode(as: Device.self) }
         }
     }
