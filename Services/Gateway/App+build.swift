@@ -12,90 +12,15 @@ import Persistence
 import ServiceLifecycle
 import ServiceSupport
 
-/// Wires the gateway: stores over one pool, the publisher, the routes and the relay.
-/// `observability`: services that must stop last (the span exporter).
+/// Wires the gateway: its parts, the routes over them, and the services that outlive a
+/// request. `observability`: services that must stop last (the span exporter).
 func buildApplication(
     configuration: Configuration, settings: GatewaySettings, observability: [any Service] = [], logger: Logger
 ) async throws -> some ApplicationProtocol {
-    let endpoint = try configuration.amqpEndpoint()
-    let pool = configuration.primaryPool(logger: logger)
-    var replicaLogger = logger
-    replicaLogger[metadataKey: "database"] = "replica"
-    let replica = settings.databaseReadURL.map {
-        PGPool(
-            url: $0, size: configuration.databasePoolSize, logger: replicaLogger, slowThreshold: configuration.slowThreshold,
-            name: "replica", isSampled: Traces.isSampled)
-    }
-    let reads = ReadPools(primary: pool, replica: replica, logger: logger)
-    let publisher = AMQPPublisher(
-        endpoint: endpoint, topology: SynclineTopology.topology(retryDelays: configuration.retryDelays),
-        confirmTimeout: 2, slowThreshold: configuration.slowThreshold, logger: logger)
-    let auth = Authenticator(verifier: try await configuration.tokenVerifier(logger: logger))
-    let devices = DeviceStore(pool: pool)
-    let jobs = JobStore(pool: pool)
-    let marks = PublishedMarks()
-    let background = BackgroundWork()
-    let pushLimiter = RateLimiter(settings.pushRateLimit)
-    let views = ViewCounter(store: PublicStore(pool: pool), logger: logger)
-
-    // A GET route answers HEAD too, with its header fields alone.
-    let router = Router(context: GatewayRequestContext.self, options: .autoGenerateHeadEndpoints)
-    let routes = RouteMethods()
-    router.addMiddleware {
-        RequestTelemetryMiddleware(logger: logger, slow: configuration.slowThreshold)
-        CORSMiddleware(allowedOrigins: settings.http.corsAllowedOrigins, openPrefixes: ["/v1/public"])
-        ProblemMiddleware(routes: routes)
-        MetricsMiddleware()
-    }
-    if let filesOrigin = settings.publicFilesOrigin {
-        router.add(middleware: PublicFilesOriginMiddleware(filesOrigin: filesOrigin))
-    }
-    DeviceRoutes(auth: auth, devices: devices, publisher: publisher, allowPrivateWebhooks: configuration.allowPrivateWebhooks).register(on: router)
-    SyncRoutes(
-        auth: auth, jobs: jobs, pulls: PullStore(reads: reads), spaces: SpaceStore(pool: pool),
-        intake: IntakeBatcher(
-            jobs: jobs, publisher: publisher, marks: marks, slots: settings.intakeConcurrency, background: background,
-            logger: logger),
-        maxClockSkewMilliseconds: Int64(settings.maxClockSkew * 1000),
-        limiter: pushLimiter, publicIDLimiter: RateLimiter(settings.publicIDRateLimit)
-    ).register(on: router)
-    let publicLimiter = RateLimiter(settings.publicRateLimit)
-    PublicRoutes(records: PublicStore(reads: reads), views: views, limiter: publicLimiter).register(on: router)
-    let catalog = BlobCatalog(pool: pool)
-    let blobStores = try BlobStores(settings.blobStore, pool: pool)
-    let ingest = BlobIngest(catalog: catalog, stores: blobStores, maxBytes: settings.blobMaxBytes, spaceQuota: settings.spaceBlobQuota)
-    let blobs = BlobRoutes(
-        auth: auth, spaces: SpaceStore(pool: pool), catalog: catalog, stores: blobStores, ingest: ingest, limiter: pushLimiter,
-        publicLimiter: publicLimiter, downloadsPerUser: ConcurrencyLimiter(limit: settings.downloadsPerUser),
-        downloadsPerAddress: ConcurrencyLimiter(limit: settings.downloadsPerAddress),
-        uploadsPerUser: ConcurrencyLimiter(limit: settings.uploadsPerUser),
-        downloadPieces: DownloadPieces(budget: settings.downloadBuffer))
-    blobs.register(on: router)
-    UploadRoutes(
-        auth: auth, catalog: catalog, ingest: ingest, blobs: blobs, limiter: pushLimiter, expiresIn: settings.uploadExpiry,
-        openPerUser: settings.openUploadsPerUser
-    ).register(on: router)
-    let sweeper = BlobSweeper(catalog: catalog, stores: blobStores, logger: logger)
-    SpaceRoutes(
-        auth: auth, spaces: SpaceStore(pool: pool), publisher: publisher, sweeper: sweeper, background: background,
-        maxOpenInvitations: settings.maxOpenInvitations
-    ).register(on: router)
-    let office = DeadLetterOffice(pool: pool, publisher: publisher, retryDelays: configuration.retryDelays, logger: logger)
-    AccountRoutes(
-        auth: auth, eraser: AccountEraser(pool: pool, publisher: publisher, office: office, sweeper: sweeper, logger: logger),
-        inlineBudget: settings.accountDeletionInline, background: background
-    ).register(on: router)
-    AdminRoutes(
-        auth: auth,
-        office: office,
-        page: try resource("admin", "html")
-    ).register(on: router)
-    OperationsRoutes(pool: pool, publisher: publisher, openAPIDocument: try resource("openapi", "yaml")).register(on: router)
-
-    routes.load(from: router)
+    let parts = try await GatewayParts(configuration: configuration, settings: settings, logger: logger)
+    let router = try gatewayRouter(parts, configuration: configuration, settings: settings, logger: logger)
     // The exporter and pools first, so stopped last.
-    let pools: [any Service] = observability + [pool] + (replica.map { [$0] } ?? [])
-
+    let pools: [any Service] = observability + [parts.pool] + (parts.replica.map { [$0] } ?? [])
     return Application(
         router: router,
         server: .http1(configuration: .init(
@@ -105,12 +30,127 @@ func buildApplication(
             idleTimeout: .milliseconds(Int64(settings.http.idleTimeout * 1000)))),
         configuration: .init(address: .hostname("0.0.0.0", port: configuration.port), serverName: "syncline-gateway"),
         services: pools + [
-            ResourceCloser { await publisher.shutdown() },
-            background,  // stopped after the server: intake slots and erasures still running are waited for
-            JobRelay(jobs: jobs, marks: marks, publisher: publisher, relayAfter: settings.relayAfter, logger: logger),
-            views,
+            ResourceCloser { [publisher = parts.publisher] in await publisher.shutdown() },
+            parts.background,  // stopped after the server: intake slots and erasures still running are waited for
+            JobRelay(jobs: parts.jobs, marks: parts.marks, publisher: parts.publisher, relayAfter: settings.relayAfter, logger: logger),
+            parts.views,
         ],
         logger: logger)
+}
+
+/// What the gateway's routes and services share: the pools, the publisher, the stores and
+/// the limits.
+struct GatewayParts {
+    let pool: PGPool
+    let replica: PGPool?
+    let reads: ReadPools
+    let publisher: AMQPPublisher
+    let auth: Authenticator
+    let jobs: JobStore
+    let marks = PublishedMarks()
+    let background = BackgroundWork()
+    let pushLimiter: RateLimiter
+    let publicLimiter: RateLimiter
+    let views: ViewCounter
+    let catalog: BlobCatalog
+    let blobStores: BlobStores
+    let sweeper: BlobSweeper
+    let office: DeadLetterOffice
+
+    init(configuration: Configuration, settings: GatewaySettings, logger: Logger) async throws {
+        pool = configuration.primaryPool(logger: logger)
+        var replicaLogger = logger
+        replicaLogger[metadataKey: "database"] = "replica"
+        replica = settings.databaseReadURL.map { [pool = configuration.databasePoolSize] in
+            PGPool(
+                url: $0, size: pool, logger: replicaLogger, slowThreshold: configuration.slowThreshold,
+                name: "replica", isSampled: Traces.isSampled)
+        }
+        reads = ReadPools(primary: pool, replica: replica, logger: logger)
+        publisher = AMQPPublisher(
+            endpoint: try configuration.amqpEndpoint(), topology: SynclineTopology.topology(retryDelays: configuration.retryDelays),
+            confirmTimeout: 2, slowThreshold: configuration.slowThreshold, logger: logger)
+        auth = Authenticator(verifier: try await configuration.tokenVerifier(logger: logger))
+        jobs = JobStore(pool: pool)
+        pushLimiter = RateLimiter(settings.pushRateLimit)
+        publicLimiter = RateLimiter(settings.publicRateLimit)
+        views = ViewCounter(store: PublicStore(pool: pool), logger: logger)
+        catalog = BlobCatalog(pool: pool)
+        blobStores = try BlobStores(settings.blobStore, pool: pool)
+        sweeper = BlobSweeper(catalog: catalog, stores: blobStores, logger: logger)
+        office = DeadLetterOffice(pool: pool, publisher: publisher, retryDelays: configuration.retryDelays, logger: logger)
+    }
+}
+
+/// The routes: public ones on the router, the rest behind `AuthenticationMiddleware` (and
+/// the operators' behind `AdminOnlyMiddleware`), each group under the router's middleware.
+func gatewayRouter(
+    _ parts: GatewayParts, configuration: Configuration, settings: GatewaySettings, logger: Logger
+) throws -> Router<GatewayRequestContext> {
+    // A GET route answers HEAD too, with its header fields alone.
+    let router = Router(context: GatewayRequestContext.self, options: .autoGenerateHeadEndpoints)
+    let methods = RouteMethods()
+    router.addMiddleware {
+        RequestTelemetryMiddleware(logger: logger, slow: configuration.slowThreshold)
+        CORSMiddleware(allowedOrigins: settings.http.corsAllowedOrigins, openPrefixes: ["/v1/public"])
+        ProblemMiddleware(routes: methods)
+        MetricsMiddleware()
+    }
+    if let filesOrigin = settings.publicFilesOrigin {
+        router.add(middleware: PublicFilesOriginMiddleware(filesOrigin: filesOrigin))
+    }
+    let signedIn = router.group().add(middleware: AuthenticationMiddleware(parts.auth)).group(context: SignedInRequestContext.self)
+    let admins = signedIn.group().add(middleware: AdminOnlyMiddleware())
+    let pool = parts.pool, publisher = parts.publisher
+    let spaces = SpaceStore(pool: pool)
+    let (blobs, uploads) = fileRoutes(parts, spaces: spaces, settings: settings)
+    let admin = AdminRoutes(office: parts.office, page: try resource("admin", "html"))
+
+    router.addRoutes(PublicRoutes(records: PublicStore(reads: parts.reads), views: parts.views, limiter: parts.publicLimiter).routes)
+    router.addRoutes(blobs.publicRoutes)
+    router.addRoutes(uploads.publicRoutes)
+    router.addRoutes(admin.pageRoutes)
+    OperationsRoutes(pool: pool, publisher: publisher, openAPIDocument: try resource("openapi", "yaml")).register(on: router)
+    signedIn.addRoutes(
+        DeviceRoutes(devices: DeviceStore(pool: pool), publisher: publisher, allowPrivateWebhooks: configuration.allowPrivateWebhooks).routes)
+    signedIn.addRoutes(SyncRoutes(
+        jobs: parts.jobs, pulls: PullStore(reads: parts.reads), spaces: spaces,
+        intake: IntakeBatcher(
+            jobs: parts.jobs, publisher: publisher, marks: parts.marks, slots: settings.intakeConcurrency,
+            background: parts.background, logger: logger),
+        maxClockSkewMilliseconds: Int64(settings.maxClockSkew * 1000),
+        limiter: parts.pushLimiter, publicIDLimiter: RateLimiter(settings.publicIDRateLimit)
+    ).routes)
+    signedIn.addRoutes(blobs.routes)
+    signedIn.addRoutes(uploads.routes)
+    signedIn.addRoutes(SpaceRoutes(
+        spaces: spaces, publisher: publisher, sweeper: parts.sweeper, background: parts.background,
+        maxOpenInvitations: settings.maxOpenInvitations
+    ).routes)
+    signedIn.addRoutes(AccountRoutes(
+        eraser: AccountEraser(pool: pool, publisher: publisher, office: parts.office, sweeper: parts.sweeper, logger: logger),
+        inlineBudget: settings.accountDeletionInline, background: parts.background
+    ).routes)
+    admins.addRoutes(admin.routes)
+    methods.load(from: router)
+    return router
+}
+
+/// The routes of files: whole (`PUT`/`GET`) and resumable (tus), under the same rules.
+func fileRoutes(_ parts: GatewayParts, spaces: SpaceStore, settings: GatewaySettings) -> (BlobRoutes, UploadRoutes) {
+    let ingest = BlobIngest(
+        catalog: parts.catalog, stores: parts.blobStores, maxBytes: settings.blobMaxBytes, spaceQuota: settings.spaceBlobQuota)
+    let rules = FileRules(
+        spaces: spaces, catalog: parts.catalog, ingest: ingest, uploadsPerUser: ConcurrencyLimiter(limit: settings.uploadsPerUser))
+    let blobs = BlobRoutes(
+        rules: rules, spaces: spaces, catalog: parts.catalog, stores: parts.blobStores, limiter: parts.pushLimiter,
+        publicLimiter: parts.publicLimiter, downloadsPerUser: ConcurrencyLimiter(limit: settings.downloadsPerUser),
+        downloadsPerAddress: ConcurrencyLimiter(limit: settings.downloadsPerAddress),
+        downloadPieces: DownloadPieces(budget: settings.downloadBuffer))
+    let uploads = UploadRoutes(
+        rules: rules, catalog: parts.catalog, limiter: parts.pushLimiter, expiresIn: settings.uploadExpiry,
+        openPerUser: settings.openUploadsPerUser)
+    return (blobs, uploads)
 }
 
 /// A text file shipped in the gateway's resources (`openapi.yaml`, `admin.html`).

@@ -2,8 +2,8 @@ import Auth
 import Hummingbird
 import Logging
 
-/// Bearer-token authentication. Every failure is the same 401 to the client; the reason
-/// goes to the log.
+/// Bearer-token authentication (used by `AuthenticationMiddleware`). Every failure is the
+/// same 401 to the client; the reason goes to the log.
 public struct Authenticator: Sendable {
     let verifier: TokenVerifier
     /// Browsers cannot set headers on an EventSource or WebSocket: streams also take the
@@ -32,9 +32,4 @@ public struct Authenticator: Sendable {
         }
     }
 
-    public func admin(_ request: Request, context: some RequestContext) async throws -> Claims {
-        let claims = try await user(request, context: context)
-        guard claims.isAdmin else { throw APIError.forbidden("An admin token is required.") }
-        return claims
-    }
 }

@@ -9,24 +9,24 @@ import SyncModels
 /// `DELETE /v1/me` (the caller's account data goes: App Store guideline 5.1.1(v)) and
 /// `GET /v1/me/deletion` (how far it got).
 struct AccountRoutes: Sendable {
-    let auth: Authenticator
     let eraser: AccountEraser
     /// How long a deletion may run inside the request before it answers 202 and goes on.
     let inlineBudget: Double
     let background: BackgroundWork
 
-    func register(on router: Router<GatewayRequestContext>) {
-        router.delete("/v1/me", use: delete)
-        router.get("/v1/me/deletion", use: status)
+    var routes: RouteCollection<SignedInRequestContext> {
+        let routes = RouteCollection(context: SignedInRequestContext.self)
+        routes.delete("/v1/me", use: delete)
+        routes.get("/v1/me/deletion", use: status)
+        return routes
     }
 
-    @Sendable func delete(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.user(request, context: context)
-        if try await eraser.erase(user: claims.sub, budget: inlineBudget) { return Response(status: .noContent) }
+    @Sendable func delete(_ request: Request, context: SignedInRequestContext) async throws -> Response {
+        if try await eraser.erase(user: context.user, budget: inlineBudget) { return Response(status: .noContent) }
         // A large account: the rest goes on here, and purge finishes it should this
         // gateway stop first. The answer is read before that starts, so it says what the
         // 202 means: still in progress.
-        let eraser = self.eraser, user = claims.sub, logger = context.logger
+        let eraser = self.eraser, user = context.user, logger = context.logger
         let answer = try await view(user: user)
         let started = background.submit {
             do {
@@ -41,9 +41,8 @@ struct AccountRoutes: Sendable {
         return try jsonResponse(answer, status: .accepted, headers: headers)
     }
 
-    @Sendable func status(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.user(request, context: context)
-        return try jsonResponse(try await view(user: claims.sub))
+    @Sendable func status(_ request: Request, context: SignedInRequestContext) async throws -> Response {
+        return try jsonResponse(try await view(user: context.user))
     }
 
     private func view(user: String) async throws -> AccountDeletionView {

@@ -11,30 +11,37 @@ import SyncModels
 /// the `/admin` page. Every endpoint needs a token with `role: admin` (the page itself
 /// holds no data and needs none).
 struct AdminRoutes: Sendable {
-    let auth: Authenticator
     let office: DeadLetterOffice
     let page: String
 
-    func register(on router: Router<GatewayRequestContext>) {
-        router.get("/v1/admin/dead-letters", use: list)
-        router.post("/v1/admin/dead-letters/replay", use: bulkReplay)
-        router.get("/v1/admin/dead-letters/:job_id", use: show)
-        router.post("/v1/admin/dead-letters/:job_id/replay", use: replay)
-        router.post("/v1/admin/dead-letters/:job_id/discard", use: discard)
-        router.get("/v1/admin/audit", use: audit)
-        router.get("/v1/admin/queues", use: queues)
-        router.get("/v1/admin/job-rates", use: jobRates)
-        router.get("/admin") { _, _ in
+    /// The admin API, for the group behind `AdminOnlyMiddleware`.
+    var routes: RouteCollection<SignedInRequestContext> {
+        let routes = RouteCollection(context: SignedInRequestContext.self)
+        routes.get("/v1/admin/dead-letters", use: list)
+        routes.post("/v1/admin/dead-letters/replay", use: bulkReplay)
+        routes.get("/v1/admin/dead-letters/:job_id", use: show)
+        routes.post("/v1/admin/dead-letters/:job_id/replay", use: replay)
+        routes.post("/v1/admin/dead-letters/:job_id/discard", use: discard)
+        routes.get("/v1/admin/audit", use: audit)
+        routes.get("/v1/admin/queues", use: queues)
+        routes.get("/v1/admin/job-rates", use: jobRates)
+        return routes
+    }
+
+    /// The page, which holds no data and needs no token.
+    var pageRoutes: RouteCollection<GatewayRequestContext> {
+        let routes = RouteCollection(context: GatewayRequestContext.self)
+        routes.get("/admin") { _, _ in
             var headers = HTTPFields()
             headers[.contentType] = "text/html; charset=utf-8"
             headers[.cacheControl] = "no-store"
             headers[.contentSecurityPolicy] = "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'"
             return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: page)))
         }
+        return routes
     }
 
-    @Sendable func list(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        _ = try await auth.admin(request, context: context)
+    @Sendable func list(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         let query = request.uri.queryParameters
         let queue = query["queue"].map(String.init) ?? "sync"
         guard queue == "sync" || queue == "notify" else { throw APIError.badRequest("queue must be sync or notify.") }
@@ -51,17 +58,15 @@ struct AdminRoutes: Sendable {
         return try jsonResponse(try await office.list(queue: queue, filter: filter, limit: limit, cursor: cursor))
     }
 
-    @Sendable func show(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        _ = try await auth.admin(request, context: context)
+    @Sendable func show(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         guard let detail = try await office.detail(id: try context.parameters.require("job_id")) else {
             throw APIError.notFound("No such dead letter.")
         }
         return try jsonResponse(detail)
     }
 
-    @Sendable func replay(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.admin(request, context: context)
-        switch try await office.replay(id: try context.parameters.require("job_id"), actor: claims.sub) {
+    @Sendable func replay(_ request: Request, context: SignedInRequestContext) async throws -> Response {
+        switch try await office.replay(id: try context.parameters.require("job_id"), actor: context.user) {
         case .replayed(let jobID):
             return try jsonResponse(DeadLetterAction(jobID: jobID, status: .queued), status: .accepted)
         case .notFound:
@@ -71,15 +76,13 @@ struct AdminRoutes: Sendable {
         }
     }
 
-    @Sendable func discard(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.admin(request, context: context)
+    @Sendable func discard(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         let id = try context.parameters.require("job_id")
-        guard try await office.discard(id: id, actor: claims.sub) else { throw APIError.notFound("No such dead letter.") }
+        guard try await office.discard(id: id, actor: context.user) else { throw APIError.notFound("No such dead letter.") }
         return try jsonResponse(DeadLetterAction(jobID: Names.canonicalUUID(id) ?? id, status: .discarded))
     }
 
-    @Sendable func bulkReplay(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.admin(request, context: context)
+    @Sendable func bulkReplay(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         let fields = try await request.jsonObject()
         // A filter field given must say something: a non-empty string (null or "" would
         // silently widen the selection).
@@ -102,22 +105,19 @@ struct AdminRoutes: Sendable {
         guard !filter.isEmpty else {
             throw APIError.unprocessable("A filter is required: user_id, space_id, reason, dead_before or dead_after (dry_run is no filter).")
         }
-        return try jsonResponse(try await office.bulkReplay(filter: filter, dryRun: dryRun, actor: claims.sub))
+        return try jsonResponse(try await office.bulkReplay(filter: filter, dryRun: dryRun, actor: context.user))
     }
 
-    @Sendable func audit(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        _ = try await auth.admin(request, context: context)
+    @Sendable func audit(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         let limit = try request.integerParameter("limit", in: 1...1000, default: 100)
         return try jsonResponse(AuditLog(items: try await office.auditLog(limit: limit)))
     }
 
-    @Sendable func queues(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        _ = try await auth.admin(request, context: context)
+    @Sendable func queues(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         return try jsonResponse(QueueList(items: try await office.queues()))
     }
 
-    @Sendable func jobRates(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        _ = try await auth.admin(request, context: context)
+    @Sendable func jobRates(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         let minutes = try request.integerParameter("minutes", in: 1...240, default: 15)
         return try jsonResponse(try await office.jobRates(minutes: minutes))
     }

@@ -12,19 +12,16 @@ import SyncModels
 /// `PUT`, `GET` and `HEAD /v1/blobs/{sha256}?space_id=` (a space's files), and
 /// `GET /v1/public/{public_id}/blobs/{sha256}` (the files of a public record).
 struct BlobRoutes: Sendable {
-    let auth: Authenticator
+    let rules: FileRules
     let spaces: SpaceStore
     let catalog: BlobCatalog
     let stores: BlobStores
-    let ingest: BlobIngest
     /// The push bucket: an upload costs a token, as a push does.
     let limiter: RateLimiter
     let publicLimiter: RateLimiter
-    /// Downloads at once per user, and per client address for public files; uploads
-    /// (`PUT` and tus `PATCH`) at once per user.
+    /// Downloads at once per user, and per client address for public files.
     let downloadsPerUser: ConcurrencyLimiter
     let downloadsPerAddress: ConcurrencyLimiter
-    let uploadsPerUser: ConcurrencyLimiter
     /// The size of each download's pieces, from a budget every download shares.
     let downloadPieces: DownloadPieces
 
@@ -33,110 +30,63 @@ struct BlobRoutes: Sendable {
     /// a file.
     static let noSuchFile = APIError.notFound("No such file.")
 
-    func register(on router: Router<GatewayRequestContext>) {
-        router.put("/v1/blobs/:sha256", use: put)
-        router.get("/v1/blobs/:sha256", use: get)
-        router.head("/v1/blobs/:sha256", use: get)
-        router.get("/v1/public/:public_id/blobs/:sha256", use: getPublic)
-        router.head("/v1/public/:public_id/blobs/:sha256", use: getPublic)
+    var routes: RouteCollection<SignedInRequestContext> {
+        let routes = RouteCollection(context: SignedInRequestContext.self)
+        routes.put("/v1/blobs/:sha256", use: put)
+        routes.get("/v1/blobs/:sha256", use: get)
+        routes.head("/v1/blobs/:sha256", use: get)
+        return routes
     }
 
-    @Sendable func put(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.user(request, context: context)
-        try limiter.check(claims.sub, limit: "push")
-        let slot = try uploadsPerUser.check(claims.sub, limit: "uploads")
+    var publicRoutes: RouteCollection<GatewayRequestContext> {
+        let routes = RouteCollection(context: GatewayRequestContext.self)
+        routes.get("/v1/public/:public_id/blobs/:sha256", use: getPublic)
+        routes.head("/v1/public/:public_id/blobs/:sha256", use: getPublic)
+        return routes
+    }
+
+    @Sendable func put(_ request: Request, context: SignedInRequestContext) async throws -> Response {
+        try limiter.check(context.user, limit: "push")
+        let slot = try rules.uploadsPerUser.check(context.user, limit: "uploads")
         defer { slot.release() }
-        let sha256 = try Self.hash(context)
-        let space = try await writableSpace(try request.spaceParameter(), user: claims.sub)
-        let contentType = try Self.contentType(request.headers[.contentType])
+        let sha256 = try Self.hash(context.parameters)
+        let space = try await rules.writableSpace(try request.spaceParameter(), user: context.user)
+        let contentType = try FileRules.contentType(request.headers[.contentType])
         if let length = request.headers[.contentLength].flatMap({ Int64($0) }) {
-            try await checkRoom(for: length, in: space)
+            try await rules.checkRoom(for: length, in: space)
         }
-        let outcome = try await ingest.put(space: space, user: claims.sub, sha256: sha256, contentType: contentType, body: request.body)
-        return try answer(outcome, sha256: sha256, space: space)
+        let outcome = try await rules.ingest.put(
+            space: space, user: context.user, sha256: sha256, contentType: contentType, body: request.body)
+        let file = try rules.file(from: outcome, sha256: sha256)
+        return try jsonResponse(BlobView(file.blob), status: file.created ? .created : .ok)
     }
 
-    /// Whether a file of `length` bytes can fit, before any byte of it is read.
-    func checkRoom(for length: Int64, in space: String) async throws {
-        if length > ingest.maxBytes { throw Self.tooLarge(ingest.maxBytes) }
-        if try await catalog.usage(space: space) + length > ingest.spaceQuota { throw Self.overQuota(ingest.spaceQuota) }
-    }
-
-    /// The answer to a finished upload, `PUT` or tus.
-    func answer(_ outcome: BlobIngest.Outcome, sha256: String, space: String) throws -> Response {
-        BlobMetrics.uploads(outcome)
-        switch outcome {
-        case .created(let blob):
-            BlobMetrics.uploadedBytes.increment(by: Int(blob.size))
-            return try jsonResponse(BlobView(blob), status: .created)
-        case .existing(let blob):
-            return try jsonResponse(BlobView(blob))
-        case .mismatch(let actual):
-            throw APIError(
-                status: .unprocessableContent, code: .hashMismatch,
-                detail: "The body's SHA-256 is \(actual), not \(sha256); nothing was stored.")
-        case .tooLarge:
-            throw Self.tooLarge(ingest.maxBytes)
-        case .overQuota:
-            throw Self.overQuota(ingest.spaceQuota)
-        case .spaceGone:
-            throw APIError.notFound("No such space.")
-        case .notWritable:
-            throw Self.notWritable
-        case .abandoned:
-            throw APIError(status: .requestTimeout, code: .invalidRequest, detail: "The upload took too long; send it again.")
-        }
-    }
-
-    /// The uploader was removed from the space, or made a viewer, while the file came in.
-    static let notWritable = APIError.forbidden("You can no longer add files to this space; nothing was stored.")
-
-    static func tooLarge(_ limit: Int64) -> APIError {
-        APIError.tooLarge("A file may have at most \(limit) bytes.", limit: limit)
-    }
-
-    static func overQuota(_ quota: Int64) -> APIError {
-        APIError.tooLarge("This file would take the space's files over its quota of \(quota) bytes.", limit: quota)
-    }
-
-    /// The space named by `space_id` (the personal one when absent), which the caller may
-    /// write to.
-    func writableSpace(_ named: String?, user: String) async throws -> String {
-        guard let space = named else { return try await spaces.personalSpace(user: user) }
-        switch try await spaces.role(user: user, space: space) {
-        case nil: throw APIError.notFound("No such space.")
-        case let role? where !role.canWrite: throw APIError.forbidden("A viewer of this space cannot add files to it.")
-        default: return space
-        }
-    }
-
-    @Sendable func get(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.user(request, context: context)
-        let sha256 = try Self.hash(context)
+    @Sendable func get(_ request: Request, context: SignedInRequestContext) async throws -> Response {
+        let sha256 = try Self.hash(context.parameters)
         let space: String
         if let named = try request.spaceParameter() {
-            guard try await spaces.role(user: claims.sub, space: named) != nil else { throw Self.noSuchFile }
+            guard try await spaces.role(user: context.user, space: named) != nil else { throw Self.noSuchFile }
             space = named
         } else {
-            space = try await spaces.personalSpace(user: claims.sub)
+            space = try await spaces.personalSpace(user: context.user)
         }
         guard let blob = try await catalog.find(space: space, sha256: sha256) else { throw Self.noSuchFile }
         return try await serve(
-            blob, request: request, context: context, cacheControl: "private, max-age=31536000, immutable",
-            downloads: (downloadsPerUser, claims.sub))
+            blob, request: request, channel: context.channel, cacheControl: "private, max-age=31536000, immutable",
+            downloads: (downloadsPerUser, context.user))
     }
 
     /// No token, any origin; only while the record is public and references the file.
     @Sendable func getPublic(_ request: Request, context: GatewayRequestContext) async throws -> Response {
         try publicLimiter.check(context.clientAddress, limit: "public")
         let publicID = try context.parameters.require("public_id")
-        let sha256 = try Self.hash(context)
+        let sha256 = try Self.hash(context.parameters)
         guard Names.isValidPublicID(publicID), let blob = try await catalog.publicBlob(publicID: publicID, sha256: sha256) else {
             throw Self.noSuchFile
         }
         // Revalidated on every use, so that unpublishing stops it at once.
         return try await serve(
-            blob, request: request, context: context, cacheControl: "public, no-cache",
+            blob, request: request, channel: context.channel, cacheControl: "public, no-cache",
             downloads: (downloadsPerAddress, context.clientAddress))
     }
 
@@ -147,19 +97,40 @@ struct BlobRoutes: Sendable {
     /// pieces that grow while the client keeps up (`DownloadPieces`): a reader that stops
     /// reading holds one piece, and is closed by the transfer guard.
     func serve(
-        _ blob: BlobCatalog.StoredBlob, request: Request, context: GatewayRequestContext, cacheControl: String,
+        _ blob: BlobCatalog.StoredBlob, request: Request, channel: any Channel, cacheControl: String,
         downloads: (limiter: ConcurrencyLimiter, key: String)
     ) async throws -> Response {
         guard let kind = BlobStoreKind(rawValue: blob.store), let store = stores.store(kind) else {
             throw APIError.unavailable("The store holding this file is not configured on this gateway.")
         }
+        let (status, headers, range): (HTTPResponse.Status, HTTPFields, Range<Int64>)
+        switch Self.plan(blob, request: request, cacheControl: cacheControl) {
+        case .answered(let response): return response
+        case .send(let sendStatus, let sendHeaders, let sendRange): (status, headers, range) = (sendStatus, sendHeaders, sendRange)
+        }
+        if request.method == .head { return Response(status: status, headers: headers) }
+        let slot = try downloads.limiter.check(downloads.key, limit: "downloads")
+        BlobMetrics.downloads.increment()
+        let body = body(blob, range: range, from: store, gate: await WriteGate.of(channel), slot: slot)
+        return Response(status: status, headers: headers, body: body)
+    }
+
+    /// What a request for the file gets before any byte is read.
+    enum Plan {
+        /// 304, or 416 for a range outside the file.
+        case answered(Response)
+        /// The whole file (200) or a part (206).
+        case send(HTTPResponse.Status, HTTPFields, Range<Int64>)
+    }
+
+    static func plan(_ blob: BlobCatalog.StoredBlob, request: Request, cacheControl: String) -> Plan {
         let etag = "\"\(blob.sha256)\""
         var headers = HTTPFields()
         headers[.eTag] = etag
         headers[.cacheControl] = cacheControl
         StoredFileHeaders.apply(contentType: blob.contentType, to: &headers)
         if request.ifNoneMatch(etag) {
-            return Response(status: .notModified, headers: headers)
+            return .answered(Response(status: .notModified, headers: headers))
         }
         headers[.contentType] = blob.contentType
         headers[.acceptRanges] = "bytes"
@@ -180,18 +151,21 @@ struct BlobRoutes: Sendable {
                     status: .rangeNotSatisfiable, code: .rangeNotSatisfiable, detail: "The file has \(blob.size) bytes.")
                 var fields = problem.headers
                 fields[.contentRange] = "bytes */\(blob.size)"
-                return Response(status: problem.status, headers: fields, body: .init(byteBuffer: problem.body))
+                return .answered(Response(status: problem.status, headers: fields, body: .init(byteBuffer: problem.body)))
             }
         }
-        let length = range.upperBound - range.lowerBound
-        headers[.contentLength] = String(length)
-        if request.method == .head { return Response(status: status, headers: headers) }
-        let slot = try downloads.limiter.check(downloads.key, limit: "downloads")
-        BlobMetrics.downloads.increment()
-        let readRange = range
-        let gate = await WriteGate.of(context.channel)
+        headers[.contentLength] = String(range.upperBound - range.lowerBound)
+        return .send(status, headers, range)
+    }
+
+    /// The bytes of `range`, read a piece at a time as the socket takes them; `slot` is
+    /// released once they are written.
+    func body(
+        _ blob: BlobCatalog.StoredBlob, range readRange: Range<Int64>, from store: any BlobStore, gate: WriteGate?,
+        slot: ConcurrencyLimiter.Slot
+    ) -> ResponseBody {
         let pieces = downloadPieces
-        return Response(status: status, headers: headers, body: ResponseBody(contentLength: Int(length)) { writer in
+        return ResponseBody(contentLength: Int(readRange.upperBound - readRange.lowerBound)) { writer in
             pieces.downloadStarted()
             defer {
                 slot.release()
@@ -219,22 +193,13 @@ struct BlobRoutes: Sendable {
                 }
             }
             try await writer.finish(nil)
-        })
+        }
     }
 
-    static func hash(_ context: GatewayRequestContext) throws -> String {
-        let text = try context.parameters.require("sha256")
+    static func hash(_ parameters: Parameters) throws -> String {
+        let text = try parameters.require("sha256")
         guard BlobReference.isValidSHA256(text) else { throw APIError.badRequest("A file is named by its SHA-256: 64 lowercase hex digits.") }
         return text
-    }
-
-    /// The `Content-Type` kept with a file; `application/octet-stream` when none is sent.
-    static func contentType(_ header: String?) throws -> String {
-        guard let header else { return "application/octet-stream" }
-        guard BlobReference.isValidContentType(header) else {
-            throw APIError.badRequest("Content-Type must be a media type such as image/jpeg.")
-        }
-        return header
     }
 }
 

@@ -10,38 +10,36 @@ import SyncModels
 
 /// `POST/GET /v1/devices`, `DELETE /v1/devices/{device_id}`.
 struct DeviceRoutes: Sendable {
-    let auth: Authenticator
     let devices: DeviceStore
     let publisher: AMQPPublisher
     let allowPrivateWebhooks: Bool
 
-    func register(on router: Router<GatewayRequestContext>) {
-        router.post("/v1/devices", use: create)
-        router.get("/v1/devices", use: list)
-        router.delete("/v1/devices/:device_id", use: revoke)
+    var routes: RouteCollection<SignedInRequestContext> {
+        let routes = RouteCollection(context: SignedInRequestContext.self)
+        routes.post("/v1/devices", use: create)
+        routes.get("/v1/devices", use: list)
+        routes.delete("/v1/devices/:device_id", use: revoke)
+        return routes
     }
 
-    @Sendable func create(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.user(request, context: context)
+    @Sendable func create(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         let body = try await request.body.collect(upTo: 64 * 1024)
         let registration = try DeviceRegistration.parse(Data(buffer: body), allowPrivateWebhooks: allowPrivateWebhooks)
         let device = try await devices.register(
-            user: claims.sub, name: registration.name, platform: registration.platform,
+            user: context.user, name: registration.name, platform: registration.platform,
             pushURL: registration.pushURL, pushSecret: Secrets.random())
         return try jsonResponse(device, status: .created)
     }
 
-    @Sendable func list(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.user(request, context: context)
-        return try jsonResponse(DeviceList(items: try await devices.list(user: claims.sub)))
+    @Sendable func list(_ request: Request, context: SignedInRequestContext) async throws -> Response {
+        return try jsonResponse(DeviceList(items: try await devices.list(user: context.user)))
     }
 
-    @Sendable func revoke(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.user(request, context: context)
+    @Sendable func revoke(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         let id = try context.parameters.require("device_id")
-        guard try await devices.revoke(user: claims.sub, deviceID: id) else { throw APIError.notFound("No such device.") }
+        guard try await devices.revoke(user: context.user, deviceID: id) else { throw APIError.notFound("No such device.") }
         await publisher.announce(
-            DeviceRevokedEvent(userID: claims.sub, deviceID: Names.canonicalUUID(id) ?? id), logger: context.logger)
+            DeviceRevokedEvent(userID: context.user, deviceID: Names.canonicalUUID(id) ?? id), logger: context.logger)
         return Response(status: .noContent)
     }
 }

@@ -12,9 +12,11 @@ struct PublicRoutes: Sendable {
     let views: ViewCounter
     let limiter: RateLimiter
 
-    func register(on router: Router<GatewayRequestContext>) {
-        router.get("/v1/public", use: list)
-        router.get("/v1/public/:public_id", use: show)
+    var routes: RouteCollection<GatewayRequestContext> {
+        let routes = RouteCollection(context: GatewayRequestContext.self)
+        routes.get("/v1/public", use: list)
+        routes.get("/v1/public/:public_id", use: show)
+        return routes
     }
 
     @Sendable func list(_ request: Request, context: GatewayRequestContext) async throws -> Response {

@@ -12,7 +12,6 @@ import SyncModels
 /// Shared spaces: `/v1/spaces…` and `POST /v1/invitations/{code}/accept`. A space the
 /// caller is no member of answers 404, exactly like one that does not exist (isolation).
 struct SpaceRoutes: Sendable {
-    let auth: Authenticator
     let spaces: SpaceStore
     /// Tells fanout whose memberships ended, so streams narrowed to the space end.
     let publisher: AMQPPublisher
@@ -25,17 +24,19 @@ struct SpaceRoutes: Sendable {
     static let defaultInvitationSeconds = 7 * 24 * 3600
     static let maxInvitationSeconds = 30 * 24 * 3600
 
-    func register(on router: Router<GatewayRequestContext>) {
-        router.post("/v1/spaces", use: create)
-        router.get("/v1/spaces", use: list)
-        router.delete("/v1/spaces/:space_id", use: delete)
-        router.get("/v1/spaces/:space_id/members", use: members)
-        router.patch("/v1/spaces/:space_id/members/:user_id", use: setRole)
-        router.delete("/v1/spaces/:space_id/members/:user_id", use: remove)
-        router.post("/v1/spaces/:space_id/invitations", use: invite)
-        router.get("/v1/spaces/:space_id/invitations", use: invitations)
-        router.delete("/v1/spaces/:space_id/invitations/:invitation_id", use: revokeInvitation)
-        router.post("/v1/invitations/:code/accept", use: accept)
+    var routes: RouteCollection<SignedInRequestContext> {
+        let routes = RouteCollection(context: SignedInRequestContext.self)
+        routes.post("/v1/spaces", use: create)
+        routes.get("/v1/spaces", use: list)
+        routes.delete("/v1/spaces/:space_id", use: delete)
+        routes.get("/v1/spaces/:space_id/members", use: members)
+        routes.patch("/v1/spaces/:space_id/members/:user_id", use: setRole)
+        routes.delete("/v1/spaces/:space_id/members/:user_id", use: remove)
+        routes.post("/v1/spaces/:space_id/invitations", use: invite)
+        routes.get("/v1/spaces/:space_id/invitations", use: invitations)
+        routes.delete("/v1/spaces/:space_id/invitations/:invitation_id", use: revokeInvitation)
+        routes.post("/v1/invitations/:code/accept", use: accept)
+        return routes
     }
 
     static func role(_ value: JSONValue?) throws -> SpaceRole {
@@ -61,24 +62,21 @@ struct SpaceRoutes: Sendable {
         }
     }
 
-    @Sendable func create(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.user(request, context: context)
+    @Sendable func create(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         let body = try await request.jsonObject()
         guard let name = body["name"]?.stringValue, (1...200).contains(name.unicodeScalars.count), Names.isPlainText(name) else {
             throw APIError.unprocessable("name must be 1 to 200 characters of text.")
         }
-        return try jsonResponse(try await spaces.create(user: claims.sub, name: name), status: .created)
+        return try jsonResponse(try await spaces.create(user: context.user, name: name), status: .created)
     }
 
-    @Sendable func list(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.user(request, context: context)
-        return try jsonResponse(SpaceList(items: try await spaces.list(user: claims.sub)))
+    @Sendable func list(_ request: Request, context: SignedInRequestContext) async throws -> Response {
+        return try jsonResponse(SpaceList(items: try await spaces.list(user: context.user)))
     }
 
-    @Sendable func delete(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.user(request, context: context)
+    @Sendable func delete(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         let space = try context.parameters.require("space_id")
-        let (change, members) = try await spaces.delete(user: claims.sub, space: space)
+        let (change, members) = try await spaces.delete(user: context.user, space: space)
         try answer(change)
         let id = Names.canonicalUUID(space) ?? space
         await publisher.announce(members.map { SpaceLeftEvent(userID: $0, spaceID: id) }, logger: context.logger)
@@ -89,35 +87,31 @@ struct SpaceRoutes: Sendable {
         return Response(status: .noContent)
     }
 
-    @Sendable func members(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.user(request, context: context)
-        guard let members = try await spaces.members(user: claims.sub, space: try context.parameters.require("space_id")) else {
+    @Sendable func members(_ request: Request, context: SignedInRequestContext) async throws -> Response {
+        guard let members = try await spaces.members(user: context.user, space: try context.parameters.require("space_id")) else {
             throw APIError.notFound("No such space.")
         }
         return try jsonResponse(MemberList(items: members))
     }
 
-    @Sendable func setRole(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.user(request, context: context)
+    @Sendable func setRole(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         let role = try Self.role(try await request.jsonObject()["role"])
         let space = try context.parameters.require("space_id"), member = try context.parameters.require("user_id")
-        try answer(try await spaces.change(user: claims.sub, space: space, member: member, to: role))
-        guard let view = try await spaces.members(user: claims.sub, space: space)?.first(where: { $0.userID == member }) else {
+        try answer(try await spaces.change(user: context.user, space: space, member: member, to: role))
+        guard let view = try await spaces.members(user: context.user, space: space)?.first(where: { $0.userID == member }) else {
             throw APIError.notFound("No such space, member or invitation.")
         }
         return try jsonResponse(view)
     }
 
-    @Sendable func remove(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.user(request, context: context)
+    @Sendable func remove(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         let space = try context.parameters.require("space_id"), member = try context.parameters.require("user_id")
-        try answer(try await spaces.change(user: claims.sub, space: space, member: member, to: nil))
+        try answer(try await spaces.change(user: context.user, space: space, member: member, to: nil))
         await publisher.announce([SpaceLeftEvent(userID: member, spaceID: Names.canonicalUUID(space) ?? space)], logger: context.logger)
         return Response(status: .noContent)
     }
 
-    @Sendable func invite(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.user(request, context: context)
+    @Sendable func invite(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         let body = try await request.jsonObject()
         let role = try Self.role(body["role"])
         var seconds = Self.defaultInvitationSeconds
@@ -128,15 +122,14 @@ struct SpaceRoutes: Sendable {
             seconds = Int(number)
         }
         let (change, invitation) = try await spaces.invite(
-            user: claims.sub, space: try context.parameters.require("space_id"), role: role, seconds: seconds,
+            user: context.user, space: try context.parameters.require("space_id"), role: role, seconds: seconds,
             code: Secrets.random(), maxOpen: maxOpenInvitations)
         try answer(change)
         guard let invitation else { throw APIError.notFound("No such space.") }
         return try jsonResponse(invitation, status: .created)
     }
 
-    @Sendable func invitations(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.user(request, context: context)
+    @Sendable func invitations(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         let limit = try request.integerParameter("limit", in: 1...500, default: 100)
         var cursor: PageCursor?
         if let text = request.uri.queryParameters["cursor"].map(String.init) {
@@ -144,23 +137,21 @@ struct SpaceRoutes: Sendable {
             cursor = parsed
         }
         let (change, page) = try await spaces.invitations(
-            user: claims.sub, space: try context.parameters.require("space_id"), limit: limit, cursor: cursor)
+            user: context.user, space: try context.parameters.require("space_id"), limit: limit, cursor: cursor)
         try answer(change)
         return try jsonResponse(page)
     }
 
-    @Sendable func revokeInvitation(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.user(request, context: context)
+    @Sendable func revokeInvitation(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         try answer(try await spaces.revokeInvitation(
-            user: claims.sub, space: try context.parameters.require("space_id"),
+            user: context.user, space: try context.parameters.require("space_id"),
             invitation: try context.parameters.require("invitation_id")))
         return Response(status: .noContent)
     }
 
-    @Sendable func accept(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.user(request, context: context)
+    @Sendable func accept(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         let code = try context.parameters.require("code")
-        guard code.utf8.count <= 100, let joined = try await spaces.accept(user: claims.sub, code: code) else {
+        guard code.utf8.count <= 100, let joined = try await spaces.accept(user: context.user, code: code) else {
             throw APIError.notFound("No such invitation, or it was used or has expired.")
         }
         return try jsonResponse(JoinedSpace(spaceID: joined.space, role: joined.role))

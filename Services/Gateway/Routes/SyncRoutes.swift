@@ -12,7 +12,6 @@ import SyncModels
 
 /// `POST /v1/sync/push`, `GET /v1/sync/jobs/{job_id}`, `GET /v1/sync/pull`.
 struct SyncRoutes: Sendable {
-    let auth: Authenticator
     let jobs: JobStore
     let pulls: PullStore
     let spaces: SpaceStore
@@ -29,28 +28,28 @@ struct SyncRoutes: Sendable {
     private let pushedOps = Counter(label: "syncline_pushed_ops_total")
 
     init(
-        auth: Authenticator, jobs: JobStore, pulls: PullStore, spaces: SpaceStore, intake: IntakeBatcher,
+        jobs: JobStore, pulls: PullStore, spaces: SpaceStore, intake: IntakeBatcher,
         maxClockSkewMilliseconds: Int64, limiter: RateLimiter, publicIDLimiter: RateLimiter
     ) {
         self.spaces = spaces
         self.limiter = limiter
         self.publicIDLimiter = publicIDLimiter
         self.intake = intake
-        self.auth = auth
         self.jobs = jobs
         self.pulls = pulls
         self.maxClockSkewMilliseconds = maxClockSkewMilliseconds
     }
 
-    func register(on router: Router<GatewayRequestContext>) {
-        router.post("/v1/sync/push", use: push)
-        router.get("/v1/sync/jobs/:job_id", use: job)
-        router.get("/v1/sync/pull", use: pull)
+    var routes: RouteCollection<SignedInRequestContext> {
+        let routes = RouteCollection(context: SignedInRequestContext.self)
+        routes.post("/v1/sync/push", use: push)
+        routes.get("/v1/sync/jobs/:job_id", use: job)
+        routes.get("/v1/sync/pull", use: pull)
+        return routes
     }
 
-    @Sendable func push(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.user(request, context: context)
-        try limiter.check(claims.sub, limit: "push")
+    @Sendable func push(_ request: Request, context: SignedInRequestContext) async throws -> Response {
+        try limiter.check(context.user, limit: "push")
         let body = Data(buffer: try await request.body.collect(upTo: Limits.maxBodyBytes))
         var push: PushRequest
         do {
@@ -60,16 +59,16 @@ struct SyncRoutes: Sendable {
         }
         // The device and the role in the space are checked by the intake, under the
         // user's clock lock.
-        refuseNamingOpsBeyondBudget(&push.ops, user: claims.sub)
+        refuseNamingOpsBeyondBudget(&push.ops, user: context.user)
         let key = request.headers[.idempotencyKey]
         if let key, !(1...255).contains(key.utf8.count) || !key.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) {
             throw APIError.badRequest("Idempotency-Key must be 1 to 255 visible ASCII characters.")
         }
         let traceID = Traces.traceparent() ?? TraceParent.random()
         let outcome = try await intake.submit(JobStore.Intake(
-            user: claims.sub, deviceID: Names.canonicalUUID(push.deviceID) ?? push.deviceID, ops: push.ops,
+            user: context.user, deviceID: Names.canonicalUUID(push.deviceID) ?? push.deviceID, ops: push.ops,
             idempotencyKey: key, requestHash: Digests.sha256Hex(body), traceID: traceID,
-            maxClockSkewMilliseconds: maxClockSkewMilliseconds, authorName: claims.name,
+            maxClockSkewMilliseconds: maxClockSkewMilliseconds, authorName: context.identity.name,
             spaceID: push.spaceID.map { Names.canonicalUUID($0) ?? $0 }))
         switch outcome {
         case .keyReused:
@@ -119,16 +118,14 @@ struct SyncRoutes: Sendable {
         return try jsonResponse(body, status: .accepted, headers: headers)
     }
 
-    @Sendable func job(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.user(request, context: context)
+    @Sendable func job(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         let id = try context.parameters.require("job_id")
         let space = try request.spaceParameter()
-        guard let view = try await jobs.view(user: claims.sub, jobID: id, space: space) else { throw APIError.notFound("No such job.") }
+        guard let view = try await jobs.view(user: context.user, jobID: id, space: space) else { throw APIError.notFound("No such job.") }
         return try jsonResponse(view)
     }
 
-    @Sendable func pull(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.user(request, context: context)
+    @Sendable func pull(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         let query = request.uri.queryParameters
         let since = try request.cursorParameter("since", from: "an earlier pull") ?? 0
         let minCursor = try request.cursorParameter("min_cursor", from: "a job's checkpoint or a poke")
@@ -142,9 +139,9 @@ struct SyncRoutes: Sendable {
             collections = names
         }
         let space = try request.spaceParameter()
-        if let space, try await spaces.role(user: claims.sub, space: space) == nil { throw APIError.notFound("No such space.") }
+        if let space, try await spaces.role(user: context.user, space: space) == nil { throw APIError.notFound("No such space.") }
         switch try await pulls.pull(
-            user: claims.sub, space: space, since: since, limit: limit, collections: collections, minCursor: minCursor)
+            user: context.user, space: space, since: since, limit: limit, collections: collections, minCursor: minCursor)
         {
         case .page(let page):
             return Response(

@@ -11,10 +11,8 @@ import SyncModels
 /// `content_type`. The bytes go to the object a finished upload becomes, piece by piece;
 /// the last piece makes it the space's file as a `PUT` would.
 struct UploadRoutes: Sendable {
-    let auth: Authenticator
+    let rules: FileRules
     let catalog: BlobCatalog
-    let ingest: BlobIngest
-    let blobs: BlobRoutes
     let limiter: RateLimiter
     /// How long an upload may rest between requests (`UPLOAD_EXPIRY`).
     let expiresIn: Double
@@ -22,12 +20,20 @@ struct UploadRoutes: Sendable {
     let openPerUser: Int
     static let version = "1.0.0"
 
-    func register(on router: Router<GatewayRequestContext>) {
-        router.on("/v1/uploads", method: .options, use: options)
-        router.post("/v1/uploads", use: create)
-        router.head("/v1/uploads/:upload_id", use: status)
-        router.patch("/v1/uploads/:upload_id", use: append)
-        router.delete("/v1/uploads/:upload_id", use: terminate)
+    var routes: RouteCollection<SignedInRequestContext> {
+        let routes = RouteCollection(context: SignedInRequestContext.self)
+        routes.post("/v1/uploads", use: create)
+        routes.head("/v1/uploads/:upload_id", use: status)
+        routes.patch("/v1/uploads/:upload_id", use: append)
+        routes.delete("/v1/uploads/:upload_id", use: terminate)
+        return routes
+    }
+
+    /// What the server supports, asked before signing in.
+    var publicRoutes: RouteCollection<GatewayRequestContext> {
+        let routes = RouteCollection(context: GatewayRequestContext.self)
+        routes.on("/v1/uploads", method: .options, use: options)
+        return routes
     }
 
     static var tusFields: HTTPFields { [.tusResumable: version, .cacheControl: "no-store"] }
@@ -36,7 +42,7 @@ struct UploadRoutes: Sendable {
         var headers = Self.tusFields
         headers[.tusVersion] = Self.version
         headers[.tusExtension] = "creation,termination"
-        headers[.tusMaxSize] = String(ingest.maxBytes)
+        headers[.tusMaxSize] = String(rules.ingest.maxBytes)
         return Response(status: .noContent, headers: headers)
     }
 
@@ -51,10 +57,9 @@ struct UploadRoutes: Sendable {
         }
     }
 
-    @Sendable func create(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.user(request, context: context)
+    @Sendable func create(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         try checkVersion(request)
-        try limiter.check(claims.sub, limit: "push")
+        try limiter.check(context.user, limit: "push")
         guard let lengthText = request.headers[.uploadLength], let length = Int64(lengthText), length >= 0,
               lengthText.utf8.allSatisfy({ (48...57).contains($0) }) else {
             throw APIError.badRequest("Upload-Length must be the file's size in bytes (deferred lengths are not supported).")
@@ -65,22 +70,22 @@ struct UploadRoutes: Sendable {
         guard let sha256 = metadata["sha256"], BlobReference.isValidSHA256(sha256) else {
             throw APIError.badRequest("Upload-Metadata must carry sha256: the file's SHA-256, 64 lowercase hex digits.")
         }
-        let contentType = try BlobRoutes.contentType(metadata["content_type"])
+        let contentType = try FileRules.contentType(metadata["content_type"])
         var named: String?
         if let space = metadata["space_id"] {
             guard let id = Names.canonicalUUID(space) else { throw APIError.badRequest("space_id must be a space's id.") }
             named = id
         }
-        let space = try await blobs.writableSpace(named, user: claims.sub)
-        if length > ingest.maxBytes { throw BlobRoutes.tooLarge(ingest.maxBytes) }
+        let space = try await rules.writableSpace(named, user: context.user)
+        if length > rules.ingest.maxBytes { throw rules.tooLarge }
         let upload: BlobCatalog.Upload
         switch try await catalog.createUpload(
-            user: claims.sub, space: space, sha256: sha256, contentType: contentType, length: length,
-            store: ingest.writingStore, expiresIn: expiresIn, quota: ingest.spaceQuota, maxOpen: openPerUser)
+            user: context.user, space: space, sha256: sha256, contentType: contentType, length: length,
+            store: rules.ingest.writingStore, expiresIn: expiresIn, quota: rules.ingest.spaceQuota, maxOpen: openPerUser)
         {
         case .created(let created): upload = created
         case .spaceGone: throw APIError.notFound("No such space.")
-        case .overQuota: throw BlobRoutes.overQuota(ingest.spaceQuota)
+        case .overQuota: throw rules.overQuota
         case .tooManyOpen:
             throw APIError.tooMany(
                 "At most \(openPerUser) unfinished uploads at once; finish or end one first.", limit: openPerUser, retryAfter: 60)
@@ -90,20 +95,19 @@ struct UploadRoutes: Sendable {
         headers[.uploadOffset] = "0"
         // An empty file has no bytes to send: it is finished here.
         if length == 0 {
-            _ = try blobs.answer(try await ingest.complete(upload), sha256: sha256, space: space)
+            try rules.file(from: try await rules.ingest.complete(upload), sha256: sha256)
         }
         return Response(status: .created, headers: headers)
     }
 
-    @Sendable func status(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.user(request, context: context)
+    @Sendable func status(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         try checkVersion(request)
-        var upload = try await find(context, user: claims.sub)
+        var upload = try await find(context, user: context.user)
         // Every byte in but not yet a file (the request that sent the last one ended
         // first): it is finished now, so that the offset tells the truth.
         if upload.received == upload.length, !upload.finished {
-            _ = try blobs.answer(try await ingest.complete(upload), sha256: upload.sha256, space: upload.spaceID.uuidString.lowercased())
-            upload = try await find(context, user: claims.sub)
+            try rules.file(from: try await rules.ingest.complete(upload), sha256: upload.sha256)
+            upload = try await find(context, user: context.user)
         }
         var headers = Self.tusFields
         headers[.uploadOffset] = String(upload.received)
@@ -111,19 +115,18 @@ struct UploadRoutes: Sendable {
         return Response(status: .ok, headers: headers)
     }
 
-    @Sendable func append(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.user(request, context: context)
+    @Sendable func append(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         try checkVersion(request)
-        try limiter.check(claims.sub, limit: "push")
-        let slot = try blobs.uploadsPerUser.check(claims.sub, limit: "uploads")
+        try limiter.check(context.user, limit: "push")
+        let slot = try rules.uploadsPerUser.check(context.user, limit: "uploads")
         defer { slot.release() }
         guard request.headers[.contentType] == "application/offset+octet-stream" else {
             throw APIError(
                 status: .unsupportedMediaType, code: .invalidRequest, detail: "A PATCH carries application/offset+octet-stream.")
         }
-        let upload = try await find(context, user: claims.sub)
+        let upload = try await find(context, user: context.user)
         // Write access is checked on every piece, not only at creation.
-        _ = try await blobs.writableSpace(upload.spaceID.uuidString.lowercased(), user: claims.sub)
+        _ = try await rules.writableSpace(upload.spaceID.uuidString.lowercased(), user: context.user)
         guard let offsetText = request.headers[.uploadOffset], let offset = Int64(offsetText), offset >= 0 else {
             throw APIError.badRequest("Upload-Offset must be where the upload stands, in bytes.")
         }
@@ -135,30 +138,29 @@ struct UploadRoutes: Sendable {
             headers[.uploadOffset] = String(upload.received)
             return Response(status: .noContent, headers: headers)
         }
-        switch try await ingest.append(upload, at: offset, body: request.body, expiresIn: expiresIn) {
+        switch try await rules.ingest.append(upload, at: offset, body: request.body, expiresIn: expiresIn) {
         case .conflict:
             throw APIError(status: .conflict, code: .conflict, detail: "Another request moved the upload's offset first.")
         case .exceedsLength:
             throw APIError.tooLarge("The upload's length is \(upload.length) bytes.", limit: upload.length)
         case .advanced(let end):
             if end == upload.length {
-                _ = try blobs.answer(try await ingest.complete(upload), sha256: upload.sha256, space: upload.spaceID.uuidString.lowercased())
+                try rules.file(from: try await rules.ingest.complete(upload), sha256: upload.sha256)
             }
             headers[.uploadOffset] = String(end)
             return Response(status: .noContent, headers: headers)
         }
     }
 
-    @Sendable func terminate(_ request: Request, context: GatewayRequestContext) async throws -> Response {
-        let claims = try await auth.user(request, context: context)
+    @Sendable func terminate(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         try checkVersion(request)
-        let upload = try await find(context, user: claims.sub)
-        try await ingest.end(upload)
+        let upload = try await find(context, user: context.user)
+        try await rules.ingest.end(upload)
         return Response(status: .noContent, headers: Self.tusFields)
     }
 
     /// The caller's upload; 404 for anyone else's, an unknown one, or one expired.
-    func find(_ context: GatewayRequestContext, user: String) async throws -> BlobCatalog.Upload {
+    func find(_ context: SignedInRequestContext, user: String) async throws -> BlobCatalog.Upload {
         guard let upload = try await catalog.upload(id: try context.parameters.require("upload_id"), user: user) else {
             throw APIError.notFound("No such upload.")
         }
