@@ -51,20 +51,7 @@ func buildFanout(
         auth: Authenticator(verifier: verifier, allowQueryToken: true), devices: DeviceStore(pool: pool),
         pulls: PullStore(pool: pool), spaces: SpaceStore(pool: pool), hub: hub, limiter: RateLimiter(settings.streamRateLimit))
 
-    let router = Router(context: BasicRequestContext.self, options: .autoGenerateHeadEndpoints)
-    let methods = RouteMethods()
-    router.addMiddleware {
-        RequestTelemetryMiddleware(logger: logger, slow: configuration.slowThreshold)
-        CORSMiddleware(allowedOrigins: settings.http.corsAllowedOrigins, methods: [.get])
-        ProblemMiddleware(routes: methods)
-    }
-    routes.registerHTTP(on: router)
-    OperationsEndpoints.register(on: router) {
-        async let database = pool.ping()
-        return ["database": await database, "broker": consumer.isConnected]
-    }
-    methods.load(from: router)
-
+    let router = fanoutRouter(routes, pool: pool, consumer: consumer, configuration: configuration, settings: settings, logger: logger)
     let idleTimeout = TimeAmount.milliseconds(Int64(settings.http.idleTimeout * 1000))
     let app = Application(
         router: router,
@@ -78,4 +65,26 @@ func buildFanout(
     let closer = ResourceCloser { await publisher.shutdown() }
     return ServiceGroup(configuration: .init(
         services: observability + [pool, closer, background, app, webhooks, hub], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+}
+
+/// The HTTP routes: the stream (a WebSocket upgrade is decided before the router) and the
+/// operations endpoints.
+func fanoutRouter(
+    _ routes: StreamRoutes, pool: PGPool, consumer: AMQPConsumer, configuration: Configuration, settings: FanoutSettings,
+    logger: Logger
+) -> Router<BasicRequestContext> {
+    let router = Router(context: BasicRequestContext.self, options: .autoGenerateHeadEndpoints)
+    let methods = RouteMethods()
+    router.addMiddleware {
+        RequestTelemetryMiddleware(logger: logger, slow: configuration.slowThreshold)
+        CORSMiddleware(allowedOrigins: settings.http.corsAllowedOrigins, methods: [.get])
+        ProblemMiddleware(routes: methods)
+    }
+    routes.registerHTTP(on: router)
+    OperationsEndpoints.register(on: router) {
+        async let database = pool.ping()
+        return ["database": await database, "broker": consumer.isConnected]
+    }
+    methods.load(from: router)
+    return router
 }

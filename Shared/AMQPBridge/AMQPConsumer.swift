@@ -154,28 +154,7 @@ public final class AMQPConsumer: Sendable {
                 case .wait(let seconds):
                     waitForWake(seconds: seconds)
                 case .connect(let generation):
-                    do {
-                        let fresh = try nodes.connect(
-                            heartbeatSeconds: configuration.heartbeatSeconds, logger: logger
-                        ) { fresh throws(AMQPError) in
-                            try fresh.declare(configuration.topology)
-                            try fresh.consume(queue: configuration.queue, prefetch: configuration.prefetch, consumerTag: configuration.consumerTag)
-                        }
-                        connection = fresh
-                        loop.connected()
-                        shared.withLockedValue {
-                            $0.connected = true
-                            $0.connections += 1
-                        }
-                        logger.info("AMQP consumer connected", metadata: [
-                            "amqp.queue": "\(configuration.queue)", "amqp.connection": "\(generation)",
-                        ])
-                    } catch {
-                        let wait = loop.connectFailed(now: now)
-                        logger.warning("AMQP consumer cannot connect; retrying", metadata: [
-                            "error": "\(error)", "retry.in_ms": "\(Int(wait * 1000))",
-                        ])
-                    }
+                    connection = connect(generation: generation, nodes: &nodes, loop: &loop, now: now)
                 case .settle, .cancel, .receive:
                     guard let live = connection else { break actions }
                     do {
@@ -191,6 +170,32 @@ public final class AMQPConsumer: Sendable {
                     }
                 }
             }
+        }
+    }
+
+    /// A connection to the first broker node that takes one, with the topology declared
+    /// and the consumer started; nil (with `loop` told when to retry) when none does.
+    private func connect(generation: Int, nodes: inout BrokerNodes, loop: inout ConsumerLoop, now: Double) -> AMQPConnection? {
+        do {
+            let fresh = try nodes.connect(heartbeatSeconds: configuration.heartbeatSeconds, logger: logger) { fresh throws(AMQPError) in
+                try fresh.declare(configuration.topology)
+                try fresh.consume(queue: configuration.queue, prefetch: configuration.prefetch, consumerTag: configuration.consumerTag)
+            }
+            loop.connected()
+            shared.withLockedValue {
+                $0.connected = true
+                $0.connections += 1
+            }
+            logger.info("AMQP consumer connected", metadata: [
+                "amqp.queue": "\(configuration.queue)", "amqp.connection": "\(generation)",
+            ])
+            return fresh
+        } catch {
+            let wait = loop.connectFailed(now: now)
+            logger.warning("AMQP consumer cannot connect; retrying", metadata: [
+                "error": "\(error)", "retry.in_ms": "\(Int(wait * 1000))",
+            ])
+            return nil
         }
     }
 

@@ -191,6 +191,20 @@ extension ApplyStore {
         var mayReference = Set<SpaceKey>()
         /// Per space, the spaces it forked from: their files become its files too.
         var forkedFrom: [String: Set<String>] = [:]
+
+        /// Adds what one job of the set changed, remembered and counted.
+        mutating func add(_ outcome: JobApplier.Outcome, of job: LockedJob) throws {
+            for (key, record) in outcome.changed {
+                let spaceKey = SpaceKey(space: job.space, key: key)
+                records[spaceKey] = (record, job.author, job.user)
+                if record.state.fields.values.contains(where: \.mayHoldBlobReference) { mayReference.insert(spaceKey) }
+            }
+            counters[job.space] = outcome.counter
+            opIDs += outcome.remembered.map { (job.space, $0) }
+            jobs.append((JobRef(space: job.space, job: job.id), outcome.counter, try OpResult.encodeStored(outcome.results)))
+            let sources = outcome.forked.compactMap(\.space).filter { $0 != job.space }
+            if !sources.isEmpty { forkedFrom[job.space, default: []].formUnion(sources) }
+        }
     }
 
     struct SpaceBlob: Hashable, Comparable {
@@ -303,7 +317,6 @@ extension ApplyStore {
         let keys = columns.filter { $0.role == .key }.map(\.name)
         let copied = columns.filter { $0.role == .copied }
         let counters = writes.counters.sorted { $0.key < $1.key }
-        let hidden = RecordState.PublicVisibility.private
         let updates = sorted.filter { writes.stored.contains($0.key) }.count
         var latencies: [String: Double] = [:]
         for row in try connection.execute("""
@@ -316,25 +329,12 @@ extension ApplyStore {
                      CASE WHEN public_id IS NULL OR author IS NULL THEN NULL ELSE author_user END AS shown_author_user
               FROM unnest(\(list: columns.map(\.parameter))) AS u(\(sql: columns.map(\.name).joined(separator: ", ")))),
             inserted AS (
-              INSERT INTO records (\(sql: (keys + copied.map(\.name)).joined(separator: ", ")),
-                                   updated_at, published_at, author, author_user)
-              SELECT \(sql: (keys.map { "s.\($0)" } + copied.map(\.stored)).joined(separator: ", ")),
-                     clock_timestamp(), CASE WHEN s.visibility = \(literal: hidden) THEN NULL ELSE clock_timestamp() END,
-                     s.shown_author, s.shown_author_user
+              INSERT INTO records (\(sql: (keys + copied.map(\.name) + WrittenColumn.computedOnInsert.map(\.name)).joined(separator: ", ")))
+              SELECT \(sql: (keys.map { "s.\($0)" } + copied.map(\.stored) + WrittenColumn.computedOnInsert.map(\.value)).joined(separator: ", "))
               FROM source s WHERE NOT s.stored),
             updated AS (
               UPDATE records SET \(sql: copied.map { "\($0.name) = \($0.stored)" }.joined(separator: ", ")),
-                updated_at = CASE WHEN records.version <> s.version THEN clock_timestamp() ELSE records.updated_at END,
-                published_at = CASE WHEN s.visibility = \(literal: hidden) THEN NULL
-                                    WHEN records.visibility <> \(literal: hidden)
-                                         AND records.public_id IS NOT DISTINCT FROM s.public_id THEN records.published_at
-                                    ELSE clock_timestamp() END,
-                author = CASE WHEN records.public_id IS DISTINCT FROM s.public_id
-                              THEN coalesce(s.shown_author, records.author)
-                              ELSE coalesce(records.author, s.shown_author) END,
-                author_user = CASE WHEN (records.public_id IS DISTINCT FROM s.public_id AND s.shown_author IS NOT NULL)
-                                        OR (records.public_id IS NOT DISTINCT FROM s.public_id AND records.author IS NULL)
-                                   THEN s.shown_author_user ELSE records.author_user END
+                \(sql: WrittenColumn.computedOnUpdate)
               FROM source s
               WHERE s.stored AND \(sql: keys.map { "records.\($0) = s.\($0)" }.joined(separator: " AND "))
               RETURNING 1),

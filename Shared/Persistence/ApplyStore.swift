@@ -125,8 +125,50 @@ public struct ApplyStore: Sendable {
         _ connection: PGConnection, _ jobs: [(job: LockedJob, ops: [Op])], counters: inout [String: Int64],
         purgeClocks: [String: Stamp], attempt: Attempt
     ) throws -> [String: Applied] {
-        // After the counter locks: fork sources, then everything else (a statement after
-        // the lock sees every earlier commit).
+        let (reads, sources) = try stateReads(connection, jobs)
+        var states = try loadState(connection, reads)
+        var writes = StateWrites()
+        var referencedBefore: [SpaceKey: Set<String>] = [:]
+        for (space, state) in states {
+            for key in state.records.keys { writes.stored.insert(SpaceKey(space: space, key: key)) }
+            for (key, blobs) in state.blobRefs { referencedBefore[SpaceKey(space: space, key: key)] = blobs }
+        }
+        var forks: [(space: String, user: String, forked: Set<ForkedRecord>)] = []
+        var applied: [String: Applied] = [:]
+        for (job, stored) in jobs {
+            var state = states.removeValue(forKey: job.space) ?? SpaceState()
+            let ops = Self.admitted(stored, of: job, in: state)
+            let owners = try publicIDOwners(connection, space: job.space, ops: ops, busySpaces: Set(counters.keys))
+            // The space's records are handed over, not shared, so the merge updates them in
+            // place instead of copying them for every job.
+            let records = state.records
+            state.records = [:]
+            let outcome = JobApplier.apply(
+                ops: ops, records: consume records, knownOpIDs: state.known, counter: counters[job.space] ?? 0,
+                deviceID: job.deviceID, publicIDOwners: owners, purgeClock: purgeClocks[job.space],
+                forkSources: sources[job.id] ?? [:])
+            state.records = outcome.records
+            state.known.formUnion(outcome.remembered)
+            states[job.space] = state
+            counters[job.space] = outcome.counter
+            try writes.add(outcome, of: job)
+            forks.append((job.space, job.user, outcome.forked))
+            applied[job.id] = Applied(
+                user: job.user, deviceID: job.deviceID, checkpoint: outcome.counter,
+                hadRejectsOrConflicts: outcome.results.contains { $0.status == .rejected || $0.status == .conflict },
+                secondsSinceIntake: 0, space: job.space, members: state.members.keys.sorted())
+        }
+        countReferences(&writes, before: referencedBefore)
+        for (id, latency) in try save(connection, writes, attempt: attempt) { applied[id]?.secondsSinceIntake = latency }
+        for fork in forks { try countForks(connection, space: fork.space, user: fork.user, forked: fork.forked) }
+        return applied
+    }
+
+    /// What the jobs read, after the counter locks: their fork sources first, then the
+    /// records, op_ids and members (a statement after the lock sees every earlier commit).
+    static func stateReads(
+        _ connection: PGConnection, _ jobs: [(job: LockedJob, ops: [Op])]
+    ) throws -> (StateReads, sources: [String: [String: ForkSource]]) {
         var sources: [String: [String: ForkSource]] = [:]
         var reads = StateReads()
         for (job, ops) in jobs {
@@ -139,57 +181,17 @@ public struct ApplyStore: Sendable {
             }
             for case .own(let key) in jobSources.values { reads.keys.insert(SpaceKey(space: job.space, key: key)) }
         }
-        var states = try loadState(connection, reads)
+        return (reads, sources)
+    }
 
-        var writes = StateWrites()
-        var referencedBefore: [SpaceKey: Set<String>] = [:]
-        for (space, state) in states {
-            for key in state.records.keys { writes.stored.insert(SpaceKey(space: space, key: key)) }
-            for (key, blobs) in state.blobRefs { referencedBefore[SpaceKey(space: space, key: key)] = blobs }
-        }
-        var forks: [(space: String, user: String, forked: Set<ForkedRecord>)] = []
-        var applied: [String: Applied] = [:]
-        for (job, stored) in jobs {
-            var ops = stored
-            var state = states.removeValue(forKey: job.space) ?? SpaceState()
-            // Membership is checked again here (isolation): a pusher removed, or made a viewer, since
-            // intake has every op rejected, and nothing of theirs lands.
-            if state.members[job.user]?.canWrite != true {
-                for index in ops.indices where ops[index].rejected == nil { ops[index].rejected = RejectReason.forbidden }
-            }
-            let owners = try publicIDOwners(connection, space: job.space, ops: ops, busySpaces: Set(counters.keys))
-            // The space's records are handed over, not shared, so the merge updates them in
-            // place instead of copying them for every job.
-            let records = state.records
-            state.records = [:]
-            let outcome = JobApplier.apply(
-                ops: ops, records: consume records, knownOpIDs: state.known, counter: counters[job.space] ?? 0,
-                deviceID: job.deviceID, publicIDOwners: owners, purgeClock: purgeClocks[job.space],
-                forkSources: sources[job.id] ?? [:])
-            state.records = outcome.records
-            for (key, record) in outcome.changed {
-                let spaceKey = SpaceKey(space: job.space, key: key)
-                writes.records[spaceKey] = (record, job.author, job.user)
-                if record.state.fields.values.contains(where: \.mayHoldBlobReference) { writes.mayReference.insert(spaceKey) }
-            }
-            state.known.formUnion(outcome.remembered)
-            states[job.space] = state
-            counters[job.space] = outcome.counter
-            writes.counters[job.space] = outcome.counter
-            writes.opIDs += outcome.remembered.map { (job.space, $0) }
-            writes.jobs.append((JobRef(space: job.space, job: job.id), outcome.counter, try OpResult.encodeStored(outcome.results)))
-            forks.append((job.space, job.user, outcome.forked))
-            let forkedFrom = outcome.forked.compactMap(\.space).filter { $0 != job.space }
-            if !forkedFrom.isEmpty { writes.forkedFrom[job.space, default: []].formUnion(forkedFrom) }
-            applied[job.id] = Applied(
-                user: job.user, deviceID: job.deviceID, checkpoint: outcome.counter,
-                hadRejectsOrConflicts: outcome.results.contains { $0.status == .rejected || $0.status == .conflict },
-                secondsSinceIntake: 0, space: job.space, members: state.members.keys.sorted())
-        }
-        countReferences(&writes, before: referencedBefore)
-        for (id, latency) in try save(connection, writes, attempt: attempt) { applied[id]?.secondsSinceIntake = latency }
-        for fork in forks { try countForks(connection, space: fork.space, user: fork.user, forked: fork.forked) }
-        return applied
+    /// The job's ops as its pusher may apply them. Membership is checked again here
+    /// (isolation): a pusher removed, or made a viewer, since intake has every op rejected,
+    /// and nothing of theirs lands.
+    static func admitted(_ ops: [Op], of job: LockedJob, in state: SpaceState) -> [Op] {
+        guard state.members[job.user]?.canWrite != true else { return ops }
+        var refused = ops
+        for index in refused.indices where refused[index].rejected == nil { refused[index].rejected = RejectReason.forbidden }
+        return refused
     }
 
     // MARK: - The attempt of a job tried alone

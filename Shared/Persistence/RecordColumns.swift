@@ -86,6 +86,34 @@ extension ApplyStore {
             self.stored = stored ?? "s.\(name)"
         }
 
+        /// Columns the insert computes: when the record was changed and published (now,
+        /// if readers see it), and the author shown once it is.
+        static let computedOnInsert: [(name: String, value: String)] = [
+            ("updated_at", "clock_timestamp()"),
+            ("published_at", "CASE WHEN s.visibility = \(hidden) THEN NULL ELSE clock_timestamp() END"),
+            ("author", "s.shown_author"),
+            ("author_user", "s.shown_author_user"),
+        ]
+
+        /// The same columns as the update computes them, against the stored row: a record
+        /// that readers start to see, or under a new public id, is published now, with the
+        /// new author; otherwise it keeps its publication.
+        static let computedOnUpdate = """
+            updated_at = CASE WHEN records.version <> s.version THEN clock_timestamp() ELSE records.updated_at END,
+            published_at = CASE WHEN s.visibility = \(hidden) THEN NULL
+                                WHEN records.visibility <> \(hidden)
+                                     AND records.public_id IS NOT DISTINCT FROM s.public_id THEN records.published_at
+                                ELSE clock_timestamp() END,
+            author = CASE WHEN records.public_id IS DISTINCT FROM s.public_id
+                          THEN coalesce(s.shown_author, records.author)
+                          ELSE coalesce(records.author, s.shown_author) END,
+            author_user = CASE WHEN (records.public_id IS DISTINCT FROM s.public_id AND s.shown_author IS NOT NULL)
+                                    OR (records.public_id IS NOT DISTINCT FROM s.public_id AND records.author IS NULL)
+                               THEN s.shown_author_user ELSE records.author_user END
+            """
+
+        private static let hidden = PGQuery.literal(RecordState.PublicVisibility.private.rawValue)
+
         /// The columns of writing `rows`. Columns the statement computes itself
         /// (`updated_at`, `published_at`, and the author shown once published) are not here.
         static func all(_ rows: [(key: SpaceKey, value: StateWrites.Record)], _ writes: StateWrites) -> [WrittenColumn] {

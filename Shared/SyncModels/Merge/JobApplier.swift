@@ -91,43 +91,46 @@ public struct JobApplier {
         deviceID: String?, publicIDOwners: [String: RecordKey?] = [:], purgeClock: Stamp? = nil,
         forkSources: [String: ForkSource] = [:]
     ) -> Outcome {
-        var owners = publicIDOwners
-        var records = records
-        var known = knownOpIDs
-        var counter = counter
+        var run = Run(
+            owners: publicIDOwners, records: records, known: knownOpIDs, counter: counter, deviceID: deviceID,
+            purgeClock: purgeClock, forkSources: forkSources)
+        run.results.reserveCapacity(ops.count)
+        for op in ops { run.apply(op) }
+        return Outcome(
+            results: run.results, changed: run.changed, records: run.records, remembered: run.remembered,
+            counter: run.counter, forked: run.forked)
+    }
+
+    /// One job's ops applied one after the other, each seeing what the ones before it left.
+    private struct Run {
+        var owners: [String: RecordKey?]
+        var records: [RecordKey: StoredRecord]
+        var known: Set<String>
+        var counter: Int64
+        let deviceID: String?
+        let purgeClock: Stamp?
+        let forkSources: [String: ForkSource]
         var changed: [RecordKey: StoredRecord] = [:]
         var remembered: [String] = []
         var results: [OpResult] = []
         var forked = Set<ForkedRecord>()
-        results.reserveCapacity(ops.count)
 
-        for op in ops {
-            if let reason = op.rejected ?? rejection(of: op) {
-                results.append(OpResult(opID: op.opID, status: .rejected, reason: reason))
-                continue
-            }
-            if known.contains(op.opID) {
-                results.append(OpResult(opID: op.opID, status: .duplicate))
-                continue
-            }
+        /// What an op comes to before its record is read: its result, when that is already
+        /// decided, or (for a fork) the source it copies.
+        enum Screening {
+            case decided(OpResult)
+            case admitted(copying: Copied?)
+        }
+
+        mutating func apply(_ op: Op) {
             let key = RecordKey(collection: op.collection, id: op.id)
-            if let purgeClock, records[key] == nil, op.stamp <= purgeClock {
-                results.append(OpResult(opID: op.opID, status: .rejected, reason: RejectReason.stale))
-                continue
-            }
-            if op.type == .publish, let publicID = op.publicID, let owner = owners[publicID], owner != key {
-                // Held by another record (of this user, or of someone else when nil).
-                results.append(OpResult(opID: op.opID, status: .rejected, reason: RejectReason.publicIDTaken))
-                continue
-            }
-            var copied: Copied?
-            if op.type == .fork {
-                switch Self.forkable(op.publicID ?? "", in: forkSources, records: records) {
-                case .failure(let reason):
-                    results.append(OpResult(opID: op.opID, status: .rejected, reason: reason.reason))
-                    continue
-                case .success(let found): copied = found
-                }
+            let copied: Copied?
+            switch screen(op, key: key) {
+            case .decided(let result):
+                results.append(result)
+                return
+            case .admitted(let copying):
+                copied = copying
             }
             known.insert(op.opID)
             remembered.append(op.opID)
@@ -138,11 +141,39 @@ public struct JobApplier {
                 if current != expected {
                     let view: RecordView? = record.state.exists ? record.view : nil
                     results.append(OpResult(opID: op.opID, status: .conflict, version: current, current: view))
-                    continue
+                    return
                 }
             }
+            write(op, copying: copied, to: &record)
+            records[key] = record
+        }
+
+        /// Refused (missing clock, stale after a purge, public id taken, fork source
+        /// unreadable), a duplicate, or admitted.
+        func screen(_ op: Op, key: RecordKey) -> Screening {
+            if let reason = op.rejected ?? JobApplier.rejection(of: op) {
+                return .decided(OpResult(opID: op.opID, status: .rejected, reason: reason))
+            }
+            if known.contains(op.opID) { return .decided(OpResult(opID: op.opID, status: .duplicate)) }
+            if let purgeClock, records[key] == nil, op.stamp <= purgeClock {
+                return .decided(OpResult(opID: op.opID, status: .rejected, reason: RejectReason.stale))
+            }
+            if op.type == .publish, let publicID = op.publicID, let owner = owners[publicID], owner != key {
+                // Held by another record (of this user, or of someone else when nil).
+                return .decided(OpResult(opID: op.opID, status: .rejected, reason: RejectReason.publicIDTaken))
+            }
+            guard op.type == .fork else { return .admitted(copying: nil) }
+            switch JobApplier.forkable(op.publicID ?? "", in: forkSources, records: records) {
+            case .failure(let refusal): return .decided(OpResult(opID: op.opID, status: .rejected, reason: refusal.reason))
+            case .success(let found): return .admitted(copying: found)
+            }
+        }
+
+        /// Merges the op (or the fork's copy) into the record: a meaningful change takes the
+        /// space's next version, anything else is superseded.
+        mutating func write(_ op: Op, copying copied: Copied?, to record: inout StoredRecord) {
             let before = record.state
-            if let copied {  // a fork
+            if let copied {
                 record.state.fork(copied.document, from: copied.namedID, at: op.stamp)
                 forked.insert(copied.source)
             } else {
@@ -150,22 +181,19 @@ public struct JobApplier {
             }
             if before.visibility?.publicID != record.state.visibility?.publicID {
                 if let old = before.visibility?.publicID { owners[old] = nil }
-                if let new = record.state.visibility?.publicID { owners[new] = .some(key) }
+                if let new = record.state.visibility?.publicID { owners[new] = .some(record.key) }
             }
             if record.state.differsMeaningfully(from: before) {
                 counter += 1
                 record.version = counter
                 record.updatedBy = deviceID
                 results.append(OpResult(opID: op.opID, status: .applied, version: counter))
-                changed[key] = record
+                changed[record.key] = record
             } else {
                 results.append(OpResult(opID: op.opID, status: .superseded))
-                if record.state != before { changed[key] = record }
+                if record.state != before { changed[record.key] = record }
             }
-            records[key] = record
         }
-        return Outcome(
-            results: results, changed: changed, records: records, remembered: remembered, counter: counter, forked: forked)
     }
 
     struct ForkRefusal: Error {

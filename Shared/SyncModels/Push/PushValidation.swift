@@ -113,25 +113,7 @@ public enum PushValidation {
 
         switch type {
         case .upsert, .patch:
-            guard let data = fields["data"]?.objectValue else { throw OpProblem(text: "data must be an object", field: "data") }
-            if type == .patch && data.isEmpty { throw OpProblem(text: "a patch needs at least one field", field: "data") }
-            if JSONValue.object(data).containsNUL {
-                throw OpProblem(text: "data must not contain the NUL character (\\u0000)", field: "data")
-            }
-            if JSONValue.object(data).nests(deeperThan: Limits.maxDataDepth) {
-                throw OpProblem(
-                    text: "data nests more than \(Limits.maxDataDepth) levels of objects and arrays", field: "data", limit: Limits.maxDataDepth)
-            }
-            if let path = JSONValue.object(data).malformedBlobReferencePath("data") {
-                throw OpProblem(
-                    text: "\(path) must be a file reference: {\"sha256\": 64 lowercase hex digits, \"size\": bytes, \"content_type\": a media type}, alone in its object",
-                    field: "data")
-            }
-            let size = JSONWriter.bytes(.object(data)).count
-            guard size <= Limits.maxDataBytes else {
-                throw OpProblem(text: "data is \(size) bytes, more than \(Limits.maxDataBytes)", field: "data", limit: Limits.maxDataBytes)
-            }
-            op.data = data
+            op.data = try data(fields["data"], of: type)
         case .delete, .unpublish:
             if let data = fields["data"], !data.isNull { throw OpProblem(text: "\(type.rawValue) takes no data", field: "data") }
         case .publish, .fork:
@@ -145,6 +127,30 @@ public enum PushValidation {
             op.listed = try optionalBool(fields, "listed")
         }
         return op
+    }
+
+    /// An upsert's or a patch's `data`: an object (not empty for a patch) within the depth
+    /// and size limits, without NUL, whose file references are well formed.
+    static func data(_ raw: JSONValue?, of type: OpType) throws(OpProblem) -> [String: JSONValue] {
+        guard let data = raw?.objectValue else { throw OpProblem(text: "data must be an object", field: "data") }
+        if type == .patch && data.isEmpty { throw OpProblem(text: "a patch needs at least one field", field: "data") }
+        if JSONValue.object(data).containsNUL {
+            throw OpProblem(text: "data must not contain the NUL character (\\u0000)", field: "data")
+        }
+        if JSONValue.object(data).nests(deeperThan: Limits.maxDataDepth) {
+            throw OpProblem(
+                text: "data nests more than \(Limits.maxDataDepth) levels of objects and arrays", field: "data", limit: Limits.maxDataDepth)
+        }
+        if let path = JSONValue.object(data).malformedBlobReferencePath("data") {
+            throw OpProblem(
+                text: "\(path) must be a file reference: {\"sha256\": 64 lowercase hex digits, \"size\": bytes, \"content_type\": a media type}, alone in its object",
+                field: "data")
+        }
+        let size = JSONWriter.bytes(.object(data)).count
+        guard size <= Limits.maxDataBytes else {
+            throw OpProblem(text: "data is \(size) bytes, more than \(Limits.maxDataBytes)", field: "data", limit: Limits.maxDataBytes)
+        }
+        return data
     }
 
     static func optionalBool(_ fields: [String: JSONValue], _ name: String) throws(OpProblem) -> Bool? {
