@@ -287,7 +287,7 @@ let package = Package(
             name: "UnitTests",
             dependencies: [
                 "Telemetry", "SyncModels", "SynclineClient", "SynclineTesting", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", "HTTPSupport", "BrokerTopology",
-                "Worker", "Persistence",
+                "Worker", "Fanout", "Persistence",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

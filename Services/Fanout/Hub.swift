@@ -47,46 +47,12 @@ enum StreamMessage: Sendable, Equatable {
 /// The connected streams of this fanout replica, by user, and this replica's own queue on
 /// `sync.events`: bound to a user's routing key while at least one of the user's devices
 /// is connected here, so every replica receives exactly the events of its users.
+///
+/// What it knows is a `HubState`, under a lock; the hub carries out what each change of
+/// that state returns — sends, finishes, binds — outside the lock.
 final class Hub: Service, Sendable {
-    private struct Subscriber: Sendable {
-        let deviceID: String
-        /// The one space the stream is narrowed to; nil: every space of the user.
-        let space: String?
-        let continuation: AsyncStream<StreamMessage>.Continuation
-
-        func covers(_ space: String?) -> Bool { self.space == nil || space == nil || self.space == space }
-    }
-
-    private struct Membership: Hashable, Sendable {
-        let user: String
-        let space: String
-    }
-
-    private struct State: Sendable {
-        var users: [String: [UUID: Subscriber]] = [:]
-        /// Memberships that ended in the last `endedMembershipSeconds`: a poke computed
-        /// before the removal committed but arriving after its announcement is not delivered.
-        var left: [Membership: Date] = [:]
-        /// The bind of each connected user's routing key, made by their first stream; every
-        /// later stream of the user waits for it too, so none says `hello` before its pokes
-        /// can arrive. Forgotten when it fails (the next stream tries again) and when the
-        /// user's last stream ends.
-        var binds: [String: Task<Void, any Error>] = [:]
-        var closed = false
-    }
-
-    /// How long an ended membership is remembered, in seconds.
-    static let endedMembershipSeconds: Double = 10
-
-    /// Why a stream was not admitted.
-    private enum StreamRefusal: Error {
-        case closed
-        /// The user holds `streamsPerUser` streams here already.
-        case tooMany
-    }
-
     let queue: String
-    private let state = NIOLockedValueBox(State())
+    private let state: NIOLockedValueBox<HubState>
     private let publisher: AMQPPublisher
     private let consumer: AMQPConsumer
     private let registry: FanoutQueueStore
@@ -99,22 +65,25 @@ final class Hub: Service, Sendable {
 
     private let refusedForCap = Counter(label: "syncline_rate_limited_total", dimensions: [("limit", "streams_per_user")])
 
-    private let heartbeat: Double
     /// The most streams one user may hold open on this replica.
     let streamsPerUser: Int
 
     init(queue: String, publisher: AMQPPublisher, consumer: AMQPConsumer, registry: FanoutQueueStore, devices: DeviceStore,
          heartbeat: Double, streamsPerUser: Int, background: BackgroundWork, logger: Logger) {
+        self.state = NIOLockedValueBox(HubState(
+            streamsPerUser: streamsPerUser, intervals: .init(heartbeat: heartbeat), now: Self.now()))
         self.background = background
         self.streamsPerUser = streamsPerUser
         self.registry = registry
         self.devices = devices
-        self.heartbeat = heartbeat
         self.queue = queue
         self.publisher = publisher
         self.consumer = consumer
         self.logger = logger
     }
+
+    /// Seconds on a monotonic clock: the hub's timers do not follow the wall clock.
+    static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
     private func binding(_ user: String) -> AMQPTopology.Binding {
         .init(queue: queue, exchange: SynclineTopology.eventsExchange, routingKey: SynclineTopology.eventRoutingKey(user: user))
@@ -122,48 +91,52 @@ final class Hub: Service, Sendable {
 
     /// Whether the user holds fewer streams here than they may.
     func admits(user: String) -> Bool {
-        state.withLockedValue { ($0.users[user]?.count ?? 0) < streamsPerUser }
+        state.withLockedValue { $0.admits(user: user) }
     }
 
     /// Registers a stream; its messages come out of the returned sequence until
-    /// `unsubscribe` (or shutdown) finishes it.
+    /// `unsubscribe` (or shutdown) finishes it. Returns once the user's routing key is
+    /// bound, so the stream's `hello` is never ahead of its pokes.
     func subscribe(user: String, deviceID: String, space: String?) async throws -> (UUID, AsyncStream<StreamMessage>) {
         let id = UUID()
         let (stream, continuation) = AsyncStream.makeStream(of: StreamMessage.self, bufferingPolicy: .bufferingNewest(64))
-        let publisher = self.publisher, binding = binding(user)
-        let streamsPerUser = self.streamsPerUser
-        let admitted = state.withLockedValue { state -> Result<Task<Void, any Error>, StreamRefusal> in
-            if state.closed { return .failure(.closed) }
-            if state.users[user, default: [:]].count >= streamsPerUser { return .failure(.tooMany) }
-            state.users[user, default: [:]][id] = Subscriber(deviceID: deviceID, space: space, continuation: continuation)
-            // A stream of the space was authorized just now: the user is a member again.
-            if let space { state.left[Membership(user: user, space: space)] = nil }
-            if let existing = state.binds[user] { return .success(existing) }
-            let task = Task { try await publisher.setBindings([binding], bound: true) }
-            state.binds[user] = task
-            return .success(task)
-        }
-        let bind: Task<Void, any Error>
-        switch admitted {
-        case .success(let task): bind = task
-        case .failure(.closed):
-            continuation.finish()
-            throw CancellationError()
-        case .failure(.tooMany):
-            continuation.finish()
-            throw tooManyStreams()
-        }
-        connected.increment()
+        let subscriber = HubState.Subscriber(id: id, deviceID: deviceID, space: space, continuation: continuation)
+        let admission: HubState.Admission
         do {
-            try await bind.value
-        } catch {
-            state.withLockedValue { state in
-                if state.binds[user] == bind { state.binds[user] = nil }
+            admission = try await withCheckedThrowingContinuation { waiter in
+                let decided = state.withLockedValue { $0.subscribe(user: user, subscriber, waiter: waiter) }
+                switch decided {
+                case .refused(let refusal): waiter.resume(throwing: refusal)
+                case .bind, .ready: waiter.resume(returning: decided)
+                case .wait: break  // resumed by the stream that binds
+                }
+                if case .refused = decided {} else { connected.increment() }
             }
-            unsubscribe(user: user, id: id)
+        } catch let refusal as HubState.Refusal {
+            continuation.finish()
+            throw refusal == .closed ? CancellationError() : tooManyStreams()
+        } catch {
+            unsubscribe(user: user, id: id)  // the bind it waited for failed
             throw error
         }
+        if admission == .bind {
+            do {
+                try await publisher.setBindings([binding(user)], bound: true)
+            } catch {
+                bindFinished(user: user, failure: error)
+                unsubscribe(user: user, id: id)
+                throw error
+            }
+            bindFinished(user: user, failure: nil)
+        }
         return (id, stream)
+    }
+
+    private func bindFinished(user: String, failure: (any Error)?) {
+        let waiters = state.withLockedValue { $0.bindFinished(user: user, succeeded: failure == nil) }
+        for waiter in waiters {
+            if let failure { waiter.resume(throwing: failure) } else { waiter.resume(returning: .ready) }
+        }
     }
 
     /// The refusal of a stream over `streamsPerUser`, counted.
@@ -173,60 +146,38 @@ final class Hub: Service, Sendable {
             "You have \(streamsPerUser) streams open here already; close one first.", limit: streamsPerUser, retryAfter: 5)
     }
 
+    /// Ends a stream; after the user's last, unbinds their routing key in the background.
     func unsubscribe(user: String, id: UUID) {
-        let last = state.withLockedValue { state -> Bool in
-            guard let subscriber = state.users[user]?.removeValue(forKey: id) else { return false }
-            subscriber.continuation.finish()
-            if state.users[user]?.isEmpty == true {
-                state.users[user] = nil
-                state.binds[user] = nil
-                return true
-            }
-            return false
-        }
+        guard let (ended, wasLast) = state.withLockedValue({ $0.unsubscribe(user: user, id: id) }) else { return }
+        ended.continuation.finish()
         connected.decrement()
-        if last {
-            let binding = binding(user), publisher = self.publisher, logger = self.logger
-            background.submit {
-                do {
-                    guard self.state.withLockedValue({ $0.users[user] == nil }) else { return }
-                    try await publisher.setBindings([binding], bound: false)
-                    // The user may have come back between the check and the unbind (their
-                    // bind may even have run first): bind again, after the unbind.
-                    if self.state.withLockedValue({ $0.users[user] != nil }) {
-                        try await publisher.setBindings([binding], bound: true)
-                    }
-                } catch {
-                    logger.debug("unbind failed; bindings are rebuilt periodically", metadata: ["error": "\(error)"])
+        guard wasLast else { return }
+        let binding = binding(user), publisher = self.publisher, logger = self.logger, state = self.state
+        background.submit {
+            do {
+                guard !state.withLockedValue({ $0.isConnected(user: user) }) else { return }
+                try await publisher.setBindings([binding], bound: false)
+                // The user may have come back between the check and the unbind (their
+                // bind may even have run first): bind again, after the unbind.
+                if state.withLockedValue({ $0.isConnected(user: user) }) {
+                    try await publisher.setBindings([binding], bound: true)
                 }
+            } catch {
+                logger.debug("unbind failed; bindings are rebuilt periodically", metadata: ["error": "\(error)"])
             }
         }
     }
 
-    /// Routes one job event to this replica's streams of its user that cover its space: a
-    /// poke to every other device; to the origin device, the job's outcome, so that it need
-    /// not ask for it.
+    /// Sends one job event to this replica's streams of its user that cover its space
+    /// (`HubState.deliveries`). Returns how many messages went out.
     @discardableResult
     func deliver(_ event: JobEvent) -> Int {
-        var sent = 0
-        let (subscribers, member) = state.withLockedValue { state in
-            (state.users[event.userID].map { Array($0.values) } ?? [],
-             event.spaceID.flatMap { state.left[Membership(user: event.userID, space: $0)] }
-                .map { Date().timeIntervalSince($0) >= Self.endedMembershipSeconds } ?? true)
+        let deliveries = state.withLockedValue { $0.deliveries(of: event, now: Self.now()) }
+        for delivery in deliveries {
+            delivery.subscriber.continuation.yield(delivery.message)
+            delivered.increment()
         }
-        for subscriber in subscribers where subscriber.covers(event.spaceID) {
-            if subscriber.deviceID == event.deviceID {
-                let troubled = event.hasRefusedOps || event.status != .succeeded
-                subscriber.continuation.yield(.job(jobID: event.jobID, status: event.status, checkpoint: event.checkpoint, troubled: troubled))
-                delivered.increment()
-                sent += 1
-            } else if member, let cursor = event.checkpoint, event.status == .succeeded {
-                subscriber.continuation.yield(.poke(cursor: cursor, space: event.spaceID))
-                delivered.increment()
-                sent += 1
-            }
-        }
-        return sent
+        return deliveries.count
     }
 
     /// `deliver`, in a span of the job's trace (when tracing is on and the trace sampled).
@@ -247,9 +198,7 @@ final class Hub: Service, Sendable {
     /// Ends the streams of a revoked device (every device of the user when `deviceID` is
     /// nil): a lost phone stops listening the moment it is revoked.
     func revoke(_ event: DeviceRevokedEvent) {
-        let ended = state.withLockedValue { state -> [UUID] in
-            (state.users[event.userID] ?? [:]).filter { event.deviceID == nil || $0.value.deviceID == event.deviceID }.map(\.key)
-        }
+        let ended = state.withLockedValue { $0.streams(of: event.userID, device: event.deviceID) }
         for id in ended { unsubscribe(user: event.userID, id: id) }
         if !ended.isEmpty {
             logger.info("closed streams of a revoked device", metadata: [
@@ -258,14 +207,10 @@ final class Hub: Service, Sendable {
         }
     }
 
-    /// Ends the user's streams narrowed to a space they are no longer a member of. Their
-    /// streams of every space stay: the worker pokes only members, so that space's pokes
-    /// stop there too.
+    /// Ends the user's streams narrowed to a space they are no longer a member of
+    /// (`HubState.left`).
     func leave(_ event: SpaceLeftEvent) {
-        let ended = state.withLockedValue { state -> [UUID] in
-            state.left[Membership(user: event.userID, space: event.spaceID)] = Date()
-            return (state.users[event.userID] ?? [:]).filter { $0.value.space == event.spaceID }.map(\.key)
-        }
+        let ended = state.withLockedValue { $0.left(user: event.userID, space: event.spaceID, now: Self.now()) }
         for id in ended { unsubscribe(user: event.userID, id: id) }
     }
 
@@ -316,59 +261,44 @@ final class Hub: Service, Sendable {
         try? await registry.remove(queue: queue)
     }
 
-    /// Heartbeats to idle streams, and the replica's bindings kept whole.
+    /// Heartbeats to idle streams, the replica's queue registered, its bindings kept whole,
+    /// and streaming devices marked as seen: what `HubState.tick` says is due, every 200 ms.
     private func maintain() async {
-        var boundFor = 0
-        var lastHeartbeat = Date()
-        var lastRebind = Date()
-        var lastRegistered = Date.distantPast
-        var lastSeenMarked = Date()
         while !Task.isShuttingDownGracefully && !Task.isCancelled {
-            // A device streaming for days is in use though it never pushes.
-            if Date().timeIntervalSince(lastSeenMarked) >= 3600 {
-                lastSeenMarked = Date()
-                let connected = state.withLockedValue { Set($0.users.values.flatMap { $0.values.map(\.deviceID) }) }
-                try? await devices.markSeen(deviceIDs: Array(connected))
+            let connection = consumer.connectionCount, isConnected = consumer.isConnected
+            let duties = state.withLockedValue {
+                $0.tick(now: Self.now(), consumerConnection: connection, consumerConnected: isConnected)
             }
-            if Date().timeIntervalSince(lastRegistered) >= 30 {
-                do {
-                    try await registry.refresh(queue: queue)
-                    lastRegistered = Date()
-                } catch {
-                    logger.debug("cannot register this replica's queue yet", metadata: ["error": "\(error)"])
-                }
-            }
-            if Date().timeIntervalSince(lastHeartbeat) >= heartbeat {
-                lastHeartbeat = Date()
-                state.withLockedValue { state in state.left = state.left.filter { Date().timeIntervalSince($0.value) < Self.endedMembershipSeconds } }
-                let subscribers = state.withLockedValue { $0.users.values.flatMap(\.values) }
-                subscribers.forEach { $0.continuation.yield(.heartbeat) }
-            }
-            let connections = consumer.connectionCount
-            // After every (re)connect, and once a minute as a safety net.
-            if consumer.isConnected, connections != boundFor || Date().timeIntervalSince(lastRebind) >= 60 {
-                lastRebind = Date()
-                let users = state.withLockedValue { Array($0.users.keys) }
-                do {
-                    try await publisher.setBindings(users.map(binding), bound: true)
-                    if !users.isEmpty, connections != boundFor {
-                        logger.info("rebound users after (re)connect", metadata: ["users": "\(users.count)"])
-                    }
-                    boundFor = connections
-                } catch {
-                    logger.warning("cannot bind yet", metadata: ["error": "\(error)"])
-                }
-            }
+            await perform(duties)
             try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .milliseconds(200)) }
         }
     }
 
-    private func closeAll() {
-        let subscribers = state.withLockedValue { state -> [Subscriber] in
-            state.closed = true
-            defer { state.users = [:] }
-            return state.users.values.flatMap(\.values)
+    private func perform(_ duties: HubState.Duties) async {
+        if let seen = duties.markSeen { try? await devices.markSeen(deviceIDs: seen) }
+        if duties.register {
+            do {
+                try await registry.refresh(queue: queue)
+                state.withLockedValue { $0.registered(now: Self.now()) }
+            } catch {
+                logger.debug("cannot register this replica's queue yet", metadata: ["error": "\(error)"])
+            }
         }
-        subscribers.forEach { $0.continuation.finish() }
+        duties.heartbeats.forEach { $0.continuation.yield(.heartbeat) }
+        if let rebind = duties.rebind {
+            do {
+                try await publisher.setBindings(rebind.users.map(binding), bound: true)
+                if !rebind.users.isEmpty, rebind.afterReconnect {
+                    logger.info("rebound users after (re)connect", metadata: ["users": "\(rebind.users.count)"])
+                }
+                state.withLockedValue { $0.rebound(connection: rebind.connection) }
+            } catch {
+                logger.warning("cannot bind yet", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+
+    private func closeAll() {
+        state.withLockedValue { $0.close() }.forEach { $0.continuation.finish() }
     }
 }
