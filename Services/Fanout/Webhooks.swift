@@ -58,13 +58,10 @@ struct WebhookDispatcher: Service {
         return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
     }
 
-    /// The reason a delivery to a private address is parked.
-    static let privateAddress = "private_address"
-
     func run() async throws {
         // Counted from zero, so that alerts see the series before the first one.
-        for reason in [DeadLetterReason.invalidMessage, Self.privateAddress, DeadLetterReason.maxAttempts] {
-            Counter(label: "syncline_webhook_dead_letters_total", dimensions: [("reason", reason)]).increment(by: 0)
+        for reason in DeadLetterReason.ofWebhooks {
+            Counter(label: "syncline_webhook_dead_letters_total", dimensions: [("reason", reason.rawValue)]).increment(by: 0)
         }
         let client = Self.makeClient()
         events.start()
@@ -126,7 +123,7 @@ struct WebhookDispatcher: Service {
 
     private func deliverTraced(_ message: AMQPDelivery, with client: HTTPClient) async {
         guard let delivery = try? JSONCoding.decode(WebhookDelivery.self, from: Data(message.body)) else {
-            await park(message, delivery: nil, reason: DeadLetterReason.invalidMessage, error: "not a webhook delivery", attempts: 0)
+            await park(message, delivery: nil, reason: .invalidMessage, error: "not a webhook delivery", attempts: 0)
             return
         }
         let attempt = (message.header(SynclineTopology.Header.attempt).flatMap(Int.init) ?? 0) + 1
@@ -137,7 +134,7 @@ struct WebhookDispatcher: Service {
             }
             if !configuration.allowPrivateWebhooks, let host = URL(string: hook.url)?.host,
                await Self.resolvesToPrivate(host) {
-                await park(message, delivery: delivery, reason: Self.privateAddress,
+                await park(message, delivery: delivery, reason: .privateAddress,
                            error: "\(host) is a private or loopback address (ALLOW_PRIVATE_WEBHOOKS is off)", attempts: attempt)
                 return
             }
@@ -171,7 +168,7 @@ struct WebhookDispatcher: Service {
     private func failed(_ message: AMQPDelivery, delivery: WebhookDelivery, attempt: Int, error: String) async {
         Counter(label: "syncline_webhooks_total", dimensions: [("outcome", "failed")]).increment()
         if attempt >= configuration.maxAttempts {
-            await park(message, delivery: delivery, reason: DeadLetterReason.maxAttempts, error: error, attempts: attempt)
+            await park(message, delivery: delivery, reason: .maxAttempts, error: error, attempts: attempt)
             return
         }
         let queue = SynclineTopology.notifyRetryQueue(
@@ -187,19 +184,19 @@ struct WebhookDispatcher: Service {
     }
 
     /// Records the dead letter (`queue=notify`), parks the message in `notify.dead-letters`, acks.
-    private func park(_ message: AMQPDelivery, delivery: WebhookDelivery?, reason: String, error: String, attempts: Int) async {
+    private func park(_ message: AMQPDelivery, delivery: WebhookDelivery?, reason: DeadLetterReason, error: String, attempts: Int) async {
         let id = SynclineTopology.deadLetterID(jobID: nil, body: message.body)
         do {
             _ = try await deadLetters.record(
-                id: id, queue: "notify", namedJobID: nil, reason: reason, error: error,
+                id: id, queue: "notify", namedJobID: nil, reason: reason.rawValue, error: error,
                 message: String(decoding: message.body, as: UTF8.self), userID: delivery?.userID,
                 deviceID: delivery?.deviceID, attempts: attempts)
             var parked = SynclineTopology.deadLetterMessage(
-                id: id, jobID: nil, body: message.body, reason: reason, error: error, attempts: attempts, traceID: nil)
+                id: id, jobID: nil, body: message.body, reason: reason.rawValue, error: error, attempts: attempts, traceID: nil)
             parked.routingKey = SynclineTopology.notifyDeadLetterRoutingKey
             try await publisher.publish([parked])
-            Counter(label: "syncline_webhook_dead_letters_total", dimensions: [("reason", reason)]).increment()
-            logger.error("webhook dead-lettered", metadata: ["device.id": "\(delivery?.deviceID ?? "-")", "reason": "\(reason)", "error": "\(error)"])
+            Counter(label: "syncline_webhook_dead_letters_total", dimensions: [("reason", reason.rawValue)]).increment()
+            logger.error("webhook dead-lettered", metadata: ["device.id": "\(delivery?.deviceID ?? "-")", "reason": "\(reason.rawValue)", "error": "\(error)"])
             deliveries.ack(message)
         } catch {
             try? await Task.sleep(for: .seconds(configuration.retryDelays[0]))

@@ -47,7 +47,7 @@ struct JobConsumer: Service {
     private let deadlockRetries = Counter(label: "syncline_job_deadlock_retries_total")
 
     func run() async throws {
-        for reason in DeadLetterReason.all { Counter(label: "syncline_dead_letters_total", dimensions: [("reason", reason)]).increment(by: 0) }
+        for reason in DeadLetterReason.ofJobs { Counter(label: "syncline_dead_letters_total", dimensions: [("reason", reason.rawValue)]).increment(by: 0) }
         jobs.start()
         exhausted.start()
         await withGracefulShutdownHandler {
@@ -170,7 +170,7 @@ struct JobConsumer: Service {
 
     private func applyAlone(_ delivery: AMQPDelivery) async {
         guard let named = SynclineTopology.job(inMessage: delivery.body) else {
-            await park(delivery, from: jobs, jobID: nil, reason: DeadLetterReason.invalidMessage, error: "the message does not name a job")
+            await park(delivery, from: jobs, jobID: nil, reason: .invalidMessage, error: "the message does not name a job")
             return
         }
         let jobID = named.id
@@ -221,10 +221,10 @@ struct JobConsumer: Service {
                 await retryLater(delivery, job: job, attempt: attempt, failure: failure, error: message, logger: logger)
             case .transient:
                 try? await store.failAttempt(job, error: message)
-                await park(delivery, from: jobs, jobID: jobID, reason: DeadLetterReason.maxAttempts, error: message)
+                await park(delivery, from: jobs, jobID: jobID, reason: .maxAttempts, error: message)
             case .permanent(let reason):
                 try? await store.failAttempt(job, error: message)
-                await park(delivery, from: jobs, jobID: jobID, reason: reason, error: message)
+                await park(delivery, from: jobs, jobID: jobID, reason: DeadLetterReason(rawValue: reason), error: message)
             }
         }
     }
@@ -252,7 +252,7 @@ struct JobConsumer: Service {
     /// One delivery from `sync.jobs.exhausted`: the broker gave up redelivering it.
     func handleExhausted(_ delivery: AMQPDelivery) async {
         guard let named = SynclineTopology.job(inMessage: delivery.body) else {
-            await park(delivery, from: exhausted, jobID: nil, reason: DeadLetterReason.invalidMessage, error: "the message does not name a job")
+            await park(delivery, from: exhausted, jobID: nil, reason: .invalidMessage, error: "the message does not name a job")
             return
         }
         let jobID = named.id
@@ -266,7 +266,7 @@ struct JobConsumer: Service {
             default:
                 let error = "the broker redelivered the message \(SynclineTopology.deliveryLimit) times without an ack"
                 if let job { try await store.failAttempt(job, error: error) }
-                await park(delivery, from: exhausted, jobID: jobID, reason: DeadLetterReason.deliveryLimit, error: error)
+                await park(delivery, from: exhausted, jobID: jobID, reason: .deliveryLimit, error: error)
             }
         } catch {
             await handBack(delivery, to: exhausted, error: error, logger: logger)
@@ -286,7 +286,7 @@ struct JobConsumer: Service {
                 await settleUnknown(delivery, from: consumer, jobID: jobID)
             case .dead?:
                 if let parked = try await deadLetters.detail(id: jobID)?.item {
-                    await park(delivery, from: consumer, jobID: jobID, reason: parked.reason, error: parked.lastError ?? "")
+                    await park(delivery, from: consumer, jobID: jobID, reason: DeadLetterReason(rawValue: parked.reason), error: parked.lastError ?? "")
                 } else {
                     consumer.ack(delivery)  // its dead letter has passed DEAD_LETTER_RETENTION
                 }
@@ -345,24 +345,24 @@ struct JobConsumer: Service {
             await handBack(delivery, to: consumer, error: error, logger: logger)
             return
         }
-        await park(delivery, from: consumer, jobID: jobID, reason: DeadLetterReason.unknownJob, error: "no job row with this id")
+        await park(delivery, from: consumer, jobID: jobID, reason: .unknownJob, error: "no job row with this id")
     }
 
-    private func park(_ delivery: AMQPDelivery, from consumer: AMQPConsumer, jobID: String?, reason: String, error: String) async {
+    private func park(_ delivery: AMQPDelivery, from consumer: AMQPConsumer, jobID: String?, reason: DeadLetterReason, error: String) async {
         let id = SynclineTopology.deadLetterID(jobID: jobID, body: delivery.body)
         do {
             guard let recorded = try await deadLetters.record(
-                id: id, namedJobID: jobID, reason: reason, error: error, message: String(decoding: delivery.body, as: UTF8.self))
+                id: id, namedJobID: jobID, reason: reason.rawValue, error: error, message: String(decoding: delivery.body, as: UTF8.self))
             else {
                 consumer.ack(delivery)  // it succeeded meanwhile: nothing to park
                 return
             }
             try await publisher.publish([SynclineTopology.deadLetterMessage(
-                id: id, jobID: jobID, body: delivery.body, reason: reason, error: error, attempts: recorded.attempts,
+                id: id, jobID: jobID, body: delivery.body, reason: reason.rawValue, error: error, attempts: recorded.attempts,
                 traceID: delivery.header(SynclineTopology.Header.trace))])
-            Counter(label: "syncline_dead_letters_total", dimensions: [("reason", reason)]).increment()
+            Counter(label: "syncline_dead_letters_total", dimensions: [("reason", reason.rawValue)]).increment()
             logger.error("dead-lettered a message", metadata: [
-                "job.id": "\(jobID ?? "-")", "reason": "\(reason)", "error": "\(error)", "job.attempts": "\(recorded.attempts)",
+                "job.id": "\(jobID ?? "-")", "reason": "\(reason.rawValue)", "error": "\(error)", "job.attempts": "\(recorded.attempts)",
             ])
             consumer.ack(delivery)
             if let jobID, let user = recorded.userID, let device = recorded.deviceID {
