@@ -283,11 +283,12 @@ let package = Package(
         // A device as a process of its own, for end-to-end tests that kill it.
         .executableTarget(
             name: "ClientProcess", dependencies: ["SynclineClient"], path: "Tests/ClientProcess", swiftSettings: strict),
+        .target(name: "TestSupport", path: "Tests/TestSupport", swiftSettings: strict),
         .testTarget(
             name: "UnitTests",
             dependencies: [
                 "Telemetry", "SyncModels", "SynclineClient", "SynclineTesting", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", "HTTPSupport", "BrokerTopology",
-                "Worker", "Fanout", "Persistence",
+                "Worker", "Fanout", "Persistence", "TestSupport",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -299,13 +300,14 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "SyncModels", "PQBridge", "AMQPBridge", "Persistence", "BlobStorage", .product(name: "NIOCore", package: "swift-nio"),
+                "SyncModels", "PQBridge", "AMQPBridge", "Persistence", "BlobStorage", "TestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
             ],
             path: "Tests/IntegrationTests", swiftSettings: strict),
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
-                "SyncModels", "SynclineClient", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", "BrokerTopology",
+                "SyncModels", "SynclineClient", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", "BrokerTopology", "TestSupport",
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "JWTKit", package: "jwt-kit"), .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),

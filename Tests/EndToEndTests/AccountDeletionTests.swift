@@ -1,6 +1,7 @@
 import Foundation
 import PQBridge
 import Testing
+import TestSupport
 
 /// `DELETE /v1/me` and `syncctl users delete`: every table forgets the user, their public
 /// content and streams go, their queued pushes are never applied, other users stay.
@@ -69,7 +70,7 @@ struct AccountDeletionTests {
             let after = try await rowsOf(user, pool: pool)
             #expect(after.values.allSatisfy { $0 == 0 }, "rows left: \(after)")
             #expect(try await api.request("GET", "/v1/public/\(publicID)").status == 404)
-            _ = try await E2E.eventually(within: 3, "the stream closed") { stream.inbox.finished ? true : nil }
+            _ = try await eventually(within: 3, "the stream closed") { stream.inbox.finished ? true : nil }
             let status = try await api.request("GET", "/v1/me/deletion", token: token)
             #expect(status.status == 200 && status.json["status"] as? String == "done", "\(status.text)")
             // Deleting again is fine; the neighbour is untouched.
@@ -97,7 +98,7 @@ struct AccountDeletionTests {
             let deleted = try await api.request("DELETE", "/v1/me", token: token)
             #expect(deleted.status == 202 && deleted.header("Location") == "/v1/me/deletion", "\(deleted.status) \(deleted.text)")
             #expect(deleted.json["status"] as? String == "in_progress")
-            _ = try await E2E.eventually(within: 10, "the deletion done") {
+            _ = try await eventually(within: 10, "the deletion done") {
                 try await api.request("GET", "/v1/me/deletion", token: token).json["status"] as? String == "done" ? true : nil
             }
             let after = try await rowsOf(user, pool: pool)
@@ -118,11 +119,11 @@ struct AccountDeletionTests {
             ])
             #expect(push.status == 202)
             let output = FileManager.default.temporaryDirectory.appendingPathComponent("users-delete-\(UUID().uuidString).log").path
-            let status = E2E.shell("\(E2E.binaries)/syncctl users delete \(user) > \(output) 2>&1")
+            let status = Shell.run("\(E2E.binaries)/syncctl users delete \(user) > \(output) 2>&1")
             #expect(status == 0, "\((try? String(contentsOfFile: output, encoding: .utf8)) ?? "")")
             try await stack.addWorker()
             let log = try #require(stack.workers.last?.logPath)
-            _ = try await E2E.eventually(within: 10, "the worker met the queued job") {
+            _ = try await eventually(within: 10, "the worker met the queued job") {
                 (try? String(contentsOfFile: log, encoding: .utf8))?.contains("dropped a job of a deleted account") == true ? true : nil
             }
             let after = try await rowsOf(user, pool: pool)

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import PQBridge
 import Testing
+import TestSupport
 
 /// Attachments: files by SHA-256 per space, with the real gateway, worker and
 /// purge, over both stores. Every test that touches bytes runs once per store.
@@ -162,7 +163,7 @@ struct AttachmentTests {
             func offset() async throws -> Int? {
                 Int(try await stack.client.request("HEAD", location, token: token, headers: tus).header("Upload-Offset") ?? "")
             }
-            let afterCut = try await E2E.eventually(within: 10, "the upload's offset after the cut") { () -> Int? in
+            let afterCut = try await eventually(within: 10, "the upload's offset after the cut") { () -> Int? in
                 guard let first = try await offset(), first > 0 else { return nil }
                 try await Task.sleep(for: .milliseconds(500))
                 return try await offset() == first ? first : nil
@@ -345,7 +346,7 @@ struct AttachmentTests {
             _ = try await api.awaitJob(token, try #require(changes.json["job_id"] as? String))
             try await Task.sleep(for: .milliseconds(1500))
             let log = FileManager.default.temporaryDirectory.appendingPathComponent("purge-\(UUID().uuidString).log").path
-            let status = E2E.shell(
+            let status = Shell.run(
                 "BLOB_RETENTION=1s TOMBSTONE_RETENTION=1h BLOB_STORE='\(env["BLOB_STORE"]!)' \(E2E.binaries)/purge --once > \(log) 2>&1")
             #expect(status == 0, "\((try? String(contentsOfFile: log, encoding: .utf8)) ?? "")")
             for (file, present) in [(kept, true), (never, false), (dropped, false), (tombstoned, true)] {
@@ -357,7 +358,7 @@ struct AttachmentTests {
             }
             // Once the tombstone is purged, its file's retention starts; when that passes, it goes.
             func purge(_ retention: String) -> Int32 {
-                E2E.shell("BLOB_RETENTION=1s TOMBSTONE_RETENTION=\(retention) BLOB_STORE='\(env["BLOB_STORE"]!)' \(E2E.binaries)/purge --once > /dev/null 2>&1")
+                Shell.run("BLOB_RETENTION=1s TOMBSTONE_RETENTION=\(retention) BLOB_STORE='\(env["BLOB_STORE"]!)' \(E2E.binaries)/purge --once > /dev/null 2>&1")
             }
             let tombstonedSHA = Self.sha256(tombstoned)
             #expect(purge("1s") == 0)
@@ -387,7 +388,7 @@ struct AttachmentTests {
             ])
             #expect(push.status == 202)
             try await Task.sleep(for: .milliseconds(1500))
-            #expect(E2E.shell("BLOB_RETENTION=1s \(E2E.binaries)/purge --once > /dev/null 2>&1") == 0)
+            #expect(Shell.run("BLOB_RETENTION=1s \(E2E.binaries)/purge --once > /dev/null 2>&1") == 0)
             #expect(try await api.request("GET", "/v1/blobs/\(sha)", token: token).status == 200)
             try await stack.addWorker()
             _ = try await api.awaitJob(token, try #require(push.json["job_id"] as? String))
@@ -409,7 +410,7 @@ struct AttachmentTests {
             #expect(try await Self.put(api, token, inSpace, space: space).status == 201)
             #expect(try await Self.put(api, token, personal).status == 201)
             #expect(try await api.request("DELETE", "/v1/spaces/\(space)", token: token).status == 204)
-            _ = try await E2E.eventually(within: 10, "the space's file removed") { () -> Bool? in
+            _ = try await eventually(within: 10, "the space's file removed") { () -> Bool? in
                 try await Self.storedObjects(pool, store: store, directory: directory, sha256: Self.sha256(inSpace)) == 0 ? true : nil
             }
             #expect(try await pool.value("SELECT count(*)::int FROM blobs WHERE sha256 = \(Self.sha256(inSpace))") == 0)
@@ -435,7 +436,7 @@ struct AttachmentTests {
             let output = FileManager.default.temporaryDirectory.appendingPathComponent("syncctl-\(UUID().uuidString).txt").path
             defer { try? FileManager.default.removeItem(atPath: output) }
             func syncctl(_ arguments: String) -> (Int32, String) {
-                let status = E2E.shell("BLOB_STORE='file:\(dir)' \(E2E.binaries)/syncctl blobs \(arguments) > \(output) 2>&1")
+                let status = Shell.run("BLOB_STORE='file:\(dir)' \(E2E.binaries)/syncctl blobs \(arguments) > \(output) 2>&1")
                 return (status, (try? String(contentsOfFile: output, encoding: .utf8)) ?? "")
             }
             func stores() throws -> [String] {

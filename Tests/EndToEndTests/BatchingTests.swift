@@ -1,6 +1,7 @@
 import Foundation
 import PQBridge
 import Testing
+import TestSupport
 
 /// Group commit in the worker and at intake keeps every guarantee: jobs queued while no
 /// worker runs are taken in batches once one starts.
@@ -58,8 +59,8 @@ struct BatchingTests {
         }
         #expect(metric("syncline_relayed_jobs_total", in: try await metrics(of: stack.gateway)) == 0, "a job message waited for the relay")
         let vhost = E2E.amqpURL.flatMap { URL(string: $0.split(separator: ",").first.map(String.init) ?? $0)?.path.dropFirst() }.map(String.init) ?? "/"
-        let unacknowledged = try await E2E.eventually(within: 5, "every job message acknowledged") { () -> Int? in
-            let (status, output) = E2E.shellOutput(
+        let unacknowledged = try await eventually(within: 5, "every job message acknowledged") { () -> Int? in
+            let (status, output) = Shell.output(
                 "rabbitmqctl -q list_queues -p '\(vhost.isEmpty ? "/" : vhost)' name messages_unacknowledged 2>/dev/null")
             guard status == 0 else { return nil }
             let line = output.split(separator: "\n").first { $0.split(whereSeparator: \.isWhitespace).first == "sync.jobs" }

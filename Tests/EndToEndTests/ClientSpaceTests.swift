@@ -2,6 +2,7 @@ import Foundation
 import SyncModels
 import SynclineClient
 import Testing
+import TestSupport
 
 /// SynclineClient with shared spaces against the real stack: a family's shopping list.
 @Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
@@ -93,9 +94,9 @@ struct ClientSpaceTests {
             for device in personal { #expect(try await ClientTests.shown(device.client, "items").isEmpty) }
 
             // Live: bob's second device shows alice's next change through the stream.
-            _ = try await E2E.eventually(within: 10, "bob's stream") { try await devices[3].client.status().live ? true : nil }
+            _ = try await eventually(within: 10, "bob's stream") { try await devices[3].client.status().live ? true : nil }
             try await devices[0].client.upsert("items", id: "cheese", data: ["name": "cheese"])
-            _ = try await E2E.eventually(within: 5, "bob's second device shows cheese") {
+            _ = try await eventually(within: 5, "bob's second device shows cheese") {
                 try await devices[3].client.record("items", id: "cheese") != nil ? true : nil
             }
             for device in devices { await device.client.stop() }
@@ -112,7 +113,7 @@ struct ClientSpaceTests {
             let opID = try await guest.client.upsert("items", id: "eggs", data: ["name": "eggs"])  // offline: never sent
             try await personal[0].client.removeMember(users[1], from: space)
             await #expect(throws: ClientError.spaceGone) { try await guest.client.sync() }
-            let events = try await E2E.eventually(within: 5, "the guest's events") {
+            let events = try await eventually(within: 5, "the guest's events") {
                 await guest.log.events.contains(.spaceGone(spaceID: space)) ? await guest.log.events : nil
             }
             let lost = events.firstIndex(of: .editsLost(spaceID: space, opIDs: [opID]))
@@ -134,11 +135,11 @@ struct ClientSpaceTests {
             try await guest.client.sync()
             #expect(try await guest.client.record("items", id: "milk") != nil)
             await guest.client.start()
-            _ = try await E2E.eventually(within: 10, "the guest's stream") { try await guest.client.status().live ? true : nil }
+            _ = try await eventually(within: 10, "the guest's stream") { try await guest.client.status().live ? true : nil }
             try await guest.client.patch("items", id: "milk", fields: ["qty": 2])  // may or may not reach the server first
 
             try await personal[0].client.removeMember(users[1], from: space)
-            _ = try await E2E.eventually(within: 10, "the guest's client drops the space") {
+            _ = try await eventually(within: 10, "the guest's client drops the space") {
                 await guest.log.events.contains(.spaceGone(spaceID: space)) ? true : nil
             }
             #expect(try await guest.client.records("items").isEmpty)

@@ -2,6 +2,7 @@ import Foundation
 import SyncModels
 import SynclineClient
 import Testing
+import TestSupport
 
 /// SynclineClient against the real stack (gateway, workers and fanout processes).
 @Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
@@ -170,7 +171,7 @@ struct ClientTests {
             try await a.client.upsert("todos", id: "t1", data: ["n": 1])
             try await a.client.sync()
             for (index, log) in logs.enumerated() {
-                _ = try await E2E.eventually(within: 5, "consumer \(index) got the pull") {
+                _ = try await eventually(within: 5, "consumer \(index) got the pull") {
                     await log.events.contains { if case .pulled = $0 { true } else { false } } ? true : nil
                 }
             }
@@ -260,7 +261,7 @@ struct ClientTests {
             await a.client.start()
             await b.client.start()
             for device in [a, b] {
-                _ = try await E2E.eventually(within: 10, "the stream") { try await device.client.status().live ? true : nil }
+                _ = try await eventually(within: 10, "the stream") { try await device.client.status().live ? true : nil }
             }
             var turns: [Double] = []
             for turn in 0..<200 {
@@ -318,12 +319,12 @@ struct ClientTests {
             try await b.client.sync()
             await a.client.start()
             await b.client.start()
-            _ = try await E2E.eventually(within: 10, "b's stream") { try await b.client.status().live ? true : nil }
+            _ = try await eventually(within: 10, "b's stream") { try await b.client.status().live ? true : nil }
             var latencies: [Double] = []
             for round in 0..<3 {
                 let started = Date()
                 try await a.client.upsert("todos", id: "live-\(round)", data: ["round": .int(Int64(round))])
-                _ = try await E2E.eventually(within: 5, "b shows round \(round)") {
+                _ = try await eventually(within: 5, "b shows round \(round)") {
                     try await b.client.record("todos", id: "live-\(round)") != nil ? true : nil
                 }
                 latencies.append(Date().timeIntervalSince(started))
@@ -342,7 +343,7 @@ struct ClientTests {
             let user = Self.user()
             let device = try Self.device(stack, user: user, fanout: stack.fanouts[0])
             await device.client.start()
-            _ = try await E2E.eventually(within: 10, "the stream") { try await device.client.status().live ? true : nil }
+            _ = try await eventually(within: 10, "the stream") { try await device.client.status().live ? true : nil }
             try await device.client.sync()  // the first pass after the stream opened asks once (nothing to ask)
             func jobPolls() async throws -> Double {
                 try await BatchingTests.metrics(of: stack.gateway).split(separator: "\n")
@@ -372,7 +373,7 @@ struct ClientTests {
             try await a.client.delete("todos", id: "t1")
             try await a.client.sync()
             try await Task.sleep(for: .milliseconds(1_500))
-            #expect(E2E.shell("\(PurgeTests.shortRetention) \(E2E.binaries)/purge --once > /dev/null 2>&1") == 0)
+            #expect(Shell.run("\(PurgeTests.shortRetention) \(E2E.binaries)/purge --once > /dev/null 2>&1") == 0)
 
             // b was offline through all of it, and edits meanwhile.
             try await b.client.patch("todos", id: "t2", fields: ["done": true])
@@ -391,7 +392,7 @@ struct ClientTests {
 @Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct ClientProcessTests {
     static func run(_ arguments: String, token: String) -> Int32 {
-        E2E.shell("CLIENT_TOKEN=\(token) \(E2E.binaries)/ClientProcess \(arguments) >/dev/null 2>&1")
+        Shell.run("CLIENT_TOKEN=\(token) \(E2E.binaries)/ClientProcess \(arguments) >/dev/null 2>&1")
     }
 
     /// The pattern in which a probe saw gateway-wide stalls of 0.9–17 s: device A of a user
@@ -434,7 +435,7 @@ struct ClientProcessTests {
                 let a = "\(directory)/stall-a-\(UUID().uuidString.prefix(8)).sqlite"
                 let b = "\(directory)/stall-b-\(UUID().uuidString.prefix(8)).sqlite"
                 #expect(Self.run("\(gateway) \(a) write 200", token: token) == 0)
-                E2E.shell("CLIENT_TOKEN=\(token) CLIENT_FANOUT=\(fanout) \(E2E.binaries)/ClientProcess \(gateway) \(b) live 3 >/dev/null 2>&1 &")
+                Shell.run("CLIENT_TOKEN=\(token) CLIENT_FANOUT=\(fanout) \(E2E.binaries)/ClientProcess \(gateway) \(b) live 3 >/dev/null 2>&1 &")
                 try await Task.sleep(for: .milliseconds(500))
                 let start = Date()
                 #expect(Self.run("\(gateway) \(a) sync", token: token) == 0, "run \(run): A did not sync")
@@ -469,8 +470,8 @@ struct ClientProcessTests {
             // Sync in the background; once the gateway has taken the push (and its answer
             // was swallowed), SIGKILL the process.
             let pidFile = "\(database).pid"
-            #expect(E2E.shell("CLIENT_TOKEN=\(token) \(E2E.binaries)/ClientProcess \(gateway) \(database) sync >/dev/null 2>&1 & echo $! > \(pidFile)") == 0)
-            _ = try await E2E.eventually(within: 15, "the push reached the gateway") { proxy.pushes.first?.jobID }
+            #expect(Shell.run("CLIENT_TOKEN=\(token) \(E2E.binaries)/ClientProcess \(gateway) \(database) sync >/dev/null 2>&1 & echo $! > \(pidFile)") == 0)
+            _ = try await eventually(within: 15, "the push reached the gateway") { proxy.pushes.first?.jobID }
             let pid = try #require(Int32(try String(contentsOfFile: pidFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)))
             #expect(kill(pid, SIGKILL) == 0)
 

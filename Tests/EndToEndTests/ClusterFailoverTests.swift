@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 /// Faults of a cluster made by `scripts/cluster`: three RabbitMQ nodes, and a PostgreSQL
 /// primary with a synchronous standby under pg_auto_failover. The services are given every
@@ -118,7 +119,7 @@ struct ClusterFailoverTests {
         let primary = try #require(Cluster.run("primary"))
         try await underLoad("PostgreSQL: primary killed, standby promoted, old primary back", expectRefusals: true) {
             try Cluster.must("kill \(primary)")
-            _ = try await E2E.eventually(within: 60, "a new primary") {
+            _ = try await eventually(within: 60, "a new primary") {
                 Cluster.run("primary").flatMap { $0 != primary && !$0.isEmpty ? $0 : nil }
             }
             try Cluster.must("start \(primary)")
@@ -135,7 +136,7 @@ struct ClusterFailoverTests {
         let standby = try #require(Cluster.run("standby"))
         try await underLoad("PostgreSQL: standby stopped, then back", expectRefusals: true, requireRefusals: true) {
             try Cluster.must("stop \(standby)")
-            _ = try await E2E.eventually(within: 60, "the primary writing alone (wait_primary)") {
+            _ = try await eventually(within: 60, "the primary writing alone (wait_primary)") {
                 Cluster.run("status").flatMap { $0.range(of: #"wait_primary \|\s+wait_primary"#, options: .regularExpression) != nil ? true : nil }
             }
             // Longer than the services wait for a standby (DATABASE_REQUIRE_STANDBY).
@@ -154,7 +155,7 @@ enum Cluster {
 
     /// The command's standard output, trimmed, or nil when it failed.
     static func run(_ arguments: String) -> String? {
-        let (status, output) = E2E.shellOutput("\(script!) \(arguments) 2>>\(log)")
+        let (status, output) = Shell.output("\(script!) \(arguments) 2>>\(log)")
         return status == 0 ? output.trimmingCharacters(in: .whitespacesAndNewlines) : nil
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 /// The `docker compose` stack as users run it, under load: scripts/compose-test builds the
 /// images, brings the stack up with three workers and passes its coordinates here (the
@@ -48,7 +49,7 @@ extension ComposeTests {
         _ = try ComposeStack.docker("kill", node)
         try await Task.sleep(for: .seconds(5))
         _ = try ComposeStack.docker("start", node)
-        let back = try await E2E.eventually(within: 90, "\(name) healthy again") { () -> Double? in
+        let back = try await eventually(within: 90, "\(name) healthy again") { () -> Double? in
             try ComposeStack.docker("inspect", "-f", "{{.State.Health.Status}}", node) == "healthy"
                 ? Date().timeIntervalSince(started) : nil
         }
@@ -71,19 +72,12 @@ enum ComposeStack {
     static let docker = (environment["COMPOSE_TEST_DOCKER"] ?? "docker").split(separator: " ").map(String.init)
 
     static func docker(_ arguments: String...) throws -> String {
-        let process = Process()
-        let output = Pipe()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = docker + arguments
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw StackError(description: "docker \(arguments.joined(separator: " ")) exited \(process.terminationStatus)")
+        let command = (docker + arguments).map { "'\($0)'" }.joined(separator: " ")
+        let (status, output) = Shell.output("\(command) 2>/dev/null")
+        guard status == 0 else {
+            throw StackError(description: "docker \(arguments.joined(separator: " ")) exited \(status)")
         }
-        return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        return output.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
     /// Kills the container's main process from the host, as a crash would end it, and
@@ -93,9 +87,9 @@ enum ComposeStack {
         let restarts = Int(try docker("inspect", "-f", "{{.RestartCount}}", container)) ?? -1
         let pid = try docker("inspect", "-f", "{{.State.Pid}}", container)
         let sudo = docker.first == "sudo" ? "sudo " : ""
-        #expect(E2E.shell("\(sudo)kill -9 \(pid)") == 0, "kill -9 \(pid) (\(name))")
+        #expect(Shell.run("\(sudo)kill -9 \(pid)") == 0, "kill -9 \(pid) (\(name))")
         let started = Date()
-        _ = try await E2E.eventually(within: 90, "\(name) restarted and healthy") { () -> Bool? in
+        _ = try await eventually(within: 90, "\(name) restarted and healthy") { () -> Bool? in
             let state = try docker("inspect", "-f", "{{.RestartCount}} {{.State.Health.Status}}", container)
             return state == "\(restarts + 1) healthy" ? true : nil
         }

@@ -8,6 +8,7 @@ import ServiceSupport
 import SyncModels
 import Testing
 import Yams
+import TestSupport
 
 /// The OpenAPI document is the single source of truth for the HTTP shapes: every
 /// documented operation is exercised against the running gateway, every answer's status
@@ -109,7 +110,7 @@ struct ContractTests {
                 endpoint: try #require(AMQPEndpoint(url: E2E.amqpURL!)), topology: E2E.topology, logger: E2E.logger)
             try await publisher.publish([SynclineTopology.jobMessage(JobRef(space: UUID().uuidString, job: deadJob), traceID: nil)])
             await publisher.shutdown()
-            _ = try await E2E.eventually(within: 10, "the unknown job dead-lettered") {
+            _ = try await eventually(within: 10, "the unknown job dead-lettered") {
                 try await api.request("GET", "/v1/admin/dead-letters/\(deadJob)", token: admin).status == 200 ? true : nil
             }
 

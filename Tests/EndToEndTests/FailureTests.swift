@@ -5,6 +5,7 @@ import PQBridge
 import ServiceSupport
 import SyncModels
 import Testing
+import TestSupport
 
 /// Fault tests: a steady load, a fault, healing, then 0 acknowledged ops lost,
 /// 0 applied twice, every job terminal, and the pulled state as expected.
@@ -146,7 +147,7 @@ struct FailureTests {
             #expect((detail["attempt_log"] as? [Any])?.count == E2E.maxAttempts)
 
             // The non-job and unknown-job messages are dead letters too, with their reasons.
-            let unknownLetter = try await E2E.eventually(within: 10, "unknown-job dead letter") {
+            let unknownLetter = try await eventually(within: 10, "unknown-job dead letter") {
                 let result = try await api.request("GET", "/v1/admin/dead-letters/\(unknownJob)", token: admin)
                 return result.status == 200 ? result.json : nil
             }
@@ -220,7 +221,7 @@ struct FailureTests {
             try await publisher.queueStats([SynclineTopology.deadLetterQueue]).first?.messages ?? -1
         }
         // A worker records a dead letter just before it parks the message: allow a moment.
-        let agreed = try? await E2E.eventually(within: 5, "DLQ depth equal to the list") {
+        let agreed = try? await eventually(within: 5, "DLQ depth equal to the list") {
             let (count, messages) = (try await listed(), try await depth())
             return count == messages ? count : nil
         }
@@ -285,7 +286,7 @@ struct FailureTests {
                 ])
             }
             let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
-            let jobID = try await E2E.eventually(within: 10, "the job committed") {
+            let jobID = try await eventually(within: 10, "the job committed") {
                 try await pool.value("SELECT job_id FROM jobs WHERE user_id = \(user)", as: String.self)
             }
             await pool.shutdown()
@@ -311,16 +312,16 @@ struct FailureTests {
             load.start(client: { stack.client })
             let endpoint = try #require(AMQPEndpoint(url: E2E.amqpURL!))
             let publisher = AMQPPublisher(endpoint: endpoint, topology: E2E.topology, logger: E2E.logger)
-            _ = try await E2E.eventually(within: 15, "jobs waiting in retry queues") {
+            _ = try await eventually(within: 15, "jobs waiting in retry queues") {
                 let stats = try await publisher.queueStats(SynclineTopology.queueNames(retryDelays: E2E.retryDelays))
                 return stats.filter { $0.name.hasPrefix("sync.retry.") }.map(\.messages).reduce(0, +) > 0 ? true : nil
             }
             await publisher.shutdown()
-            #expect(E2E.shell("rabbitmqctl -q stop_app >/dev/null 2>&1") == 0)
+            #expect(Shell.run("rabbitmqctl -q stop_app >/dev/null 2>&1") == 0)
             var started = false
-            defer { if !started { E2E.shell("rabbitmqctl -q start_app >/dev/null 2>&1") } }
+            defer { if !started { Shell.run("rabbitmqctl -q start_app >/dev/null 2>&1") } }
             try await Task.sleep(for: .seconds(2))
-            #expect(E2E.shell("rabbitmqctl -q start_app >/dev/null 2>&1") == 0)
+            #expect(Shell.run("rabbitmqctl -q start_app >/dev/null 2>&1") == 0)
             started = true
             try await Task.sleep(for: .seconds(2))
             try await failing.remove()
@@ -340,12 +341,12 @@ struct FailureTests {
             let load = try await SteadyLoad(client: stack.client, users: 2, devicesPerUser: 2, tag: "pg-crash")
             load.start(client: { stack.client })
             try await Task.sleep(for: .seconds(1))
-            #expect(E2E.shell("pg_ctlcluster \(cluster) stop -m immediate >/dev/null 2>&1") == 0)
+            #expect(Shell.run("pg_ctlcluster \(cluster) stop -m immediate >/dev/null 2>&1") == 0)
             var started = false
-            defer { if !started { E2E.shell("pg_ctlcluster \(cluster) start >/dev/null 2>&1") } }
+            defer { if !started { Shell.run("pg_ctlcluster \(cluster) start >/dev/null 2>&1") } }
             // Longer than the whole retry schedule (0.3 + 0.6 + 1.2 s): outages must not count.
             try await Task.sleep(for: .seconds(4))
-            #expect(E2E.shell("pg_ctlcluster \(cluster) start >/dev/null 2>&1") == 0)
+            #expect(Shell.run("pg_ctlcluster \(cluster) start >/dev/null 2>&1") == 0)
             started = true
             try await Task.sleep(for: .seconds(2))
             await load.stop()

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 /// Fanout streams with real processes: gateway, worker, fanout replicas.
 @Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
@@ -75,7 +76,7 @@ struct FanoutTests {
             await socket.close()
             // SIGTERM with streams open: they end, and the process exits 0 promptly.
             #expect(stack.fanouts[0].stop(within: 5) == 0)
-            _ = try await E2E.eventually(within: 2, "the streams ended") { other.inbox.finished ? true : nil }
+            _ = try await eventually(within: 2, "the streams ended") { other.inbox.finished ? true : nil }
         }
     }
 

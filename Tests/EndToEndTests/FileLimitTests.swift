@@ -3,6 +3,7 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+import TestSupport
 #endif
 
 /// No one user can exhaust the gateway through files, and uploads obey the same authority
@@ -204,7 +205,7 @@ struct FileLimitTests {
             #expect(try await purge.waitUntilReady())
             try await Task.sleep(for: .seconds(1))  // its first run is over
             #expect(try await api.request("DELETE", "/v1/spaces/\(space)", token: owner.token).status == 204)
-            _ = try await E2E.eventually(within: 10, "the directory's bytes removed") { sealedFiles() == 0 ? true : nil }
+            _ = try await eventually(within: 10, "the directory's bytes removed") { sealedFiles() == 0 ? true : nil }
         }
     }
 }

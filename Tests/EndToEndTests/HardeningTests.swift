@@ -1,6 +1,7 @@
 import Foundation
 import PQBridge
 import Testing
+import TestSupport
 
 /// Limits, timeouts and the defects a black-box probe found, each against the real services.
 @Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
@@ -192,7 +193,7 @@ struct HardeningTests {
             #expect(page.status == 200)
             #expect(page.text.contains(#""next_cursor":null"#), "\(page.text)")
             // Every queue, the fanout replica's own among them.
-            let fanoutQueue = try await E2E.eventually(within: 10, "the fanout queue listed") { () -> String? in
+            let fanoutQueue = try await eventually(within: 10, "the fanout queue listed") { () -> String? in
                 let queues = try await api.request("GET", "/v1/admin/queues", token: admin).json["items"] as? [[String: Any]] ?? []
                 return queues.compactMap { $0["name"] as? String }.first { $0.hasPrefix("fanout.") }
             }
@@ -236,7 +237,7 @@ struct HardeningTests {
 
             #expect(try await api.request("DELETE", "/v1/devices/\(phone)", token: token).status == 204)
             for (index, stream) in streams.enumerated() {
-                _ = try await E2E.eventually(within: 3, "phone stream \(index) closed") { stream.inbox.finished ? true : nil }
+                _ = try await eventually(within: 3, "phone stream \(index) closed") { stream.inbox.finished ? true : nil }
             }
             // The laptop keeps listening and still gets pokes.
             #expect(!laptopStream.inbox.finished)

@@ -5,6 +5,7 @@ import PQBridge
 import ServiceSupport
 import SyncModels
 import Testing
+import TestSupport
 
 /// A steady push load from several devices of several users, for fault tests. Every op
 /// creates its own record, so after the load the expected state is exact: each user has
@@ -131,7 +132,7 @@ final class SteadyLoad: @unchecked Sendable {
         let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
         defer { Task { await pool.shutdown() } }
         do {
-            _ = try await E2E.eventually(within: seconds, "\(jobs.count) jobs terminal") {
+            _ = try await eventually(within: seconds, "\(jobs.count) jobs terminal") {
                 try await pool.value(
                     "SELECT count(*) FROM jobs WHERE job_id = ANY(\(jobs)::uuid[]) AND status = ANY(\(JobStatus.unfinished.map(\.rawValue)))",
                     as: Int.self) == 0 ? true : nil

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 /// What an operator meets when a service cannot start, run as processes the way an operator
 /// runs them: one line naming the cause, exit status 1, and `scripts/up` stopping all it
@@ -53,7 +54,7 @@ struct OperatorErrorTests {
             environment: ["DATABASE_URL": url, "AMQP_URL": "amqp://guest:guest@127.0.0.1:\(closed)/"])
         defer { gateway.stop(within: 5) }
         let probe = APIClient(base: "http://127.0.0.1:\(gateway.port)")
-        let logged = try await E2E.eventually(within: 30, "both reasons in the gateway's log") { () -> String? in
+        let logged = try await eventually(within: 30, "both reasons in the gateway's log") { () -> String? in
             _ = try? await probe.request("GET", "/readyz")  // checks both, so tries to connect to both
             let output = Self.output(of: gateway)
             return output.contains("database \"\(name)\" does not exist") && output.contains("cannot reach 127.0.0.1:\(closed)") ? output : nil
@@ -69,11 +70,11 @@ struct OperatorErrorTests {
             executable: "\(root)/scripts/up", name: "scripts-up", port: port,
             environment: ["WORKERS": "1", "SYNCLINE_BIN": E2E.binaries.hasPrefix("/") ? E2E.binaries : "\(root)/\(E2E.binaries)"])
         let probe = APIClient(base: "http://127.0.0.1:\(port)")
-        _ = try await E2E.eventually(within: 90, "scripts/up's gateway") {
+        _ = try await eventually(within: 90, "scripts/up's gateway") {
             up.hasExited ? nil : try await probe.request("GET", "/readyz").status == 200 ? true : nil
         }
         for service in [port + 1, port + 2, port + 11] {
-            _ = try await E2E.eventually(within: 30, "service on \(service)") {
+            _ = try await eventually(within: 30, "service on \(service)") {
                 try await APIClient(base: "http://127.0.0.1:\(service)").request("GET", "/healthz").status == 200 ? true : nil
             }
         }

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 /// What a black-box probe sends besides well-formed API calls: broken HTTP framing, HEAD,
 /// oversized URLs, a flood of streams, and timing probes of job ids.
@@ -101,7 +102,7 @@ struct ProtocolEdgeTests {
             // Read as a stream: were it admitted, its body would never end.
             let refused = try SSEClient(port: port, path: path)
             defer { refused.close() }
-            let status = try await E2E.eventually(within: 10, "an answer to the fourth stream") { refused.httpStatus == 0 ? nil : refused.httpStatus }
+            let status = try await eventually(within: 10, "an answer to the fourth stream") { refused.httpStatus == 0 ? nil : refused.httpStatus }
             #expect(status == 429, "a fourth stream was answered \(status)")
             // A WebSocket over the cap is refused before its upgrade, with the same problem.
             let upgrade = try FanoutTests.upgrade(port: port, path: "/v1/stream?device_id=\(device)", token: token)
@@ -112,7 +113,7 @@ struct ProtocolEdgeTests {
             defer { otherStream.close() }
             _ = try await otherStream.inbox.next("hello", within: 15)
             streams[0].close()
-            let again = try await E2E.eventually(within: 10, "a place freed") { () -> SSEClient? in
+            let again = try await eventually(within: 10, "a place freed") { () -> SSEClient? in
                 let stream = try SSEClient(port: port, path: path)
                 if (try? await stream.inbox.next("hello", within: 2)) != nil { return stream }
                 stream.close()

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 /// Public content against one person trying to game it: counts that cannot be inflated,
 /// public ids that cannot be probed in bulk or hoarded, and no name left behind by a
@@ -157,7 +158,7 @@ struct PublicAbuseTests {
             let held = try await Self.publish(api, author, id: "second", publicID: own)
             #expect((held["results"] as? [[String: Any]])?.last?["reason"] as? String == "public_id_taken")
             try await Task.sleep(for: .milliseconds(1500))
-            let status = E2E.shell("PUBLIC_ID_RESERVATION=1s \(E2E.binaries)/purge --once > /dev/null 2>&1")
+            let status = Shell.run("PUBLIC_ID_RESERVATION=1s \(E2E.binaries)/purge --once > /dev/null 2>&1")
             #expect(status == 0)
             let released = try await Self.publish(api, author, id: "second", publicID: own)
             #expect((released["results"] as? [[String: Any]])?.last?["status"] as? String == "applied", "\(released)")

@@ -1,6 +1,7 @@
 import Auth
 import Foundation
 import Testing
+import TestSupport
 
 /// Publish / unpublish and the public endpoints.
 @Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
@@ -48,7 +49,7 @@ struct PublicContentTests {
             #expect(!etag.isEmpty)
             #expect(try await api.request("GET", "/v1/public/\(publicID)", headers: ["If-None-Match": etag]).status == 304)
             // Counts reach PostgreSQL in batches (about once a second).
-            _ = try await E2E.eventually(within: 5, "views flushed") {
+            _ = try await eventually(within: 5, "views flushed") {
                 let listed = try await api.request("GET", "/v1/public?collection=checklists&limit=100").json["items"] as? [[String: Any]]
                 return (listed?.first { $0["public_id"] as? String == publicID }?["view_count"] as? Int ?? 0) == 1 ? true : nil
             }

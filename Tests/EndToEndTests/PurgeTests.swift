@@ -1,6 +1,7 @@
 import Foundation
 import PQBridge
 import Testing
+import TestSupport
 
 /// Retention (honest retention) with the real `purge` executable and retention set to a second.
 @Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
@@ -9,7 +10,7 @@ struct PurgeTests {
 
     /// Runs `purge --once`; returns its exit status and what it logged.
     func purgeOnce(_ env: String = shortRetention) -> (Int32, String) {
-        E2E.shellOutput("\(env) \(E2E.binaries)/purge --once 2>&1")
+        Shell.output("\(env) \(E2E.binaries)/purge --once 2>&1")
     }
 
     @Test func tombstonesArePurgedStaleCursorsGet410AndNothingResurrects() async throws {

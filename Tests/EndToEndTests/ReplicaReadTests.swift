@@ -1,6 +1,7 @@
 import Foundation
 import SynclineClient
 import Testing
+import TestSupport
 
 /// Pulls read from the cluster's streaming standby (`DATABASE_READ_URL`) while its replay
 /// is paused (`pg_wal_replay_pause()`), so it lags the primary for as long as the test
@@ -54,7 +55,7 @@ struct ReplicaReadTests {
             try await device2.client.upsert("todos", id: "from-client", data: ["title": "mine"])
             try await device2.client.sync()
             let onPrimary = try await api.pullAll(token, minCursor: "999999999999")
-            let reached = try? await E2E.eventually(within: 5, "the client's pull") {
+            let reached = try? await eventually(within: 5, "the client's pull") {
                 await device2.log.events.contains { event in
                     if case .pulled(let cursor) = event { return cursor == onPrimary.cursor } else { return false }
                 } ? true : nil
@@ -69,7 +70,7 @@ struct ReplicaReadTests {
             // Replay resumed, the device that followed the replica's cursor gets what it lacked.
             try Cluster.must("replay resume")
             paused = false
-            let resumed = try await E2E.eventually(within: 20, "the replica replays") {
+            let resumed = try await eventually(within: 20, "the replica replays") {
                 let page = try await api.pullAll(token, since: stale.cursor)
                 return ids(page.changes) == ["while-paused", "from-client"] ? page : nil
             }

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 /// Isolation for spaces: every endpoint that names a space, asked by its owner, an editor, a
 /// viewer, a removed member and a stranger, answers the documented status — and what a
@@ -60,7 +61,7 @@ struct SpaceIsolationTests {
                     let stream = try SSEClient(
                         port: fanoutPort, path: "/v1/stream?device_id=\(caller.device)&access_token=\(caller.token)&space_id=\(id)")
                     defer { stream.close() }
-                    let status = try await E2E.eventually(within: 5, "stream status") { stream.httpStatus != 0 ? stream.httpStatus : nil }
+                    let status = try await eventually(within: 5, "stream status") { stream.httpStatus != 0 ? stream.httpStatus : nil }
                     return HTTPResult(status: status, headers: [:], body: Data())
                 },
                 // Destructive ones last, the owner's last of all.

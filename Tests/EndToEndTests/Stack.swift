@@ -9,6 +9,7 @@ import Logging
 import PQBridge
 import ServiceSupport
 import Testing
+import TestSupport
 
 enum E2E {
     static let environment = ProcessInfo.processInfo.environment
@@ -106,27 +107,6 @@ enum E2E {
         return fd
     }
 
-    /// Runs `command` and returns its exit status and standard output (its standard error
-    /// goes wherever `command` sends it).
-    static func shellOutput(_ command: String) -> (status: Int32, output: String) {
-        let file = FileManager.default.temporaryDirectory.appendingPathComponent("shell-\(UUID().uuidString).out").path
-        defer { try? FileManager.default.removeItem(atPath: file) }
-        let status = shell("{ \(command); } > \(file)")
-        return (status, (try? String(contentsOfFile: file, encoding: .utf8)) ?? "")
-    }
-
-    @discardableResult
-    static func shell(_ command: String) -> Int32 {
-        var pid: pid_t = 0
-        let arguments: [String] = ["/bin/sh", "-c", command]
-        let argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
-        guard posix_spawn(&pid, "/bin/sh", nil, nil, argv, environ) == 0 else { return -1 }
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
-        return (status >> 8) & 0xff
-    }
-
     /// Whether `body` finishes within `seconds`. A body that never finishes is left behind
     /// (its task leaks) so that a hang fails the test instead of stalling the whole run.
     static func finishes(within seconds: Double, _ body: @escaping @Sendable () async -> Void) async -> Bool {
@@ -138,16 +118,6 @@ enum E2E {
                 if answered.set() { continuation.resume(returning: false) }
             }
         }
-    }
-
-    static func eventually<T>(within seconds: Double, _ what: String, _ body: () async throws -> T?) async throws -> T {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if let value = try? await body() { return value }
-            try await Task.sleep(for: .milliseconds(100))
-        }
-        if let value = try await body() { return value }
-        throw StackError(description: "timed out after \(seconds) s waiting for \(what)")
     }
 }
 
@@ -429,7 +399,7 @@ struct APIClient: Sendable {
 
     /// Waits until the job is terminal and returns its view.
     func awaitJob(_ token: String, _ jobID: String, within seconds: Double = 30) async throws -> [String: Any] {
-        try await E2E.eventually(within: seconds, "job \(jobID)") {
+        try await eventually(within: seconds, "job \(jobID)") {
             let job = try await request("GET", "/v1/sync/jobs/\(jobID)", token: token).json
             let status = job["status"] as? String
             return ["succeeded", "dead", "discarded"].contains(status ?? "") ? job : nil

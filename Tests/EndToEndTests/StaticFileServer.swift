@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 
 /// A real HTTP server for files in a temporary folder (Python's `http.server` on
 /// loopback): the test identity provider's JWKS, a page on another origin. `stop()` ends it.
@@ -18,7 +19,7 @@ final class StaticFileServer: Sendable {
             "exec python3 -m http.server \(port) --bind 127.0.0.1 --directory \(directory) >>\(log) 2>&1", what: "python3 http.server")
         try write("ready.txt", "ok")
         let base = "http://127.0.0.1:\(port)"
-        _ = try await E2E.eventually(within: 15, "static server") {
+        _ = try await eventually(within: 15, "static server") {
             try await APIClient(base: base).request("GET", "/ready.txt").status == 200 ? true : nil
         }
     }

@@ -1,5 +1,6 @@
 import Foundation
 import NIOConcurrencyHelpers
+import TestSupport
 
 /// Messages a stream client received, with when.
 final class Inbox: @unchecked Sendable {
@@ -22,7 +23,7 @@ final class Inbox: @unchecked Sendable {
 
     /// Waits until a message of `type` arrives (after the `count` already seen); returns it.
     func next(_ type: String, after count: Int = 0, within seconds: Double = 5) async throws -> (at: Date, message: [String: Any]) {
-        try await E2E.eventually(within: seconds, "a \(type) message") {
+        try await eventually(within: seconds, "a \(type) message") {
             let found = of(type: type)
             return found.count > count ? found[count] : nil
         }
@@ -160,7 +161,7 @@ final class WSClient: @unchecked Sendable {
     func close() async {
         guard fd >= 0 else { return }
         sendFrame(opcode: 0x8, payload: [0x03, 0xE8])  // 1000: normal closure
-        try? await E2E.eventually(within: 2, "the server's close") { inbox.finished ? true : nil }
+        try? await eventually(within: 2, "the server's close") { inbox.finished ? true : nil }
         shutdown(fd, Int32(SHUT_RDWR))
         Glibc.close(fd)
     }

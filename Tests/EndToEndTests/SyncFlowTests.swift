@@ -5,6 +5,7 @@ import PQBridge
 import ServiceSupport
 import SyncModels
 import Testing
+import TestSupport
 
 @Suite("End to end: push → job → worker → pull", .enabled(if: E2E.enabled), .serialized, .timeLimit(.minutes(3)))
 struct SyncFlowTests {
@@ -181,15 +182,15 @@ struct SyncFlowTests {
             let api = stack.client
             let token = await E2E.token("intake-\(UUID().uuidString.prefix(6))")
             let device = try await api.registerDevice(token)
-            #expect(E2E.shell("rabbitmqctl -q stop_app >/dev/null 2>&1") == 0)
+            #expect(Shell.run("rabbitmqctl -q stop_app >/dev/null 2>&1") == 0)
             var restarted = false
-            defer { if !restarted { E2E.shell("rabbitmqctl -q start_app >/dev/null 2>&1") } }
+            defer { if !restarted { Shell.run("rabbitmqctl -q start_app >/dev/null 2>&1") } }
             let push = try await api.push(token, device: device, ops: [
                 ["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": "n1", "data": ["t": "offline"]],
             ])
             #expect(push.status == 202, "\(push.text)")
             let job = try #require(push.json["job_id"] as? String)
-            #expect(E2E.shell("rabbitmqctl -q start_app >/dev/null 2>&1 && rabbitmqctl -q await_startup >/dev/null 2>&1") == 0)
+            #expect(Shell.run("rabbitmqctl -q start_app >/dev/null 2>&1 && rabbitmqctl -q await_startup >/dev/null 2>&1") == 0)
             restarted = true
             let view = try await api.awaitJob(token, job, within: 60)
             #expect(view["status"] as? String == "succeeded")
@@ -206,17 +207,17 @@ struct SyncFlowTests {
             let token = await E2E.token("pgdown-\(UUID().uuidString.prefix(6))")
             let device = try await api.registerDevice(token)
             let op: () -> [[String: Any]] = { [["op_id": newOpID(), "type": "delete", "collection": "notes", "id": "x"]] }
-            #expect(E2E.shell("pg_ctlcluster \(cluster) stop -m fast >/dev/null 2>&1") == 0)
+            #expect(Shell.run("pg_ctlcluster \(cluster) stop -m fast >/dev/null 2>&1") == 0)
             var started = false
-            defer { if !started { E2E.shell("pg_ctlcluster \(cluster) start >/dev/null 2>&1") } }
+            defer { if !started { Shell.run("pg_ctlcluster \(cluster) start >/dev/null 2>&1") } }
             let refused = try await api.push(token, device: device, ops: op())
             #expect(refused.status == 503, "\(refused.text)")
             #expect(refused.json["code"] as? String == "unavailable")
             #expect(refused.header("Retry-After") != nil)
             #expect(try await api.request("GET", "/readyz").status == 503)
-            #expect(E2E.shell("pg_ctlcluster \(cluster) start >/dev/null 2>&1") == 0)
+            #expect(Shell.run("pg_ctlcluster \(cluster) start >/dev/null 2>&1") == 0)
             started = true
-            let accepted = try await E2E.eventually(within: 30, "push accepted again") {
+            let accepted = try await eventually(within: 30, "push accepted again") {
                 let result = try await api.push(token, device: device, ops: op())
                 return result.status == 202 ? result : nil
             }
@@ -278,7 +279,7 @@ struct SyncFlowTests {
                 ["op_id": newOpID(), "type": "delete", "collection": "notes", "id": "gone"],
             ])
             #expect(try await api.awaitJob(token, push.json["job_id"] as! String)["status"] as? String == "succeeded")
-            let parked = try await E2E.eventually(within: 15, "two dead letters") {
+            let parked = try await eventually(within: 15, "two dead letters") {
                 let depth = try await publisher.queueStats([SynclineTopology.deadLetterQueue]).first?.messages ?? 0
                 return depth >= before + 2 ? depth : nil
             }

@@ -4,13 +4,14 @@ import Foundation
 import ServiceSupport
 import SyncModels
 import Testing
+import TestSupport
 
 /// The operator CLI against the same running stack.
 @Suite("syncctl", .enabled(if: E2E.enabled), .serialized, .timeLimit(.minutes(3)))
 struct SyncctlTests {
     /// Runs syncctl with the test environment and returns its exit code and standard output.
     func syncctl(_ arguments: String, env: String = "") throws -> (Int32, String) {
-        E2E.shellOutput("\(env) \(E2E.binaries)/syncctl \(arguments) 2>/dev/null")
+        Shell.output("\(env) \(E2E.binaries)/syncctl \(arguments) 2>/dev/null")
     }
 
     @Test func tokenMigrateAndJobsShow() async throws {
@@ -51,7 +52,7 @@ struct SyncctlTests {
             let unknown = UUID().uuidString.lowercased()
             try await publisher.publish([SynclineTopology.jobMessage(JobRef(space: UUID().uuidString, job: unknown), traceID: nil)])
             let admin = await E2E.token("cli-admin", admin: true)
-            _ = try await E2E.eventually(within: 10, "the unknown job dead-lettered") {
+            _ = try await eventually(within: 10, "the unknown job dead-lettered") {
                 try await stack.client.request("GET", "/v1/admin/dead-letters/\(unknown)", token: admin).status == 200 ? true : nil
             }
             let env = "RETRY_DELAYS=\(E2E.serviceDefaults["RETRY_DELAYS"]!) USER=tester"
@@ -99,7 +100,7 @@ struct SyncctlTests {
             let (kept, discarded) = (UUID().uuidString.lowercased(), UUID().uuidString.lowercased())
             try await publisher.publish([kept, discarded].map { SynclineTopology.jobMessage(JobRef(space: UUID().uuidString, job: $0), traceID: nil) })
             for id in [kept, discarded] {
-                _ = try await E2E.eventually(within: 10, "\(id) dead-lettered") {
+                _ = try await eventually(within: 10, "\(id) dead-lettered") {
                     try await stack.client.request("GET", "/v1/admin/dead-letters/\(id)", token: admin).status == 200 ? true : nil
                 }
             }

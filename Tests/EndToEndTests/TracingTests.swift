@@ -3,6 +3,7 @@ import NIOConcurrencyHelpers
 import ServiceSupport
 import SynclineClient
 import Testing
+import TestSupport
 
 /// Traces as an operator's collector receives them: the services export over OTLP/HTTP to
 /// a real receiver (`scripts/otlp-receiver`, decoding with `opentelemetry-proto`).
@@ -38,7 +39,7 @@ struct TracingTests {
                 ("syncline-gateway", "COMMIT"), ("syncline-worker", "process sync.jobs"), ("syncline-worker", "publish sync.events"),
                 ("syncline-worker", "COMMIT"), ("syncline-fanout", "poke "),
             ]
-            let spans = try await E2E.eventually(within: 20, "the push's spans from the gateway, the worker and fanout") {
+            let spans = try await eventually(within: 20, "the push's spans from the gateway, the worker and fanout") {
                 let spans = receiver.spans(inTrace: traceID)
                 let all = expected.allSatisfy { service, name in
                     spans.contains { $0.service == service && ($0.name == name || name.hasSuffix(" ") && $0.name.hasPrefix(name)) }
@@ -109,13 +110,13 @@ struct TracingTests {
                 }
                 try await group.waitForAll()
             }
-            let batch = try await E2E.eventually(within: 20, "a group commit of several pushes") {
+            let batch = try await eventually(within: 20, "a group commit of several pushes") {
                 receiver.all().first { $0.name == "intake commit" && $0.links.count > 1 }
             }
             #expect(!traces.contains(batch.trace), "the batch has a trace of its own")
             for link in batch.links {
                 #expect(traces.contains(link.trace))
-                let member = try await E2E.eventually(within: 10, "the batch's span in a push's trace") {
+                let member = try await eventually(within: 10, "the batch's span in a push's trace") {
                     receiver.spans(inTrace: link.trace).first { $0.name == "intake commit" }
                 }
                 #expect(member.links.contains { $0.trace == batch.trace && $0.span == batch.id })
@@ -142,7 +143,7 @@ struct TracingTests {
             }
             let picked = Set(traces.filter { TraceParent.isSampled(TraceParent.sampled("00-\($0)-00f067aa0ba902b7-01", ratio: 0.5)) })
             #expect(!picked.isEmpty && picked.count < traces.count)
-            _ = try await E2E.eventually(within: 20, "the picked pushes' spans") {
+            _ = try await eventually(within: 20, "the picked pushes' spans") {
                 let traced = Set(receiver.all().filter { $0.name == "POST /v1/sync/push" }.map(\.trace))
                 return picked.isSubset(of: traced) ? true : nil
             }
@@ -177,7 +178,7 @@ final class OTLPReceiver: Sendable {
         FileManager.default.createFile(atPath: file, contents: nil)
         let script = FileManager.default.currentDirectoryPath + "/scripts/otlp-receiver"
         process = try ShellProcess("exec python3 \(script) \(port) \(file) 2>>\(file).log", what: "the OTLP receiver")
-        _ = try await E2E.eventually(within: 15, "the OTLP receiver") {
+        _ = try await eventually(within: 15, "the OTLP receiver") {
             E2E.connectLoopback(port: port).map { fd in close(fd); return true }
         }
     }

@@ -1,6 +1,7 @@
 import Foundation
 import SynclineClient
 import Testing
+import TestSupport
 
 /// Typed records, queries, query observation and the status stream against the real stack.
 @Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
@@ -31,7 +32,7 @@ struct TypedClientTests {
             #expect(run(b, "sync") == 0 && run(a, "sync") == 0)
             let outputs = try [a, b].map { database in
                 let file = "\(database).out"
-                #expect(E2E.shell("CLIENT_TOKEN=\(token) \(E2E.binaries)/ClientProcess \(stack.client.base) \(database) recipes > \(file)") == 0)
+                #expect(Shell.run("CLIENT_TOKEN=\(token) \(E2E.binaries)/ClientProcess \(stack.client.base) \(database) recipes > \(file)") == 0)
                 return try String(contentsOfFile: file, encoding: .utf8)
             }
             #expect(outputs[0] == "r2 Bread 90\nr1 Stew 45\n")
@@ -49,7 +50,7 @@ struct TypedClientTests {
             let observed = try await b.client.observe(Recipe.self, where: Field("vegan") == true, orderBy: [Field("title").ascending])
             let consumer = Task { for await recipes in observed { await deliveries.append(recipes) } }
             defer { consumer.cancel() }
-            _ = try await E2E.eventually(within: 5, "the first result") { await deliveries.count == 1 ? true : nil }
+            _ = try await eventually(within: 5, "the first result") { await deliveries.count == 1 ? true : nil }
 
             func pulledByB(_ write: () async throws -> Void) async throws {
                 try await write()
@@ -78,11 +79,11 @@ struct TypedClientTests {
             let statuses = Deliveries<SyncStatus>()
             let consumer = Task { for await status in a.client.statusUpdates { await statuses.append(status) } }
             defer { consumer.cancel() }
-            _ = try await E2E.eventually(within: 5, "the first status") { await statuses.count >= 1 ? true : nil }
+            _ = try await eventually(within: 5, "the first status") { await statuses.count >= 1 ? true : nil }
             try await a.client.save(Recipe(id: "r1", title: "Soup", minutes: 30))
-            _ = try await E2E.eventually(within: 5, "a pending op") { await statuses.last?.pendingOps == 1 ? true : nil }
+            _ = try await eventually(within: 5, "a pending op") { await statuses.last?.pendingOps == 1 ? true : nil }
             try await a.client.sync()
-            let synced = try await E2E.eventually(within: 5, "the op confirmed") {
+            let synced = try await eventually(within: 5, "the op confirmed") {
                 await statuses.last.flatMap { $0.pendingOps == 0 && $0.lastSyncAt != nil ? $0 : nil }
             }
             #expect(synced.lastError == nil && synced.setAsideOps == 0)
@@ -100,11 +101,11 @@ struct TypedClientTests {
             try await client.save(Recipe(id: "r1", title: "Soup", minutes: 30))
             try await client.save(Recipe(id: "r2", title: "Roast", minutes: 120))
             try await client.save(Recipe(id: "r3", title: "Salad", minutes: 10))
-            _ = try await E2E.eventually(within: 5, "the live query's records") {
+            _ = try await eventually(within: 5, "the live query's records") {
                 await MainActor.run { quick.records.map(\.id) } == ["r3", "r1"] ? true : nil
             }
             try await client.sync()
-            _ = try await E2E.eventually(within: 5, "the live query's status") {
+            _ = try await eventually(within: 5, "the live query's status") {
                 await MainActor.run { quick.status?.pendingOps } == 0 ? true : nil
             }
             #expect(await MainActor.run { quick.error } == nil)

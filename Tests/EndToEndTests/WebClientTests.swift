@@ -2,6 +2,7 @@ import Foundation
 import PQBridge
 import SyncModels
 import Testing
+import TestSupport
 
 /// SynclineWeb in headless Chromium (real IndexedDB, fetch and CORS; the page on another
 /// origin) against the real stack.
@@ -23,7 +24,7 @@ struct WebClientTests {
     static func serve() async throws -> StaticFileServer {
         let package = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("Shared/SynclineWeb").path
-        #expect(E2E.shell("tsc -p \(package)") == 0, "the web client does not compile")
+        #expect(Shell.run("tsc -p \(package)") == 0, "the web client does not compile")
         let server = try await StaticFileServer()
         for file in try FileManager.default.contentsOfDirectory(atPath: "\(package)/dist") where file.hasSuffix(".js") {
             try server.write(file, try String(contentsOfFile: "\(package)/dist/\(file)", encoding: .utf8))
@@ -198,7 +199,7 @@ struct WebClientTests {
                   return true;
                 })()
                 """)
-            _ = try await E2E.eventually(within: 10, "the push to reach the gateway") { proxy.pushes.count == 1 ? true : nil }
+            _ = try await eventually(within: 10, "the push to reach the gateway") { proxy.pushes.count == 1 ? true : nil }
             try browser.reload()  // the page goes away mid-push
             try browser.waitFor("window.syncline")
             proxy.passThrough()
@@ -534,7 +535,7 @@ struct WebClientTests {
             _ = try browser.evaluate("client.upsert('items', 'from-second', {title: 'b'})")
             browser.use(first)
             try browser.waitFor("window.seen.includes('from-second')", within: 2)
-            _ = try await E2E.eventually(within: 10, "the leader to push the follower's write") {
+            _ = try await eventually(within: 10, "the leader to push the follower's write") {
                 try await ClientTests.server(stack, user, "items")["from-second"] != nil ? true : nil
             }
             // A write in the leader shows in the follower.
@@ -547,7 +548,7 @@ struct WebClientTests {
             browser.use(second)
             try browser.waitFor("client.status().then(s => window.leads = s.leader) && window.leads", within: 3)
             _ = try browser.evaluate("client.upsert('items', 'after', {title: 'c'})")
-            _ = try await E2E.eventually(within: 10, "the new leader to push") {
+            _ = try await eventually(within: 10, "the new leader to push") {
                 try await ClientTests.server(stack, user, "items")["after"] != nil ? true : nil
             }
             #expect(Set(try await ClientTests.server(stack, user, "items").keys) == ["from-first", "from-second", "after"])
@@ -808,7 +809,7 @@ struct WebClientTests {
             let directory = E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()
             let database = "\(directory)/web-swift-\(UUID().uuidString.prefix(8)).sqlite"
             func swift(_ command: String) -> Int32 {
-                E2E.shell("CLIENT_TOKEN=\(memberToken) CLIENT_SPACE=\(space) \(E2E.binaries)/ClientProcess \(stack.client.base) \(database) \(command) >/dev/null 2>&1")
+                Shell.run("CLIENT_TOKEN=\(memberToken) CLIENT_SPACE=\(space) \(E2E.binaries)/ClientProcess \(stack.client.base) \(database) \(command) >/dev/null 2>&1")
             }
             #expect(swift("sync") == 0)
             #expect(swift("update r1 minutes=45") == 0)  // the Swift client: minutes
@@ -830,7 +831,7 @@ struct WebClientTests {
             let expected: [String: JSONValue] = ["title": "Stew", "minutes": 45, "servings": 4]
             #expect(web == #"{"minutes":45,"servings":4,"title":"Stew"}"#)
             #expect(try await ClientTests.server(stack, owner, "recipes", space: space)["r1"] == expected)
-            #expect(E2E.shell("CLIENT_TOKEN=\(memberToken) CLIENT_SPACE=\(space) \(E2E.binaries)/ClientProcess \(stack.client.base) \(database) recipes > \(database).out") == 0)
+            #expect(Shell.run("CLIENT_TOKEN=\(memberToken) CLIENT_SPACE=\(space) \(E2E.binaries)/ClientProcess \(stack.client.base) \(database) recipes > \(database).out") == 0)
             #expect(try String(contentsOfFile: "\(database).out", encoding: .utf8) == "r1 Stew 45\n")
         }
     }
@@ -891,7 +892,7 @@ struct WebClientTests {
             let delete = try await stack.client.push(token, device: phone, ops: [["op_id": newOpID(), "type": "delete", "collection": "todos", "id": "t1"]])
             _ = try await stack.client.awaitJob(token, try #require(delete.json["job_id"] as? String))
             try await Task.sleep(for: .milliseconds(1_500))
-            #expect(E2E.shell("\(PurgeTests.shortRetention) \(E2E.binaries)/purge --once > /dev/null 2>&1") == 0)
+            #expect(Shell.run("\(PurgeTests.shortRetention) \(E2E.binaries)/purge --once > /dev/null 2>&1") == 0)
 
             let after = try browser.evaluate("""
                 (async () => {
@@ -912,7 +913,7 @@ struct WebClientTests {
     @Test func theExampleAppSyncsBetweenTwoDevices() async throws {
         let package = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("Shared/SynclineWeb").path
-        #expect(E2E.shell("tsc -p \(package)") == 0)
+        #expect(Shell.run("tsc -p \(package)") == 0)
         let site = try await StaticFileServer()
         defer { site.stop() }
         for folder in ["dist", "example"] {

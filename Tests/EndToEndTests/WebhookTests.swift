@@ -2,6 +2,7 @@ import Auth
 import Foundation
 import NIOConcurrencyHelpers
 import Testing
+import TestSupport
 
 /// A tiny HTTP server for webhook tests: records each request and answers with the
 /// status `respond` picks (after `delay` seconds), one connection per request.
@@ -124,7 +125,7 @@ struct WebhookTests {
                 ["op_id": newOpID(), "type": "upsert", "collection": "lists", "id": "l1", "data": ["t": "eggs"]],
             ])
             let job = try await api.awaitJob(token, try #require(push.json["job_id"] as? String))
-            let requests = try await E2E.eventually(within: 10, "three webhook requests") {
+            let requests = try await eventually(within: 10, "three webhook requests") {
                 receiver.requests.count >= 3 ? receiver.requests : nil
             }
             #expect(requests.count == 3)
@@ -162,7 +163,7 @@ struct WebhookTests {
                 ["op_id": newOpID(), "type": "upsert", "collection": "lists", "id": "l1", "data": ["t": "eggs"]],
             ])
             _ = try await api.awaitJob(token, try #require(push.json["job_id"] as? String))
-            _ = try await E2E.eventually(within: 10, "the redirect retried") { bouncer.requests.count >= 2 ? true : nil }
+            _ = try await eventually(within: 10, "the redirect retried") { bouncer.requests.count >= 2 ? true : nil }
             #expect(target.requests.isEmpty, "a redirect must not be followed")
         }
     }
@@ -183,7 +184,7 @@ struct WebhookTests {
             _ = try await api.push(token, device: origin.id, ops: [
                 ["op_id": newOpID(), "type": "delete", "collection": "lists", "id": "l1"],
             ])
-            let item = try await E2E.eventually(within: 15, "the webhook dead-lettered") { () -> [String: Any]? in
+            let item = try await eventually(within: 15, "the webhook dead-lettered") { () -> [String: Any]? in
                 let page = try await api.request("GET", "/v1/admin/dead-letters?queue=notify&user_id=\(user)", token: admin).json
                 return (page["items"] as? [[String: Any]])?.first
             }
@@ -195,7 +196,7 @@ struct WebhookTests {
             healthy.withLockedValue { $0 = true }
             let id = try #require(item["job_id"] as? String)
             #expect(try await api.request("POST", "/v1/admin/dead-letters/\(id)/replay", token: admin).status == 202)
-            _ = try await E2E.eventually(within: 10, "the replayed webhook delivered") {
+            _ = try await eventually(within: 10, "the replayed webhook delivered") {
                 receiver.requests.count == E2E.maxAttempts + 1 ? true : nil
             }
             let after = try await api.request("GET", "/v1/admin/dead-letters?queue=notify&user_id=\(user)", token: admin).json
@@ -220,7 +221,7 @@ struct WebhookTests {
             ])
             _ = try await api.awaitJob(token, try #require(push.json["job_id"] as? String))
             let committed = Date()
-            let first = try await E2E.eventually(within: 3, "the fast receiver's poke") { fast.requests.first }
+            let first = try await eventually(within: 3, "the fast receiver's poke") { fast.requests.first }
             #expect(first.at.timeIntervalSince(committed) < 1.5)
             #expect(slow.requests.isEmpty, "the slow receivers are still answering")
         }

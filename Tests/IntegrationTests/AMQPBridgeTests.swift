@@ -1,5 +1,6 @@
 import AMQPBridge
 import Foundation
+import TestSupport
 import Testing
 
 @Suite("rabbitmq-c bridge", .enabled(if: TestEnvironment.hasServers), .serialized, .timeLimit(.minutes(3)))
@@ -139,7 +140,7 @@ struct AMQPBridgeTests {
             logger: TestEnvironment.logger)
         consumer.start()
         // A quorum queue can refuse messages for a moment right after it is declared.
-        _ = try await TestEnvironment.eventually(within: 15) { try await publisher.publish([message(queue, "before")]) }
+        try await eventually(within: 15, "a publish") { try await publisher.publish([message(queue, "before")]); return true }
         let before = try #require(await next(consumer))
         consumer.ack(before)
 
@@ -149,7 +150,7 @@ struct AMQPBridgeTests {
         try TestEnvironment.rabbitmqctl("start_app")
         try TestEnvironment.rabbitmqctl("await_startup")
 
-        _ = try await TestEnvironment.eventually(within: 30) { try await publisher.publish([message(queue, "after")]) }
+        try await eventually(within: 30, "a publish after the restart") { try await publisher.publish([message(queue, "after")]); return true }
         // Whatever else is redelivered first (an unacked "before" copy) is acked on the way.
         var after = try #require(await next(consumer, within: 30))
         while String(decoding: after.body, as: UTF8.self) != "after" {

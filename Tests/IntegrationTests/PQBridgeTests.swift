@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import PQBridge
+import TestSupport
 import Testing
 
 /// Log lines as `level message key=value…`, kept for a test to read.
@@ -107,8 +108,14 @@ struct PQBridgeTests {
         try await withPool(size: 2) { pool in
             #expect(try await pool.execute("SELECT 1").first?.decode(Int32.self, at: 0) == 1)
             try TestEnvironment.restartPostgres()
-            let (row, errors) = try await TestEnvironment.eventually(within: 30) {
-                try await pool.execute("SELECT 2").first?.decode(Int32.self, at: 0)
+            var errors: [any Error] = []
+            let row = try await eventually(within: 30, "a statement after the restart") {
+                do {
+                    return try await pool.execute("SELECT 2").first?.decode(Int32.self, at: 0)
+                } catch {
+                    errors.append(error)
+                    throw error
+                }
             }
             #expect(row == 2)
             for error in errors {

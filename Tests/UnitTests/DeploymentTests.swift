@@ -2,6 +2,7 @@ import BrokerTopology
 import Foundation
 import ServiceSupport
 import SyncModels
+import TestSupport
 import Testing
 import Yams
 
@@ -40,14 +41,8 @@ struct DeploymentTests {
     /// (Waited for off the cooperative pool: docker-compose takes seconds on a busy
     /// machine, and a blocked pool thread would stall the other tests meanwhile.)
     @Test func dockerComposeParsesIt() async throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/docker-compose")
-        process.arguments = ["-f", Self.root.appendingPathComponent("compose.yaml").path, "config", "-q"]
-        process.environment = ["PATH": "/usr/bin:/bin"]
-        let status = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Int32, any Error>) in
-            process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
-            do { try process.run() } catch { continuation.resume(throwing: error) }
-        }
+        let compose = Self.root.appendingPathComponent("compose.yaml").path
+        let (status, _) = await Shell.runOffThePool("PATH=/usr/bin:/bin docker-compose -f '\(compose)' config -q")
         #expect(status == 0)
     }
 
