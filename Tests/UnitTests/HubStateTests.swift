@@ -26,11 +26,11 @@ struct HubStateTests {
     /// Subscribes as the hub does: resumed at once unless told to wait, then resumed by
     /// whoever reports the bind. Returns the admission it ends with.
     static func subscribe(_ state: NIOLockedValueBox<HubState>, user: String, _ stream: Stream) async -> Task<HubState.Admission, any Error> {
-        let registered = NIOLockedValueBox(false)
+        let (registration, registered) = AsyncStream.makeStream(of: Void.self)
         let task = Task {
             try await withCheckedThrowingContinuation { waiter in
                 let admission = state.withLockedValue { $0.subscribe(user: user, stream.subscriber, waiter: waiter) }
-                registered.withLockedValue { $0 = true }
+                registered.finish()
                 switch admission {
                 case .refused(let refusal): waiter.resume(throwing: refusal)
                 case .bind, .ready: waiter.resume(returning: admission)
@@ -38,7 +38,7 @@ struct HubStateTests {
                 }
             }
         }
-        while !registered.withLockedValue({ $0 }) { await Task.yield() }
+        for await _ in registration {}
         return task
     }
 
