@@ -105,12 +105,8 @@ final class Hub: Service, Sendable {
         do {
             admission = try await withCheckedThrowingContinuation { waiter in
                 let decided = state.withLockedValue { $0.subscribe(user: user, subscriber, waiter: waiter) }
-                switch decided {
-                case .refused(let refusal): waiter.resume(throwing: refusal)
-                case .bind, .ready: waiter.resume(returning: decided)
-                case .wait: break  // resumed by the stream that binds
-                }
-                if case .refused = decided {} else { connected.increment() }
+                if decided.admitted { connected.increment() }
+                decided.settle(waiter)
             }
         } catch let refusal as HubState.Refusal {
             continuation.finish()

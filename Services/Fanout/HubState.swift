@@ -49,6 +49,22 @@ struct HubState {
         case wait
         /// Nothing: the key is bound.
         case ready
+
+        /// Whether the stream was registered (every admission but a refusal).
+        var admitted: Bool {
+            if case .refused = self { return false }
+            return true
+        }
+
+        /// Resumes the subscribing stream's waiter with this admission — unless it is
+        /// `.wait`: then the stream that binds resumes it (`bindFinished`).
+        func settle(_ waiter: Waiter) {
+            switch self {
+            case .refused(let refusal): waiter.resume(throwing: refusal)
+            case .bind, .ready: waiter.resume(returning: self)
+            case .wait: break
+            }
+        }
     }
 
     /// A message for one stream.
@@ -105,8 +121,8 @@ struct HubState {
     /// Whether the user holds fewer streams here than they may.
     func admits(user: String) -> Bool { (users[user]?.count ?? 0) < streamsPerUser }
 
-    /// Registers a stream of `user`. The caller resumes `waiter` with the admission, unless
-    /// it is `.wait`: then the waiter is kept, and resumed when the user's key is bound.
+    /// Registers a stream of `user`. The caller settles `waiter` with the admission
+    /// (`Admission.settle`); on `.wait` the waiter is kept, and resumed when the key is bound.
     mutating func subscribe(user: String, _ subscriber: Subscriber, waiter: Waiter) -> Admission {
         if closed { return .refused(.closed) }
         if !admits(user: user) { return .refused(.tooMany) }

@@ -61,9 +61,9 @@ struct GatewayParts {
         pool = configuration.primaryPool(logger: logger)
         var replicaLogger = logger
         replicaLogger[metadataKey: "database"] = "replica"
-        replica = settings.databaseReadURL.map { [pool = configuration.databasePoolSize] in
+        replica = settings.databaseReadURL.map { [size = configuration.databasePoolSize] in
             PGPool(
-                url: $0, size: pool, logger: replicaLogger, slowThreshold: configuration.slowThreshold,
+                url: $0, size: size, logger: replicaLogger, slowThreshold: configuration.slowThreshold,
                 name: "replica", isSampled: Traces.isSampled)
         }
         reads = ReadPools(primary: pool, replica: replica, logger: logger)

@@ -26,8 +26,6 @@ public struct PGRows: Sendable, RandomAccessCollection {
     final class Result: @unchecked Sendable {
         private let handle: OpaquePointer
         @usableFromInline let columns: [String]
-        /// Each column's position, by name (the first, where names repeat).
-        let positions: [String: Int]
         @usableFromInline let types: [PGType]
         @usableFromInline let rowCount: Int
         let affectedRows: Int
@@ -36,7 +34,6 @@ public struct PGRows: Sendable, RandomAccessCollection {
             self.handle = handle
             let columnCount = Int(PQnfields(handle))
             columns = (0..<columnCount).map { String(cString: PQfname(handle, Int32($0))) }
-            positions = Dictionary(columns.enumerated().map { ($1, $0) }, uniquingKeysWith: { first, _ in first })
             types = (0..<columnCount).map { PGType(oid: PQftype(handle, Int32($0))) }
             rowCount = Int(PQntuples(handle))
             affectedRows = Int(String(cString: PQcmdTuples(handle))) ?? 0
@@ -108,8 +105,8 @@ public struct PGRows: Sendable, RandomAccessCollection {
             try Record(from: ColumnDecoder(row: self))
         }
 
-        /// The position of the column named `name`, if the result has one.
-        func column(named name: String) -> Int? { result.positions[name] }
+        /// The position of the (first) column named `name`, if the result has one.
+        func column(named name: String) -> Int? { result.columns.firstIndex(of: name) }
     }
 }
 

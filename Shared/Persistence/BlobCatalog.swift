@@ -19,7 +19,7 @@ public struct BlobCatalog: Sendable {
         public let store: String
 
         /// The columns read (`storedColumns`), by name.
-        enum CodingKeys: String, CodingKey {
+        enum CodingKeys: String, CodingKey, CaseIterable {
             case sha256, size
             case contentType = "content_type"
             case objectID = "object_id"
@@ -35,7 +35,7 @@ public struct BlobCatalog: Sendable {
         }
     }
 
-    static let storedColumns = "sha256, size, content_type, object_id, store"
+    static let storedColumns = StoredBlob.CodingKeys.allCases.map(\.rawValue).joined(separator: ", ")
 
     /// A new object about to be written: it is garbage, due once `abandonAfter` seconds
     /// have passed, unless a finished upload makes it a file first.
@@ -184,7 +184,7 @@ public struct BlobCatalog: Sendable {
         public let store: String
 
         /// The columns read (`uploadColumns`), by name.
-        enum CodingKeys: String, CodingKey {
+        enum CodingKeys: String, CodingKey, CaseIterable {
             case uploadID = "upload_id"
             case userID = "user_id"
             case spaceID = "space_id"
@@ -194,7 +194,7 @@ public struct BlobCatalog: Sendable {
         }
     }
 
-    static let uploadColumns = "upload_id, user_id, space_id, sha256, content_type, length, received, finished, store"
+    static let uploadColumns = Upload.CodingKeys.allCases.map(\.rawValue).joined(separator: ", ")
 
     public enum CreatedUpload: Sendable, Equatable {
         case created(Upload)

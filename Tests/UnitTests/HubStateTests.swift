@@ -31,11 +31,7 @@ struct HubStateTests {
             try await withCheckedThrowingContinuation { waiter in
                 let admission = state.withLockedValue { $0.subscribe(user: user, stream.subscriber, waiter: waiter) }
                 registered.finish()
-                switch admission {
-                case .refused(let refusal): waiter.resume(throwing: refusal)
-                case .bind, .ready: waiter.resume(returning: admission)
-                case .wait: break
-                }
+                admission.settle(waiter)
             }
         }
         for await _ in registration {}
