@@ -283,7 +283,7 @@ let package = Package(
         // A device as a process of its own, for end-to-end tests that kill it.
         .executableTarget(
             name: "ClientProcess", dependencies: ["SynclineClient"], path: "Tests/ClientProcess", swiftSettings: strict),
-        .target(name: "TestSupport", path: "Tests/TestSupport", swiftSettings: strict),
+        .target(name: "TestSupport", dependencies: ["Auth"], path: "Tests/TestSupport", swiftSettings: strict),
         .testTarget(
             name: "UnitTests",
             dependencies: [
@@ -304,6 +304,15 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
             path: "Tests/IntegrationTests", swiftSettings: strict),
+        // The gateway's routes in the test's own process (HummingbirdTesting), against the
+        // real database and broker: no service process, so these start in milliseconds.
+        .testTarget(
+            name: "RouteTests",
+            dependencies: [
+                "Gateway", "ServiceSupport", "PQBridge", "TestSupport",
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+            ],
+            path: "Tests/RouteTests", swiftSettings: strict),
         .testTarget(
             name: "EndToEndTests",
             dependencies: [

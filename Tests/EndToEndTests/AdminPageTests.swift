@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 /// The `/admin` page in a real browser: headless Chromium loads it, the operator pastes an
 /// admin token, sees a dead letter with its reason, clicks Replay, and sees it leave the

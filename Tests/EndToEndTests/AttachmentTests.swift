@@ -123,7 +123,7 @@ struct AttachmentTests {
 
     /// Sends a PATCH whose body is cut after `sent` of its `declared` bytes.
     static func cutPatch(port: Int, path: String, token: String, offset: Int, body: Data, declared: Int) throws {
-        guard let fd = E2E.connectLoopback(port: port) else { throw StackError(description: "cannot connect to :\(port)") }
+        guard let fd = Loopback.connect(port: port) else { throw StackError(description: "cannot connect to :\(port)") }
         defer { close(fd) }
         let head = "PATCH \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\nTus-Resumable: 1.0.0\r\n"
             + "Upload-Offset: \(offset)\r\nContent-Type: application/offset+octet-stream\r\nContent-Length: \(declared)\r\n\r\n"

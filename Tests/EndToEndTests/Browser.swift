@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 /// Headless Chromium driven over the DevTools protocol on a pipe (`--remote-debugging-pipe`:
 /// JSON messages separated by NUL on file descriptors 3 and 4), so a test can load a page,

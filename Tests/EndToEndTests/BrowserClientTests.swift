@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 /// A web client on another origin, in headless Chromium: CORS lets the allowed origin
 /// register a device, push, follow the job, pull and stream; another origin is refused.

@@ -2,6 +2,7 @@ import Foundation
 import SyncModels
 import SynclineClient
 import Testing
+import TestSupport
 
 /// SynclineClient's attachments against the real stack: a file attached offline travels
 /// after a restart, before the record that references it; a refused file blocks nothing.

@@ -2,6 +2,7 @@ import Foundation
 import SyncModels
 import SynclineClient
 import Testing
+import TestSupport
 
 /// Property: three devices of one user with drifting clocks write random ops, sync at
 /// random moments, are restarted (a new client on the same SQLite file) and lose the

@@ -1,6 +1,7 @@
 import Foundation
 import SynclineClient
 import Testing
+import TestSupport
 
 /// The README's "Use it from an app" example, compiled and run against the real stack.
 @Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))

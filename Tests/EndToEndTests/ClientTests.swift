@@ -98,7 +98,7 @@ struct ClientTests {
     /// 30 s timeout).
     @Test func stopReturnsAtOnceWhileTheRegistrationWaitsOnAServerThatNeverAnswers() async throws {
         // A listening socket nobody accepts from: connections complete, requests are never read.
-        let (fd, port) = try #require(E2E.bindLoopback())
+        let (fd, port) = try #require(Loopback.bind())
         #expect(listen(fd, 16) == 0)
         defer { close(fd) }
         let directory = E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()
@@ -136,7 +136,7 @@ struct ClientTests {
     /// A server that accepts connections and never answers: `stop()` still returns within
     /// 2 s, however often it is asked, while a push and the stream hang on it.
     @Test func stopReturnsWithinTwoSecondsWhileTheNetworkStalls() async throws {
-        let (listener, port) = try #require(E2E.bindLoopback())
+        let (listener, port) = try #require(Loopback.bind())
         defer { close(listener) }
         #expect(listen(listener, 128) == 0)
         let stalled = URL(string: "http://127.0.0.1:\(port)")!

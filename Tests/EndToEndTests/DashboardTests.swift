@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import Yams
+import TestSupport
 
 /// The operators' view in deploy/observability: every metric the Grafana dashboard and the
 /// Prometheus alert rules query is one the running services export.

@@ -81,7 +81,7 @@ struct FanoutTests {
     }
 
     /// With two fanout replicas and the user's devices spread over both, every device
-    /// other than the origin is poked.
+    /// other than the origin is poked; the admin API lists each replica's queue.
     @Test func everyDeviceIsPokedWhicheverReplicaItIsOn() async throws {
         try await Stack.with(workers: 1, fanouts: 2) { stack in
             let api = stack.client
@@ -94,6 +94,10 @@ struct FanoutTests {
             _ = try await api.awaitJob(devices[0].token, try await Self.upsert(api, devices[0]).job)
             for client in clients.dropFirst() { _ = try await client.inbox.next("poke", within: 2) }
             #expect(clients[0].inbox.of(type: "poke").isEmpty)
+            let admin = await E2E.token("ops-\(UUID().uuidString.prefix(6))", admin: true)
+            let queues = try await api.request("GET", "/v1/admin/queues", token: admin).json["items"] as? [[String: Any]] ?? []
+            let replicas = queues.compactMap { $0["name"] as? String }.filter { $0.hasPrefix("fanout.") }
+            #expect(replicas.count >= 2, "each replica's queue is listed: \(replicas)")
         }
     }
 
@@ -196,7 +200,7 @@ struct FanoutTests {
 
     /// Sends a WebSocket upgrade request by hand and reads the answer's status, headers and body.
     static func upgrade(port: Int, path: String, token: String?) throws -> (status: Int, headers: [String: String], body: String) {
-        guard let fd = E2E.connectLoopback(port: port) else { throw StackError(description: "cannot connect to :\(port)") }
+        guard let fd = Loopback.connect(port: port) else { throw StackError(description: "cannot connect to :\(port)") }
         defer { close(fd) }
         var timeout = timeval(tv_sec: 5, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))

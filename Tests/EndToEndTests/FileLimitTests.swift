@@ -14,7 +14,7 @@ import TestSupport
 struct FileLimitTests {
     /// A connection that sent `head` (and `body`), over which nothing is read yet.
     static func send(_ port: Int, _ head: String, body: Data = Data(), receiveBuffer: Int32? = nil) throws -> Int32 {
-        guard let fd = E2E.connectLoopback(port: port, receiveBuffer: receiveBuffer) else {
+        guard let fd = Loopback.connect(port: port, receiveBuffer: receiveBuffer) else {
             throw StackError(description: "cannot connect to :\(port)")
         }
         let bytes = Data(head.utf8) + body
@@ -192,7 +192,7 @@ struct FileLimitTests {
         }
         try await Stack.with(workers: 0, environment: ["BLOB_STORE": "file:\(directory)"]) { stack in
             let api = stack.client
-            let owner = try await SpaceTests.member(api, "owner")
+            let owner = try await Member.make(api, "owner")
             let created = try await api.json("POST", "/v1/spaces", token: owner.token, ["name": "Boat"])
             let space = try #require(created.json["space_id"] as? String)
             #expect(try await AttachmentTests.put(api, owner.token, AttachmentTests.randomBytes(5_000), space: space).status == 201)

@@ -3,6 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import Testing
+import TestSupport
 
 /// Stored files cannot attack the origin serving them: no file runs as a page (headers,
 /// disposition, a browser that opens them), public files can live on an origin of their

@@ -5,6 +5,7 @@ import JWTKit
 import SyncModels
 import Testing
 import _CryptoExtras
+import TestSupport
 
 /// The app's own sign-in: a test identity provider (its own RSA and EC keys, its JWKS on a
 /// real HTTP server) whose tokens the gateway and fanout accept, rotate and cache.

@@ -21,7 +21,7 @@ struct OperatorErrorTests {
 
     @Test(arguments: ["gateway", "worker", "fanout"])
     func aTakenPortIsOneLineNamingItAndExitStatusOne(service: String) throws {
-        let (listener, port) = try #require(E2E.bindLoopback())
+        let (listener, port) = try #require(Loopback.bind())
         defer { close(listener) }
         #expect(listen(listener, 4) == 0)
         let process = try ServiceProcess(executable: service, name: "\(service)-taken", port: port, environment: [:])
@@ -94,7 +94,7 @@ struct OperatorErrorTests {
     static func freePortRange(_ count: Int) -> Int? {
         for _ in 0..<50 {
             let base = Int.random(in: 20_000..<31_000)
-            let sockets = (0..<count).compactMap { E2E.bindLoopback(port: base + $0) }
+            let sockets = (0..<count).compactMap { Loopback.bind(port: base + $0) }
             sockets.forEach { close($0.fd) }
             if sockets.count == count { return base }
         }

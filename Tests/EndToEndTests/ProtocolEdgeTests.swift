@@ -8,7 +8,7 @@ import TestSupport
 struct ProtocolEdgeTests {
     /// Sends `bytes` on a new connection and reads until the server closes it (or 5 s pass).
     static func exchange(port: Int, _ bytes: [UInt8]) throws -> (response: String, closed: Bool) {
-        guard let fd = E2E.connectLoopback(port: port) else { throw StackError(description: "cannot connect to :\(port)") }
+        guard let fd = Loopback.connect(port: port) else { throw StackError(description: "cannot connect to :\(port)") }
         defer { close(fd) }
         var timeout = timeval(tv_sec: 5, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
@@ -58,7 +58,8 @@ struct ProtocolEdgeTests {
         }
     }
 
-    /// HEAD is answered wherever GET is, with the same status and header fields and no body.
+    /// HEAD is answered wherever GET is, with the same status and header fields and no body;
+    /// the stream's other methods are 405 with `Allow`.
     @Test func headIsAnsweredLikeGetWithoutABody() async throws {
         try await Stack.with(workers: 1, fanouts: 1) { stack in
             let api = stack.client
@@ -76,6 +77,8 @@ struct ProtocolEdgeTests {
             #expect(try await api.request("HEAD", "/v1/devices").status == 401)
             let fanout = APIClient(base: "http://127.0.0.1:\(stack.fanouts[0].port)")
             #expect(try await fanout.request("HEAD", "/healthz").status == 200)
+            let post = try await fanout.request("POST", "/v1/stream")
+            #expect(post.status == 405 && post.header("Allow") == "GET, HEAD", "\(post.status) \(post.header("Allow") ?? "-")")
             // Raw, with a deadline: a HEAD that opened a stream would never end.
             let (stream, _) = try Self.exchange(port: stack.fanouts[0].port, Array("""
                 HEAD /v1/stream?device_id=\(device) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\n\

@@ -7,7 +7,6 @@ import TestSupport
 /// deleted account.
 @Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct PublicAbuseTests {
-    typealias Member = SpaceTests.Member
 
     static func publish(_ api: APIClient, _ member: Member, space: String? = nil, id: String, publicID: String,
                         data: [String: Any]? = ["title": "Checklist"]) async throws -> [String: Any] {
@@ -21,7 +20,7 @@ struct PublicAbuseTests {
 
     /// A new user who publishes a list; returns them and its public id.
     static func publishedList(_ api: APIClient, idPrefix: String) async throws -> (author: Member, publicID: String) {
-        let author = try await SpaceTests.member(api, "author")
+        let author = try await Member.make(api, "author")
         let publicID = "\(idPrefix)-\(UUID().uuidString.prefix(8).lowercased())"
         _ = try await publish(api, author, id: "list", publicID: publicID)
         return (author, publicID)
@@ -49,7 +48,7 @@ struct PublicAbuseTests {
             #expect(try await Self.fork(api, author, publicID: publicID) == "applied")
             #expect(try await Self.forkCount(api, publicID) == 0, "forking your own record counted")
 
-            let forker = try await SpaceTests.member(api, "forker")
+            let forker = try await Member.make(api, "forker")
             #expect(try await Self.fork(api, forker, publicID: publicID) == "applied")
             #expect(try await Self.fork(api, forker, publicID: publicID) == "applied")
             #expect(try await Self.forkCount(api, publicID) == 1)
@@ -80,11 +79,11 @@ struct PublicAbuseTests {
     @Test func aDeletedAuthorsNameIsGoneFromWhatTheyPublished() async throws {
         try await Stack.with(workers: 1) { stack in
             let api = stack.client
-            let owner = try await SpaceTests.member(api, "owner")
+            let owner = try await Member.make(api, "owner")
             let aliceUser = "alice-\(UUID().uuidString.prefix(6))"
             let aliceToken = await E2E.token(aliceUser, name: "Alice Deleted")
             let alice = Member(user: aliceUser, token: aliceToken, device: try await api.registerDevice(aliceToken))
-            let space = try await SpaceAttackTests.space(api, owner: owner, with: [(alice, "editor")])
+            let space = try await api.makeSpace(owner: owner, with: [(alice, "editor")])
             let publicID = "named-\(UUID().uuidString.prefix(8).lowercased())"
             _ = try await Self.publish(api, alice, space: space, id: "guide", publicID: publicID)
             #expect(try await api.request("GET", "/v1/public/\(publicID)").json["author"] as? String == "Alice Deleted")
@@ -112,11 +111,11 @@ struct PublicAbuseTests {
     @Test func publicIDsCannotBeProbedInBulk() async throws {
         try await Stack.with(workers: 1, environment: ["RATE_LIMIT_PUBLIC_IDS": "1/m,burst=5"]) { stack in
             let api = stack.client
-            let owner = try await SpaceTests.member(api, "owner")
+            let owner = try await Member.make(api, "owner")
             let unlisted = "unlisted-\(UUID().uuidString.prefix(8).lowercased())"
             try await Self.publishUnlisted(api, owner, publicID: unlisted)
 
-            let prober = try await SpaceTests.member(api, "prober")
+            let prober = try await Member.make(api, "prober")
             let ids = (0..<5).map { "guess-\($0)-x" } + [unlisted, "guess-6-x"]
             let guesses = ids.enumerated().map {
                 ["op_id": newOpID(), "type": "fork", "collection": "lists", "id": "g\($0.offset)", "public_id": $0.element] as [String: Any]
@@ -128,7 +127,7 @@ struct PublicAbuseTests {
             #expect(reasons == Array(repeating: "not_found", count: 5) + ["rate_limited", "rate_limited"], "\(job)")
             #expect(try await api.pullAll(prober.token).changes.isEmpty, "a refused guess copied the unlisted record")
             // Other users have budgets of their own.
-            let other = try await SpaceTests.member(api, "other")
+            let other = try await Member.make(api, "other")
             #expect(try await Self.fork(api, other, publicID: unlisted) == "applied")
         }
     }
@@ -138,7 +137,7 @@ struct PublicAbuseTests {
     @Test func anIDWithoutDataIsFreeToOthersAndReleasedByPurge() async throws {
         try await Stack.with(workers: 1) { stack in
             let api = stack.client
-            let hoarder = try await SpaceTests.member(api, "hoarder"), author = try await SpaceTests.member(api, "author")
+            let hoarder = try await Member.make(api, "hoarder"), author = try await Member.make(api, "author")
             let publicID = "hoarded-\(UUID().uuidString.prefix(8).lowercased())"
             _ = try await Self.publish(api, hoarder, id: "nothing", publicID: publicID, data: nil)
             let taken = try await Self.publish(api, author, id: "real", publicID: publicID)
@@ -171,12 +170,12 @@ struct PublicAbuseTests {
     @Test func aForkNamesOnlyASourceItsReadersCouldRead() async throws {
         try await Stack.with(workers: 1) { stack in
             let api = stack.client
-            let owner = try await SpaceTests.member(api, "owner")
+            let owner = try await Member.make(api, "owner")
             let unlisted = "unlisted-\(UUID().uuidString.prefix(8).lowercased())"
             try await Self.publishUnlisted(api, owner, publicID: unlisted)
             let (_, listed) = try await Self.publishedList(api, idPrefix: "listed")
 
-            let forker = try await SpaceTests.member(api, "forker")
+            let forker = try await Member.make(api, "forker")
             let pushed = try await SpaceTests.push(api, forker, space: nil, [
                 ["op_id": newOpID(), "type": "fork", "collection": "lists", "id": "from-unlisted", "public_id": unlisted],
                 ["op_id": newOpID(), "type": "fork", "collection": "lists", "id": "from-listed", "public_id": listed],

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 
 /// A command run in the background by `/bin/sh -c`: a helper server a test starts (the
 /// static file server, the OTLP receiver). `stop()`, or its release, kills it.

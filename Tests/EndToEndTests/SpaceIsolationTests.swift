@@ -16,15 +16,15 @@ struct SpaceIsolationTests {
         let name: String
         /// The documented status per caller.
         let expected: [Caller: Int]
-        let send: (_ caller: SpaceTests.Member, _ space: String) async throws -> HTTPResult
+        let send: (_ caller: Member, _ space: String) async throws -> HTTPResult
     }
 
     @Test func everyEndpointAnswersEachRoleAsDocumented() async throws {
         try await Stack.with(workers: 1, fanouts: 1) { stack in
             let api = stack.client
             let (space, owner, editor, viewer) = try await SpaceTests.family(api)
-            let removed = try await SpaceTests.member(api, "removed"), stranger = try await SpaceTests.member(api, "stranger")
-            let target = try await SpaceTests.member(api, "target")
+            let removed = try await Member.make(api, "removed"), stranger = try await Member.make(api, "stranger")
+            let target = try await Member.make(api, "target")
             for guest in [removed, target] {
                 let code = try #require(try await api.json("POST", "/v1/spaces/\(space)/invitations", token: owner.token, ["role": "editor"]).json["code"] as? String)
                 #expect(try await api.request("POST", "/v1/invitations/\(code)/accept", token: guest.token).status == 200)
@@ -33,7 +33,7 @@ struct SpaceIsolationTests {
             let editorsJob = try #require(kept.json["job_id"] as? String)
             _ = try await api.awaitJob(editor.token, editorsJob)
             #expect(try await api.request("DELETE", "/v1/spaces/\(space)/members/\(removed.user)", token: owner.token).status == 204)
-            let callers: [Caller: SpaceTests.Member] = [.owner: owner, .editor: editor, .viewer: viewer, .removed: removed, .stranger: stranger]
+            let callers: [Caller: Member] = [.owner: owner, .editor: editor, .viewer: viewer, .removed: removed, .stranger: stranger]
             let fanoutPort = stack.fanouts[0].port
 
             func members(_ ok: Int) -> [Caller: Int] { [.owner: ok, .editor: ok, .viewer: ok, .removed: 404, .stranger: 404] }

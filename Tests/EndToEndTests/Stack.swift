@@ -19,7 +19,7 @@ enum E2E {
     static var enabled: Bool {
         databaseURL != nil && amqpURL != nil && FileManager.default.isExecutableFile(atPath: binaries + "/gateway")
     }
-    static let secret = environment["JWT_SECRET"] ?? "syncline-test-secret-0123456789abcdef"
+    static let secret = Tokens.secret
     /// Short retry tiers and attempts, so failure tests finish in seconds (configuration,
     /// not code: the services read these like any deployment would).
     static let retryDelays: [Double] = [0.3, 0.6, 1.2]
@@ -38,8 +38,7 @@ enum E2E {
     }()
 
     static func token(_ user: String, admin: Bool = false, name: String? = nil) async -> String {
-        try! await TokenMinter(secret: secret).sign(
-            Claims(sub: user, exp: Int64(Date().timeIntervalSince1970) + 3600, role: admin ? "admin" : nil, name: name))
+        await Tokens.make(user, admin: admin, name: name)
     }
 
     /// A port free on 127.0.0.1, below Linux's ephemeral range (32768–60999): the source
@@ -47,64 +46,14 @@ enum E2E {
     /// could take a port there before the service that was given it binds it.
     static func freePort() -> Int {
         for _ in 0..<100 {
-            if let (fd, port) = bindLoopback(port: Int.random(in: 20_000..<32_000)) {
+            if let (fd, port) = Loopback.bind(port: Int.random(in: 20_000..<32_000)) {
                 close(fd)
                 return port
             }
         }
-        guard let (fd, port) = bindLoopback() else { return 0 }
+        guard let (fd, port) = Loopback.bind() else { return 0 }
         close(fd)
         return port
-    }
-
-    /// A TCP socket bound to 127.0.0.1 on `port` (0: one the kernel picks), and that port;
-    /// the caller listens on it or closes it. Close-on-exec: a service process spawned by
-    /// another test task meanwhile must not inherit it (it would hold the port that a
-    /// service started next is given, and that service could not bind it).
-    static func bindLoopback(port: Int = 0) -> (fd: Int32, port: Int)? {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
-            }
-        }
-        guard bound else {
-            close(fd)
-            return nil
-        }
-        return (fd, Int(UInt16(bigEndian: address.sin_port)))
-    }
-
-    /// The next connection on `listener` (-1 when it fails), close-on-exec like the listener.
-    static func accept(_ listener: Int32) -> Int32 {
-        let connection = Glibc.accept(listener, nil, nil)
-        if connection >= 0 { _ = fcntl(connection, F_SETFD, FD_CLOEXEC) }
-        return connection
-    }
-
-    /// A TCP connection to 127.0.0.1:`port`, or nil; the caller closes it. With
-    /// `receiveBuffer`, the kernel keeps at most about that much of what the server sends
-    /// until it is read.
-    static func connectLoopback(port: Int, receiveBuffer: Int32? = nil) -> Int32? {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
-        if var size = receiveBuffer { setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size)) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard connected == 0 else {
-            close(fd)
-            return nil
-        }
-        return fd
     }
 
     /// Whether `body` finishes within `seconds`. A body that never finishes is left behind
@@ -351,81 +300,7 @@ final class Stack: @unchecked Sendable {
     }
 }
 
-struct HTTPResult: Sendable {
-    let status: Int
-    let headers: [String: String]
-    let body: Data
 
-    var json: [String: Any] { (try? JSONSerialization.jsonObject(with: body)) as? [String: Any] ?? [:] }
-    var text: String { String(decoding: body, as: UTF8.self) }
-    func header(_ name: String) -> String? {
-        headers.first { $0.key.lowercased() == name.lowercased() }?.value
-    }
-}
-
-struct APIClient: Sendable {
-    let base: String
-
-    func request(_ method: String, _ path: String, token: String? = nil, body: Data? = nil, headers: [String: String] = [:]) async throws -> HTTPResult {
-        var request = URLRequest(url: URL(string: base + path)!)
-        request.httpMethod = method
-        request.httpBody = body
-        request.timeoutInterval = 30
-        if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
-        if body != nil { request.setValue("application/json", forHTTPHeaderField: "Content-Type") }
-        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
-        let (data, response) = try await URLSession.shared.data(for: request)
-        let http = response as! HTTPURLResponse
-        var fields: [String: String] = [:]
-        for (key, value) in http.allHeaderFields { fields["\(key)"] = "\(value)" }
-        return HTTPResult(status: http.statusCode, headers: fields, body: data)
-    }
-
-    func json(_ method: String, _ path: String, token: String?, _ object: Any, headers: [String: String] = [:]) async throws -> HTTPResult {
-        try await request(method, path, token: token, body: try JSONSerialization.data(withJSONObject: object), headers: headers)
-    }
-
-    func registerDevice(_ token: String, name: String = "device") async throws -> String {
-        let result = try await json("POST", "/v1/devices", token: token, ["name": name, "platform": "ios"])
-        guard result.status == 201, let id = result.json["device_id"] as? String else {
-            throw StackError(description: "device registration answered \(result.status): \(result.text)")
-        }
-        return id
-    }
-
-    func push(_ token: String, device: String, ops: [[String: Any]], headers: [String: String] = [:]) async throws -> HTTPResult {
-        try await json("POST", "/v1/sync/push", token: token, ["device_id": device, "ops": ops], headers: headers)
-    }
-
-    /// Waits until the job is terminal and returns its view.
-    func awaitJob(_ token: String, _ jobID: String, within seconds: Double = 30) async throws -> [String: Any] {
-        try await eventually(within: seconds, "job \(jobID)") {
-            let job = try await request("GET", "/v1/sync/jobs/\(jobID)", token: token).json
-            let status = job["status"] as? String
-            return ["succeeded", "dead", "discarded"].contains(status ?? "") ? job : nil
-        }
-    }
-
-    /// Pulls from `since` until has_more is false; returns every change and the final cursor.
-    func pullAll(
-        _ token: String, since: String? = nil, limit: Int = 7, space: String? = nil, minCursor: String? = nil
-    ) async throws -> (changes: [[String: Any]], cursor: String) {
-        var cursor = since
-        var changes: [[String: Any]] = []
-        while true {
-            let query = "/v1/sync/pull?limit=\(limit)" + (space.map { "&space_id=\($0)" } ?? "") + (cursor.map { "&since=\($0)" } ?? "")
-                + (minCursor.map { "&min_cursor=\($0)" } ?? "")
-            let page = try await request("GET", query, token: token)
-            guard page.status == 200 else { throw StackError(description: "pull answered \(page.status): \(page.text)") }
-            let json = page.json
-            changes += json["changes"] as? [[String: Any]] ?? []
-            cursor = json["cursor"] as? String
-            if json["has_more"] as? Bool != true { return (changes, cursor ?? "0") }
-        }
-    }
-}
-
-func newOpID() -> String { UUID().uuidString.lowercased() }
 
 /// The latest state of each record from a list of changes in pull order.
 func latestState(_ changes: [[String: Any]]) -> [String: [String: Any]] {

@@ -39,7 +39,7 @@ final class SSEClient: @unchecked Sendable {
     private var fd: Int32 = -1
 
     init(port: Int, path: String) throws {
-        guard let socketFD = E2E.connectLoopback(port: port) else { throw StackError(description: "cannot connect to :\(port)") }
+        guard let socketFD = Loopback.connect(port: port) else { throw StackError(description: "cannot connect to :\(port)") }
         fd = socketFD
         let request = "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n"
         _ = request.withCString { send(socketFD, $0, strlen($0), 0) }
@@ -96,7 +96,7 @@ final class WSClient: @unchecked Sendable {
     private let sending = NIOLockedValueBox(false)
 
     init(port: Int, path: String) {
-        fd = E2E.connectLoopback(port: port) ?? -1
+        fd = Loopback.connect(port: port) ?? -1
         let fd = self.fd, inbox = self.inbox
         guard fd >= 0 else { inbox.finish(); return }
         let key = Data((0..<16).map { _ in UInt8.random(in: 0...255) }).base64EncodedString()

@@ -4,6 +4,7 @@ import FoundationNetworking
 #endif
 #if canImport(Glibc)
 import Glibc
+import TestSupport
 #endif
 
 /// An HTTP proxy in front of the gateway that can swallow the answers to pushes: the push
@@ -26,7 +27,7 @@ final class SwallowingProxy: @unchecked Sendable {
 
     init(target: String) throws {
         self.target = target
-        guard let (fd, port) = E2E.bindLoopback(), listen(fd, 16) == 0 else {
+        guard let (fd, port) = Loopback.bind(), listen(fd, 16) == 0 else {
             throw StackError(description: "the proxy cannot listen")
         }
         listener = fd
@@ -41,7 +42,7 @@ final class SwallowingProxy: @unchecked Sendable {
 
     private func acceptLoop() {
         while true {
-            let connection = E2E.accept(listener)
+            let connection = Loopback.accept(listener)
             guard connection >= 0 else { return }
             let thread = Thread { [self] in serve(connection) }
             thread.start()

@@ -178,20 +178,19 @@ struct SyncFlowTests {
 
     /// An accepted push is never lost: with the broker down a push is still accepted, and the job runs once it is back.
     @Test func pushWhileBrokerIsDownSucceedsAfterItReturns() async throws {
-        try await Stack.with(environment: ["RELAY_AFTER": "500ms"]) { stack in
+        let broker = try OutageProxy(for: E2E.amqpURL!)
+        defer { broker.close() }
+        try await Stack.with(environment: ["RELAY_AFTER": "500ms", "AMQP_URL": broker.routing(E2E.amqpURL!)]) { stack in
             let api = stack.client
             let token = await E2E.token("intake-\(UUID().uuidString.prefix(6))")
             let device = try await api.registerDevice(token)
-            #expect(Shell.run("rabbitmqctl -q stop_app >/dev/null 2>&1") == 0)
-            var restarted = false
-            defer { if !restarted { Shell.run("rabbitmqctl -q start_app >/dev/null 2>&1") } }
+            broker.cut()
             let push = try await api.push(token, device: device, ops: [
                 ["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": "n1", "data": ["t": "offline"]],
             ])
             #expect(push.status == 202, "\(push.text)")
             let job = try #require(push.json["job_id"] as? String)
-            #expect(Shell.run("rabbitmqctl -q start_app >/dev/null 2>&1 && rabbitmqctl -q await_startup >/dev/null 2>&1") == 0)
-            restarted = true
+            try broker.restore()
             let view = try await api.awaitJob(token, job, within: 60)
             #expect(view["status"] as? String == "succeeded")
             #expect(try await api.pullAll(token).changes.count == 1)
@@ -201,22 +200,20 @@ struct SyncFlowTests {
     /// An accepted push is never lost, the other half: while PostgreSQL is down a push gets 503 with Retry-After (nothing
     /// is accepted that is not durable), and the gateway recovers by itself afterwards.
     @Test func pushWhileDatabaseIsDownIsRefusedWithRetryAfter() async throws {
-        let cluster = (E2E.environment["PG_CLUSTER"] ?? "15/main").replacingOccurrences(of: "/", with: " ")
-        try await Stack.with(workers: 1) { stack in
+        let database = try OutageProxy(for: E2E.databaseURL!)
+        defer { database.close() }
+        try await Stack.with(workers: 1, environment: ["DATABASE_URL": database.routing(E2E.databaseURL!)]) { stack in
             let api = stack.client
             let token = await E2E.token("pgdown-\(UUID().uuidString.prefix(6))")
             let device = try await api.registerDevice(token)
             let op: () -> [[String: Any]] = { [["op_id": newOpID(), "type": "delete", "collection": "notes", "id": "x"]] }
-            #expect(Shell.run("pg_ctlcluster \(cluster) stop -m fast >/dev/null 2>&1") == 0)
-            var started = false
-            defer { if !started { Shell.run("pg_ctlcluster \(cluster) start >/dev/null 2>&1") } }
+            database.cut()
             let refused = try await api.push(token, device: device, ops: op())
             #expect(refused.status == 503, "\(refused.text)")
             #expect(refused.json["code"] as? String == "unavailable")
             #expect(refused.header("Retry-After") != nil)
             #expect(try await api.request("GET", "/readyz").status == 503)
-            #expect(Shell.run("pg_ctlcluster \(cluster) start >/dev/null 2>&1") == 0)
-            started = true
+            try database.restore()
             let accepted = try await eventually(within: 30, "push accepted again") {
                 let result = try await api.push(token, device: device, ops: op())
                 return result.status == 202 ? result : nil

@@ -179,7 +179,7 @@ final class OTLPReceiver: Sendable {
         let script = FileManager.default.currentDirectoryPath + "/scripts/otlp-receiver"
         process = try ShellProcess("exec python3 \(script) \(port) \(file) 2>>\(file).log", what: "the OTLP receiver")
         _ = try await eventually(within: 15, "the OTLP receiver") {
-            E2E.connectLoopback(port: port).map { fd in close(fd); return true }
+            Loopback.connect(port: port).map { fd in close(fd); return true }
         }
     }
 

@@ -1,6 +1,7 @@
 import Foundation
 import SyncModels
 import Testing
+import TestSupport
 
 /// SynclineWeb's attachments in headless Chromium against the real stack: a picture
 /// attached offline survives a reload, travels before the record that references it, and

@@ -1,6 +1,7 @@
 import Foundation
 import SyncModels
 import Testing
+import TestSupport
 
 /// SynclineWeb's React bindings (`@syncline/web/react`) in headless Chromium, with Debian's
 /// React 18 (`node-react`, `node-react-dom`), against the real stack.

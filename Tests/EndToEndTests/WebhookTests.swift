@@ -41,7 +41,7 @@ final class WebhookReceiver: @unchecked Sendable {
         let received = self.received, respond = self.respond
         Thread.detachNewThread {
             while true {
-                let connection = E2E.accept(listener)
+                let connection = Loopback.accept(listener)
                 if connection < 0 { return }
                 let index = received.withLockedValue { $0.count }
                 Thread.detachNewThread {

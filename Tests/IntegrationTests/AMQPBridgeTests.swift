@@ -134,6 +134,9 @@ struct AMQPBridgeTests {
     @Test func publisherAndConsumerReconnectAfterBrokerRestart() async throws {
         let queue = "test.bridge.\(UUID().uuidString)"
         let durable = AMQPTopology(queues: [.init(name: queue, arguments: ["x-queue-type": .string("quorum")])])
+        let broker = try OutageProxy(for: TestEnvironment.amqpURL!)
+        defer { broker.close() }
+        let endpoint = try #require(AMQPEndpoint(url: broker.routing(TestEnvironment.amqpURL!)))
         let publisher = AMQPPublisher(endpoint: endpoint, topology: durable, logger: TestEnvironment.logger)
         let consumer = AMQPConsumer(
             configuration: .init(endpoint: endpoint, topology: durable, queue: queue, prefetch: 5),
@@ -144,11 +147,10 @@ struct AMQPBridgeTests {
         let before = try #require(await next(consumer))
         consumer.ack(before)
 
-        try TestEnvironment.rabbitmqctl("stop_app")
+        broker.cut()
         try await Task.sleep(for: .seconds(1))
         await #expect(throws: (any Error).self) { try await publisher.publish([message(queue, "while down")]) }
-        try TestEnvironment.rabbitmqctl("start_app")
-        try TestEnvironment.rabbitmqctl("await_startup")
+        try broker.restore()
 
         try await eventually(within: 30, "a publish after the restart") { try await publisher.publish([message(queue, "after")]); return true }
         // Whatever else is redelivered first (an unacked "before" copy) is acked on the way.

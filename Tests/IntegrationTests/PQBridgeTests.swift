@@ -105,9 +105,12 @@ struct PQBridgeTests {
     }
 
     @Test func reconnectsAfterServerRestart() async throws {
-        try await withPool(size: 2) { pool in
+        let server = try OutageProxy(for: TestEnvironment.databaseURL!)
+        defer { server.close() }
+        try await withPool(size: 2, url: server.routing(TestEnvironment.databaseURL!)) { pool in
             #expect(try await pool.execute("SELECT 1").first?.decode(Int32.self, at: 0) == 1)
-            try TestEnvironment.restartPostgres()
+            server.cut()
+            try server.restore()
             var errors: [any Error] = []
             let row = try await eventually(within: 30, "a statement after the restart") {
                 do {
@@ -277,17 +280,19 @@ struct PQBridgeTests {
     /// dropped connections are found and closed by the check, so the next query succeeds
     /// at the first try. A pool that does not check finds out on the query, which fails.
     @Test func healthChecksFindConnectionsTheServerDropped() async throws {
-        let checked = PGPool(
-            url: TestEnvironment.databaseURL!, size: 2, logger: TestEnvironment.logger,
-            healthCheckInterval: .milliseconds(200))
-        let unchecked = PGPool(url: TestEnvironment.databaseURL!, size: 1, logger: TestEnvironment.logger)
+        let server = try OutageProxy(for: TestEnvironment.databaseURL!)
+        defer { server.close() }
+        let url = server.routing(TestEnvironment.databaseURL!)
+        let checked = PGPool(url: url, size: 2, logger: TestEnvironment.logger, healthCheckInterval: .milliseconds(200))
+        let unchecked = PGPool(url: url, size: 1, logger: TestEnvironment.logger)
         let service = Task { try await checked.run() }
         // Both connections of the checked pool open, then go idle.
         async let first = checked.execute("SELECT pg_sleep(0.1)")
         async let second = checked.execute("SELECT pg_sleep(0.1)")
         _ = try await (first, second)
         _ = try await unchecked.execute("SELECT 1")
-        try TestEnvironment.restartPostgres()
+        server.cut()
+        try server.restore()
         try await Task.sleep(for: .seconds(1))  // several checks
         await #expect(throws: PGError.self) { try await unchecked.execute("SELECT 1") }
         async let third = checked.execute("SELECT 3")

@@ -4,9 +4,10 @@ import PQBridge
 import TestSupport
 import Testing
 
-/// Runs `body` with a pool of `size` connections to the test database, shut down after.
-func withPool<T>(size: Int = 2, _ body: (PGPool) async throws -> T) async throws -> T {
-    let pool = PGPool(url: TestEnvironment.databaseURL!, size: size, logger: TestEnvironment.logger)
+/// Runs `body` with a pool of `size` connections to the test database (or to `url`), shut
+/// down after.
+func withPool<T>(size: Int = 2, url: String? = nil, _ body: (PGPool) async throws -> T) async throws -> T {
+    let pool = PGPool(url: url ?? TestEnvironment.databaseURL!, size: size, logger: TestEnvironment.logger)
     do {
         let value = try await body(pool)
         await pool.shutdown()
@@ -22,7 +23,6 @@ func withPool<T>(size: Int = 2, _ body: (PGPool) async throws -> T) async throws
 enum TestEnvironment {
     static let databaseURL = ProcessInfo.processInfo.environment["DATABASE_URL"]
     static let amqpURL = ProcessInfo.processInfo.environment["AMQP_URL"]
-    static let pgCluster = ProcessInfo.processInfo.environment["PG_CLUSTER"]
     static var hasServers: Bool { databaseURL != nil && amqpURL != nil }
 
     static let logger: Logger = {
@@ -30,13 +30,4 @@ enum TestEnvironment {
         logger.logLevel = .warning
         return logger
     }()
-
-    static func restartPostgres() throws {
-        let cluster = (pgCluster ?? "15/main").replacingOccurrences(of: "/", with: " ")
-        #expect(Shell.run("pg_ctlcluster \(cluster) restart -m fast >/dev/null 2>&1") == 0)
-    }
-
-    static func rabbitmqctl(_ arguments: String) throws {
-        #expect(Shell.run("rabbitmqctl -q \(arguments) >/dev/null 2>&1") == 0)
-    }
 }

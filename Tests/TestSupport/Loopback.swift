@@ -1,0 +1,59 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// TCP sockets on 127.0.0.1, for the servers and clients the tests make themselves.
+public enum Loopback {
+    /// A TCP socket bound to 127.0.0.1 on `port` (0: one the kernel picks), and that port;
+    /// the caller listens on it or closes it. Close-on-exec: a service process spawned by
+    /// another test task meanwhile must not inherit it (it would hold the port that a
+    /// service started next is given, and that service could not bind it). With
+    /// `reusingAddress`, a port whose last listener just closed can be bound again at once.
+    public static func bind(port: Int = 0, reusingAddress: Bool = false) -> (fd: Int32, port: Int)? {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
+        var one: Int32 = 1
+        if reusingAddress { setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size)) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                Glibc.bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
+            }
+        }
+        guard bound else {
+            close(fd)
+            return nil
+        }
+        return (fd, Int(UInt16(bigEndian: address.sin_port)))
+    }
+
+    /// The next connection on `listener` (-1 when it fails), close-on-exec like the listener.
+    public static func accept(_ listener: Int32) -> Int32 {
+        let connection = Glibc.accept(listener, nil, nil)
+        if connection >= 0 { _ = fcntl(connection, F_SETFD, FD_CLOEXEC) }
+        return connection
+    }
+
+    /// A TCP connection to 127.0.0.1:`port`, or nil; the caller closes it. With
+    /// `receiveBuffer`, the kernel keeps at most about that much of what the server sends
+    /// until it is read.
+    public static func connect(port: Int, receiveBuffer: Int32? = nil) -> Int32? {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
+        if var size = receiveBuffer { setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size)) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else {
+            close(fd)
+            return nil
+        }
+        return fd
+    }
+}
