@@ -42,7 +42,7 @@ extension SyncClient {
             } catch ClientError.server(let status, _) where status == 401 {
                 refresh = true
             } catch ClientError.server(let status, _) where status == 404 {
-                pullWanted = true
+                schedule.pullWanted = true
                 wake()
             } catch {}
             watchdog.cancel()
@@ -50,7 +50,7 @@ extension SyncClient {
             if live {
                 live = false
                 statusChanged()
-                pullWanted = true  // pokes may have been missed while it was down
+                schedule.pullWanted = true  // pokes may have been missed while it was down
                 wake()
             }
             if Task.isCancelled { return }
@@ -77,7 +77,7 @@ extension SyncClient {
             let space = fields["space_id"]?.stringValue
             if type == "hello" {
                 streamSpace = space
-                askJobs = true  // outcomes told while no stream listened are asked for once
+                schedule.streamOpened()
             }
             // A stream of every space (the personal client's) also hears the others.
             if let space, let mine = streamSpace, space != mine { return }
@@ -85,7 +85,7 @@ extension SyncClient {
             let ours = ((try? store.cursor) ?? nil).flatMap { Int64($0) } ?? -1
             reachedCursor = max(reachedCursor, theirs)
             if theirs > ours {
-                pullWanted = true
+                schedule.pullWanted = true
                 wake()
             }
         case "job":

@@ -18,16 +18,16 @@ extension SyncClient {
     /// worth trying again later); the background loop retries either way.
     public func sync(timeout: Double = 30) async throws {
         let deadline = Date().addingTimeInterval(timeout)
-        var askJobsAt = Date().addingTimeInterval(Self.liveJobWait)
-        pullWanted = true
+        var askJobsAt = Date().addingTimeInterval(SyncSchedule.liveJobWait)
+        schedule.pullWanted = true
         do {
             while true {
-                if Date() > askJobsAt {  // an outcome the stream lost
-                    askJobs = true
-                    askJobsAt = Date().addingTimeInterval(Self.liveJobWait)
+                if Date() > askJobsAt {
+                    schedule.outcomeOverdue()
+                    askJobsAt = Date().addingTimeInterval(SyncSchedule.liveJobWait)
                 }
                 let jobsInFlight = try await exclusivePass()
-                if !jobsInFlight && !pullWanted { return }
+                if !jobsInFlight && !schedule.pullWanted { return }
                 guard Date() < deadline else { throw Retry(reason: "jobs still running after \(timeout) s", after: nil) }
                 try await Task.sleep(for: .milliseconds(50))
             }
@@ -37,34 +37,21 @@ extension SyncClient {
     }
 
     func runLoop() async {
-        var backoff = Backoff()
-        var jobPolls = Backoff(base: 0.05, cap: 1)
         while !Task.isCancelled {
-            var wait: Double?
+            let outcome: SyncSchedule.Outcome
             do {
-                let jobsInFlight = try await exclusivePass()
-                backoff.reset()
-                if jobsInFlight && live {
-                    wait = Self.liveJobWait  // the stream tells each outcome; asked for after this as a safety net
-                } else if jobsInFlight {
-                    wait = jobPolls.next(random: 1)
-                } else {
-                    jobPolls.reset()
-                    if !live, let poll = configuration.pollInterval { wait = poll }
-                }
+                outcome = .synced(jobsInFlight: try await exclusivePass())
             } catch let retry as Retry {
-                wait = backoff.next(retryAfter: retry.after)
+                outcome = .retry(after: retry.after)
             } catch ClientError.spaceGone {
                 stream?.cancel()
                 return
             } catch {
-                wait = backoff.next()
+                outcome = .failed
             }
+            let wait = schedule.wait(after: outcome, live: live)
             if Task.isCancelled { return }
-            if await waitForWake(timeout: wait) == .timedOut {
-                askJobs = true
-                if !live, configuration.pollInterval != nil { pullWanted = true }
-            }
+            if await waitForWake(timeout: wait) == .timedOut { schedule.waitedInVain(live: live) }
         }
     }
 
@@ -132,7 +119,7 @@ extension SyncClient {
         let uploadFailure = try await uploadPending()
         try await pushAll(device: device)
         let jobsInFlight = try await followJobs()
-        if pullWanted { try await pullAll() }
+        if schedule.pullWanted { try await pullAll() }
         // The ops waiting for a file that could not be sent wait for the next pass.
         if let uploadFailure { throw Retry(reason: uploadFailure, after: nil) }
         lastSyncAt = configuration.now()
@@ -218,11 +205,6 @@ extension SyncClient {
         notifyAll()
     }
 
-
-    /// How long, in seconds, a job may run with a live stream before it is asked for anyway
-    /// (an outcome the stream lost).
-    static let liveJobWait: Double = 10
-
     /// Settles every job whose outcome is known; returns whether any is still running. While
     /// the stream is live it tells each job's outcome, and a job is asked for only when the
     /// outcome was troubled (its results say which ops were refused) or may have been missed
@@ -231,19 +213,19 @@ extension SyncClient {
     func followJobs() async throws -> Bool {
         var running = false
         let scope = configuration.spaceID.map { "?space_id=\($0)" } ?? ""
-        let ask = askJobs || !live
         for jobID in try store.sentJobs() {
             let heard = heardJobs[jobID]
-            if let heard, heard.status == JobStatus.succeeded.rawValue, !heard.troubled {
+            switch schedule.followUp(heard: heard, live: live) {
+            case .settle:
                 heardJobs[jobID] = nil
-                try jobSucceeded(jobID, checkpoint: heard.checkpoint ?? 0, results: [])
+                try jobSucceeded(jobID, checkpoint: heard?.checkpoint ?? 0, results: [])
                 continue
-            }
-            if heard == nil && !ask {
+            case .wait:
                 running = true
                 continue
+            case .ask:
+                heardJobs[jobID] = nil
             }
-            heardJobs[jobID] = nil
             let answer: ServerAPI.Answer
             do {
                 answer = try await api.send("GET", "/v1/sync/jobs/\(jobID)\(scope)")
@@ -268,7 +250,7 @@ extension SyncClient {
                 running = true
             }
         }
-        if ask && live { askJobs = false }
+        schedule.jobsFollowed(live: live)
         return running
     }
 
@@ -281,14 +263,14 @@ extension SyncClient {
         // without the sync that confirmed them.
         lastSyncAt = configuration.now()
         events.forEach { eventSink.yield($0) }
-        pullWanted = true
+        schedule.pullWanted = true
         notifyAll()
     }
 
     /// Pulls until `has_more` is false; a 410 starts a resync that keeps unpushed ops. The
     /// next page is fetched while the current one is stored.
     func pullAll() async throws {
-        pullWanted = false
+        schedule.pullWanted = false
         var changed = Set<RecordKey>()
         defer { notify(changed) }
         var next: Task<ServerAPI.Answer, any Error>?
@@ -304,7 +286,7 @@ extension SyncClient {
                 }
                 next = nil
             } catch {
-                pullWanted = true
+                schedule.pullWanted = true
                 throw Retry(reason: "pull failed: \(error.localizedDescription)", after: nil)
             }
             if answer.status == 410 {
@@ -315,7 +297,7 @@ extension SyncClient {
                 try spaceGone(space)
             }
             guard answer.status == 200 else {
-                pullWanted = true
+                schedule.pullWanted = true
                 throw Retry(reason: "pull answered \(answer.status): \(answer.detail)", after: answer.retryAfter)
             }
             let page = try ServerAPI.page(answer)

@@ -51,10 +51,8 @@ public actor SyncClient {
     /// Outcomes of this device's jobs heard on the stream, until the jobs are settled (the
     /// stream may tell before the push's 202 is stored).
     var heardJobs: [String: HeardJob] = [:]
-    /// Jobs are asked for once more: no stream has been live since they were sent, or one
-    /// was (re)opened and may have missed an outcome.
-    var askJobs = true
-    var pullWanted = true
+    /// What the next pass does and how long the loop waits after it.
+    var schedule: SyncSchedule
     /// The furthest the server has shown this space to be (a succeeded job's checkpoint, a
     /// poke's cursor): pulls ask for at least it, so a server reading from a replica that
     /// lags still shows this device its own writes.
@@ -77,6 +75,7 @@ public actor SyncClient {
     /// A client; `registration` is the device's, when another client of it exists.
     init(_ configuration: ClientConfiguration, registration: DeviceRegistration?) throws {
         self.configuration = configuration
+        schedule = SyncSchedule(pollInterval: configuration.pollInterval)
         store = try LocalStore(path: configuration.databasePath, space: configuration.spaceID, indexes: configuration.indexes)
         if let device = configuration.deviceID, try store.meta("device_id") == nil { try store.setMeta("device_id", device) }
         let stored = try store.meta("device_id")

@@ -6,12 +6,10 @@ import { halved, maxOpsPerPush, maxPushBytes, traceparent } from "./batching.js"
 import type { SyncEventMap, SyncEventName } from "./events.js";
 import { Gateway, Retry, spaceParameter } from "./http.js";
 import type { RecordView } from "./op.js";
+import { liveJobWait, SyncSchedule, type HeardJob, type PassOutcome } from "./schedule.js";
 import { SpaceGoneError, type Batch, type Changed, type LocalStore } from "./store.js";
 import { SyncSteps } from "./syncsteps.js";
 import { Transfers } from "./transfers.js";
-
-/** How long, in seconds, a job may run with a live stream before it is asked for anyway (an outcome the stream lost). */
-const liveJobWait = 10;
 
 /** What the client and its engine both know: `status()` shows it, and either sets it. */
 export interface SyncState {
@@ -75,14 +73,15 @@ export class SyncEngine {
   #streamBackoff = new Backoff();
   #streamRetry: ReturnType<typeof setTimeout> | null = null;
   /** Outcomes of this device's jobs heard on the stream, until the jobs are settled (the stream may tell before the push's 202 is stored). */
-  #heardJobs = new Map<string, { status: string; checkpoint: string | null; troubled: boolean }>();
-  /** Jobs are asked for once more: no stream has been live since they were sent, or one was (re)opened and may have missed an outcome. */
-  #askJobs = true;
+  #heardJobs = new Map<string, HeardJob>();
+  /** What the next pass does and how long the loop waits after it. */
+  readonly #schedule: SyncSchedule;
 
   constructor(readonly host: EngineHost) {
     this.#steps = new SyncSteps(host.store);
     this.gateway = new Gateway(host.gatewayURL, host.tokenProvider);
     this.transfers = new Transfers(this.#steps, this.gateway, host.spaceID, host);
+    this.#schedule = new SyncSchedule(host.pollInterval === undefined ? 30 : host.pollInterval);
   }
 
   get #store(): LocalStore {
@@ -100,32 +99,21 @@ export class SyncEngine {
    * else after the backoff, the job poll or `pollInterval`.
    */
   async run(): Promise<void> {
-    const backoff = new Backoff();
-    const jobPolls = new Backoff(0.05, 1);
     try {
       while (this.host.running()) {
-        let wait: number | null = null;
-        let failed = false;
+        let outcome: PassOutcome;
         try {
           await this.#gatherWrites();
-          const jobsInFlight = await this.#exclusivePass();
-          backoff.reset();
-          if (jobsInFlight && this.#state.live) wait = liveJobWait;  // the stream tells each outcome; asked for after this as a safety net
-          else if (jobsInFlight) wait = jobPolls.next(undefined, 1);
-          else {
-            jobPolls.reset();
-            const poll = this.host.pollInterval === undefined ? 30 : this.host.pollInterval;
-            if (poll !== null && !this.#state.live) wait = poll;
-          }
+          outcome = { synced: true, jobsInFlight: await this.#exclusivePass() };
         } catch (error) {
           if (error instanceof SpaceGoneError) return;
-          failed = true;
-          wait = backoff.next(error instanceof Retry ? error.after : undefined);
+          outcome = { synced: false, retryAfter: error instanceof Retry ? error.after : undefined };
         }
+        const wait = this.#schedule.wait(outcome, this.#state.live);
         if (!this.host.running()) return;
         const woken = this.#wakeRequested;
         this.#wakeRequested = false;
-        if (woken && !failed) continue;  // something happened during a good pass: another pass at once
+        if (woken && outcome.synced) continue;  // something happened during a good pass: another pass at once
         const timedOut = await new Promise<boolean>((resolve) => {
           const timer = wait === null ? null : setTimeout(() => resolve(true), wait * 1000);
           this.#wake = () => {
@@ -134,8 +122,7 @@ export class SyncEngine {
           };
         });
         this.#wake = null;
-        if (timedOut && !this.#state.live) this.#state.pullWanted = true;
-        if (timedOut) this.#askJobs = true;
+        if (timedOut && this.#schedule.waitedInVain(this.#state.live)) this.#state.pullWanted = true;
       }
     } finally {
       this.#closeStream();
@@ -171,8 +158,8 @@ export class SyncEngine {
     let askJobsAt = Date.now() + liveJobWait * 1000;
     this.#state.pullWanted = true;
     for (;;) {
-      if (Date.now() > askJobsAt) {  // an outcome the stream lost
-        this.#askJobs = true;
+      if (Date.now() > askJobsAt) {
+        this.#schedule.outcomeOverdue();
         askJobsAt = Date.now() + liveJobWait * 1000;
       }
       const asked = this.#notBefore - Date.now();
@@ -298,19 +285,18 @@ export class SyncEngine {
   async #followJobs(): Promise<boolean> {
     let running = false;
     const scope = spaceParameter(this.host.spaceID);
-    const ask = this.#askJobs || !this.#state.live;
     for (const jobID of await this.#steps.sentJobs()) {
       const heard = this.#heardJobs.get(jobID);
-      if (heard?.status === "succeeded" && !heard.troubled) {
-        this.#heardJobs.delete(jobID);
-        await this.#jobSucceeded(jobID, Number(heard.checkpoint ?? 0), []);
-        continue;
-      }
-      if (!heard && !ask) {
+      const followUp = this.#schedule.followUp(heard, this.#state.live);
+      if (followUp === "wait") {
         running = true;
         continue;
       }
       this.#heardJobs.delete(jobID);
+      if (followUp === "settle") {
+        await this.#jobSucceeded(jobID, Number(heard?.checkpoint ?? 0), []);
+        continue;
+      }
       const answer = await this.gateway.send("GET", `/v1/sync/jobs/${jobID}${scope}`);
       if (answer.status === 404) {
         await this.#steps.jobForgotten(jobID);
@@ -328,7 +314,7 @@ export class SyncEngine {
         running = true;
       }
     }
-    if (ask && this.#state.live) this.#askJobs = false;
+    this.#schedule.jobsFollowed(this.#state.live);
     return running;
   }
 
@@ -439,7 +425,7 @@ export class SyncEngine {
   async #streamMessage(message: { type?: string; cursor?: string; space_id?: string }): Promise<void> {
     if (message.type === "hello") {
       this.#streamSpace = message.space_id ?? null;
-      this.#askJobs = true;  // outcomes told while no stream listened are asked for once
+      this.#schedule.streamOpened();
     }
     if (message.type === "hello" || message.type === "poke") {
       if (message.space_id && this.#streamSpace && message.space_id !== this.#streamSpace) return;  // another space's
