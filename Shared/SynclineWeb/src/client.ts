@@ -118,6 +118,14 @@ function shown<T>(row: ShownRecord): LocalRecord<T> {
   };
 }
 
+
+/** What the tabs of one database tell each other over their `BroadcastChannel`. */
+type TabMessage =
+  | { type: "changed"; keys: Changed[] }
+  | { type: "changedAll" }
+  | { type: "event"; name: string; detail: unknown }
+  | { type: "sync"; id: string; timeout: number }
+  | { type: "synced"; id: string; error?: string };
 /**
  * The browser side of Syncline: a durable IndexedDB store and outbox, optimistic local
  * writes by the server's merge rules, and a sync loop (the sync engine, `engine.ts`, loaded
@@ -152,11 +160,16 @@ export class SyncClient {
     this.#channel.onmessage = (message: MessageEvent) => void this.#heard(message.data);
   }
 
+  /** Tells the other tabs of this database. */
+  #tell(message: TabMessage): void {
+    this.#channel.postMessage(message);
+  }
+
   /** A message of another tab of this database. */
-  async #heard(message: any): Promise<void> {
-    switch (message?.type) {
+  async #heard(message: TabMessage): Promise<void> {
+    switch (message.type) {
       case "changed":
-        this.#deliverChanged(message.keys as Changed[]);
+        this.#deliverChanged(message.keys);
         this.#wakeUp();
         return;
       case "changedAll":
@@ -169,9 +182,9 @@ export class SyncClient {
         if (!this.#leader) return;
         try {
           await this.sync(message.timeout);
-          this.#channel.postMessage({ type: "synced", id: message.id });
+          this.#tell({ type: "synced", id: message.id });
         } catch (error) {
-          this.#channel.postMessage({ type: "synced", id: message.id, error: error instanceof Error ? error.message : String(error) });
+          this.#tell({ type: "synced", id: message.id, error: error instanceof Error ? error.message : String(error) });
         }
         return;
       case "synced": {
@@ -262,7 +275,7 @@ export class SyncClient {
   /** Tells this tab's listeners and every other tab's. */
   #emit<K extends SyncEventName>(name: K, detail: SyncEventMap[K]): void {
     this.events.dispatchEvent(new CustomEvent(name, { detail }));
-    this.#channel.postMessage({ type: "event", name, detail });
+    this.#tell({ type: "event", name, detail });
   }
 
   static async create(options: ClientOptions): Promise<SyncClient> {
@@ -448,7 +461,7 @@ export class SyncClient {
     this.#deliverChanged(changes);
     // Small sets travel with what shows now; a large pull's keys alone.
     const rows = changes.length <= 200;
-    this.#channel.postMessage({ type: "changed", keys: changes.map((change) => ({ collection: change.collection, id: change.id, ...(rows && change.row !== undefined ? { row: change.row } : {}) })) });
+    this.#tell({ type: "changed", keys: changes.map((change) => ({ collection: change.collection, id: change.id, ...(rows && change.row !== undefined ? { row: change.row } : {}) })) });
   }
 
   /**
@@ -481,7 +494,7 @@ export class SyncClient {
   /** The sync state of records changed, wherever they are: every observer reads again. */
   #changedAll(): void {
     this.#rereadAll();
-    this.#channel.postMessage({ type: "changedAll" });
+    this.#tell({ type: "changedAll" });
   }
 
   async status(): Promise<SyncStatus> {
@@ -636,7 +649,7 @@ export class SyncClient {
         reject(new Error(`the syncing tab did not answer within ${timeout} s`));
       }, timeout * 1000 + 1000);
       this.#syncRequests.set(id, { resolve: () => { clearTimeout(timer); resolve(); }, reject: (error) => { clearTimeout(timer); reject(error); } });
-      this.#channel.postMessage({ type: "sync", id, timeout });
+      this.#tell({ type: "sync", id, timeout });
     });
   }
 

@@ -8,6 +8,7 @@ import { Gateway, Retry, spaceParameter } from "./http.js";
 import type { RecordView } from "./op.js";
 import { liveJobWait, SyncSchedule, type HeardJob, type PassOutcome } from "./schedule.js";
 import { SpaceGoneError, type Batch, type Changed, type LocalStore } from "./store.js";
+import type { DeviceView, JobView, OpResult, Problem, PullPage, PushAccepted, StreamMessage } from "./views.js";
 import { SyncSteps } from "./syncsteps.js";
 import { Transfers } from "./transfers.js";
 
@@ -47,8 +48,8 @@ export interface EngineHost {
 }
 
 /** A problem's op: its `op_index` member (the detail is for people, never parsed). */
-function problemOpIndex(problem: any): number | null {
-  return Number.isInteger(problem?.op_index) ? problem.op_index : null;
+function problemOpIndex(problem: Problem): number | null {
+  return typeof problem.op_index === "number" && Number.isInteger(problem.op_index) ? problem.op_index : null;
 }
 
 export class SyncEngine {
@@ -226,9 +227,10 @@ export class SyncEngine {
     const known = await this.#store.meta<string>("device_id");
     if (known) return this.host.identity.device = known;
     const answer = await this.gateway.send("POST", "/v1/devices", JSON.stringify({ name: this.host.deviceName ?? "browser", platform: "web" }));
-    if (answer.status !== 201 || typeof answer.json?.device_id !== "string") throw new Retry(`device registration answered ${answer.status}: ${answer.detail}`, answer.retryAfter);
-    await this.#store.setMeta("device_id", answer.json.device_id);
-    return this.host.identity.device = answer.json.device_id;
+    const view = answer.status === 201 ? answer.json as Partial<DeviceView> | null : null;
+    if (typeof view?.device_id !== "string") throw new Retry(`device registration answered ${answer.status}: ${answer.detail}`, answer.retryAfter);
+    await this.#store.setMeta("device_id", view.device_id);
+    return this.host.identity.device = view.device_id;
   }
 
   /** Sends batches until the outbox holds none, setting aside what the server refuses. */
@@ -240,19 +242,20 @@ export class SyncEngine {
       const trace = traceparent(batch.key);
       this.#state.lastPushTraceID = trace.traceID;
       const answer = await this.gateway.send("POST", "/v1/sync/push", batch.body, { "Idempotency-Key": batch.key, traceparent: trace.header });
-      if (answer.status === 202 && typeof answer.json?.job_id === "string") {
-        await this.#steps.batchAccepted(batch, answer.json.job_id);
+      const accepted = answer.status === 202 ? answer.json as Partial<PushAccepted> | null : null;
+      if (typeof accepted?.job_id === "string") {
+        await this.#steps.batchAccepted(batch, accepted.job_id);
       } else if (answer.status === 400 || answer.status === 422 || (answer.status === 403 && spaceID)) {
-        await this.#refused(batch, answer.status === 403 ? null : problemOpIndex(answer.json), answer.detail);
-      } else if (answer.status === 409 && answer.json?.code === "blob_missing") {
+        await this.#refused(batch, answer.status === 403 ? null : problemOpIndex(answer.problem), answer.detail);
+      } else if (answer.status === 409 && answer.problem.code === "blob_missing") {
         // The server lacks a file an op references: sent again when this browser holds it, else the op is set aside.
-        const sha = typeof answer.json?.sha256 === "string" ? answer.json.sha256 : null;
+        const sha = typeof answer.problem.sha256 === "string" ? answer.problem.sha256 : null;
         if (sha && await this.#steps.blobMissing(sha)) {
           await this.#steps.batchDissolved(batch);
           const failure = await this.#uploadPending();
           if (failure) throw new Retry(failure);
         } else {
-          await this.#refused(batch, problemOpIndex(answer.json), answer.detail);
+          await this.#refused(batch, problemOpIndex(answer.problem), answer.detail);
         }
       } else if (answer.status === 404 && spaceID) {
         // The space may be gone: the pull tells (a 404 there drops it).
@@ -303,7 +306,7 @@ export class SyncEngine {
         continue;
       }
       if (answer.status !== 200) throw new Retry(`job status answered ${answer.status}`, answer.retryAfter);
-      const job = answer.json;
+      const job = answer.json as JobView;
       if (job.status === "succeeded") {
         await this.#jobSucceeded(jobID, Number(job.checkpoint ?? 0), job.results ?? []);
       } else if (job.status === "dead" || job.status === "discarded") {
@@ -319,7 +322,7 @@ export class SyncEngine {
   }
 
   /** A job of this device's succeeded: its refused ops are reported, the others wait for the pull that shows them. */
-  async #jobSucceeded(jobID: string, checkpoint: number, results: Parameters<SyncSteps["jobSucceeded"]>[2]): Promise<void> {
+  async #jobSucceeded(jobID: string, checkpoint: number, results: OpResult[]): Promise<void> {
     this.#reachedCursor = Math.max(this.#reachedCursor, checkpoint);
     const gone = await this.#steps.jobSucceeded(jobID, checkpoint, results);
     for (const result of gone) {
@@ -348,7 +351,7 @@ export class SyncEngine {
         this.#state.pullWanted = true;
         throw new Retry(`pull answered ${answer.status}: ${answer.detail}`, answer.retryAfter);
       }
-      const page = answer.json as { changes: RecordView[]; cursor: string; has_more: boolean };
+      const page = answer.json as PullPage;
       this.host.changed(await this.#steps.applyPage(page.changes, page.cursor, page.has_more));
       if (!page.has_more) {
         this.host.emit("pulled", { cursor: page.cursor });
@@ -422,7 +425,7 @@ export class SyncEngine {
     this.#streamRetry = null;
   }
 
-  async #streamMessage(message: { type?: string; cursor?: string; space_id?: string }): Promise<void> {
+  async #streamMessage(message: StreamMessage): Promise<void> {
     if (message.type === "hello") {
       this.#streamSpace = message.space_id ?? null;
       this.#schedule.streamOpened();
@@ -436,11 +439,10 @@ export class SyncEngine {
         this.wakeUp();
       }
     } else if (message.type === "job") {
-      const job = message as { job_id?: unknown; status?: unknown; checkpoint?: unknown; troubled?: unknown };
-      if (typeof job.job_id === "string" && typeof job.status === "string") {
+      if (typeof message.job_id === "string" && typeof message.status === "string") {
         if (this.#heardJobs.size >= 10_000) this.#heardJobs.clear();  // outcomes of jobs this device no longer follows
-        this.#heardJobs.set(job.job_id, {
-          status: job.status, checkpoint: typeof job.checkpoint === "string" ? job.checkpoint : null, troubled: job.troubled !== false,
+        this.#heardJobs.set(message.job_id, {
+          status: message.status, checkpoint: typeof message.checkpoint === "string" ? message.checkpoint : null, troubled: message.troubled !== false,
         });
       }
       this.wakeUp();

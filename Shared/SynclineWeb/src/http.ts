@@ -1,4 +1,5 @@
 import { retryAfterSeconds } from "./backoff.js";
+import type { Problem } from "./views.js";
 
 /** A failure worth retrying after a pause (network, 429, 5xx, auth); `after`: the server's `Retry-After`, in seconds. */
 export class Retry extends Error {
@@ -7,10 +8,15 @@ export class Retry extends Error {
   }
 }
 
-/** A server's answer, its body read: JSON when it is, and the problem's `detail` (else the text's start). */
+/**
+ * A server's answer, its body read: JSON when it is (`unknown` until its status says which
+ * of the answers in views.ts it is), the problem when it is one, and the problem's `detail`
+ * (else the text's start).
+ */
 export interface Answer {
   status: number;
-  json: any;
+  json: unknown;
+  problem: Problem;
   detail: string;
   retryAfter?: number;
   headers: Headers;
@@ -44,18 +50,19 @@ export class Gateway {
   async send(method: string, path: string, body?: string | Blob, headers: Record<string, string> = {}): Promise<Answer> {
     const response = await this.fetch(method, path, body, headers);
     const text = await response.text();
-    let json: any = null;
+    let json: unknown = null;
     try { json = text ? JSON.parse(text) : null; } catch { /* not JSON */ }
+    const problem: Problem = response.ok || typeof json !== "object" || json === null ? {} : json;
     return {
-      status: response.status, json, detail: json?.detail ?? text.slice(0, 500), retryAfter: retryAfterSeconds(response.headers.get("Retry-After")),
-      headers: response.headers,
+      status: response.status, json, problem, detail: typeof problem.detail === "string" ? problem.detail : text.slice(0, 500),
+      retryAfter: retryAfterSeconds(response.headers.get("Retry-After")), headers: response.headers,
     };
   }
 
-  /** A JSON answer of status `expected`; any other status throws with the server's detail. */
-  async call(method: string, path: string, expected: number, body?: unknown): Promise<any> {
+  /** The answer of status `expected`, read as `View`; any other status throws with the server's detail. */
+  async call<View = void>(method: string, path: string, expected: number, body?: unknown): Promise<View> {
     const answer = await this.send(method, path, body === undefined ? undefined : JSON.stringify(body));
     if (answer.status !== expected) throw new Error(`server answered ${answer.status}: ${answer.detail}`);
-    return answer.json;
+    return answer.json as View;
   }
 }

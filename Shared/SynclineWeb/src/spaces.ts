@@ -1,5 +1,6 @@
 // Managing spaces: calls that need the server, so this module is loaded on their first use.
 import { Gateway } from "./http.js";
+import type { InvitationView, ItemsPage, JoinedView, MemberView, SpaceView } from "./views.js";
 
 export type Role = "owner" | "editor" | "viewer";
 
@@ -26,7 +27,7 @@ export interface Member {
 
 const path = (spaceID: string, rest = "") => `/v1/spaces/${encodeURIComponent(spaceID)}${rest}`;
 
-const space = (view: any): Space => ({ spaceID: view.space_id, name: view.name, role: view.role, personal: view.personal });
+const space = (view: SpaceView): Space => ({ spaceID: view.space_id, name: view.name, role: view.role, personal: view.personal });
 
 /** The server's space routes, as `SyncClient` offers them. */
 export class Spaces {
@@ -37,25 +38,25 @@ export class Spaces {
   }
 
   async list(): Promise<Space[]> {
-    return ((await this.gateway.call("GET", "/v1/spaces", 200)).items as any[]).map(space);
+    return (await this.gateway.call<ItemsPage<SpaceView>>("GET", "/v1/spaces", 200)).items.map(space);
   }
 
   async create(name: string): Promise<Space> {
-    return space(await this.gateway.call("POST", "/v1/spaces", 201, { name }));
+    return space(await this.gateway.call<SpaceView>("POST", "/v1/spaces", 201, { name }));
   }
 
   async invite(spaceID: string, role: Role, expiresIn?: number): Promise<Invitation> {
-    const view = await this.gateway.call("POST", path(spaceID, "/invitations"), 201, expiresIn === undefined ? { role } : { role, expires_in: expiresIn });
+    const view = await this.gateway.call<InvitationView>("POST", path(spaceID, "/invitations"), 201, expiresIn === undefined ? { role } : { role, expires_in: expiresIn });
     return { invitationID: view.invitation_id, code: view.code, role: view.role, expiresAt: view.expires_at };
   }
 
   async accept(code: string): Promise<{ spaceID: string; role: Role }> {
-    const joined = await this.gateway.call("POST", `/v1/invitations/${encodeURIComponent(code)}/accept`, 200);
+    const joined = await this.gateway.call<JoinedView>("POST", `/v1/invitations/${encodeURIComponent(code)}/accept`, 200);
     return { spaceID: joined.space_id, role: joined.role };
   }
 
   async members(spaceID: string): Promise<Member[]> {
-    return ((await this.gateway.call("GET", path(spaceID, "/members"), 200)).items as any[])
+    return (await this.gateway.call<ItemsPage<MemberView>>("GET", path(spaceID, "/members"), 200)).items
       .map((member) => ({ userID: member.user_id, role: member.role, joinedAt: member.joined_at }));
   }
 

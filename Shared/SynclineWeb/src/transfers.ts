@@ -80,7 +80,7 @@ export class Transfers {
       location = url;
       await this.steps.setUploadURL(file.sha256, url);
     }
-    let last: Answer = { status: 204, json: null, detail: "", headers: new Headers() };
+    let last: Answer = { status: 204, json: null, problem: {}, detail: "", headers: new Headers() };
     while (offset < file.size) {
       this.reports.emit("uploadProgress", { sha256: file.sha256, sent: offset, total: file.size });
       last = await this.gateway.send("PATCH", location, file.blob.slice(offset, offset + uploadPieceBytes), {
