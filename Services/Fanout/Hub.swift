@@ -271,7 +271,7 @@ final class Hub: Service, Sendable {
     }
 
     private func perform(_ duties: HubState.Duties) async {
-        if let seen = duties.markSeen { try? await devices.markSeen(deviceIDs: seen) }
+        if let seen = duties.markSeen { try? await devices.markSeen(devices: seen.compactMap(DeviceID.init)) }
         if duties.register {
             do {
                 try await registry.refresh(queue: queue)

@@ -44,18 +44,18 @@ struct StreamRoutes: Sendable {
         // Checked here too, so a WebSocket over the cap is refused before its upgrade;
         // `Hub.subscribe` enforces it.
         guard hub.admits(user: claims.sub) else { throw hub.tooManyStreams() }
-        guard let text = request.uri.queryParameters["device_id"].map(String.init), let deviceID = Names.canonicalUUID(text) else {
+        guard let device = request.uri.queryParameters["device_id"].flatMap(DeviceID.init) else {
             throw APIError.badRequest("device_id must be the id of one of your devices.")
         }
         let space = try request.spaceParameter()
-        switch try await devices.state(user: claims.sub, deviceID: deviceID) {
+        switch try await devices.state(user: claims.sub, device: device) {
         case .notFound: throw APIError.notFound("No such device.")
         case .revoked: throw APIError.forbidden("This device was revoked.")
         case .active: break
         }
         if let space, try await spaces.role(user: claims.sub, space: space) == nil { throw APIError.notFound("No such space.") }
-        try await devices.markSeen(deviceIDs: [deviceID])
-        return Listener(user: claims.sub, deviceID: deviceID, space: space)
+        try await devices.markSeen(devices: [device])
+        return Listener(user: claims.sub, deviceID: device.description, space: space)
     }
 
     /// Subscribes the listener, then reads where their stream starts; a space they left

@@ -128,7 +128,7 @@ struct WebhookDispatcher: Service {
         }
         let attempt = (message.header(SynclineTopology.Header.attempt).flatMap(Int.init) ?? 0) + 1
         do {
-            guard let hook = try await devices.webhook(user: delivery.userID, deviceID: delivery.deviceID) else {
+            guard let device = DeviceID(delivery.deviceID), let hook = try await devices.webhook(user: delivery.userID, device: device) else {
                 deliveries.ack(message)  // revoked, deleted, or no push_url any more
                 return
             }

@@ -45,9 +45,8 @@ public struct DeviceStore: Sendable {
     /// Under the user's clock row lock, which every push's intake takes to check its
     /// device: a push of this device in progress commits first, and every later one finds
     /// the device revoked.
-    public func revoke(user: String, deviceID: String) async throws -> Bool {
-        guard let id = UUID(uuidString: deviceID) else { return false }
-        return try await pool.transaction { connection in
+    public func revoke(user: String, device id: DeviceID) async throws -> Bool {
+        try await pool.transaction { connection in
             try Self.lockClock(connection, user: user)
             return try connection.execute("""
                 UPDATE devices SET revoked_at = coalesce(revoked_at, now())
@@ -64,8 +63,7 @@ public struct DeviceStore: Sendable {
             """)
     }
 
-    public func state(user: String, deviceID: String) async throws -> DeviceState {
-        guard let id = UUID(uuidString: deviceID) else { return .notFound }
+    public func state(user: String, device id: DeviceID) async throws -> DeviceState {
         let row = try await pool.execute(
             "SELECT revoked_at IS NOT NULL FROM devices WHERE device_id = \(id) AND user_id = \(user)"
         ).first
@@ -75,8 +73,7 @@ public struct DeviceStore: Sendable {
 
     /// A stream connection counts as being seen, like a push: a device that only listens
     /// is not purged as unused.
-    public func markSeen(deviceIDs: [String]) async throws {
-        let ids = deviceIDs.compactMap(UUID.init(uuidString:))
+    public func markSeen(devices ids: [DeviceID]) async throws {
         guard !ids.isEmpty else { return }
         try await pool.execute("UPDATE devices SET last_seen_at = now() WHERE device_id = ANY(\(ids))")
     }
@@ -98,9 +95,8 @@ public struct DeviceStore: Sendable {
     }
 
     /// One device's webhook, if it still has one and is not revoked.
-    public func webhook(user: String, deviceID: String) async throws -> Webhook? {
-        guard let id = UUID(uuidString: deviceID) else { return nil }
-        return try await pool.execute("""
+    public func webhook(user: String, device id: DeviceID) async throws -> Webhook? {
+        try await pool.execute("""
             SELECT device_id, push_url AS url, push_secret AS secret FROM devices
             WHERE user_id = \(user) AND device_id = \(id) AND push_url IS NOT NULL AND revoked_at IS NULL
             """).first.map { try $0.decode(as: Webhook.self) }

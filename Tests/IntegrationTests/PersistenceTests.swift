@@ -43,12 +43,13 @@ struct PersistenceTests {
         try await withStores { _, devices, _, _, _ in
             let alice = user(), bob = user()
             let device = try await devices.register(user: alice, name: "mac", platform: "macos", pushURL: nil, pushSecret: "s")
-            #expect(try await devices.state(user: alice, deviceID: device.deviceID) == .active)
-            #expect(try await devices.state(user: bob, deviceID: device.deviceID) == .notFound)
-            #expect(try await devices.revoke(user: bob, deviceID: device.deviceID) == false)
-            #expect(try await devices.revoke(user: alice, deviceID: device.deviceID))
-            #expect(try await devices.revoke(user: alice, deviceID: device.deviceID))
-            #expect(try await devices.state(user: alice, deviceID: device.deviceID) == .revoked)
+            let id = try #require(DeviceID(device.deviceID))
+            #expect(try await devices.state(user: alice, device: id) == .active)
+            #expect(try await devices.state(user: bob, device: id) == .notFound)
+            #expect(try await devices.revoke(user: bob, device: id) == false)
+            #expect(try await devices.revoke(user: alice, device: id))
+            #expect(try await devices.revoke(user: alice, device: id))
+            #expect(try await devices.state(user: alice, device: id) == .revoked)
             #expect(try await devices.list(user: alice).first?.revokedAt != nil)
             #expect(try await devices.list(user: bob).isEmpty)
         }
@@ -192,8 +193,9 @@ struct PersistenceTests {
         try await withStores { _, devices, jobs, _, _ in
             let alice = user()
             let device = try await devices.register(user: alice, name: "m", platform: "p", pushURL: nil, pushSecret: "s")
+            let id = try #require(DeviceID(device.deviceID))
             #expect(try await jobs.create(intake(user(), device.deviceID, [op(.delete, "x")])) == .deviceNotFound)
-            _ = try await devices.revoke(user: alice, deviceID: device.deviceID)
+            _ = try await devices.revoke(user: alice, device: id)
             #expect(try await jobs.create(intake(alice, device.deviceID, [op(.delete, "x")])) == .deviceRevoked)
         }
     }
@@ -246,6 +248,7 @@ struct PersistenceTests {
         try await withStores { pool, devices, _, _, _ in
             let alice = user()
             let device = try await devices.register(user: alice, name: "m", platform: "p", pushURL: nil, pushSecret: "s")
+            let id = try #require(DeviceID(device.deviceID))
             let holding = Flag()
             let release = Flag()
             let intake = Task {
@@ -259,13 +262,13 @@ struct PersistenceTests {
                 }
             }
             while !holding.isSet { try await Task.sleep(for: .milliseconds(10)) }
-            let revoke = Task { try await devices.revoke(user: alice, deviceID: device.deviceID) }
+            let revoke = Task { try await devices.revoke(user: alice, device: id) }
             try await Task.sleep(for: .milliseconds(400))
-            #expect(try await devices.state(user: alice, deviceID: device.deviceID) == .active, "revoked while a push held the lock")
+            #expect(try await devices.state(user: alice, device: id) == .active, "revoked while a push held the lock")
             release.set()
             try await intake.value
             #expect(try await revoke.value)
-            #expect(try await devices.state(user: alice, deviceID: device.deviceID) == .revoked)
+            #expect(try await devices.state(user: alice, device: id) == .revoked)
         }
     }
 }

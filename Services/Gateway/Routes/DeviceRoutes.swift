@@ -36,10 +36,10 @@ struct DeviceRoutes: Sendable {
     }
 
     @Sendable func revoke(_ request: Request, context: SignedInRequestContext) async throws -> Response {
-        let id = try context.parameters.require("device_id")
-        guard try await devices.revoke(user: context.user, deviceID: id) else { throw APIError.notFound("No such device.") }
-        await publisher.announce(
-            DeviceRevokedEvent(userID: context.user, deviceID: Names.canonicalUUID(id) ?? id), logger: context.logger)
+        guard let id = DeviceID(try context.parameters.require("device_id")), try await devices.revoke(user: context.user, device: id) else {
+            throw APIError.notFound("No such device.")
+        }
+        await publisher.announce(DeviceRevokedEvent(userID: context.user, deviceID: id.description), logger: context.logger)
         return Response(status: .noContent)
     }
 }

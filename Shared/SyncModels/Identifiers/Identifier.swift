@@ -1,0 +1,42 @@
+import Foundation
+
+/// The id of one kind of thing the server names with a UUID — a device, a space, a job:
+/// read from text in any case, written in lowercase (on the wire, in logs, in the order ops
+/// are sorted by), and never mistaken for another kind's id.
+public struct Identifier<Kind>: Hashable, Sendable, Comparable, CustomStringConvertible {
+    public let uuid: UUID
+
+    public init(_ uuid: UUID) { self.uuid = uuid }
+
+    /// The id `text` names, in any case; nil when it is not a UUID.
+    public init?(_ text: some StringProtocol) {
+        guard let canonical = Names.canonicalUUID(String(text)), let uuid = UUID(uuidString: canonical) else { return nil }
+        self.uuid = uuid
+    }
+
+    /// A new id.
+    public static func random() -> Self { Self(UUID()) }
+
+    public var description: String { uuid.uuidString.lowercased() }
+
+    public static func < (lhs: Self, rhs: Self) -> Bool { lhs.description < rhs.description }
+}
+
+extension Identifier: Codable {
+    public init(from decoder: any Decoder) throws {
+        let text = try decoder.singleValueContainer().decode(String.self)
+        guard let id = Self(text) else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not a UUID: \(text)"))
+        }
+        self = id
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(description)
+    }
+}
+
+public enum DeviceKind {}
+/// A device's id (`device_id`): one per install of a client, registered by the user.
+public typealias DeviceID = Identifier<DeviceKind>

@@ -1,0 +1,29 @@
+import Foundation
+import SyncModels
+import Testing
+
+/// Ids of devices (and, in time, spaces and jobs): read in any case, written in lowercase.
+struct IdentifierTests {
+    @Test func anIDIsReadInAnyCaseAndWrittenInLowercase() throws {
+        let upper = try #require(DeviceID("0F8FAD5B-D9CB-469F-A165-70867728950E"))
+        let lower = try #require(DeviceID("0f8fad5b-d9cb-469f-a165-70867728950e"))
+        #expect(upper == lower)
+        #expect(upper.description == "0f8fad5b-d9cb-469f-a165-70867728950e")
+        #expect(Set([upper, lower]).count == 1)
+    }
+
+    @Test func whatIsNotAUUIDIsNoID() {
+        for text in ["", "device", "0f8fad5b-d9cb-469f-a165-70867728950", "0f8fad5b-d9cb-469f-a165-70867728950e0",
+                     "0f8fad5bxd9cb-469f-a165-70867728950e", "0f8fad5b-d9cb-469f-a165-70867728950g", " 0f8fad5b-d9cb-469f-a165-70867728950e"] {
+            #expect(DeviceID(text) == nil, "\(text)")
+        }
+    }
+
+    @Test func anIDTravelsAsItsLowercaseText() throws {
+        let id = try #require(DeviceID("0F8FAD5B-D9CB-469F-A165-70867728950E"))
+        let json = try JSONEncoder().encode(["device_id": id])
+        #expect(String(decoding: json, as: UTF8.self) == #"{"device_id":"0f8fad5b-d9cb-469f-a165-70867728950e"}"#)
+        #expect(try JSONDecoder().decode([String: DeviceID].self, from: json)["device_id"] == id)
+        #expect(throws: DecodingError.self) { try JSONDecoder().decode([String: DeviceID].self, from: Data(#"{"device_id":"x"}"#.utf8)) }
+    }
+}
