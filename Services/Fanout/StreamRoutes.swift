@@ -55,7 +55,7 @@ struct StreamRoutes: Sendable {
         }
         if let space, try await spaces.role(user: claims.sub, space: space) == nil { throw APIError.notFound("No such space.") }
         try await devices.markSeen(devices: [device])
-        return Listener(user: claims.sub, deviceID: device.description, space: space)
+        return Listener(user: claims.sub, deviceID: device.description, space: space?.description)
     }
 
     /// Subscribes the listener, then reads where their stream starts; a space they left

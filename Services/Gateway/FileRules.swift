@@ -15,13 +15,13 @@ struct FileRules: Sendable {
     let uploadsPerUser: ConcurrencyLimiter
 
     /// The space named by `space_id` (the personal one when absent), which the caller may
-    /// write to.
-    func writableSpace(_ named: String?, user: String) async throws -> String {
-        guard let space = named else { return try await spaces.personalSpace(user: user) }
+    /// write to, as the file catalog names it.
+    func writableSpace(_ named: SpaceID?, user: String) async throws -> String {
+        guard let space = named else { return try await spaces.personalSpace(user: user).description }
         switch try await spaces.role(user: user, space: space) {
         case nil: throw APIError.notFound("No such space.")
         case let role? where !role.canWrite: throw APIError.forbidden("A viewer of this space cannot add files to it.")
-        default: return space
+        default: return space.description
         }
     }
 

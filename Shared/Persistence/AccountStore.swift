@@ -124,7 +124,7 @@ public struct AccountStore: Sendable {
             SELECT m.space_id FROM space_members m
             WHERE m.user_id = \(user)
               AND NOT EXISTS (SELECT 1 FROM space_members o WHERE o.space_id = m.space_id AND o.user_id <> \(user))
-            """).map { try $0.decode(String.self, at: 0) }
+            """).map { try $0.decode(SpaceID.self, at: 0) }
         try SpaceStore.erase(connection, spaces: empty)
         try connection.execute("DELETE FROM space_members WHERE user_id = \(user)")
         try connection.execute("DELETE FROM space_invitations WHERE created_by = \(user) AND used_at IS NULL")

@@ -199,7 +199,7 @@ public struct JobStore: Sendable {
             if let chosen = intake.spaceID?.lowercased() ?? spaces[intake.user] {
                 space = chosen
             } else {
-                space = try SpaceStore.personalSpace(connection, user: intake.user)
+                space = try SpaceStore.personalSpace(connection, user: intake.user).description
                 spaces[intake.user] = space
             }
             if let key = intake.idempotencyKey, let first = earlier[UserKey(space: space, user: intake.user, key: key)] {
@@ -285,8 +285,7 @@ public struct JobStore: Sendable {
     /// The job an intake's idempotency key already names in its space.
     private static func existing(_ connection: PGConnection, _ intake: Intake) throws -> IntakeOutcome? {
         guard let key = intake.idempotencyKey else { return nil }
-        let space = try intake.spaceID.flatMap { UUID(uuidString: $0) }
-            ?? UUID(uuidString: SpaceStore.personalSpace(connection, user: intake.user))
+        let space = try intake.spaceID.flatMap(SpaceID.init) ?? SpaceStore.personalSpace(connection, user: intake.user)
         guard let row = try connection.execute("""
             SELECT job_id, status, op_count, request_hash FROM jobs
             WHERE space_id = \(space) AND user_id = \(intake.user) AND idempotency_key = \(key)

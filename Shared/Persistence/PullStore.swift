@@ -105,7 +105,7 @@ public struct PullStore: Sendable {
     /// `space`.
     public func streamStart(user: String, space: String?) async throws -> StreamStart? {
         try await reads.primary.withConnection { connection in
-            let main = try space ?? SpaceStore.personalSpace(connection, user: user)
+            let main = try space ?? SpaceStore.personalSpace(connection, user: user).description
             var spaces: [String: String] = [:]
             for row in try connection.execute("""
                 SELECT m.space_id, coalesce(c.counter, 0)

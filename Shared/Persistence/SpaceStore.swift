@@ -10,11 +10,11 @@ public struct SpaceStore: Sendable {
     public init(pool: PGPool) { self.pool = pool }
 
     /// The user's personal space, made (with the user as owner) when missing.
-    public func personalSpace(user: String) async throws -> String {
+    public func personalSpace(user: String) async throws -> SpaceID {
         try await pool.withConnection { try Self.personalSpace($0, user: user) }
     }
 
-    static func personalSpace(_ connection: PGConnection, user: String) throws -> String {
+    static func personalSpace(_ connection: PGConnection, user: String) throws -> SpaceID {
         for _ in 0..<2 {
             if let row = try connection.execute("""
                 WITH existing AS (SELECT space_id FROM spaces WHERE personal_of = \(user)),
@@ -27,7 +27,7 @@ public struct SpaceStore: Sendable {
                   INSERT INTO space_members (space_id, user_id, role) SELECT space_id, \(user), \(SpaceRole.owner) FROM created)
                 SELECT space_id FROM existing UNION ALL SELECT space_id FROM created
                 """).first {
-                return try row.decode(String.self, at: 0)
+                return try row.decode(SpaceID.self, at: 0)
             }
             // Another request made it at the same moment: the second look finds it.
         }
@@ -38,9 +38,8 @@ public struct SpaceStore: Sendable {
     /// Their counter rows are locked first, in space order, as a worker applying a job
     /// locks them: a job being applied commits before the deletion reads, so its records
     /// are erased here; a job applied after it finds no members and writes nothing.
-    static func erase(_ connection: PGConnection, spaces: [String]) throws {
-        guard !spaces.isEmpty else { return }
-        let ids = spaces.compactMap(UUID.init(uuidString:))
+    static func erase(_ connection: PGConnection, spaces ids: [SpaceID]) throws {
+        guard !ids.isEmpty else { return }
         try connection.execute("""
             INSERT INTO space_counters (space_id) SELECT s FROM unnest(\(ids)) AS s ORDER BY s
             ON CONFLICT (space_id) DO UPDATE SET space_id = EXCLUDED.space_id
@@ -57,10 +56,10 @@ public struct SpaceStore: Sendable {
     /// deadlocking, and each sees what the one before it committed. (`NO KEY UPDATE`: a
     /// worker creating the space's counter, whose foreign key takes a key-share lock on
     /// this row, does not wait for it — the counter's own lock orders the two.)
-    static func lock(_ connection: PGConnection, space: String, user: String) throws -> (role: SpaceRole, personal: Bool)? {
+    static func lock(_ connection: PGConnection, space: SpaceID, user: String) throws -> (role: SpaceRole, personal: Bool)? {
         guard let row = try connection.execute("""
             SELECT m.role, s.personal_of IS NOT NULL FROM space_members m JOIN spaces s USING (space_id)
-            WHERE m.space_id = \(space)::uuid AND m.user_id = \(user) FOR NO KEY UPDATE OF s
+            WHERE m.space_id = \(space) AND m.user_id = \(user) FOR NO KEY UPDATE OF s
             """).first else { return nil }
         let (stored, personal) = try row.decode((String, Bool).self)
         guard let role = SpaceRole(rawValue: stored) else { return nil }
@@ -84,7 +83,7 @@ extension SpaceStore {
 
     public func create(user: String, name: String) async throws -> SpaceView {
         try await pool.transaction { connection in
-            let id = UUID()
+            let id = SpaceID.random()
             guard let row = try connection.execute("""
                 WITH space AS (INSERT INTO spaces (space_id, name) VALUES (\(id), \(name)) RETURNING space_id, created_at),
                 member AS (
@@ -93,7 +92,7 @@ extension SpaceStore {
                 """).first
             else { throw UnexpectedAnswer("the space was not created") }
             return SpaceView(
-                spaceID: id.uuidString.lowercased(), name: name, role: .owner, personal: false,
+                spaceID: id.description, name: name, role: .owner, personal: false,
                 createdAt: try row.decode(String.self, at: 0))
         }
     }
@@ -113,31 +112,29 @@ extension SpaceStore {
     }
 
     /// The user's role in the space; nil when they are no member (or it does not exist).
-    public func role(user: String, space: String) async throws -> SpaceRole? {
-        guard let id = UUID(uuidString: space) else { return nil }
-        return try await pool.execute(
-            "SELECT role FROM space_members WHERE space_id = \(id) AND user_id = \(user)"
+    public func role(user: String, space: SpaceID) async throws -> SpaceRole? {
+        try await pool.execute(
+            "SELECT role FROM space_members WHERE space_id = \(space) AND user_id = \(user)"
         ).first.map { try $0.decode(String.self, at: 0) }.flatMap(SpaceRole.init(rawValue:))
     }
 
     /// The owner deletes a shared space and everything in it; `members` are whom it had.
-    public func delete(user: String, space: String) async throws -> (change: Change, members: [String]) {
-        guard let id = Names.canonicalUUID(space) else { return (.notFound, []) }
-        return try await pool.transaction { connection in
+    public func delete(user: String, space id: SpaceID) async throws -> (change: Change, members: [String]) {
+        try await pool.transaction { connection in
             guard let mine = try Self.lock(connection, space: id, user: user) else { return (.notFound, []) }
             guard mine.role == .owner, !mine.personal else { return (.forbidden, []) }
-            let members = try connection.execute("SELECT user_id FROM space_members WHERE space_id = \(id)::uuid")
+            let members = try connection.execute("SELECT user_id FROM space_members WHERE space_id = \(id)")
                 .map { try $0.decode(String.self, at: 0) }
             try Self.erase(connection, spaces: [id])
             return (.done, members)
         }
     }
 
-    public func members(user: String, space: String) async throws -> [MemberView]? {
-        guard try await role(user: user, space: space) != nil, let id = Names.canonicalUUID(space) else { return nil }
+    public func members(user: String, space id: SpaceID) async throws -> [MemberView]? {
+        guard try await role(user: user, space: id) != nil else { return nil }
         return try await pool.execute("""
             SELECT user_id, role, syncline_rfc3339(joined_at) FROM space_members
-            WHERE space_id = \(id)::uuid ORDER BY joined_at, user_id
+            WHERE space_id = \(id) ORDER BY joined_at, user_id
             """).map { row in
             let (member, role, joinedAt) = try row.decode((String, String, String).self)
             return MemberView(userID: member, role: SpaceRole(rawValue: role) ?? .viewer, joinedAt: joinedAt)
@@ -146,31 +143,30 @@ extension SpaceStore {
 
     /// The owner changes a member's role (`role`), or removes them (nil); any member may
     /// remove themselves. The last owner can do neither to themselves.
-    public func change(user: String, space: String, member: String, to role: SpaceRole?) async throws -> Change {
-        guard let id = Names.canonicalUUID(space) else { return .notFound }
-        return try await pool.transaction { connection in
+    public func change(user: String, space id: SpaceID, member: String, to role: SpaceRole?) async throws -> Change {
+        try await pool.transaction { connection in
             guard let mine = try Self.lock(connection, space: id, user: user) else { return .notFound }
             guard !mine.personal else { return .forbidden }
             guard mine.role == .owner || (role == nil && member == user) else { return .forbidden }
             guard let target = try connection.execute(
-                "SELECT role FROM space_members WHERE space_id = \(id)::uuid AND user_id = \(member)").first
+                "SELECT role FROM space_members WHERE space_id = \(id) AND user_id = \(member)").first
             else { return .notFound }
             if try target.decode(String.self, at: 0) == SpaceRole.owner.rawValue && role != .owner {
                 let owners = try connection.execute(
-                    "SELECT count(*) FROM space_members WHERE space_id = \(id)::uuid AND role = \(SpaceRole.owner)"
+                    "SELECT count(*) FROM space_members WHERE space_id = \(id) AND role = \(SpaceRole.owner)"
                 ).first?.decode(Int64.self, at: 0) ?? 0
                 if owners <= 1 { return .lastOwner }
             }
             if let role {
                 try connection.execute(
-                    "UPDATE space_members SET role = \(role) WHERE space_id = \(id)::uuid AND user_id = \(member)")
+                    "UPDATE space_members SET role = \(role) WHERE space_id = \(id) AND user_id = \(member)")
             } else {
-                try connection.execute("DELETE FROM space_members WHERE space_id = \(id)::uuid AND user_id = \(member)")
+                try connection.execute("DELETE FROM space_members WHERE space_id = \(id) AND user_id = \(member)")
             }
             // Only an owner may invite: a member who is no longer one loses their open invitations.
             if role != .owner {
                 try connection.execute(
-                    "DELETE FROM space_invitations WHERE space_id = \(id)::uuid AND created_by = \(member) AND used_at IS NULL")
+                    "DELETE FROM space_invitations WHERE space_id = \(id) AND created_by = \(member) AND used_at IS NULL")
             }
             return .done
         }
@@ -186,21 +182,20 @@ extension SpaceStore {
     /// An owner invites; a space has at most `maxOpen` open invitations (counted under its
     /// lock).
     public func invite(
-        user: String, space: String, role: SpaceRole, seconds: Int, code: String, maxOpen: Int
+        user: String, space id: SpaceID, role: SpaceRole, seconds: Int, code: String, maxOpen: Int
     ) async throws -> (Change, InvitationView?) {
-        guard let id = Names.canonicalUUID(space) else { return (.notFound, nil) }
-        return try await pool.transaction { connection in
+        try await pool.transaction { connection in
             guard let mine = try Self.lock(connection, space: id, user: user) else { return (.notFound, nil) }
             // A personal space takes no members.
             guard mine.role == .owner, !mine.personal else { return (.forbidden, nil) }
             let open = try connection.execute("""
                 SELECT count(*) FROM space_invitations
-                WHERE space_id = \(id)::uuid AND used_at IS NULL AND expires_at > clock_timestamp()
+                WHERE space_id = \(id) AND used_at IS NULL AND expires_at > clock_timestamp()
                 """).first?.decode(Int64.self, at: 0) ?? 0
             guard open < maxOpen else { return (.tooManyInvitations, nil) }
             guard let row = try connection.execute("""
                 INSERT INTO space_invitations (code_hash, space_id, role, created_by, expires_at)
-                VALUES (encode(sha256(convert_to(\(code), 'UTF8')), 'hex'), \(id)::uuid, \(role), \(user),
+                VALUES (encode(sha256(convert_to(\(code), 'UTF8')), 'hex'), \(id), \(role), \(user),
                         clock_timestamp() + make_interval(secs => \(Double(seconds))))
                 RETURNING invitation_id, syncline_rfc3339(expires_at)
                 """).first
@@ -214,12 +209,12 @@ extension SpaceStore {
     /// revoked, or its creator is no longer an owner of the space (an invitation carries
     /// its creator's authority only while they hold it). A member already in the space
     /// keeps the higher of the two roles.
-    public func accept(user: String, code: String) async throws -> (space: String, role: SpaceRole)? {
+    public func accept(user: String, code: String) async throws -> (space: SpaceID, role: SpaceRole)? {
         try await pool.transaction { connection in
             guard let found = try connection.execute(
                 "SELECT space_id FROM space_invitations WHERE code_hash = encode(sha256(convert_to(\(code), 'UTF8')), 'hex')"
             ).first else { return nil }
-            let space = try found.decode(UUID.self, at: 0)
+            let space = try found.decode(SpaceID.self, at: 0)
             // The space's lock, as every change to its members takes it: a deletion, removal
             // or demotion in progress commits before the invitation is judged.
             guard try connection.execute("SELECT 1 FROM spaces WHERE space_id = \(space) FOR NO KEY UPDATE").first != nil else {
@@ -244,22 +239,22 @@ extension SpaceStore {
                 RETURNING role
                 """).first
             let role = try joined.map { try $0.decode(String.self, at: 0) }.flatMap(SpaceRole.init(rawValue:)) ?? offered
-            return (space.uuidString.lowercased(), role)
+            return (space, role)
         }
     }
 
     /// The space's open invitations (not used, not expired), for its owners; never a code.
     /// The space's open invitations, oldest first, `limit` at a time after `cursor`.
-    public func invitations(user: String, space: String, limit: Int, cursor: PageCursor?) async throws -> (Change, InvitationList) {
+    public func invitations(user: String, space id: SpaceID, limit: Int, cursor: PageCursor?) async throws -> (Change, InvitationList) {
         let none = InvitationList(items: [], nextCursor: nil)
-        guard let id = Names.canonicalUUID(space), let role = try await role(user: user, space: id) else { return (.notFound, none) }
+        guard let role = try await role(user: user, space: id) else { return (.notFound, none) }
         guard role == .owner else { return (.forbidden, none) }
         let after = cursor?.time ?? PGTimestamp(microsecondsSince2000: .min)  // -infinity
         let afterID = cursor.flatMap { UUID(uuidString: $0.id) } ?? UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
         let rows = try await pool.execute("""
             SELECT invitation_id, role, created_by, syncline_rfc3339(created_at), syncline_rfc3339(expires_at), created_at
             FROM space_invitations
-            WHERE space_id = \(id)::uuid AND used_at IS NULL AND expires_at > clock_timestamp()
+            WHERE space_id = \(id) AND used_at IS NULL AND expires_at > clock_timestamp()
               AND (created_at, invitation_id) > (\(after), \(afterID))
             ORDER BY created_at, invitation_id
             LIMIT \(limit + 1)
@@ -277,15 +272,14 @@ extension SpaceStore {
     }
 
     /// An owner revokes an open invitation: its code no longer works.
-    public func revokeInvitation(user: String, space: String, invitation: String) async throws -> Change {
-        guard let id = Names.canonicalUUID(space) else { return .notFound }
-        return try await pool.transaction { connection in
+    public func revokeInvitation(user: String, space id: SpaceID, invitation: String) async throws -> Change {
+        try await pool.transaction { connection in
             guard let mine = try Self.lock(connection, space: id, user: user) else { return .notFound }
             guard mine.role == .owner else { return .forbidden }
             guard let invitationID = UUID(uuidString: invitation) else { return .notFound }
             let revoked = try connection.execute("""
                 DELETE FROM space_invitations
-                WHERE space_id = \(id)::uuid AND invitation_id = \(invitationID) AND used_at IS NULL AND expires_at > clock_timestamp()
+                WHERE space_id = \(id) AND invitation_id = \(invitationID) AND used_at IS NULL AND expires_at > clock_timestamp()
                 """)
             return revoked.affectedRows == 1 ? .done : .notFound
         }

@@ -38,8 +38,9 @@ struct HotPathRoutingTests {
         let devices = DeviceStore(pool: pool), spaces = SpaceStore(pool: pool)
         let device = try await devices.register(user: alice, name: "mac", platform: "macos", pushURL: nil, pushSecret: "s")
         let space = try await spaces.create(user: alice, name: "trip")
+        let spaceID = try #require(SpaceID(space.spaceID))
         let code = "route-\(UUID().uuidString)"
-        _ = try await spaces.invite(user: alice, space: space.spaceID, role: .editor, seconds: 60, code: code, maxOpen: 10)
+        _ = try await spaces.invite(user: alice, space: spaceID, role: .editor, seconds: 60, code: code, maxOpen: 10)
         #expect(try await spaces.accept(user: bob, code: code)?.role == .editor)
         let jobs = JobStore(pool: pool), apply = ApplyStore(pool: pool), pulls = PullStore(pool: pool)
         func op(_ type: OpType, _ id: String, _ data: [String: JSONValue]? = nil) -> Op {
@@ -63,7 +64,7 @@ struct HotPathRoutingTests {
         guard case .created(let personalJob, _) = personal else { Issue.record("intake: \(personal)"); return }
         _ = try await apply.apply(jobs: [personalJob], attempt: .countedInCommit)
         #expect(try await jobs.view(user: alice, jobID: personalJob.job)?.status == .succeeded)
-        #expect(try await spaces.role(user: bob, space: space.spaceID) == .editor)
+        #expect(try await spaces.role(user: bob, space: spaceID) == .editor)
         guard case .page(let page) = try await pulls.pull(user: bob, space: space.spaceID, since: 0, limit: 10, collections: nil) else {
             Issue.record("no page"); return
         }

@@ -85,7 +85,7 @@ struct PersistenceTests {
             #expect(try await apply.apply(jobs: [elsewhere], attempt: .countedInCommit) == [jobID: .unknownJob])
             #expect(try await apply.spaces(ofJobs: [jobID]) == [jobID: job.space])
 
-            let space = try await SpaceStore(pool: pool).personalSpace(user: alice)
+            let space = try await SpaceStore(pool: pool).personalSpace(user: alice).description
             guard case .page(let page) = try await pulls.pull(user: alice, space: space, since: 0, limit: 1, collections: nil) else { return }
             #expect(page.changes.map(\.id) == ["n1"] && page.hasMore && page.cursor == "1")
             guard case .page(let rest) = try await pulls.pull(user: alice, space: space, since: 1, limit: 10, collections: nil) else { return }

@@ -66,9 +66,9 @@ struct BlobRoutes: Sendable {
         let space: String
         if let named = try request.spaceParameter() {
             guard try await spaces.role(user: context.user, space: named) != nil else { throw Self.noSuchFile }
-            space = named
+            space = named.description
         } else {
-            space = try await spaces.personalSpace(user: context.user)
+            space = try await spaces.personalSpace(user: context.user).description
         }
         guard let blob = try await catalog.find(space: space, sha256: sha256) else { throw Self.noSuchFile }
         return try await serve(

@@ -46,10 +46,19 @@ struct SpaceRoutes: Sendable {
         return role
     }
 
+    static let notFound = APIError.notFound("No such space, member or invitation.")
+
+    /// The space the path names. An id that is no UUID names no space: it is answered as
+    /// one the store does not hold.
+    func pathSpace(_ context: SignedInRequestContext) throws -> SpaceID {
+        guard let id = SpaceID(try context.parameters.require("space_id")) else { throw Self.notFound }
+        return id
+    }
+
     func answer(_ change: SpaceStore.Change) throws {
         switch change {
         case .done: return
-        case .notFound: throw APIError.notFound("No such space, member or invitation.")
+        case .notFound: throw Self.notFound
         case .forbidden: throw APIError.forbidden("Your role in this space does not allow that.")
         case .lastOwner:
             throw APIError(
@@ -75,11 +84,10 @@ struct SpaceRoutes: Sendable {
     }
 
     @Sendable func delete(_ request: Request, context: SignedInRequestContext) async throws -> Response {
-        let space = try context.parameters.require("space_id")
+        let space = try pathSpace(context)
         let (change, members) = try await spaces.delete(user: context.user, space: space)
         try answer(change)
-        let id = Names.canonicalUUID(space) ?? space
-        await publisher.announce(members.map { SpaceLeftEvent(userID: $0, spaceID: id) }, logger: context.logger)
+        await publisher.announce(members.map { SpaceLeftEvent(userID: $0, spaceID: space.description) }, logger: context.logger)
         let logger = context.logger
         _ = background.submit { [sweeper] in
             do { try await sweeper.sweep() } catch { logger.warning("files of a deleted space wait for purge", metadata: ["error": "\(error)"]) }
@@ -88,7 +96,7 @@ struct SpaceRoutes: Sendable {
     }
 
     @Sendable func members(_ request: Request, context: SignedInRequestContext) async throws -> Response {
-        guard let members = try await spaces.members(user: context.user, space: try context.parameters.require("space_id")) else {
+        guard let space = SpaceID(try context.parameters.require("space_id")), let members = try await spaces.members(user: context.user, space: space) else {
             throw APIError.notFound("No such space.")
         }
         return try jsonResponse(MemberList(items: members))
@@ -96,7 +104,7 @@ struct SpaceRoutes: Sendable {
 
     @Sendable func setRole(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         let role = try Self.role(try await request.jsonObject()["role"])
-        let space = try context.parameters.require("space_id"), member = try context.parameters.require("user_id")
+        let space = try pathSpace(context), member = try context.parameters.require("user_id")
         try answer(try await spaces.change(user: context.user, space: space, member: member, to: role))
         guard let view = try await spaces.members(user: context.user, space: space)?.first(where: { $0.userID == member }) else {
             throw APIError.notFound("No such space, member or invitation.")
@@ -105,9 +113,9 @@ struct SpaceRoutes: Sendable {
     }
 
     @Sendable func remove(_ request: Request, context: SignedInRequestContext) async throws -> Response {
-        let space = try context.parameters.require("space_id"), member = try context.parameters.require("user_id")
+        let space = try pathSpace(context), member = try context.parameters.require("user_id")
         try answer(try await spaces.change(user: context.user, space: space, member: member, to: nil))
-        await publisher.announce([SpaceLeftEvent(userID: member, spaceID: Names.canonicalUUID(space) ?? space)], logger: context.logger)
+        await publisher.announce([SpaceLeftEvent(userID: member, spaceID: space.description)], logger: context.logger)
         return Response(status: .noContent)
     }
 
@@ -122,7 +130,7 @@ struct SpaceRoutes: Sendable {
             seconds = Int(number)
         }
         let (change, invitation) = try await spaces.invite(
-            user: context.user, space: try context.parameters.require("space_id"), role: role, seconds: seconds,
+            user: context.user, space: try pathSpace(context), role: role, seconds: seconds,
             code: Secrets.random(), maxOpen: maxOpenInvitations)
         try answer(change)
         guard let invitation else { throw APIError.notFound("No such space.") }
@@ -137,15 +145,14 @@ struct SpaceRoutes: Sendable {
             cursor = parsed
         }
         let (change, page) = try await spaces.invitations(
-            user: context.user, space: try context.parameters.require("space_id"), limit: limit, cursor: cursor)
+            user: context.user, space: try pathSpace(context), limit: limit, cursor: cursor)
         try answer(change)
         return try jsonResponse(page)
     }
 
     @Sendable func revokeInvitation(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         try answer(try await spaces.revokeInvitation(
-            user: context.user, space: try context.parameters.require("space_id"),
-            invitation: try context.parameters.require("invitation_id")))
+            user: context.user, space: try pathSpace(context), invitation: try context.parameters.require("invitation_id")))
         return Response(status: .noContent)
     }
 
@@ -154,6 +161,6 @@ struct SpaceRoutes: Sendable {
         guard code.utf8.count <= 100, let joined = try await spaces.accept(user: context.user, code: code) else {
             throw APIError.notFound("No such invitation, or it was used or has expired.")
         }
-        return try jsonResponse(JoinedSpace(spaceID: joined.space, role: joined.role))
+        return try jsonResponse(JoinedSpace(spaceID: joined.space.description, role: joined.role))
     }
 }

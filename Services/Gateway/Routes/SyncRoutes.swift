@@ -121,7 +121,9 @@ struct SyncRoutes: Sendable {
     @Sendable func job(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         let id = try context.parameters.require("job_id")
         let space = try request.spaceParameter()
-        guard let view = try await jobs.view(user: context.user, jobID: id, space: space) else { throw APIError.notFound("No such job.") }
+        guard let view = try await jobs.view(user: context.user, jobID: id, space: space?.description) else {
+            throw APIError.notFound("No such job.")
+        }
         return try jsonResponse(view)
     }
 
@@ -141,7 +143,7 @@ struct SyncRoutes: Sendable {
         let space = try request.spaceParameter()
         if let space, try await spaces.role(user: context.user, space: space) == nil { throw APIError.notFound("No such space.") }
         switch try await pulls.pull(
-            user: context.user, space: space, since: since, limit: limit, collections: collections, minCursor: minCursor)
+            user: context.user, space: space?.description, since: since, limit: limit, collections: collections, minCursor: minCursor)
         {
         case .page(let page):
             return Response(

@@ -71,9 +71,9 @@ struct UploadRoutes: Sendable {
             throw APIError.badRequest("Upload-Metadata must carry sha256: the file's SHA-256, 64 lowercase hex digits.")
         }
         let contentType = try FileRules.contentType(metadata["content_type"])
-        var named: String?
+        var named: SpaceID?
         if let space = metadata["space_id"] {
-            guard let id = Names.canonicalUUID(space) else { throw APIError.badRequest("space_id must be a space's id.") }
+            guard let id = SpaceID(space) else { throw APIError.badRequest("space_id must be a space's id.") }
             named = id
         }
         let space = try await rules.writableSpace(named, user: context.user)
@@ -126,7 +126,7 @@ struct UploadRoutes: Sendable {
         }
         let upload = try await find(context, user: context.user)
         // Write access is checked on every piece, not only at creation.
-        _ = try await rules.writableSpace(upload.spaceID.uuidString.lowercased(), user: context.user)
+        _ = try await rules.writableSpace(SpaceID(upload.spaceID), user: context.user)
         guard let offsetText = request.headers[.uploadOffset], let offset = Int64(offsetText), offset >= 0 else {
             throw APIError.badRequest("Upload-Offset must be where the upload stands, in bytes.")
         }

@@ -40,3 +40,7 @@ extension Identifier: Codable {
 public enum DeviceKind {}
 /// A device's id (`device_id`): one per install of a client, registered by the user.
 public typealias DeviceID = Identifier<DeviceKind>
+
+public enum SpaceKind {}
+/// A space's id (`space_id`): a user's personal space or a shared one.
+public typealias SpaceID = Identifier<SpaceKind>
