@@ -73,8 +73,9 @@ struct Jobs: AsyncParsableCommand {
         @Argument(help: "The job id.") var id: String
 
         func run() async throws {
-            let found = try await withPool { pool, _ in try await JobStore(pool: pool).view(jobID: id) }
-            guard let found else { throw ValidationError("no job \(id)") }
+            guard let job = JobID(id), let found = try await withPool({ pool, _ in try await JobStore(pool: pool).view(job: job) }) else {
+                throw ValidationError("no job \(id)")
+            }
             struct Shown: Encodable {
                 let user_id: String
                 let job: JobView

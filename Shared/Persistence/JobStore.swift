@@ -299,13 +299,10 @@ public struct JobStore: Sendable {
     /// for by its id alone). Another user's job is filtered out by the statements
     /// themselves, so it is answered with the same work, and in the same time, as an
     /// unknown id (isolation).
-    public func view(user: String, jobID: String, space: String? = nil) async throws -> JobView? {
-        guard let id = UUID(uuidString: jobID) else { return nil }
-        let chosen = space.flatMap { UUID(uuidString: $0) }
-        if space != nil && chosen == nil { return nil }
+    public func view(user: String, job id: JobID, space: SpaceID? = nil) async throws -> JobView? {
         if let found = try await pool.execute("""
             \(sql: Self.viewColumns) FROM jobs
-            WHERE space_id = coalesce(\(chosen), (SELECT space_id FROM spaces WHERE personal_of = \(user)))
+            WHERE space_id = coalesce(\(space), (SELECT space_id FROM spaces WHERE personal_of = \(user)))
               AND job_id = \(id) AND user_id = \(user)
             """).first {
             return try Self.view(found).job
@@ -316,9 +313,8 @@ public struct JobStore: Sendable {
     }
 
     /// A job regardless of its owner (operators' tools).
-    public func view(jobID: String) async throws -> (user: String, job: JobView)? {
-        guard let id = UUID(uuidString: jobID) else { return nil }
-        return try await pool.execute("\(sql: Self.viewColumns) FROM jobs WHERE job_id = \(id)").first.map(Self.view)
+    public func view(job id: JobID) async throws -> (user: String, job: JobView)? {
+        try await pool.execute("\(sql: Self.viewColumns) FROM jobs WHERE job_id = \(id)").first.map(Self.view)
     }
 
     /// What `view` reads, in its order.

@@ -71,12 +71,13 @@ struct PersistenceTests {
             guard case .applied(let applied)? = result, applied.checkpoint == 2, applied.hadRejectsOrConflicts,
                   applied.members == [applied.user] else { Issue.record("\(result)"); return }
             #expect(applied.user == alice)
-            let view = try #require(try await jobs.view(user: alice, jobID: jobID))
+            let typed = try #require(JobID(jobID))
+            let view = try #require(try await jobs.view(user: alice, job: typed))
             #expect(view.status == .succeeded)
             #expect(view.results.map(\.status) == [.applied, .rejected, .applied])
             #expect(view.results[1].reason == "clock_skew")
             #expect(view.checkpoint == "2")
-            #expect(try await jobs.view(user: user(), jobID: jobID) == nil)
+            #expect(try await jobs.view(user: user(), job: typed) == nil)
 
             // A second delivery changes nothing.
             #expect(try await apply.apply(jobs: [job], attempt: .countedInCommit) == [jobID: .alreadyFinished(.succeeded)])

@@ -119,9 +119,9 @@ struct SyncRoutes: Sendable {
     }
 
     @Sendable func job(_ request: Request, context: SignedInRequestContext) async throws -> Response {
-        let id = try context.parameters.require("job_id")
+        let id = JobID(try context.parameters.require("job_id"))
         let space = try request.spaceParameter()
-        guard let view = try await jobs.view(user: context.user, jobID: id, space: space?.description) else {
+        guard let id, let view = try await jobs.view(user: context.user, job: id, space: space) else {
             throw APIError.notFound("No such job.")
         }
         return try jsonResponse(view)

@@ -44,3 +44,7 @@ public typealias DeviceID = Identifier<DeviceKind>
 public enum SpaceKind {}
 /// A space's id (`space_id`): a user's personal space or a shared one.
 public typealias SpaceID = Identifier<SpaceKind>
+
+public enum JobKind {}
+/// A job's id (`job_id`): one accepted push, applied by a worker.
+public typealias JobID = Identifier<JobKind>
