@@ -15,18 +15,18 @@ struct FileRules: Sendable {
     let uploadsPerUser: ConcurrencyLimiter
 
     /// The space named by `space_id` (the personal one when absent), which the caller may
-    /// write to, as the file catalog names it.
-    func writableSpace(_ named: SpaceID?, user: String) async throws -> String {
-        guard let space = named else { return try await spaces.personalSpace(user: user).description }
+    /// write to.
+    func writableSpace(_ named: SpaceID?, user: String) async throws -> SpaceID {
+        guard let space = named else { return try await spaces.personalSpace(user: user) }
         switch try await spaces.role(user: user, space: space) {
         case nil: throw APIError.notFound("No such space.")
         case let role? where !role.canWrite: throw APIError.forbidden("A viewer of this space cannot add files to it.")
-        default: return space.description
+        default: return space
         }
     }
 
     /// Whether a file of `length` bytes can fit, before any byte of it is read.
-    func checkRoom(for length: Int64, in space: String) async throws {
+    func checkRoom(for length: Int64, in space: SpaceID) async throws {
         if length > ingest.maxBytes { throw tooLarge }
         if try await catalog.usage(space: space) + length > ingest.spaceQuota { throw overQuota }
     }

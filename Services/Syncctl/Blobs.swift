@@ -5,6 +5,7 @@ import Logging
 import PQBridge
 import Persistence
 import ServiceSupport
+import SyncModels
 
 struct Blobs: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -12,7 +13,7 @@ struct Blobs: AsyncParsableCommand {
 
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List a space's files as JSON.")
-        @Option(help: "The space's id.") var space: String
+        @Option(help: "The space's id.") var space: SpaceID
 
         func run() async throws {
             let files = try await withPool { pool, _ in try await BlobCatalog(pool: pool).list(space: space) }
@@ -23,7 +24,7 @@ struct Blobs: AsyncParsableCommand {
     struct Verify: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Read a space's files back and check each against its SHA-256; exits 1 if any is damaged.")
-        @Option(help: "The space's id.") var space: String
+        @Option(help: "The space's id.") var space: SpaceID
 
         func run() async throws {
             let location = try EnvironmentReader().blobStore()
@@ -51,7 +52,7 @@ struct Blobs: AsyncParsableCommand {
             discussion: "Set BLOB_STORE to the target afterwards, so that new files go there too.")
         @Option(help: "The target: postgres, or file:<absolute directory>.") var to: String
         @Option(help: "The directory of the file store, when moving from it to postgres.") var fromDirectory: String?
-        @Option(help: "Only this space's files (default: every file).") var space: String?
+        @Option(help: "Only this space's files (default: every file).") var space: SpaceID?
 
         func run() async throws {
             guard let target = BlobStoreLocation(to) else { throw ValidationError("--to must be postgres or file:<absolute directory>") }

@@ -47,7 +47,7 @@ public struct BlobIngest: Sendable {
     }
 
     /// Stores one whole file sent as `body` by `user`.
-    public func put<Body: AsyncSequence>(space: String, user: String, sha256: String, contentType: String, body: Body) async throws -> Outcome
+    public func put<Body: AsyncSequence>(space: SpaceID, user: String, sha256: String, contentType: String, body: Body) async throws -> Outcome
     where Body.Element == ByteBuffer {
         let store = stores.writing
         let object = try await catalog.beginObject(sha256: sha256, store: store.kind.rawValue, abandonAfter: Self.putAbandonedAfter)
@@ -129,7 +129,7 @@ public struct BlobIngest: Sendable {
             return .mismatch(actual: actual)
         }
         return try await finish(
-            object: upload.uploadID, in: store, space: upload.spaceID.uuidString.lowercased(), user: upload.userID,
+            object: upload.uploadID, in: store, space: SpaceID(upload.spaceID), user: upload.userID,
             sha256: upload.sha256, size: upload.length, contentType: upload.contentType, upload: upload.uploadID)
     }
 
@@ -141,7 +141,7 @@ public struct BlobIngest: Sendable {
     }
 
     private func finish(
-        object: UUID, in store: any BlobStore, space: String, user: String, sha256: String, size: Int64, contentType: String,
+        object: UUID, in store: any BlobStore, space: SpaceID, user: String, sha256: String, size: Int64, contentType: String,
         upload: UUID? = nil
     ) async throws -> Outcome {
         try await store.seal(object: object, sha256: sha256)

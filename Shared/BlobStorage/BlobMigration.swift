@@ -27,7 +27,7 @@ public struct BlobMigration: Sendable {
 
     /// Moves every object (of one space's files, when given); one that cannot be read is
     /// left where it is and reported, and the others still move.
-    public func run(space: String? = nil, batch: Int = 100) async throws -> Moved {
+    public func run(space: SpaceID? = nil, batch: Int = 100) async throws -> Moved {
         var moved = Moved()
         var after: UUID?
         while true {

@@ -69,10 +69,10 @@ public struct BlobCatalog: Sendable {
     /// space's row lock, so two uploads into one space count against the quota one after
     /// the other. `upload`: the resumable upload this was, which ends here.
     public func finish(
-        object: UUID, space: String, user: String, sha256: String, size: Int64, contentType: String, store: String, quota: Int64,
+        object: UUID, space: SpaceID, user: String, sha256: String, size: Int64, contentType: String, store: String, quota: Int64,
         upload: UUID? = nil
     ) async throws -> Finished {
-        guard let spaceID = UUID(uuidString: space) else { return .spaceGone }
+        let spaceID = space.uuid
         return try await pool.transaction { connection in
             func discard() throws {
                 try connection.execute("UPDATE blob_garbage SET not_before = clock_timestamp() WHERE object_id = \(object)")
@@ -122,9 +122,8 @@ public struct BlobCatalog: Sendable {
     }
 
     /// The space's file with this hash.
-    public func find(space: String, sha256: String) async throws -> StoredBlob? {
-        guard let id = UUID(uuidString: space) else { return nil }
-        return try await pool.withConnection { try Self.find($0, space: id, sha256: sha256) }
+    public func find(space: SpaceID, sha256: String) async throws -> StoredBlob? {
+        try await pool.withConnection { try Self.find($0, space: space.uuid, sha256: sha256) }
     }
 
     static func find(_ connection: PGConnection, space: UUID, sha256: String) throws -> StoredBlob? {
@@ -134,9 +133,8 @@ public struct BlobCatalog: Sendable {
     }
 
     /// Bytes the space's files take, and its open uploads will.
-    public func usage(space: String) async throws -> Int64 {
-        guard let id = UUID(uuidString: space) else { return 0 }
-        return try await pool.withConnection { try Self.usage($0, space: id, excluding: nil) }
+    public func usage(space: SpaceID) async throws -> Int64 {
+        try await pool.withConnection { try Self.usage($0, space: space.uuid, excluding: nil) }
     }
 
     /// The space's files' sizes and its open uploads' declared lengths (but `upload`'s).
@@ -209,10 +207,10 @@ public struct BlobCatalog: Sendable {
     /// declared length counts against the space's quota while it is open, under the
     /// space's row lock; a user has at most `maxOpen` open at once.
     public func createUpload(
-        user: String, space: String, sha256: String, contentType: String, length: Int64, store: String, expiresIn seconds: Double,
+        user: String, space: SpaceID, sha256: String, contentType: String, length: Int64, store: String, expiresIn seconds: Double,
         quota: Int64, maxOpen: Int
     ) async throws -> CreatedUpload {
-        guard let spaceID = UUID(uuidString: space) else { return .spaceGone }
+        let spaceID = space.uuid
         let id = UUID()
         return try await pool.transaction { connection in
             guard try !connection.execute("SELECT 1 FROM spaces WHERE space_id = \(spaceID) FOR NO KEY UPDATE").isEmpty else {
@@ -331,22 +329,21 @@ public struct BlobCatalog: Sendable {
     }
 
     /// A space's files, by hash.
-    public func list(space: String) async throws -> [Listed] {
-        guard let id = UUID(uuidString: space) else { return [] }
-        return try await pool.execute("""
+    public func list(space: SpaceID) async throws -> [Listed] {
+        try await pool.execute("""
             SELECT sha256, size, content_type, object_id, store, ref_count, syncline_rfc3339(created_at) AS created_at
-            FROM blobs WHERE space_id = \(id) ORDER BY sha256
+            FROM blobs WHERE space_id = \(space) ORDER BY sha256
             """).map { try $0.decode(as: Listed.self) }
     }
 
     /// Objects in a store (of one space's files, when given), one per object (a fork's file
     /// shares its source's), in object order after `after`.
     public func objects(
-        in store: String, space: String? = nil, after: UUID?, limit: Int
+        in store: String, space: SpaceID? = nil, after: UUID?, limit: Int
     ) async throws -> [(object: UUID, sha256: String, size: Int64)] {
         try await pool.execute("""
             SELECT DISTINCT ON (object_id) object_id, sha256, size FROM blobs
-            WHERE store = \(store) AND (\(space.flatMap(UUID.init(uuidString:)))::uuid IS NULL OR space_id = \(space.flatMap(UUID.init(uuidString:))))
+            WHERE store = \(store) AND (\(space)::uuid IS NULL OR space_id = \(space))
               AND object_id > \(after ?? UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)))
             ORDER BY object_id LIMIT \(limit)
             """).map { try $0.decode((UUID, String, Int64).self) }

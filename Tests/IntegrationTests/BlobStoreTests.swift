@@ -89,7 +89,7 @@ struct BlobStoreTests {
         try await withPool(size: 4) { pool in
             _ = try await Migrations.apply(on: pool, logger: TestEnvironment.logger)
             let user = "tus-\(UUID().uuidString.prefix(8))"
-            let space = try await SpaceStore(pool: pool).personalSpace(user: user).description
+            let space = try await SpaceStore(pool: pool).personalSpace(user: user)
             let catalog = BlobCatalog(pool: pool)
             let store = PostgresBlobStore(pool: pool)
             let ingest = BlobIngest(catalog: catalog, stores: BlobStores(writing: store), maxBytes: 1 << 30, spaceQuota: 1 << 40)

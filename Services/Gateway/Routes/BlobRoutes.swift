@@ -63,12 +63,12 @@ struct BlobRoutes: Sendable {
 
     @Sendable func get(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         let sha256 = try Self.hash(context.parameters)
-        let space: String
+        let space: SpaceID
         if let named = try request.spaceParameter() {
             guard try await spaces.role(user: context.user, space: named) != nil else { throw Self.noSuchFile }
-            space = named.description
+            space = named
         } else {
-            space = try await spaces.personalSpace(user: context.user).description
+            space = try await spaces.personalSpace(user: context.user)
         }
         guard let blob = try await catalog.find(space: space, sha256: sha256) else { throw Self.noSuchFile }
         return try await serve(
