@@ -2,15 +2,18 @@ import { Backoff } from "./backoff.js";
 import { blobRefOf, isContentType, sha256Hex, type BlobRef } from "./blobs.js";
 import type { JSONObject } from "./json.js";
 import type { Op, OpType } from "./op.js";
-import { canonicalJSON } from "./json.js";
-import { checkQuery, matches, recordOrder, type PlainQuery, type QueryOptions, type Uninferred, type Where } from "./query.js";
+import { checkQuery, type PlainQuery, type QueryOptions, type Uninferred, type Where } from "./query.js";
 import { Collection } from "./collection.js";
 import type { SyncEventMap, SyncEventName, SyncEvents } from "./events.js";
 import type { Schema } from "./schema.js";
 import { checkOp } from "./validation.js";
 import type { EngineHost, SyncEngine, SyncState } from "./engine.js";
 import type { Invitation, Member, Role, Space } from "./spaces.js";
+import { Observers, type ObservedQuery } from "./observers.js";
+import { shown, type LocalRecord } from "./records.js";
 import { LocalStore, SpaceGoneError, type Changed, type OutboxEntry, type ShownRecord } from "./store.js";
+
+export type { LocalRecord } from "./records.js";
 
 export interface ClientOptions {
   gatewayURL: string;
@@ -45,21 +48,6 @@ export interface Query<T = JSONObject> extends QueryOptions<T> {
   collection: string;
 }
 
-/** A record as the app sees it. */
-export interface LocalRecord<T = JSONObject> {
-  collection: string;
-  id: string;
-  data: T;
-  version: number;
-  hasPendingEdits: boolean;
-  /** Why the server refused an edit of it, while that edit waits in `setAside()`. */
-  setAsideReason: string | null;
-  visibility: "private" | "unlisted" | "public";
-  publicID: string | null;
-  canFork: boolean;
-  forkedFrom: string | null;
-}
-
 export interface SyncStatus {
   pendingOps: number;
   oldestPendingAge: number | null;
@@ -87,21 +75,6 @@ export interface SetAsideOp {
   reason: string;
 }
 
-/** An observed query, and the result it was last called back with. */
-interface Observer {
-  query: PlainQuery & { collection: string };
-  callback: (records: LocalRecord<any>[]) => void;
-  /** The result last called back with (its canonical JSON), and the result now, with its ids. */
-  last: string | null;
-  records: LocalRecord[] | null;
-  ids: Set<string>;
-  /** The records changed since the result was read, with what shows for each now (null: read it all again). */
-  changes: Map<string, Changed> | null;
-  /** Whether a read of the result is under way, and whether another is wanted after it. */
-  reading: boolean;
-  again: boolean;
-}
-
 /** What `load` makes, loaded on the first call; a load that fails is tried again on the next. */
 function onFirstUse<T>(load: () => Promise<T>): () => Promise<T> {
   let loaded: Promise<T> | null = null;
@@ -109,13 +82,6 @@ function onFirstUse<T>(load: () => Promise<T>): () => Promise<T> {
     loaded = null;
     throw error;
   });
-}
-
-function shown<T>(row: ShownRecord): LocalRecord<T> {
-  return {
-    collection: row.collection, id: row.id, data: row.data as unknown as T, version: row.version, hasPendingEdits: row.pending,
-    setAsideReason: row.set_aside_reason, visibility: row.visibility, publicID: row.public_id, canFork: row.can_fork, forkedFrom: row.forked_from,
-  };
 }
 
 
@@ -140,7 +106,7 @@ export class SyncClient {
   #engine: SyncEngine | null = null;
   #running = false;
   #loop: Promise<void> | null = null;
-  #observers = new Set<Observer>();
+  readonly #observers: Observers;
   /** Whether this tab holds the database's lock and so runs the sync loop for every tab. */
   #leader = false;
   #abandonLock: AbortController | null = null;
@@ -154,6 +120,7 @@ export class SyncClient {
 
   private constructor(readonly options: ClientOptions, store: LocalStore) {
     this.#store = store;
+    this.#observers = new Observers(async (query) => (await store.query(query.collection, query)).map((row) => shown(row)));
     store.onReset = () => void this.#storageReset();
     this.#lockName = `syncline:${options.databaseName}`;
     this.#channel = new BroadcastChannel(this.#lockName);
@@ -169,11 +136,11 @@ export class SyncClient {
   async #heard(message: TabMessage): Promise<void> {
     switch (message.type) {
       case "changed":
-        this.#deliverChanged(message.keys);
+        this.#observers.changed(message.keys);
         this.#wakeUp();
         return;
       case "changedAll":
-        this.#rereadAll();
+        this.#observers.rereadAll();
         return;
       case "event":
         this.events.dispatchEvent(new CustomEvent(message.name, { detail: message.detail }));
@@ -392,108 +359,24 @@ export class SyncClient {
    */
   observe<T = JSONObject>(target: string | Query<Uninferred<T>>, idOrCallback: string | ((records: LocalRecord<T>[]) => void), maybeCallback?: (records: LocalRecord<T>[]) => void): () => void {
     if (typeof target !== "string") checkQuery(target);
-    const query: Observer["query"] = typeof target === "string"
+    const query: ObservedQuery = typeof target === "string"
       ? { collection: target, ...(typeof idOrCallback === "string" ? { where: { id: { eq: idOrCallback } } } : {}) }
-      : target as Observer["query"];
+      : target as ObservedQuery;
     const callback = typeof idOrCallback === "string" ? maybeCallback! : idOrCallback;
-    const observer: Observer = { query, callback, last: null, ids: new Set(), records: null, changes: null, reading: false, again: false };
-    this.#observers.add(observer);
-    void this.#deliver(observer);
-    return () => this.#observers.delete(observer);
-  }
-
-  /**
-   * Brings the observer's result up to date after the write that asked for it (never on
-   * its path), once per burst of changes: a change during an update makes one more after
-   * it. When every change carries what shows now, the result is updated from those rows
-   * alone (`updated`); otherwise it is read again.
-   */
-  async #deliver(observer: Observer): Promise<void> {
-    if (observer.reading) {
-      observer.again = true;
-      return;
-    }
-    observer.reading = true;
-    try {
-      do {
-        observer.again = false;
-        await new Promise((resolve) => setTimeout(resolve, 0));
-        const changes = observer.changes;
-        observer.changes = new Map();
-        const records = (changes && observer.records && SyncClient.updated(observer.query, observer.records, changes))
-          ?? (await this.#store.query(observer.query.collection, observer.query)).map((row) => shown(row));
-        if (!this.#observers.has(observer)) return;
-        observer.records = records;
-        observer.ids = new Set(records.map((record) => record.id));
-        const text = canonicalJSON(records as unknown as JSONObject[]);
-        if (text === observer.last) continue;
-        observer.last = text;
-        observer.callback(records);
-      } while (observer.again);
-    } finally {
-      observer.reading = false;
-    }
-  }
-
-  /**
-   * The query's result after `changes`, from its previous result and the changed rows, or
-   * null when those cannot tell it: with an offset, or when a limited result lost rows and
-   * rows beyond its end (never read) might move up.
-   */
-  private static updated(query: Observer["query"], previous: LocalRecord[], changes: Map<string, Changed>): LocalRecord[] | null {
-    if (query.offset) return null;
-    const order = recordOrder(query);
-    const rows = new Map(previous.map((record) => [record.id, record]));
-    for (const change of changes.values()) {
-      if (change.collection !== query.collection) continue;
-      rows.delete(change.id);
-      if (change.row && matches(change.row.id, change.row.data, query.where)) rows.set(change.id, shown(change.row));
-    }
-    const sorted = [...rows.values()].sort(order);
-    if (query.limit === undefined) return sorted;
-    const last = previous[previous.length - 1];
-    if (previous.length >= query.limit && sorted.filter((record) => order(record, last) <= 0).length < query.limit) return null;
-    return sorted.slice(0, query.limit);
+    return this.#observers.add(query, callback as (records: LocalRecord[]) => void);
   }
 
   /** Records changed: this tab's observers of them read again, and so do other tabs' (whose leader also wakes). */
   #changed(changes: Changed[]): void {
-    this.#deliverChanged(changes);
+    this.#observers.changed(changes);
     // Small sets travel with what shows now; a large pull's keys alone.
     const rows = changes.length <= 200;
     this.#tell({ type: "changed", keys: changes.map((change) => ({ collection: change.collection, id: change.id, ...(rows && change.row !== undefined ? { row: change.row } : {}) })) });
   }
 
-  /**
-   * Wakes the observers a change can concern: its record is in their result, or shows now
-   * and passes their filter (or what shows now is not known here).
-   */
-  #deliverChanged(changes: Changed[]): void {
-    for (const observer of this.#observers) {
-      // While an update is under way its result is not known yet: every change of the collection counts.
-      const relevant = changes.filter((change) => change.collection === observer.query.collection && (
-        observer.reading || observer.records === null || observer.ids.has(change.id) || change.row === undefined
-        || (change.row !== null && matches(change.row.id, change.row.data, observer.query.where))));
-      if (relevant.length === 0) continue;
-      for (const change of relevant) {
-        if (change.row === undefined) observer.changes = null;
-        observer.changes?.set(change.id, change);
-      }
-      void this.#deliver(observer);
-    }
-  }
-
-  /** Every observer reads its result again: what shows changed for records not named. */
-  #rereadAll(): void {
-    for (const observer of this.#observers) {
-      observer.changes = null;
-      void this.#deliver(observer);
-    }
-  }
-
   /** The sync state of records changed, wherever they are: every observer reads again. */
   #changedAll(): void {
-    this.#rereadAll();
+    this.#observers.rereadAll();
     this.#tell({ type: "changedAll" });
   }
 
