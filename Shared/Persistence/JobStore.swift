@@ -10,7 +10,7 @@ public struct JobStore: Sendable {
 
     public struct Intake: Sendable {
         public var user: String
-        public var deviceID: String
+        public var deviceID: DeviceID
         public var ops: [Op]
         public var idempotencyKey: String?
         public var requestHash: String
@@ -19,9 +19,9 @@ public struct JobStore: Sendable {
         /// The token's `name` claim: shown as the author of what this job publishes.
         public var authorName: String?
         /// The space pushed to (nil: the user's personal space); the caller checked the role.
-        public var spaceID: String?
+        public var spaceID: SpaceID?
 
-        public init(user: String, deviceID: String, ops: [Op], idempotencyKey: String?, requestHash: String, traceID: String?, maxClockSkewMilliseconds: Int64, authorName: String? = nil, spaceID: String? = nil) {
+        public init(user: String, deviceID: DeviceID, ops: [Op], idempotencyKey: String?, requestHash: String, traceID: String?, maxClockSkewMilliseconds: Int64, authorName: String? = nil, spaceID: SpaceID? = nil) {
             self.authorName = authorName
             self.spaceID = spaceID
             self.user = user
@@ -80,7 +80,7 @@ public struct JobStore: Sendable {
             var (clocks, spaces) = try Self.lockClocks(connection, users: Set(intakes.map(\.user)))
             var outcomes = try Self.checkDevicesAndRoles(connection, intakes)
             // A key is the user's within the space pushed to (a personal space not made yet holds no job).
-            let pushedSpace = { (intake: Intake) in intake.spaceID?.lowercased() ?? spaces[intake.user] }
+            let pushedSpace = { (intake: Intake) in intake.spaceID ?? spaces[intake.user] }
             try Self.answerRepeatedKeys(connection, intakes, pushedSpace: pushedSpace, outcomes: &outcomes)
             try Self.claimBlobs(connection, intakes, spaces: spaces, outcomes: &outcomes)
             let jobs = try Self.stamp(connection, intakes, clocks: &clocks, spaces: &spaces, outcomes: &outcomes)
@@ -92,21 +92,21 @@ public struct JobStore: Sendable {
     }
 
     /// A job about to be written: its id, push, stamped ops and space.
-    typealias NewJob = (id: UUID, intake: Intake, ops: [Op], space: String)
+    typealias NewJob = (id: UUID, intake: Intake, ops: [Op], space: SpaceID)
 
     /// The users' clock rows, made on first use and locked either way, in user order; with
     /// each user's personal space (made later, on a first push, when there is none).
     static func lockClocks(
         _ connection: PGConnection, users: Set<String>
-    ) throws -> (clocks: [String: HLCState], personalSpaces: [String: String]) {
-        var clocks: [String: HLCState] = [:], spaces: [String: String] = [:]
+    ) throws -> (clocks: [String: HLCState], personalSpaces: [String: SpaceID]) {
+        var clocks: [String: HLCState] = [:], spaces: [String: SpaceID] = [:]
         for row in try connection.execute("""
             INSERT INTO user_clocks (user_id, hlc_ms, hlc_counter)
             SELECT u, 0, 0 FROM unnest(\(users.sorted())) AS u ORDER BY u
             ON CONFLICT (user_id) DO UPDATE SET user_id = EXCLUDED.user_id
             RETURNING user_id, hlc_ms, hlc_counter, (SELECT space_id FROM spaces WHERE personal_of = user_clocks.user_id)
             """) {
-            let (user, milliseconds, counter, personal) = try row.decode((String, Int64, Int, String?).self)
+            let (user, milliseconds, counter, personal) = try row.decode((String, Int64, Int, SpaceID?).self)
             clocks[user] = HLCState(milliseconds: milliseconds, counter: counter)
             spaces[user] = personal
         }
@@ -120,36 +120,36 @@ public struct JobStore: Sendable {
     /// Both come before the keys: a revoked device replaying a key is refused all the same.
     /// Returns each push's refusal, or nil.
     static func checkDevicesAndRoles(_ connection: PGConnection, _ intakes: [Intake]) throws -> [IntakeOutcome?] {
-        var devices: [String: (user: String, active: Bool)] = [:]
+        var devices: [DeviceID: (user: String, active: Bool)] = [:]
         for row in try connection.execute("""
             SELECT device_id, user_id, revoked_at IS NULL FROM devices
-            WHERE device_id = ANY(\(Array(Set(intakes.compactMap { UUID(uuidString: $0.deviceID) }))))
+            WHERE device_id = ANY(\(Array(Set(intakes.map(\.deviceID)))))
             """) {
-            let (id, user, active) = try row.decode((String, String, Bool).self)
+            let (id, user, active) = try row.decode((DeviceID, String, Bool).self)
             devices[id] = (user, active)
         }
-        struct Member: Hashable { let space: String, user: String }
+        struct Member: Hashable { let space: SpaceID, user: String }
         let chosen = intakes.filter { $0.spaceID != nil }
         var roles: [Member: SpaceRole] = [:]
         if !chosen.isEmpty {
             for row in try connection.execute("""
                 SELECT m.space_id, m.user_id, m.role
-                FROM space_members m JOIN unnest(\(chosen.map { UUID(uuidString: $0.spaceID!) }), \(chosen.map(\.user))) AS k(space_id, user_id)
+                FROM space_members m JOIN unnest(\(chosen.map { $0.spaceID! }), \(chosen.map(\.user))) AS k(space_id, user_id)
                   USING (space_id, user_id)
                 """) {
-                let (space, user, role) = try row.decode((String, String, String).self)
+                let (space, user, role) = try row.decode((SpaceID, String, String).self)
                 roles[Member(space: space, user: user)] = SpaceRole(rawValue: role)
             }
         }
         return intakes.map { intake in
-            switch devices[intake.deviceID.lowercased()] {
+            switch devices[intake.deviceID] {
             case let device? where device.user == intake.user:
                 if !device.active { return .deviceRevoked }
             default:
                 return .deviceNotFound
             }
             guard let space = intake.spaceID else { return nil }
-            switch roles[Member(space: space.lowercased(), user: intake.user)] {
+            switch roles[Member(space: space, user: intake.user)] {
             case nil: return .spaceNotFound
             case let role? where !role.canWrite: return .spaceReadOnly
             default: return nil
@@ -161,18 +161,18 @@ public struct JobStore: Sendable {
     /// job (the same body) or `keyReused`. Looked up under the clock locks: a push with the
     /// same key that committed meanwhile is found, not inserted twice.
     static func answerRepeatedKeys(
-        _ connection: PGConnection, _ intakes: [Intake], pushedSpace: (Intake) -> String?, outcomes: inout [IntakeOutcome?]
+        _ connection: PGConnection, _ intakes: [Intake], pushedSpace: (Intake) -> SpaceID?, outcomes: inout [IntakeOutcome?]
     ) throws {
         let keyed = intakes.indices.filter { intakes[$0].idempotencyKey != nil && outcomes[$0] == nil && pushedSpace(intakes[$0]) != nil }
         guard !keyed.isEmpty else { return }
-        struct UserKey: Hashable { let space: String, user: String, key: String }
+        struct UserKey: Hashable { let space: SpaceID, user: String, key: String }
         for row in try connection.execute("""
             SELECT space_id, user_id, idempotency_key, job_id, status, op_count, request_hash
-            FROM jobs JOIN unnest(\(keyed.map { UUID(uuidString: pushedSpace(intakes[$0])!) }), \(keyed.map { intakes[$0].user }),
+            FROM jobs JOIN unnest(\(keyed.map { pushedSpace(intakes[$0])! }), \(keyed.map { intakes[$0].user }),
                                  \(keyed.map { intakes[$0].idempotencyKey! })) AS k(s, u, k)
               ON space_id = k.s AND user_id = k.u AND idempotency_key = k.k
             """) {
-            let (space, user, key, jobID, status, ops, hash) = try row.decode((String, String, String, String, String, Int, String?).self)
+            let (space, user, key, jobID, status, ops, hash) = try row.decode((SpaceID, String, String, String, String, Int, String?).self)
             let found = UserKey(space: space, user: user, key: key)
             for index in keyed where UserKey(space: pushedSpace(intakes[index])!, user: intakes[index].user, key: intakes[index].idempotencyKey!) == found {
                 outcomes[index] = hash == intakes[index].requestHash
@@ -187,19 +187,19 @@ public struct JobStore: Sendable {
     /// to (a first push makes the personal space). A key repeated within the batch answers
     /// with the first job.
     static func stamp(
-        _ connection: PGConnection, _ intakes: [Intake], clocks: inout [String: HLCState], spaces: inout [String: String],
+        _ connection: PGConnection, _ intakes: [Intake], clocks: inout [String: HLCState], spaces: inout [String: SpaceID],
         outcomes: inout [IntakeOutcome?]
     ) throws -> [NewJob] {
-        struct UserKey: Hashable { let space: String, user: String, key: String }
+        struct UserKey: Hashable { let space: SpaceID, user: String, key: String }
         var earlier: [UserKey: (jobID: String, hash: String, ops: Int)] = [:]
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         var jobs: [NewJob] = []
         for (index, intake) in intakes.enumerated() where outcomes[index] == nil {
-            let space: String
-            if let chosen = intake.spaceID?.lowercased() ?? spaces[intake.user] {
+            let space: SpaceID
+            if let chosen = intake.spaceID ?? spaces[intake.user] {
                 space = chosen
             } else {
-                space = try SpaceStore.personalSpace(connection, user: intake.user).description
+                space = try SpaceStore.personalSpace(connection, user: intake.user)
                 spaces[intake.user] = space
             }
             if let key = intake.idempotencyKey, let first = earlier[UserKey(space: space, user: intake.user, key: key)] {
@@ -208,7 +208,7 @@ public struct JobStore: Sendable {
                 continue
             }
             guard var clock = clocks[intake.user] else { throw UnexpectedAnswer("no clock row was locked for a user of the batch") }
-            let ops = clock.stamp(intake.ops, now: now, deviceID: intake.deviceID, maxSkew: intake.maxClockSkewMilliseconds)
+            let ops = clock.stamp(intake.ops, now: now, deviceID: intake.deviceID.description, maxSkew: intake.maxClockSkewMilliseconds)
             clocks[intake.user] = clock
             let jobID = UUID.timeOrdered()
             let jobText = jobID.uuidString.lowercased()
@@ -216,7 +216,7 @@ public struct JobStore: Sendable {
             if let key = intake.idempotencyKey {
                 earlier[UserKey(space: space, user: intake.user, key: key)] = (jobText, intake.requestHash, ops.count)
             }
-            outcomes[index] = .created(JobRef(space: space, job: jobText), ops: ops.count)
+            outcomes[index] = .created(JobRef(space: space.description, job: jobText), ops: ops.count)
         }
         return jobs
     }
@@ -232,15 +232,15 @@ public struct JobStore: Sendable {
               WHERE c.user_id = u.id),
             seen AS (
               UPDATE devices SET last_seen_at = clock_timestamp()
-              WHERE device_id = ANY(\(Array(Set(jobs.compactMap { UUID(uuidString: $0.intake.deviceID) }))))
+              WHERE device_id = ANY(\(Array(Set(jobs.map(\.intake.deviceID)))))
                 AND last_seen_at < clock_timestamp() - interval '1 hour')
             INSERT INTO jobs (job_id, user_id, device_id, status, ops, op_count, idempotency_key, request_hash, trace_id,
                               author_name, space_id)
             SELECT j, u, d, \(JobStatus.queued), o, n, k, h, t, a, s
-            FROM unnest(\(jobs.map(\.id)), \(jobs.map(\.intake.user)), \(jobs.map { UUID(uuidString: $0.intake.deviceID) }),
+            FROM unnest(\(jobs.map(\.id)), \(jobs.map(\.intake.user)), \(jobs.map(\.intake.deviceID)),
                         \(jobs.map { PGJSON(Op.encodeStored($0.ops)) }), \(jobs.map { Int32($0.ops.count) }),
                         \(jobs.map(\.intake.idempotencyKey)), \(jobs.map(\.intake.requestHash)), \(jobs.map(\.intake.traceID)),
-                        \(jobs.map(\.intake.authorName)), \(jobs.map { UUID(uuidString: $0.space) }))
+                        \(jobs.map(\.intake.authorName)), \(jobs.map(\.space)))
               AS x(j, u, d, o, n, k, h, t, a, s)
             """)
     }
@@ -250,31 +250,31 @@ public struct JobStore: Sendable {
     /// waited for, keeps it until the job is applied (and counts the reference). A push
     /// with a missing file is refused whole (A1); pushes without references cost nothing.
     static func claimBlobs(
-        _ connection: PGConnection, _ intakes: [Intake], spaces: [String: String], outcomes: inout [IntakeOutcome?]
+        _ connection: PGConnection, _ intakes: [Intake], spaces: [String: SpaceID], outcomes: inout [IntakeOutcome?]
     ) throws {
-        var wanted: [(index: Int, op: Int, space: String, sha256: String)] = []
+        var wanted: [(index: Int, op: Int, space: SpaceID?, sha256: String)] = []
         for (index, intake) in intakes.enumerated() where outcomes[index] == nil {
             for (position, op) in intake.ops.enumerated() {
                 for sha256 in op.data?.referencedBlobs ?? [] {
                     // A first push to a personal space not made yet: it holds no file.
-                    wanted.append((index, position, intake.spaceID?.lowercased() ?? spaces[intake.user] ?? "", sha256))
+                    wanted.append((index, position, intake.spaceID ?? spaces[intake.user], sha256))
                 }
             }
         }
         guard !wanted.isEmpty else { return }
-        struct Held: Hashable { let space: String, sha256: String }
+        struct Held: Hashable { let space: SpaceID?, sha256: String }
         var held = Set<Held>()
         for row in try connection.execute("""
             WITH k AS (
               SELECT b.space_id, b.sha256 FROM blobs b
-              JOIN unnest(\(wanted.map { UUID(uuidString: $0.space) }), \(wanted.map(\.sha256))) AS w(space_id, sha256)
+              JOIN unnest(\(wanted.map(\.space)), \(wanted.map(\.sha256))) AS w(space_id, sha256)
                 USING (space_id, sha256)
               ORDER BY b.space_id, b.sha256 FOR NO KEY UPDATE OF b)
             UPDATE blobs b SET claimed_at = clock_timestamp() FROM k
             WHERE b.space_id = k.space_id AND b.sha256 = k.sha256
             RETURNING b.space_id, b.sha256
             """) {
-            let (space, sha256) = try row.decode((String, String).self)
+            let (space, sha256) = try row.decode((SpaceID, String).self)
             held.insert(Held(space: space, sha256: sha256))
         }
         for item in wanted where outcomes[item.index] == nil && !held.contains(Held(space: item.space, sha256: item.sha256)) {
@@ -285,7 +285,7 @@ public struct JobStore: Sendable {
     /// The job an intake's idempotency key already names in its space.
     private static func existing(_ connection: PGConnection, _ intake: Intake) throws -> IntakeOutcome? {
         guard let key = intake.idempotencyKey else { return nil }
-        let space = try intake.spaceID.flatMap(SpaceID.init) ?? SpaceStore.personalSpace(connection, user: intake.user)
+        let space = try intake.spaceID ?? SpaceStore.personalSpace(connection, user: intake.user)
         guard let row = try connection.execute("""
             SELECT job_id, status, op_count, request_hash FROM jobs
             WHERE space_id = \(space) AND user_id = \(intake.user) AND idempotency_key = \(key)

@@ -38,7 +38,7 @@ struct HotPathRoutingTests {
         let devices = DeviceStore(pool: pool), spaces = SpaceStore(pool: pool)
         let device = try await devices.register(user: alice, name: "mac", platform: "macos", pushURL: nil, pushSecret: "s")
         let space = try await spaces.create(user: alice, name: "trip")
-        let spaceID = try #require(SpaceID(space.spaceID))
+        let spaceID = try #require(SpaceID(space.spaceID)), deviceID = try #require(DeviceID(device.deviceID))
         let code = "route-\(UUID().uuidString)"
         _ = try await spaces.invite(user: alice, space: spaceID, role: .editor, seconds: 60, code: code, maxOpen: 10)
         #expect(try await spaces.accept(user: bob, code: code)?.role == .editor)
@@ -49,17 +49,17 @@ struct HotPathRoutingTests {
 
         recording.withLockedValue { $0 = true }
         let outcome = try await jobs.create(JobStore.Intake(
-            user: alice, deviceID: device.deviceID,
+            user: alice, deviceID: deviceID,
             ops: [op(.upsert, "n1", ["title": "a"]), op(.patch, "n1", ["done": true]), op(.delete, "n2")],
             idempotencyKey: "route-key", requestHash: "h", traceID: nil, maxClockSkewMilliseconds: 300_000,
-            spaceID: space.spaceID))
+            spaceID: spaceID))
         guard case .created(let job, _) = outcome else { Issue.record("intake: \(outcome)"); return }
         try await jobs.markPublished([job])
         _ = try await apply.apply(jobs: [job], attempt: .countedInCommit)
         #expect(try await jobs.view(user: alice, job: try #require(JobID(job.job)), space: spaceID)?.status == .succeeded)
         // A push to the personal space, its status asked without the space.
         let personal = try await jobs.create(JobStore.Intake(
-            user: alice, deviceID: device.deviceID, ops: [op(.upsert, "p1", ["title": "b"])],
+            user: alice, deviceID: deviceID, ops: [op(.upsert, "p1", ["title": "b"])],
             idempotencyKey: nil, requestHash: "h2", traceID: nil, maxClockSkewMilliseconds: 300_000))
         guard case .created(let personalJob, _) = personal else { Issue.record("intake: \(personal)"); return }
         _ = try await apply.apply(jobs: [personalJob], attempt: .countedInCommit)

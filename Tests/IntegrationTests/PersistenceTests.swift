@@ -26,7 +26,7 @@ struct PersistenceTests {
     }
 
     func intake(_ user: String, _ device: String, _ ops: [Op], key: String? = nil, hash: String = "h") -> JobStore.Intake {
-        JobStore.Intake(user: user, deviceID: device, ops: ops, idempotencyKey: key, requestHash: hash, traceID: nil, maxClockSkewMilliseconds: 300_000)
+        JobStore.Intake(user: user, deviceID: DeviceID(device)!, ops: ops, idempotencyKey: key, requestHash: hash, traceID: nil, maxClockSkewMilliseconds: 300_000)
     }
 
     @Test func migrationsAreIdempotentUnderConcurrency() async throws {
@@ -222,7 +222,7 @@ struct PersistenceTests {
             // Keys are per space: the same key in another of alice's spaces is another push.
             let shared = try await SpaceStore(pool: pool).create(user: alice, name: "shared")
             var elsewhere = intake(alice, device.deviceID, ops, key: "k1", hash: "same")
-            elsewhere.spaceID = shared.spaceID
+            elsewhere.spaceID = SpaceID(shared.spaceID)
             guard case .created(let other, _) = try await jobs.create(elsewhere) else {
                 Issue.record("a key of one space must not collide with another's"); return
             }

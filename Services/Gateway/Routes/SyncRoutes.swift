@@ -65,11 +65,18 @@ struct SyncRoutes: Sendable {
             throw APIError.badRequest("Idempotency-Key must be 1 to 255 visible ASCII characters.")
         }
         let traceID = Traces.traceparent() ?? TraceParent.random()
+        // An id that is no UUID names no device: answered as the intake answers an unknown one.
+        // (The space's id was checked with the body.)
+        guard let device = DeviceID(push.deviceID) else { throw APIError.notFound("No such device.") }
+        let space = try push.spaceID.map { text in
+            guard let id = SpaceID(text) else { throw APIError.notFound("No such space.") }
+            return id
+        }
         let outcome = try await intake.submit(JobStore.Intake(
-            user: context.user, deviceID: Names.canonicalUUID(push.deviceID) ?? push.deviceID, ops: push.ops,
+            user: context.user, deviceID: device, ops: push.ops,
             idempotencyKey: key, requestHash: Digests.sha256Hex(body), traceID: traceID,
             maxClockSkewMilliseconds: maxClockSkewMilliseconds, authorName: context.identity.name,
-            spaceID: push.spaceID.map { Names.canonicalUUID($0) ?? $0 }))
+            spaceID: space))
         switch outcome {
         case .keyReused:
             throw APIError.unprocessable("This Idempotency-Key was used with a different body.")
@@ -90,11 +97,11 @@ struct SyncRoutes: Sendable {
             error.sha256 = sha256
             throw error
         case .existing(let jobID, let status, let ops):
-            return try accepted(PushAccepted(jobID: jobID, status: status, ops: ops), space: push.spaceID)
+            return try accepted(PushAccepted(jobID: jobID, status: status, ops: ops), space: space)
         case .created(let job, let ops):
             pushes.increment()
             pushedOps.increment(by: ops)
-            return try accepted(PushAccepted(jobID: job.job, status: .queued, ops: ops), space: job.space)
+            return try accepted(PushAccepted(jobID: job.job, status: .queued, ops: ops), space: SpaceID(job.space))
         }
     }
 
@@ -112,9 +119,9 @@ struct SyncRoutes: Sendable {
 
     /// 202 with the job, and its status's address; with the space when it is known, so
     /// that the status is read from that space alone.
-    private func accepted(_ body: PushAccepted, space: String?) throws -> Response {
+    private func accepted(_ body: PushAccepted, space: SpaceID?) throws -> Response {
         var headers = HTTPFields()
-        headers[.location] = "/v1/sync/jobs/\(body.jobID)" + (space.map { "?space_id=\(Names.canonicalUUID($0) ?? $0)" } ?? "")
+        headers[.location] = "/v1/sync/jobs/\(body.jobID)" + (space.map { "?space_id=\($0)" } ?? "")
         return try jsonResponse(body, status: .accepted, headers: headers)
     }
 
