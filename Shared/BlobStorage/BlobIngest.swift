@@ -129,7 +129,7 @@ public struct BlobIngest: Sendable {
             return .mismatch(actual: actual)
         }
         return try await finish(
-            object: upload.uploadID, in: store, space: SpaceID(upload.spaceID), user: upload.userID,
+            object: upload.uploadID, in: store, space: upload.spaceID, user: upload.userID,
             sha256: upload.sha256, size: upload.length, contentType: upload.contentType, upload: upload.uploadID)
     }
 

@@ -72,8 +72,7 @@ public struct BlobCatalog: Sendable {
         object: UUID, space: SpaceID, user: String, sha256: String, size: Int64, contentType: String, store: String, quota: Int64,
         upload: UUID? = nil
     ) async throws -> Finished {
-        let spaceID = space.uuid
-        return try await pool.transaction { connection in
+        try await pool.transaction { connection in
             func discard() throws {
                 try connection.execute("UPDATE blob_garbage SET not_before = clock_timestamp() WHERE object_id = \(object)")
             }
@@ -87,22 +86,22 @@ public struct BlobCatalog: Sendable {
                     try connection.execute("DELETE FROM blob_uploads WHERE upload_id = \(upload)")
                 }
             }
-            guard try !connection.execute("SELECT 1 FROM spaces WHERE space_id = \(spaceID) FOR NO KEY UPDATE").isEmpty else {
+            guard try !connection.execute("SELECT 1 FROM spaces WHERE space_id = \(space) FOR NO KEY UPDATE").isEmpty else {
                 try discard()
                 try end(finished: false)
                 return .spaceGone
             }
-            guard try Self.canWrite(connection, user: user, space: spaceID) else {
+            guard try Self.canWrite(connection, user: user, space: space) else {
                 try discard()
                 try end(finished: false)
                 return .notWritable
             }
-            if let existing = try Self.find(connection, space: spaceID, sha256: sha256) {
+            if let existing = try Self.find(connection, space: space, sha256: sha256) {
                 try discard()
                 try end(finished: true)
                 return .existing(existing)
             }
-            let used = try Self.usage(connection, space: spaceID, excluding: upload)
+            let used = try Self.usage(connection, space: space, excluding: upload)
             if used + size > quota {
                 try discard()
                 try end(finished: false)
@@ -114,7 +113,7 @@ public struct BlobCatalog: Sendable {
             }
             try connection.execute("""
                 INSERT INTO blobs (space_id, sha256, object_id, store, size, content_type)
-                VALUES (\(spaceID), \(sha256), \(object), \(store), \(size), \(contentType))
+                VALUES (\(space), \(sha256), \(object), \(store), \(size), \(contentType))
                 """)
             try end(finished: true)
             return .created(StoredBlob(sha256: sha256, size: size, contentType: contentType, objectID: object, store: store))
@@ -123,10 +122,10 @@ public struct BlobCatalog: Sendable {
 
     /// The space's file with this hash.
     public func find(space: SpaceID, sha256: String) async throws -> StoredBlob? {
-        try await pool.withConnection { try Self.find($0, space: space.uuid, sha256: sha256) }
+        try await pool.withConnection { try Self.find($0, space: space, sha256: sha256) }
     }
 
-    static func find(_ connection: PGConnection, space: UUID, sha256: String) throws -> StoredBlob? {
+    static func find(_ connection: PGConnection, space: SpaceID, sha256: String) throws -> StoredBlob? {
         try connection.execute("""
             SELECT \(sql: storedColumns) FROM blobs WHERE space_id = \(space) AND sha256 = \(sha256)
             """).first?.decode(as: StoredBlob.self)
@@ -134,11 +133,11 @@ public struct BlobCatalog: Sendable {
 
     /// Bytes the space's files take, and its open uploads will.
     public func usage(space: SpaceID) async throws -> Int64 {
-        try await pool.withConnection { try Self.usage($0, space: space.uuid, excluding: nil) }
+        try await pool.withConnection { try Self.usage($0, space: space, excluding: nil) }
     }
 
     /// The space's files' sizes and its open uploads' declared lengths (but `upload`'s).
-    static func usage(_ connection: PGConnection, space: UUID, excluding upload: UUID?) throws -> Int64 {
+    static func usage(_ connection: PGConnection, space: SpaceID, excluding upload: UUID?) throws -> Int64 {
         // No upload has the nil UUID.
         let excluded = upload ?? UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
         return try connection.execute("""
@@ -149,7 +148,7 @@ public struct BlobCatalog: Sendable {
     }
 
     /// Whether `user` is a member of the space who may add to it.
-    static func canWrite(_ connection: PGConnection, user: String, space: UUID) throws -> Bool {
+    static func canWrite(_ connection: PGConnection, user: String, space: SpaceID) throws -> Bool {
         guard let role = try connection.execute("SELECT role FROM space_members WHERE space_id = \(space) AND user_id = \(user)")
             .first?.decode(String.self, at: 0)
         else { return false }
@@ -173,7 +172,7 @@ public struct BlobCatalog: Sendable {
     public struct Upload: Sendable, Equatable, Codable {
         public let uploadID: UUID
         public let userID: String
-        public let spaceID: UUID
+        public let spaceID: SpaceID
         public let sha256: String
         public let contentType: String
         public let length: Int64
@@ -210,13 +209,12 @@ public struct BlobCatalog: Sendable {
         user: String, space: SpaceID, sha256: String, contentType: String, length: Int64, store: String, expiresIn seconds: Double,
         quota: Int64, maxOpen: Int
     ) async throws -> CreatedUpload {
-        let spaceID = space.uuid
         let id = UUID()
         return try await pool.transaction { connection in
-            guard try !connection.execute("SELECT 1 FROM spaces WHERE space_id = \(spaceID) FOR NO KEY UPDATE").isEmpty else {
+            guard try !connection.execute("SELECT 1 FROM spaces WHERE space_id = \(space) FOR NO KEY UPDATE").isEmpty else {
                 return .spaceGone
             }
-            if try Self.usage(connection, space: spaceID, excluding: nil) + length > quota { return .overQuota }
+            if try Self.usage(connection, space: space, excluding: nil) + length > quota { return .overQuota }
             let open = try connection.execute("""
                 SELECT count(*) FROM blob_uploads WHERE user_id = \(user) AND NOT finished AND expires_at > clock_timestamp()
                 """).first?.decode(Int64.self, at: 0) ?? 0
@@ -229,7 +227,7 @@ public struct BlobCatalog: Sendable {
                 INSERT INTO blob_uploads (upload_id, user_id, space_id, sha256, content_type, length, store, expires_at)
                 SELECT \(id), \(user), space_id, \(sha256), \(contentType), \(length), \(store),
                        clock_timestamp() + make_interval(secs => \(seconds))
-                FROM spaces WHERE space_id = \(spaceID)
+                FROM spaces WHERE space_id = \(space)
                 RETURNING \(sql: Self.uploadColumns)
                 """).first?.decode(as: Upload.self)
             return upload.map { CreatedUpload.created($0) } ?? .spaceGone

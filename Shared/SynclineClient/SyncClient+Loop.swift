@@ -42,12 +42,12 @@ extension SyncClient {
             do {
                 outcome = .synced(jobsInFlight: try await exclusivePass())
             } catch let retry as Retry {
-                outcome = .retry(after: retry.after)
+                outcome = .failed(retryAfter: retry.after)
             } catch ClientError.spaceGone {
                 stream?.cancel()
                 return
             } catch {
-                outcome = .failed
+                outcome = .failed(retryAfter: nil)
             }
             let wait = schedule.wait(after: outcome, live: live)
             if Task.isCancelled { return }

@@ -26,9 +26,9 @@ struct SyncSchedule: Sendable {
     /// How a pass ended.
     enum Outcome: Equatable {
         case synced(jobsInFlight: Bool)
-        /// A failure worth retrying, after at least `after` seconds when the server said so.
-        case retry(after: Double?)
-        case failed
+        /// A failure: tried again after a backoff, and never sooner than `retryAfter`
+        /// seconds when the server said so.
+        case failed(retryAfter: Double?)
     }
 
     /// How long the loop waits for a wake after a pass, in seconds (nil: until woken).
@@ -41,10 +41,8 @@ struct SyncSchedule: Sendable {
             if jobsInFlight { return live ? Self.liveJobWait : jobPolls.next(random: 1) }
             jobPolls.reset()
             return live ? nil : pollInterval
-        case .retry(let after):
-            return failures.next(retryAfter: after, random: random)
-        case .failed:
-            return failures.next(random: random)
+        case .failed(let retryAfter):
+            return failures.next(retryAfter: retryAfter, random: random)
         }
     }
 

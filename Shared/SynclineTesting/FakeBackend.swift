@@ -244,7 +244,7 @@ struct FakeBackend {
         }
         let device = Names.canonicalUUID(push.deviceID) ?? push.deviceID
         guard devices[device] == user else { return .problem(404, "not_found", "No such device.") }
-        guard let spaceID = space(push.spaceID, of: user) else { return .problem(404, "not_found", "No such space.") }
+        guard let spaceID = space(push.spaceID?.description, of: user) else { return .problem(404, "not_found", "No such space.") }
         guard spaces[spaceID]?.members[user]?.canWrite == true else {
             return .problem(403, "forbidden", "A viewer of this space cannot push to it.")
         }

@@ -24,12 +24,10 @@ enum E2E {
     /// not code: the services read these like any deployment would).
     static let retryDelays: [Double] = [0.3, 0.6, 1.2]
     static let maxAttempts = 4
-    /// Rate limits are off unless a test sets them: load tests push as fast as they can.
-    static let serviceDefaults = [
-        "RETRY_DELAYS": "300ms,600ms,1200ms", "MAX_ATTEMPTS": String(maxAttempts), "RELAY_AFTER": "1s",
-        "RATE_LIMIT_PUSH": "off", "RATE_LIMIT_STREAMS": "off", "RATE_LIMIT_PUBLIC": "off",
-        "RATE_LIMIT_PUBLIC_IDS": "off",
-    ]
+    /// What every service process starts with: `TestSettings.services` and these tiers.
+    static let serviceDefaults = TestSettings.services.merging([
+        "RETRY_DELAYS": "300ms,600ms,1200ms", "MAX_ATTEMPTS": String(maxAttempts),
+    ]) { $1 }
     static let topology = SynclineTopology.topology(retryDelays: retryDelays)
     static let logger: Logger = {
         var logger = Logger(label: "e2e")

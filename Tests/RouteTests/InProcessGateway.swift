@@ -18,12 +18,8 @@ enum InProcessGateway {
     static let environment = ProcessInfo.processInfo.environment
     static var enabled: Bool { environment["DATABASE_URL"] != nil && environment["AMQP_URL"] != nil }
 
-    /// As in the end-to-end tests: rate limits are off unless a test sets them, and a small
-    /// pool, since tests run side by side.
-    static let defaults = [
-        "RATE_LIMIT_PUSH": "off", "RATE_LIMIT_STREAMS": "off", "RATE_LIMIT_PUBLIC": "off", "RATE_LIMIT_PUBLIC_IDS": "off",
-        "DATABASE_POOL_SIZE": "2", "RELAY_AFTER": "1s",
-    ]
+    /// `TestSettings.services`, and a small pool, since tests run side by side.
+    static let defaults = TestSettings.services.merging(["DATABASE_POOL_SIZE": "2"]) { $1 }
 
     static let logger: Logger = {
         var logger = Logger(label: "routes")

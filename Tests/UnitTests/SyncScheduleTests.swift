@@ -40,13 +40,13 @@ struct SyncScheduleTests {
     @Test func failuresBackOffWithJitterAndTheServersRetryAfter() {
         var schedule = SyncSchedule(pollInterval: 30)
         // `random` 1 is the ceiling: 0.25 s doubling, capped at 30 s.
-        let ceilings = (0..<9).map { _ in schedule.wait(after: .failed, live: false, random: 1) }
+        let ceilings = (0..<9).map { _ in schedule.wait(after: .failed(retryAfter: nil), live: false, random: 1) }
         #expect(ceilings == [0.25, 0.5, 1, 2, 4, 8, 16, 30, 30])
-        #expect(schedule.wait(after: .failed, live: false, random: 0.5) == 15, "full jitter")
-        #expect(schedule.wait(after: .retry(after: 45), live: false, random: 0) == 45, "never sooner than the server asked")
+        #expect(schedule.wait(after: .failed(retryAfter: nil), live: false, random: 0.5) == 15, "full jitter")
+        #expect(schedule.wait(after: .failed(retryAfter: 45), live: false, random: 0) == 45, "never sooner than the server asked")
         // A pass that syncs resets the backoff.
         _ = schedule.wait(after: .synced(jobsInFlight: false), live: false)
-        #expect(schedule.wait(after: .failed, live: false, random: 1) == 0.25)
+        #expect(schedule.wait(after: .failed(retryAfter: nil), live: false, random: 1) == 0.25)
     }
 
     @Test func aPollThatTimesOutPullsOnlyWithoutAStream() {

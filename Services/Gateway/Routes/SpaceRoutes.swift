@@ -107,7 +107,7 @@ struct SpaceRoutes: Sendable {
         let space = try pathSpace(context), member = try context.parameters.require("user_id")
         try answer(try await spaces.change(user: context.user, space: space, member: member, to: role))
         guard let view = try await spaces.members(user: context.user, space: space)?.first(where: { $0.userID == member }) else {
-            throw APIError.notFound("No such space, member or invitation.")
+            throw Self.notFound
         }
         return try jsonResponse(view)
     }

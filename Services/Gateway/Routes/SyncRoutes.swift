@@ -66,17 +66,12 @@ struct SyncRoutes: Sendable {
         }
         let traceID = Traces.traceparent() ?? TraceParent.random()
         // An id that is no UUID names no device: answered as the intake answers an unknown one.
-        // (The space's id was checked with the body.)
         guard let device = DeviceID(push.deviceID) else { throw APIError.notFound("No such device.") }
-        let space = try push.spaceID.map { text in
-            guard let id = SpaceID(text) else { throw APIError.notFound("No such space.") }
-            return id
-        }
         let outcome = try await intake.submit(JobStore.Intake(
             user: context.user, deviceID: device, ops: push.ops,
             idempotencyKey: key, requestHash: Digests.sha256Hex(body), traceID: traceID,
             maxClockSkewMilliseconds: maxClockSkewMilliseconds, authorName: context.identity.name,
-            spaceID: space))
+            spaceID: push.spaceID))
         switch outcome {
         case .keyReused:
             throw APIError.unprocessable("This Idempotency-Key was used with a different body.")
@@ -97,7 +92,7 @@ struct SyncRoutes: Sendable {
             error.sha256 = sha256
             throw error
         case .existing(let jobID, let status, let ops):
-            return try accepted(PushAccepted(jobID: jobID, status: status, ops: ops), space: space)
+            return try accepted(PushAccepted(jobID: jobID, status: status, ops: ops), space: push.spaceID)
         case .created(let job, let ops):
             pushes.increment()
             pushedOps.increment(by: ops)

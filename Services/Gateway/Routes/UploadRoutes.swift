@@ -126,7 +126,7 @@ struct UploadRoutes: Sendable {
         }
         let upload = try await find(context, user: context.user)
         // Write access is checked on every piece, not only at creation.
-        _ = try await rules.writableSpace(SpaceID(upload.spaceID), user: context.user)
+        _ = try await rules.writableSpace(upload.spaceID, user: context.user)
         guard let offsetText = request.headers[.uploadOffset], let offset = Int64(offsetText), offset >= 0 else {
             throw APIError.badRequest("Upload-Offset must be where the upload stands, in bytes.")
         }

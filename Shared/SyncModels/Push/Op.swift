@@ -89,7 +89,7 @@ public struct PushRequest: Sendable, Equatable {
     public var deviceID: String
     public var ops: [Op]
     /// The space pushed to; nil: the user's personal space.
-    public var spaceID: String? = nil
+    public var spaceID: SpaceID? = nil
 }
 
 public enum OpStatus: String, Codable, Sendable {

@@ -46,9 +46,9 @@ public enum PushValidation {
                     limit: problem.limit)
             }
         }
-        var spaceID: String?
+        var spaceID: SpaceID?
         if let space = object["space_id"], !space.isNull {
-            guard let text = space.stringValue, let id = Names.canonicalUUID(text) else {
+            guard let text = space.stringValue, let id = SpaceID(text) else {
                 throw .invalid("space_id must be a UUID.", pointer: "/space_id")
             }
             spaceID = id
