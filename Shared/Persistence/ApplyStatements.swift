@@ -314,6 +314,8 @@ extension ApplyStore {
     static func save(_ connection: PGConnection, _ writes: StateWrites, attempt: Attempt) throws -> [String: Double] {
         let sorted = writes.records.sorted { ($0.key.space, $0.key.key) < ($1.key.space, $1.key.key) }
         let columns = WrittenColumn.all(sorted, writes)
+        var source = PGUnnest()
+        for column in columns { source.column(column.name, column.parameter) }
         let keys = columns.filter { $0.role == .key }.map(\.name)
         let copied = columns.filter { $0.role == .copied }
         let counters = writes.counters.sorted { $0.key < $1.key }
@@ -327,7 +329,7 @@ extension ApplyStore {
               SELECT u.*,
                      CASE WHEN public_id IS NULL THEN NULL ELSE author END AS shown_author,
                      CASE WHEN public_id IS NULL OR author IS NULL THEN NULL ELSE author_user END AS shown_author_user
-              FROM unnest(\(list: columns.map(\.parameter))) AS u(\(sql: columns.map(\.name).joined(separator: ", ")))),
+              FROM \(source, as: "u")),
             inserted AS (
               INSERT INTO records (\(sql: (keys + copied.map(\.name) + WrittenColumn.computedOnInsert.map(\.name)).joined(separator: ", ")))
               SELECT \(sql: (keys.map { "s.\($0)" } + copied.map(\.stored) + WrittenColumn.computedOnInsert.map(\.value)).joined(separator: ", "))

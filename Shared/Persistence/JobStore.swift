@@ -224,31 +224,44 @@ public struct JobStore: Sendable {
     /// Every job, clock and device's last-seen written together, in one statement.
     static func write(_ connection: PGConnection, _ jobs: [NewJob], clocks: [String: HLCState]) throws {
         let users = clocks.keys.sorted()
+        var clockRows = PGUnnest()
+        clockRows.column("user_id", users)
+        clockRows.column("hlc_ms", users.map { clocks[$0]!.milliseconds })
+        clockRows.column("hlc_counter", users.map { Int32(clocks[$0]!.counter) })
+        let rows = newJobRows(jobs)
         try connection.execute("""
             WITH clock AS (
-              UPDATE user_clocks c SET hlc_ms = u.ms, hlc_counter = u.n
-              FROM unnest(\(users), \(users.map { clocks[$0]!.milliseconds }), \(users.map { Int32(clocks[$0]!.counter) }))
-                AS u(id, ms, n)
-              WHERE c.user_id = u.id),
+              UPDATE user_clocks c SET hlc_ms = u.hlc_ms, hlc_counter = u.hlc_counter
+              FROM \(clockRows, as: "u") WHERE c.user_id = u.user_id),
             seen AS (
               UPDATE devices SET last_seen_at = clock_timestamp()
               WHERE device_id = ANY(\(Array(Set(jobs.map(\.intake.deviceID)))))
                 AND last_seen_at < clock_timestamp() - interval '1 hour')
-            INSERT INTO jobs (job_id, user_id, device_id, status, ops, op_count, idempotency_key, request_hash, trace_id,
-                              author_name, space_id)
-            SELECT j, u, d, \(JobStatus.queued), o, n, k, h, t, a, s
-            FROM unnest(\(jobs.map(\.id)), \(jobs.map(\.intake.user)), \(jobs.map(\.intake.deviceID)),
-                        \(jobs.map { PGJSON(Op.encodeStored($0.ops)) }), \(jobs.map { Int32($0.ops.count) }),
-                        \(jobs.map(\.intake.idempotencyKey)), \(jobs.map(\.intake.requestHash)), \(jobs.map(\.intake.traceID)),
-                        \(jobs.map(\.intake.authorName)), \(jobs.map(\.space)))
-              AS x(j, u, d, o, n, k, h, t, a, s)
+            INSERT INTO jobs (\(sql: rows.names), status)
+            SELECT \(sql: rows.names), \(JobStatus.queued) FROM \(rows, as: "x")
             """)
+    }
+
+    /// The `jobs` columns a new job is written with (its status aside: queued), a row per job.
+    private static func newJobRows(_ jobs: [NewJob]) -> PGUnnest {
+        var rows = PGUnnest()
+        rows.column("job_id", jobs.map(\.id))
+        rows.column("user_id", jobs.map(\.intake.user))
+        rows.column("device_id", jobs.map(\.intake.deviceID))
+        rows.column("space_id", jobs.map(\.space))
+        rows.column("ops", jobs.map { PGJSON(Op.encodeStored($0.ops)) })
+        rows.column("op_count", jobs.map { Int32($0.ops.count) })
+        rows.column("idempotency_key", jobs.map(\.intake.idempotencyKey))
+        rows.column("request_hash", jobs.map(\.intake.requestHash))
+        rows.column("trace_id", jobs.map(\.intake.traceID))
+        rows.column("author_name", jobs.map(\.intake.authorName))
+        return rows
     }
 
     /// Checks that every file the pushes reference is in the space pushed to, claiming it
     /// there: its row's `claimed_at` moves to now, so purge, whose delete re-reads a row it
     /// waited for, keeps it until the job is applied (and counts the reference). A push
-    /// with a missing file is refused whole (A1); pushes without references cost nothing.
+    /// with a missing file is refused whole; pushes without references cost nothing.
     static func claimBlobs(
         _ connection: PGConnection, _ intakes: [Intake], spaces: [String: SpaceID], outcomes: inout [IntakeOutcome?]
     ) throws {
@@ -301,38 +314,57 @@ public struct JobStore: Sendable {
     /// unknown id (isolation).
     public func view(user: String, job id: JobID, space: SpaceID? = nil) async throws -> JobView? {
         if let found = try await pool.execute("""
-            \(sql: Self.viewColumns) FROM jobs
+            \(sql: ViewRow.selection) FROM jobs
             WHERE space_id = coalesce(\(space), (SELECT space_id FROM spaces WHERE personal_of = \(user)))
               AND job_id = \(id) AND user_id = \(user)
             """).first {
             return try Self.view(found).job
         }
         guard space == nil else { return nil }
-        return try await pool.execute("\(sql: Self.viewColumns) FROM jobs WHERE job_id = \(id) AND user_id = \(user)")
+        return try await pool.execute("\(sql: ViewRow.selection) FROM jobs WHERE job_id = \(id) AND user_id = \(user)")
             .first.map { try Self.view($0).job }
     }
 
     /// A job regardless of its owner (operators' tools).
     public func view(job id: JobID) async throws -> (user: String, job: JobView)? {
-        try await pool.execute("\(sql: Self.viewColumns) FROM jobs WHERE job_id = \(id)").first.map(Self.view)
+        try await pool.execute("\(sql: ViewRow.selection) FROM jobs WHERE job_id = \(id)").first.map(Self.view)
     }
 
-    /// What `view` reads, in its order.
-    static let viewColumns = """
-        SELECT job_id, user_id, space_id, status, attempts, attempt_log, syncline_rfc3339(created_at),
-               syncline_rfc3339(finished_at), last_error, checkpoint, results
-        """
+    /// A job as the views read it, each column named once: the select list is its coding
+    /// keys, and the row is decoded by those names.
+    struct ViewRow: Decodable {
+        let jobID: String
+        let userID: String
+        let spaceID: String?
+        let status: String
+        let attempts: Int
+        let attemptLog: String
+        let createdAt: String
+        let finishedAt: String?
+        let lastError: String?
+        let checkpoint: Int64?
+        let results: String?
 
-    static func view(_ row: PGRows.Row) throws -> (user: String, job: JobView) {
-        let (jobID, user, space, stored, attempts, attemptLog, createdAt, finishedAt, lastError, checkpoint, storedResults) =
-            try row.decode((String, String, String?, String, Int, PGJSON, String, String?, String?, Int64?, PGJSON?).self)
-        let status = JobStatus(rawValue: stored) ?? .queued
-        let log = try JSONCoding.decode([AttemptView].self, from: attemptLog.text)
-        let results = try storedResults.map { try JSONCoding.decode([OpResult].self, from: $0.text) } ?? []
-        return (user, JobView(
-            jobID: jobID, status: status, attempts: attempts, attemptLog: log, createdAt: createdAt, finishedAt: finishedAt,
-            lastError: lastError, checkpoint: checkpoint.map(String.init), results: status == .succeeded ? results : [],
-            spaceID: space))
+        enum CodingKeys: String, CodingKey, CaseIterable {
+            case jobID = "job_id", userID = "user_id", spaceID = "space_id", status, attempts, attemptLog = "attempt_log"
+            case createdAt = "created_at", finishedAt = "finished_at", lastError = "last_error", checkpoint, results
+        }
+
+        /// The select list: every key's column, times as RFC 3339 text.
+        static let selection = "SELECT " + CodingKeys.allCases.map { key in
+            [.createdAt, .finishedAt].contains(key) ? "syncline_rfc3339(\(key.rawValue)) AS \(key.rawValue)" : key.rawValue
+        }.joined(separator: ", ")
+    }
+
+    static func view(_ found: PGRows.Row) throws -> (user: String, job: JobView) {
+        let row = try found.decode(as: ViewRow.self)
+        let status = JobStatus(rawValue: row.status) ?? .queued
+        let log = try JSONCoding.decode([AttemptView].self, from: row.attemptLog)
+        let results = try row.results.map { try JSONCoding.decode([OpResult].self, from: $0) } ?? []
+        return (row.userID, JobView(
+            jobID: row.jobID, status: status, attempts: row.attempts, attemptLog: log, createdAt: row.createdAt,
+            finishedAt: row.finishedAt, lastError: row.lastError, checkpoint: row.checkpoint.map(String.init),
+            results: status == .succeeded ? results : [], spaceID: row.spaceID))
     }
 
     /// Records that these jobs' messages were confirmed. Only a job still `queued` can be

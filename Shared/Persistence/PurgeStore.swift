@@ -123,58 +123,27 @@ public struct PurgeStore: Sendable {
     /// Dead letters past their retention (before the jobs, so that dead jobs become
     /// purgeable).
     static func deadLetters(_ retention: Retention, batch: Int) -> PGQuery {
-        return """
-            WITH gone AS (
-              DELETE FROM dead_letters WHERE dead_letter_id IN (
-                SELECT dead_letter_id FROM dead_letters
-                WHERE dead_at < clock_timestamp() - make_interval(secs => \(retention.deadLetters)) LIMIT \(batch))
-              RETURNING 1)
-            SELECT count(*) FROM gone
-            """
+        deleteBatch(from: "dead_letters", key: ["dead_letter_id"], pastRetention: ["dead_at"], retention.deadLetters, batch: batch)
     }
 
     /// Finished jobs (and with them their idempotency keys); a dead job only once its dead
     /// letter is gone.
     static func finishedJobs(_ retention: Retention, batch: Int) -> PGQuery {
-        return """
-            WITH gone AS (
-              DELETE FROM jobs WHERE job_id IN (
-                SELECT job_id FROM jobs j
-                WHERE finished_at < clock_timestamp() - make_interval(secs => \(retention.jobs))
-                  AND (status IN (\(literal: JobStatus.succeeded), \(literal: JobStatus.discarded))
-                       OR (status = \(literal: JobStatus.dead)
-                           AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.job_id = j.job_id)))
-                LIMIT \(batch) FOR UPDATE SKIP LOCKED)
-              RETURNING 1)
-            SELECT count(*) FROM gone
-            """
+        deleteBatch(from: "jobs", key: ["job_id"], pastRetention: ["finished_at"], retention.jobs, batch: batch, and: """
+            (status IN (\(PGQuery.literal(JobStatus.succeeded.rawValue)), \(PGQuery.literal(JobStatus.discarded.rawValue)))
+             OR (status = \(PGQuery.literal(JobStatus.dead.rawValue))
+                 AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.job_id = t.job_id)))
+            """)
     }
 
     /// The op ids kept against replays, past the jobs' retention.
     static func opIDs(_ retention: Retention, batch: Int) -> PGQuery {
-        return """
-            WITH gone AS (
-              DELETE FROM op_ids WHERE (space_id, op_id) IN (
-                SELECT space_id, op_id FROM op_ids
-                WHERE created_at < clock_timestamp() - make_interval(secs => \(retention.jobs))
-                LIMIT \(batch) FOR UPDATE SKIP LOCKED)
-              RETURNING 1)
-            SELECT count(*) FROM gone
-            """
+        deleteBatch(from: "op_ids", key: ["space_id", "op_id"], pastRetention: ["created_at"], retention.jobs, batch: batch)
     }
 
     /// Devices revoked, or not seen, for the devices' retention.
     static func staleDevices(_ retention: Retention, batch: Int) -> PGQuery {
-        return """
-            WITH gone AS (
-              DELETE FROM devices WHERE device_id IN (
-                SELECT device_id FROM devices
-                WHERE revoked_at < clock_timestamp() - make_interval(secs => \(retention.devices))
-                   OR last_seen_at < clock_timestamp() - make_interval(secs => \(retention.devices))
-                LIMIT \(batch) FOR UPDATE SKIP LOCKED)
-              RETURNING 1)
-            SELECT count(*) FROM gone
-            """
+        deleteBatch(from: "devices", key: ["device_id"], pastRetention: ["revoked_at", "last_seen_at"], retention.devices, batch: batch)
     }
 
     /// Files no record of their space referenced for the retention — live, tombstone, or in a
@@ -226,15 +195,27 @@ public struct PurgeStore: Sendable {
 
     /// The ids of jobs forgotten with their account, past the jobs' retention.
     static func forgottenJobs(_ retention: Retention, batch: Int) -> PGQuery {
-        return """
-            WITH gone AS (
-              DELETE FROM forgotten_jobs WHERE job_id IN (
-                SELECT job_id FROM forgotten_jobs
-                WHERE forgotten_at < clock_timestamp() - make_interval(secs => \(retention.jobs))
-                LIMIT \(batch) FOR UPDATE SKIP LOCKED)
-              RETURNING 1)
-            SELECT count(*) FROM gone
-            """
+        deleteBatch(from: "forgotten_jobs", key: ["job_id"], pastRetention: ["forgotten_at"], retention.jobs, batch: batch)
+    }
+
+    /// Deletes up to a batch of `table`'s rows (matched by their `key` columns) whose time in any of
+    /// `columns` is older than `seconds` (and that `condition`, over the table as `t`, picks),
+    /// skipping rows another transaction holds; the statement answers how many it deleted.
+    static func deleteBatch(
+        from table: String, key: [String], pastRetention columns: [String], _ seconds: Double, batch: Int, and condition: String? = nil
+    ) -> PGQuery {
+        let keyList = key.joined(separator: ", ")
+        var query = PGQuery.StringInterpolation(literalCapacity: 256, interpolationCount: columns.count + 1)
+        query.appendLiteral("WITH gone AS (\n  DELETE FROM \(table) WHERE (\(keyList)) IN (\n    SELECT \(keyList) FROM \(table) t WHERE (")
+        for (index, column) in columns.enumerated() {
+            query.appendLiteral("\(index > 0 ? " OR " : "")t.\(column) < clock_timestamp() - make_interval(secs => ")
+            query.appendInterpolation(seconds)
+            query.appendLiteral(")")
+        }
+        query.appendLiteral(")\(condition.map { " AND \($0)" } ?? "") LIMIT ")
+        query.appendInterpolation(batch)
+        query.appendLiteral(" FOR UPDATE SKIP LOCKED)\n  RETURNING 1)\nSELECT count(*) FROM gone")
+        return PGQuery(stringInterpolation: query)
     }
 
     /// A backstop: rows of a space that no longer exists (deleting a space erases them
