@@ -24,12 +24,12 @@ public final class AMQPPublisher: Sendable {
         init(nodes: BrokerNodes) { self.nodes = nodes }
     }
 
-    private struct Waiting {
-        var batches: [(messages: [OutgoingMessage], continuation: CheckedContinuation<Void, any Error>)] = []
-        var draining = false
-    }
+    /// A caller's messages waiting for a run, and how it is answered: published, or
+    /// handed the lead of the next run.
+    private typealias Waiter = (messages: [OutgoingMessage], continuation: CheckedContinuation<Turn, any Error>)
+    private enum Turn: Sendable { case published, lead }
 
-    private let waiting = NIOLockedValueBox(Waiting())
+    private let turns = NIOLockedValueBox(TakingTurns<Waiter>())
     private let thread = NIOThreadPool(numberOfThreads: 1)
     private let owned: Owned
     private let topology: AMQPTopology
@@ -50,48 +50,47 @@ public final class AMQPPublisher: Sendable {
         thread.start()
     }
 
-    /// Publishes the messages and returns once the broker confirmed every one.
+    /// Publishes the messages and returns once the broker confirmed every one. Callers take
+    /// turns: while one batch waits for its confirms, the next callers' messages gather,
+    /// and the first of them publishes them all together once it ends.
     public func publish(_ messages: [OutgoingMessage]) async throws {
         guard !messages.isEmpty else { return }
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            let startDraining = waiting.withLockedValue { waiting in
-                waiting.batches.append((messages, continuation))
-                defer { waiting.draining = true }
-                return !waiting.draining
-            }
-            if startDraining { Task { await self.drain() } }
+        let turn = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Turn, any Error>) in
+            if turns.withLockedValue({ $0.arrive((messages, continuation)) }) { continuation.resume(returning: .lead) }
         }
+        if turn == .lead { try await lead(messages) }
     }
 
-    /// Publishes everything waiting as one confirmed batch, until nothing waits.
-    private func drain() async {
-        while true {
-            let batches = waiting.withLockedValue { waiting in
-                defer { waiting.batches = [] }
-                if waiting.batches.isEmpty { waiting.draining = false }
-                return waiting.batches
-            }
-            if batches.isEmpty { return }
-            let messages = batches.flatMap(\.messages)
-            let timeout = confirmTimeout
-            let started = ContinuousClock.now
-            do {
-                try await onThread { connection in try connection.publishConfirmed(messages, timeout: timeout) }
-                let took = ContinuousClock.now - started
-                if took > slowThreshold {
-                    // The batch serves many callers: their traces are named by the messages.
-                    let traces = messages.compactMap { $0.headers["traceparent"].flatMap { if case .string(let t) = $0 { t } else { nil } } }
-                    logger.warning("slow publisher confirm", metadata: [
-                        "messages.count": "\(messages.count)",
-                        "seconds": "\(Double(took.components.seconds) + Double(took.components.attoseconds) / 1e18)",
-                        "trace.ids": .array(traces.prefix(10).map { .string(String($0.split(separator: "-").dropFirst().first ?? "")) }),
-                    ])
-                }
-                batches.forEach { $0.continuation.resume() }
-            } catch {
-                batches.forEach { $0.continuation.resume(throwing: error) }
-            }
+    /// Publishes the leader's messages and every batch waiting as one confirmed batch,
+    /// answers those batches' callers, and hands the lead to the first that arrived since.
+    private func lead(_ own: [OutgoingMessage]) async throws {
+        let served = turns.withLockedValue { $0.takeWaiting() }
+        let outcome: Result<Void, any Error>
+        do {
+            try await publishConfirmed(own + served.flatMap(\.messages))
+            outcome = .success(())
+        } catch {
+            outcome = .failure(error)
         }
+        for waiter in served { waiter.continuation.resume(with: outcome.map { .published }) }
+        turns.withLockedValue { $0.finish() }?.continuation.resume(returning: .lead)
+        try outcome.get()
+    }
+
+    /// One batch, published with confirms on the publisher's thread; a slow confirm is logged.
+    private func publishConfirmed(_ messages: [OutgoingMessage]) async throws {
+        let timeout = confirmTimeout
+        let started = ContinuousClock.now
+        try await onThread(shared: true) { connection in try connection.publishConfirmed(messages, timeout: timeout) }
+        let took = ContinuousClock.now - started
+        guard took > slowThreshold else { return }
+        // The batch serves many callers: their traces are named by the messages.
+        let traces = messages.compactMap { $0.headers["traceparent"].flatMap { if case .string(let t) = $0 { t } else { nil } } }
+        logger.warning("slow publisher confirm", metadata: [
+            "messages.count": "\(messages.count)",
+            "seconds": "\(Double(took.components.seconds) + Double(took.components.attoseconds) / 1e18)",
+            "trace.ids": .array(traces.prefix(10).map { .string(String($0.split(separator: "-").dropFirst().first ?? "")) }),
+        ])
     }
 
     public func queueStats(_ names: [String]) async throws -> [QueueStats] {
@@ -147,9 +146,14 @@ public final class AMQPPublisher: Sendable {
         try? await thread.shutdownGracefully()
     }
 
-    private func onThread<T: Sendable>(_ body: @escaping @Sendable (AMQPConnection) throws -> T) async throws -> T {
+    /// Runs `body` with the connection on the publisher's thread. Work for one caller ends
+    /// when its task is cancelled; work shared by several (a batch of publishes) is
+    /// `shared`, and runs to its end whoever leads it.
+    private func onThread<T: Sendable>(
+        shared: Bool = false, _ body: @escaping @Sendable (AMQPConnection) throws -> T
+    ) async throws -> T {
         let owned = self.owned, topology = self.topology, logger = self.logger
-        return try await thread.runIfActive {
+        let work: @Sendable () throws -> T = {
             for attempt in 0..<2 {
                 let reused = owned.connection != nil
                 let connection = try Self.connection(owned, topology, logger)
@@ -167,6 +171,8 @@ public final class AMQPPublisher: Sendable {
             }
             throw AMQPError(.connection, "unreachable")
         }
+        guard shared else { return try await thread.runIfActive(work) }
+        return try await thread.runIfActive(eventLoop: MultiThreadedEventLoopGroup.singleton.any(), work).get()
     }
 
     private static func connection(

@@ -22,12 +22,12 @@ enum ChangedRecords: Sendable, Equatable {
 /// Runs `work` off the caller's path, once per burst of requests: a request made while it
 /// runs makes it run once more afterwards, with every request since merged into one. So a
 /// write only records that something changed, and any number of writes during a refresh
-/// cost one more refresh.
+/// cost one more refresh. Requests take turns (`TakingTurns`); as nobody awaits them, the
+/// runs of a burst go on one task, started by its first request.
 final class CoalescedWork<Pending: Sendable>: @unchecked Sendable {
-    // @unchecked: `pending`, `running` and `cancelled` are read and written under `lock`.
+    // @unchecked: `turns` and `cancelled` are read and written under `lock`.
     private let lock = NSLock()
-    private var pending: Pending?
-    private var running = false
+    private var turns = TakingTurns<Pending>()
     private var cancelled = false
     private let merge: @Sendable (Pending, Pending) -> Pending
     private let work: @Sendable (Pending) async -> Void
@@ -38,33 +38,25 @@ final class CoalescedWork<Pending: Sendable>: @unchecked Sendable {
     }
 
     func request(_ next: Pending) {
-        let start: Bool = lock.withLock {
-            guard !cancelled else { return false }
-            pending = pending.map { merge($0, next) } ?? next
-            guard !running else { return false }
-            running = true
-            return true
-        }
-        if start { Task.detached { await self.drain() } }
+        let leads = lock.withLock { !cancelled && turns.arrive(next) }
+        if leads { Task.detached { await self.run(next) } }
     }
 
     func cancel() {
         lock.withLock {
             cancelled = true
-            pending = nil
+            _ = turns.cancelWaiting()
         }
     }
 
-    private func drain() async {
-        while let next = lock.withLock({ () -> Pending? in
-            guard !cancelled, let next = pending else {
-                running = false
-                return nil
-            }
-            pending = nil
-            return next
-        }) {
-            await work(next)
+    /// Runs for `first` and the requests merged into it, then for whoever waited meanwhile,
+    /// until nobody waits.
+    private func run(_ first: Pending) async {
+        var leader: Pending? = first
+        while let next = leader {
+            let merged = lock.withLock { cancelled ? nil : turns.takeWaiting().reduce(next, merge) }
+            if let merged { await work(merged) }
+            leader = lock.withLock { turns.finish() }
         }
     }
 }

@@ -57,48 +57,84 @@ extension SyncClient {
 
     enum Wakeup { case woken, timedOut }
 
+    /// Wakes the loop: it passes again now, or as soon as its current pass ends.
     func wake() {
-        if let waiter {
-            self.waiter = nil
+        if let waiter = wakeup.waiter {
+            wakeup.waiter = nil
             waiter.resume()
         } else {
-            wakePending = true
+            wakeup.pending = true
         }
     }
 
+    /// Waits for a wake, or `timeout` seconds (nil: no limit). The timer is a child task of
+    /// the wait, ended with it.
     func waitForWake(timeout: Double?) async -> Wakeup {
-        if wakePending {
-            wakePending = false
+        if wakeup.pending {
+            wakeup.pending = false
             return .woken
         }
-        timerFired = false
-        let timer = timeout.map { seconds in
-            Task {
-                try? await Task.sleep(for: .seconds(seconds))
-                if !Task.isCancelled { self.timeUp() }
+        wakeup.timedOut = false
+        await withTaskGroup(of: Void.self) { timer in
+            if let timeout {
+                timer.addTask {
+                    try? await Task.sleep(for: .seconds(timeout))
+                    if !Task.isCancelled { await self.timeUp() }
+                }
             }
+            await withCheckedContinuation { wakeup.waiter = $0 }
+            timer.cancelAll()
         }
-        await withCheckedContinuation { waiter = $0 }
-        timer?.cancel()
-        wakePending = false
-        let fired = timerFired
-        timerFired = false
-        return fired ? .timedOut : .woken
+        wakeup.pending = false
+        return wakeup.timedOut ? .timedOut : .woken
     }
 
     func timeUp() {
-        timerFired = true
+        wakeup.timedOut = true
         wake()
     }
 
-    /// One pass at a time, whoever asks (the loop or `sync()`).
+    /// What the loop's wait needs: who waits, whether a wake came while nobody waited,
+    /// and whether the last wait ended by its timer.
+    struct WakeState {
+        var waiter: CheckedContinuation<Void, Never>?
+        var pending = false
+        var timedOut = false
+    }
+
+    /// How a caller of `exclusivePass` is answered: it leads a pass, or is served by one
+    /// that started after it asked.
+    enum PassTurn: Sendable {
+        case lead
+        case served(Result<Bool, any Error>)
+    }
+
+    /// One pass at a time, whoever asks (the loop or `sync()`): callers take turns, and those
+    /// who ask while a pass runs share the next one.
     func exclusivePass() async throws -> Bool {
-        while passRunning { await withCheckedContinuation { passWaiters.append($0) } }
-        passRunning = true
-        defer {
-            passRunning = false
-            if !passWaiters.isEmpty { passWaiters.removeFirst().resume() }
+        let turn: PassTurn = await withCheckedContinuation { caller in
+            if passTurns.arrive(caller) { caller.resume(returning: .lead) }
         }
+        if case .served(let outcome) = turn { return try outcome.get() }
+        let served = passTurns.takeWaiting()
+        let outcome: Result<Bool, any Error>
+        do {
+            outcome = .success(try await recordedPass())
+        } catch {
+            outcome = .failure(error)
+        }
+        if Task.isCancelled, case .failure = outcome {
+            // The pass ended with its caller's cancellation, not theirs: the others pass again.
+            passTurns.putBack(served)
+        } else {
+            served.forEach { $0.resume(returning: .served(outcome)) }
+        }
+        passTurns.finish()?.resume(returning: .lead)
+        return try outcome.get()
+    }
+
+    /// A pass, its failure kept for the status.
+    private func recordedPass() async throws -> Bool {
         defer { statusChanged() }
         do {
             return try await pass()

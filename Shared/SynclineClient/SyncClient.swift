@@ -60,11 +60,8 @@ public actor SyncClient {
     var lastPullAt: Date?
     var lastStreamMessageAt = Date()
     var maxBatchBytes = 1_000_000
-    var waiter: CheckedContinuation<Void, Never>?
-    var wakePending = false
-    var timerFired = false
-    var passRunning = false
-    var passWaiters: [CheckedContinuation<Void, Never>] = []
+    var wakeup = WakeState()
+    var passTurns = TakingTurns<CheckedContinuation<PassTurn, Never>>()
     /// The space the stream's `hello` named: pokes of other spaces are not this client's.
     var streamSpace: String?
 

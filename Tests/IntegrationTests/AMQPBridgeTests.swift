@@ -93,6 +93,42 @@ struct AMQPBridgeTests {
         await publisher.shutdown()
     }
 
+    /// Callers take turns: while one batch waits for its confirms the next callers' messages
+    /// gather and go out together. A caller cancelled while it leads a batch must not fail
+    /// the others', and no message is lost or doubled.
+    @Test func concurrentCallersShareBatchesAndACancelledOneFailsNoOther() async throws {
+        let queue = "test.bridge.\(UUID().uuidString)"
+        let publisher = AMQPPublisher(endpoint: endpoint, topology: topology(queue), logger: TestEnvironment.logger)
+        try await publisher.publish([message(queue, "first")])
+        // Waves of callers, the first of each cancelled before it publishes: it arrives when
+        // the previous wave's batch is under way, and so leads the next batch.
+        var callers: [(cancelled: Bool, task: Task<Bool, Never>)] = []
+        for wave in 0..<40 {
+            for n in 0..<8 {
+                let cancelled = n == 0
+                callers.append((cancelled, Task { () -> Bool in
+                    if cancelled { withUnsafeCurrentTask { $0?.cancel() } }
+                    do {
+                        try await publisher.publish([message(queue, "w\(wave)m\(n)")])
+                        return true
+                    } catch {
+                        return false
+                    }
+                }))
+            }
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        var published = 0
+        for (n, caller) in callers.enumerated() {
+            let succeeded = await caller.task.value
+            if succeeded { published += 1 }
+            if !caller.cancelled { #expect(succeeded, "caller \(n) was not cancelled, yet its publish failed") }
+        }
+        #expect(try await publisher.queueStats([queue]).first?.messages == 1 + published)
+        try await publisher.deleteQueue(queue)
+        await publisher.shutdown()
+    }
+
     @Test func unroutableMandatoryPublishIsNotConfirmed() async throws {
         let publisher = AMQPPublisher(endpoint: endpoint, topology: AMQPTopology(), logger: TestEnvironment.logger)
         do {
