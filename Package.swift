@@ -283,7 +283,7 @@ let package = Package(
         // A device as a process of its own, for end-to-end tests that kill it.
         .executableTarget(
             name: "ClientProcess", dependencies: ["SynclineClient"], path: "Tests/ClientProcess", swiftSettings: strict),
-        .target(name: "TestSupport", dependencies: ["Auth"], path: "Tests/TestSupport", swiftSettings: strict),
+        .target(name: "TestSupport", dependencies: ["Auth", "SyncModels"], path: "Tests/TestSupport", swiftSettings: strict),
         .testTarget(
             name: "UnitTests",
             dependencies: [

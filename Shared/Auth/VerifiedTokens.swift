@@ -7,16 +7,14 @@ import SyncModels
 /// audience, user — are checked on every use, and a provider's token is taken again only
 /// while the key that signed it is still in the provider's key set. Bounded: when full, it
 /// starts over.
-final class VerifiedTokens: @unchecked Sendable {
-    // @unchecked: `entries` is only touched under `lock`.
-    struct Entry {
+final class VerifiedTokens: Sendable {
+    struct Entry: Sendable {
         let fields: [String: JSONValue]
         /// The provider key that signed it; nil for a token signed with `JWT_SECRET`.
         let providerKeyID: String?
     }
 
-    private let lock = NSLock()
-    private var entries: [String: Entry] = [:]
+    private let entries = Locked<[String: Entry]>([:])
     let capacity: Int
 
     init(capacity: Int) {
@@ -24,11 +22,11 @@ final class VerifiedTokens: @unchecked Sendable {
     }
 
     func entry(for token: String) -> Entry? {
-        lock.withLock { entries[token] }
+        entries.withLock { $0[token] }
     }
 
     func remember(_ token: String, _ entry: Entry) {
-        lock.withLock {
+        entries.withLock { entries in
             if entries.count >= capacity { entries.removeAll(keepingCapacity: true) }
             entries[token] = entry
         }

@@ -21,7 +21,7 @@ public struct DeadLetterOffice: Sendable {
     let retryDelays: [Double]
     let logger: Logger
     /// Set once this process found no retired queue left: later calls skip the check.
-    private let retiredQueuesGone = Flag()
+    private let retiredQueuesGone = Locked(false)
 
     public init(pool: PGPool, publisher: AMQPPublisher, retryDelays: [Double], logger: Logger) {
         self.deadLetters = DeadLetterStore(pool: pool)
@@ -136,7 +136,7 @@ public struct DeadLetterOffice: Sendable {
     /// Once none is left, this process does not look again (an earlier release still
     /// running could declare one anew, but what reaches it reaches its replacement too).
     public func moveRetiredQueues() async {
-        guard !retiredQueuesGone.isSet else { return }
+        guard !retiredQueuesGone.withLock({ $0 }) else { return }
         var allGone = true
         for (retired, replacement) in SynclineTopology.retiredDeadLetterQueues {
             do {
@@ -151,7 +151,7 @@ public struct DeadLetterOffice: Sendable {
                 logger.warning("could not move a retired dead-letter queue", metadata: ["amqp.queue": "\(retired)", "error": "\(error)"])
             }
         }
-        if allGone { retiredQueuesGone.set() }
+        if allGone { retiredQueuesGone.withLock { $0 = true } }
     }
 
     /// Makes each dead-letter queue (`sync.jobs.dead-letters`, `notify.dead-letters`) hold exactly one
@@ -166,10 +166,10 @@ public struct DeadLetterOffice: Sendable {
         for (queue, name) in [("sync", SynclineTopology.deadLetterQueue), ("notify", SynclineTopology.notifyDeadLetterQueue)] {
             do {
                 let listed = try await deadLetters.ids(queue: queue)
-                let seen = SeenSet()
+                let seen = Locked(Set<String>())
                 let result = try await publisher.sweep(queue: name) { message in
                     let id = SynclineTopology.deadLetterID(of: message)
-                    return !listed.contains(id) || !seen.insert(id)
+                    return !listed.contains(id) || !seen.withLock { $0.insert(id).inserted }
                 }
                 if result.removed > 0 {
                     logger.info("took acted-on messages out of a dead-letter queue", metadata: [
@@ -185,19 +185,4 @@ public struct DeadLetterOffice: Sendable {
         }
         return total
     }
-}
-
-/// A flag that, once set, stays set.
-private final class Flag: @unchecked Sendable {
-    // @unchecked: `value` is guarded by `lock`.
-    private let lock = NSLock()
-    private var value = false
-    var isSet: Bool { lock.withLock { value } }
-    func set() { lock.withLock { value = true } }
-}
-
-/// Ids seen during one sweep (the sweep's closure runs on the publisher's thread).
-private final class SeenSet: @unchecked Sendable {
-    private var ids = Set<String>()
-    func insert(_ id: String) -> Bool { ids.insert(id).inserted }
 }

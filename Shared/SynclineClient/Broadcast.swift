@@ -1,13 +1,16 @@
 import Foundation
+import SyncModels
 
 /// Values to any number of consumers: each subscription is a stream of its own that
 /// receives every value from then on (the newest `buffer` kept while it lags), and, when
 /// `replaysLatest`, the latest value at once.
-final class Broadcast<Element: Sendable>: @unchecked Sendable {
-    // @unchecked: `subscribers` and `latest` are only read and written under `lock`.
-    private let lock = NSLock()
-    private var subscribers: [UUID: AsyncStream<Element>.Continuation] = [:]
-    private var latest: Element?
+final class Broadcast<Element: Sendable>: Sendable {
+    private struct State {
+        var subscribers: [UUID: AsyncStream<Element>.Continuation] = [:]
+        var latest: Element?
+    }
+
+    private let state = Locked(State())
     private let buffer: Int
     private let replaysLatest: Bool
 
@@ -19,22 +22,22 @@ final class Broadcast<Element: Sendable>: @unchecked Sendable {
     func subscribe() -> AsyncStream<Element> {
         let (stream, continuation) = AsyncStream.makeStream(of: Element.self, bufferingPolicy: .bufferingNewest(buffer))
         let id = UUID()
-        let current: Element? = lock.withLock {
-            subscribers[id] = continuation
-            return replaysLatest ? latest : nil
+        let current: Element? = state.withLock { state in
+            state.subscribers[id] = continuation
+            return replaysLatest ? state.latest : nil
         }
         if let current { continuation.yield(current) }
         continuation.onTermination = { [weak self] _ in
             guard let self else { return }
-            _ = self.lock.withLock { self.subscribers.removeValue(forKey: id) }
+            _ = self.state.withLock { $0.subscribers.removeValue(forKey: id) }
         }
         return stream
     }
 
     func yield(_ element: Element) {
-        let receivers = lock.withLock {
-            if replaysLatest { latest = element }
-            return Array(subscribers.values)
+        let receivers = state.withLock { state in
+            if replaysLatest { state.latest = element }
+            return Array(state.subscribers.values)
         }
         for continuation in receivers { continuation.yield(element) }
     }

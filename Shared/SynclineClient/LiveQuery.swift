@@ -1,4 +1,5 @@
 import Foundation
+import SyncModels
 #if canImport(Observation)
 import Observation
 #endif
@@ -7,12 +8,10 @@ import Combine
 #endif
 
 /// The tasks a live query runs, cancelled when the query object goes away.
-final class Subscriptions: @unchecked Sendable {
-    // @unchecked: `tasks` is only read and written under `lock`.
-    private let lock = NSLock()
-    private var tasks: [Task<Void, Never>] = []
+final class Subscriptions: Sendable {
+    private let tasks = Locked<[Task<Void, Never>]>([])
 
-    func add(_ task: Task<Void, Never>) { lock.withLock { tasks.append(task) } }
+    func add(_ task: Task<Void, Never>) { tasks.withLock { $0.append(task) } }
 
     /// Follows a typed query and the client's status on the main actor, for as long as
     /// these subscriptions live.
@@ -35,7 +34,7 @@ final class Subscriptions: @unchecked Sendable {
         })
     }
 
-    deinit { lock.withLock { tasks }.forEach { $0.cancel() } }
+    deinit { tasks.withLock { $0 }.forEach { $0.cancel() } }
 }
 
 #if canImport(Observation)

@@ -1,4 +1,5 @@
 import Foundation
+import SyncModels
 
 /// Which records of a collection changed: some, by id, or possibly any.
 enum ChangedRecords: Sendable, Equatable {
@@ -24,11 +25,13 @@ enum ChangedRecords: Sendable, Equatable {
 /// write only records that something changed, and any number of writes during a refresh
 /// cost one more refresh. Requests take turns (`TakingTurns`); as nobody awaits them, the
 /// runs of a burst go on one task, started by its first request.
-final class CoalescedWork<Pending: Sendable>: @unchecked Sendable {
-    // @unchecked: `turns` and `cancelled` are read and written under `lock`.
-    private let lock = NSLock()
-    private var turns = TakingTurns<Pending>()
-    private var cancelled = false
+final class CoalescedWork<Pending: Sendable>: Sendable {
+    private struct State {
+        var turns = TakingTurns<Pending>()
+        var cancelled = false
+    }
+
+    private let state = Locked(State())
     private let merge: @Sendable (Pending, Pending) -> Pending
     private let work: @Sendable (Pending) async -> Void
 
@@ -38,14 +41,14 @@ final class CoalescedWork<Pending: Sendable>: @unchecked Sendable {
     }
 
     func request(_ next: Pending) {
-        let leads = lock.withLock { !cancelled && turns.arrive(next) }
+        let leads = state.withLock { !$0.cancelled && $0.turns.arrive(next) }
         if leads { Task.detached { await self.run(next) } }
     }
 
     func cancel() {
-        lock.withLock {
-            cancelled = true
-            _ = turns.cancelWaiting()
+        state.withLock { state in
+            state.cancelled = true
+            _ = state.turns.cancelWaiting()
         }
     }
 
@@ -54,9 +57,9 @@ final class CoalescedWork<Pending: Sendable>: @unchecked Sendable {
     private func run(_ first: Pending) async {
         var leader: Pending? = first
         while let next = leader {
-            let merged = lock.withLock { cancelled ? nil : turns.takeWaiting().reduce(next, merge) }
+            let merged = state.withLock { $0.cancelled ? nil : $0.turns.takeWaiting().reduce(next, merge) }
             if let merged { await work(merged) }
-            leader = lock.withLock { turns.finish() }
+            leader = state.withLock { $0.turns.finish() }
         }
     }
 }
@@ -65,19 +68,22 @@ final class CoalescedWork<Pending: Sendable>: @unchecked Sendable {
 /// record is among the current results, or passes the filter now. The results are then
 /// read again — on a reader connection, off the write path — and delivered only when
 /// they differ from the last ones delivered.
-final class QueryObserver: @unchecked Sendable {
-    // @unchecked: `last` and `delivered` are touched only by `refresh`, which
-    // `CoalescedWork` never runs twice at once.
+final class QueryObserver: Sendable {
+    /// The results last delivered. Only `refresh` touches them, and `CoalescedWork` never
+    /// runs it twice at once: the lock is never contended.
+    private struct Delivered {
+        var results: [LocalRecord]?
+        var ids: Set<String> = []
+    }
+
     let query: RecordQuery
-    private var last: [LocalRecord] = []
-    private var lastIDs: Set<String> = []
-    private var delivered = false
-    private var work: CoalescedWork<ChangedRecords>!
+    private let work: CoalescedWork<ChangedRecords>
 
     init(query: RecordQuery, store: LocalStore, deliver: @escaping @Sendable ([LocalRecord]) -> Void) {
         self.query = query
-        work = CoalescedWork(merge: { $0.merged(with: $1) }) { [weak self] changed in
-            self?.refresh(changed, store: store, deliver: deliver)
+        let delivered = Locked(Delivered())
+        work = CoalescedWork(merge: { $0.merged(with: $1) }) { changed in
+            Self.refresh(changed, query, store: store, delivered: delivered, deliver: deliver)
         }
         work.request(.all)
     }
@@ -86,16 +92,17 @@ final class QueryObserver: @unchecked Sendable {
 
     func cancel() { work.cancel() }
 
-    private func refresh(_ changed: ChangedRecords, store: LocalStore, deliver: ([LocalRecord]) -> Void) {
-        if delivered, case .some(let ids) = changed, ids.isDisjoint(with: lastIDs),
+    private static func refresh(
+        _ changed: ChangedRecords, _ query: RecordQuery, store: LocalStore, delivered: Locked<Delivered>,
+        deliver: ([LocalRecord]) -> Void
+    ) {
+        let (last, lastIDs) = delivered.withLock { ($0.results, $0.ids) }
+        if last != nil, case .some(let ids) = changed, ids.isDisjoint(with: lastIDs),
            (try? store.anyMatches(query, ids: ids)) == false {
             return
         }
-        guard let results = try? store.records(query) else { return }
-        if delivered && results == last { return }
-        last = results
-        lastIDs = Set(results.map(\.id))
-        delivered = true
+        guard let results = try? store.records(query), results != last else { return }
+        delivered.withLock { $0 = Delivered(results: results, ids: Set(results.map(\.id))) }
         deliver(results)
     }
 }

@@ -293,11 +293,14 @@ public actor SyncClient {
     }
 
     /// The last status delivered, so an unchanged one is not delivered again.
-    final class LastStatus: @unchecked Sendable {
-        // @unchecked: touched only by the status work, which never runs twice at once.
-        private var last: SyncStatus?
+    final class LastStatus: Sendable {
+        private let delivered = Locked<SyncStatus?>(nil)
+
         func changed(to status: SyncStatus) -> Bool {
-            defer { last = status }
+            let last = delivered.withLock { last in
+                defer { last = status }
+                return last
+            }
             guard let last else { return true }
             // The age of the oldest pending op grows by itself: only whether there is one counts.
             return status.pendingOps != last.pendingOps || (status.oldestPendingAge == nil) != (last.oldestPendingAge == nil)

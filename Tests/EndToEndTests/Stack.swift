@@ -68,16 +68,6 @@ enum E2E {
     }
 }
 
-/// A flag one task sets and others read.
-final class Flag: @unchecked Sendable {
-    // @unchecked: `value` is read and written under `lock` only.
-    private let lock = NSLock()
-    private var value = false
-    var isSet: Bool { lock.withLock { value } }
-    /// Sets the flag; true when this call is the one that set it.
-    @discardableResult func set() -> Bool { lock.withLock { defer { value = true }; return !value } }
-}
-
 struct StackError: Error, CustomStringConvertible {
     let description: String
 }

@@ -2,6 +2,7 @@ import Foundation
 import PQBridge
 import Persistence
 import SyncModels
+import TestSupport
 import Testing
 
 @Suite("Persistence", .enabled(if: TestEnvironment.hasServers), .serialized, .timeLimit(.minutes(3)))
@@ -272,13 +273,4 @@ struct PersistenceTests {
             #expect(try await devices.state(user: alice, device: id) == .revoked)
         }
     }
-}
-
-/// A flag one task sets and others read.
-final class Flag: @unchecked Sendable {
-    // @unchecked: `value` is read and written under `lock` only.
-    private let lock = NSLock()
-    private var value = false
-    var isSet: Bool { lock.withLock { value } }
-    func set() { lock.withLock { value = true } }
 }
