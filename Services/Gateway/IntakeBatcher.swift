@@ -122,7 +122,7 @@ final class IntakeBatcher: Sendable {
         } catch {
             publishFailures.increment(by: created.count)
             logger.warning("publish failed; the relay will retry", metadata: [
-                "jobs": "\(created.map(\.job.job).joined(separator: ","))", "error": "\(error)",
+                "jobs": "\(created.map(\.job.job.description).joined(separator: ","))", "error": "\(error)",
             ])
         }
     }

@@ -103,7 +103,7 @@ struct JobConsumer: Service {
         batchOps.record(deliveries.map(SynclineTopology.opCount(inMessage:)).reduce(0, +))
         // Each message's job, read once; a delivery without one is handled alone below.
         let named: [(AMQPDelivery, JobRef?)]
-        let outcomes: [String: ApplyStore.Outcome]
+        let outcomes: [JobID: ApplyStore.Outcome]
         do {
             let jobs = try await resolve(deliveries.map { SynclineTopology.job(inMessage: $0.body) })
             named = Array(zip(deliveries, jobs))
@@ -117,11 +117,11 @@ struct JobConsumer: Service {
             return
         }
         var events: [(event: JobEvent, context: ServiceContext)] = []
-        var settled = Set<String>()
+        var settled = Set<JobID>()
         for ((delivery, job), context) in zip(named, contexts) {
             switch job.flatMap({ outcomes[$0.job] }) {
             case .applied(let applied)? where settled.insert(job!.job).inserted:
-                events += settleApplied(delivery, jobID: job!.job, applied).map { (event: $0, context: context) }
+                events += settleApplied(delivery, jobID: job!.job.description, applied).map { (event: $0, context: context) }
             case .applied?, .alreadyFinished?:
                 duplicates.increment()
                 jobs.ack(delivery)

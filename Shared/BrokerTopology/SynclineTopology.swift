@@ -143,7 +143,8 @@ public enum SynclineTopology {
         if let ops { headers[Header.ops] = .int(Int64(ops)) }
         return OutgoingMessage(
             exchange: jobsExchange, routingKey: jobsRoutingKey,
-            body: Array(#"{"job_id":"\#(job.job)","space_id":"\#(job.space)"}"#.utf8), messageID: job.job, headers: headers)
+            body: Array(#"{"job_id":"\#(job.job)","space_id":"\#(job.space)"}"#.utf8), messageID: job.job.description,
+            headers: headers)
     }
 
     /// The id a dead letter is listed under: its job's id, or — for a message that names

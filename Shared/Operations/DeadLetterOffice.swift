@@ -75,7 +75,7 @@ public struct DeadLetterOffice: Sendable {
                 // Committed as queued and unpublished: the gateway's relay publishes it.
                 logger.warning("replayed job not published yet; the relay will", metadata: ["job.id": "\(job.job)", "error": "\(error)"])
             }
-            return .replayed(jobID: job.job)
+            return .replayed(jobID: job.job.description)
         }
     }
 

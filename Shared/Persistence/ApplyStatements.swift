@@ -31,7 +31,7 @@ extension ApplyStore {
             WITH job AS (
               SELECT job_id, user_id, space_id, device_id, status, ops, author_name FROM jobs
               WHERE (space_id, job_id) IN (
-                SELECT * FROM unnest(\(refs.map { UUID(uuidString: $0.space) }), \(refs.map { UUID(uuidString: $0.job) })))
+                SELECT * FROM unnest(\(refs.map(\.space)), \(refs.map(\.job))))
               ORDER BY job_id FOR UPDATE),
             counter AS (
               INSERT INTO space_counters (space_id)
@@ -181,7 +181,8 @@ extension ApplyStore {
         var stored = Set<SpaceKey>()
         var opIDs: [(space: String, opID: String)] = []
         var counters: [String: Int64] = [:]
-        var jobs: [(job: JobRef, checkpoint: Int64, results: String)] = []
+        /// The jobs applied, by their rows' space and id.
+        var jobs: [(space: String, job: String, checkpoint: Int64, results: String)] = []
         /// Per space and file, how many more (or fewer) records reference it.
         var blobReferences: [SpaceBlob: Int] = [:]
         /// The files each written record counts towards, as stored (`blob_refs`).
@@ -201,7 +202,7 @@ extension ApplyStore {
             }
             counters[job.space] = outcome.counter
             opIDs += outcome.remembered.map { (job.space, $0) }
-            jobs.append((JobRef(space: job.space, job: job.id), outcome.counter, try OpResult.encodeStored(outcome.results)))
+            jobs.append((job.space, job.id, outcome.counter, try OpResult.encodeStored(outcome.results)))
             let sources = outcome.forked.compactMap(\.space).filter { $0 != job.space }
             if !sources.isEmpty { forkedFrom[job.space, default: []].formUnion(sources) }
         }
@@ -346,7 +347,7 @@ extension ApplyStore {
               WHERE c.space_id = u.space_id AND c.counter <> u.counter)
             UPDATE jobs SET status = \(JobStatus.succeeded), checkpoint = u.checkpoint, results = u.results,
               finished_at = clock_timestamp(), last_error = NULL, \(sql: attempt.logged)
-            FROM unnest(\(writes.jobs.map { UUID(uuidString: $0.job.space) })::uuid[], \(writes.jobs.map { UUID(uuidString: $0.job.job) })::uuid[],
+            FROM unnest(\(writes.jobs.map(\.space))::uuid[], \(writes.jobs.map(\.job))::uuid[],
                         \(writes.jobs.map(\.checkpoint)), \(writes.jobs.map { PGJSON($0.results) }))
               AS u(space_id, job_id, checkpoint, results)
             WHERE jobs.space_id = u.space_id AND jobs.job_id = u.job_id

@@ -71,9 +71,9 @@ public struct ApplyStore: Sendable {
     ///
     /// Any database error rolls back every job and is thrown: the caller then applies them
     /// one by one, so that a job that fails cannot fail the others.
-    public func apply(jobs refs: [JobRef], attempt: Attempt) async throws -> [String: Outcome] {
+    public func apply(jobs refs: [JobRef], attempt: Attempt) async throws -> [JobID: Outcome] {
         var seen = Set<JobRef>()
-        let unique = refs.filter { UUID(uuidString: $0.job) != nil && UUID(uuidString: $0.space) != nil && seen.insert($0).inserted }
+        let unique = refs.filter { seen.insert($0).inserted }
         let unknown = Dictionary(refs.map { ($0.job, Outcome.unknownJob) }, uniquingKeysWith: { first, _ in first })
         guard !unique.isEmpty else { return unknown }
         return try await pool.transaction { connection in
@@ -85,14 +85,14 @@ public struct ApplyStore: Sendable {
                 guard !together.isEmpty else { return }
                 for (id, applied) in try Self.applyTogether(
                     connection, together, counters: &counters, purgeClocks: locked.purgeClocks, attempt: attempt) {
-                    outcomes[id] = .applied(applied)
+                    if let job = JobID(id) { outcomes[job] = .applied(applied) }
                 }
                 together = []
             }
             for ref in unique {
-                guard let job = locked.jobs[ref.job] else { continue }
+                guard let job = locked.jobs[ref.job.description] else { continue }
                 if job.status.isTerminal {
-                    outcomes[job.id] = .alreadyFinished(job.status)
+                    outcomes[ref.job] = .alreadyFinished(job.status)
                 } else if let ops = Op.decodeStored(job.ops) {
                     if Self.readsOnlyItsRecords(ops) {
                         together.append((job, ops))
@@ -102,7 +102,7 @@ public struct ApplyStore: Sendable {
                         try flush()
                     }
                 } else {
-                    outcomes[job.id] = .unreadable
+                    outcomes[ref.job] = .unreadable
                 }
             }
             try flush()
@@ -199,7 +199,7 @@ public struct ApplyStore: Sendable {
     /// Records the start of an attempt in a commit of its own; nil when the job is unknown
     /// or already finished.
     public func beginAttempt(_ job: JobRef) async throws -> Int? {
-        guard let space = UUID(uuidString: job.space), let id = UUID(uuidString: job.job) else { return nil }
+        let (space, id) = (job.space, job.job)
         return try await pool.confirmed { try $0.execute("""
             UPDATE jobs SET status = \(JobStatus.processing), attempts = attempts + 1,
               attempt_log = attempt_log || jsonb_build_array(jsonb_build_object(
@@ -227,7 +227,7 @@ public struct ApplyStore: Sendable {
     /// dead-letters by it, so what it read must be on a standby too when the pool waits for
     /// one (a former primary not yet fenced may hold an outcome no one else will).
     public func status(_ job: JobRef) async throws -> JobStatus? {
-        guard let space = UUID(uuidString: job.space), let id = UUID(uuidString: job.job) else { return nil }
+        let (space, id) = (job.space, job.job)
         return try await pool.confirmed {
             try $0.execute("SELECT status FROM jobs WHERE space_id = \(space) AND job_id = \(id)").first
                 .flatMap { JobStatus(rawValue: try $0.decode(String.self, at: 0)) }
@@ -259,7 +259,7 @@ public struct ApplyStore: Sendable {
     }
 
     private func closeAttempt(_ job: JobRef, error: String, counted: Bool) async throws {
-        guard let space = UUID(uuidString: job.space), let id = UUID(uuidString: job.job) else { return }
+        let (space, id) = (job.space, job.job)
         try await pool.execute("""
             UPDATE jobs SET status = \(JobStatus.retrying),
               \(sql: counted ? "last_error = e.text" : "attempts = greatest(attempts - 1, 0)"),

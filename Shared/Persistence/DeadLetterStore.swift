@@ -150,8 +150,9 @@ public struct DeadLetterStore: Sendable {
                 """).first
             try connection.execute("DELETE FROM dead_letters WHERE dead_letter_id = \(uuid)")
             guard let job else { return .notFound }
-            let (space, traceID) = try job.decode((String, String?).self)
-            return .replayed(JobRef(space: space, job: jobID), traceID: traceID)
+            let (space, traceID) = try job.decode((SpaceID, String?).self)
+            guard let id = JobID(jobID) else { return .notFound }
+            return .replayed(JobRef(space: space, job: id), traceID: traceID)
         }
     }
 

@@ -216,7 +216,7 @@ public struct JobStore: Sendable {
             if let key = intake.idempotencyKey {
                 earlier[UserKey(space: space, user: intake.user, key: key)] = (jobText, intake.requestHash, ops.count)
             }
-            outcomes[index] = .created(JobRef(space: space.description, job: jobText), ops: ops.count)
+            outcomes[index] = .created(JobRef(space: space, job: JobID(jobID)), ops: ops.count)
         }
         return jobs
     }
@@ -371,11 +371,10 @@ public struct JobStore: Sendable {
     /// relayed, so only those rows are rewritten: under a load the workers keep up with,
     /// most jobs are applied before the relay's next pass and their rows are left alone.
     public func markPublished(_ jobs: [JobRef]) async throws {
-        let refs = jobs.filter { UUID(uuidString: $0.space) != nil && UUID(uuidString: $0.job) != nil }
-        guard !refs.isEmpty else { return }
+        guard !jobs.isEmpty else { return }
         try await pool.execute("""
             UPDATE jobs SET published_at = clock_timestamp()
-            FROM unnest(\(refs.map { UUID(uuidString: $0.space) }), \(refs.map { UUID(uuidString: $0.job) })) AS r(space_id, job_id)
+            FROM unnest(\(jobs.map(\.space)), \(jobs.map(\.job))) AS r(space_id, job_id)
             WHERE jobs.space_id = r.space_id AND jobs.job_id = r.job_id
               AND status = \(literal: JobStatus.queued) AND published_at IS NULL
             """)
@@ -390,7 +389,7 @@ public struct JobStore: Sendable {
               AND created_at < clock_timestamp() - make_interval(secs => \(age))
             ORDER BY created_at LIMIT \(limit)
             """).map { row in
-            let (space, id, trace, ops) = try row.decode((String, String, String?, Int).self)
+            let (space, id, trace, ops) = try row.decode((SpaceID, JobID, String?, Int).self)
             return (JobRef(space: space, job: id), trace, ops)
         }
     }

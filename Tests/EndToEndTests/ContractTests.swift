@@ -108,7 +108,7 @@ struct ContractTests {
             let deadJob = UUID().uuidString.lowercased()
             let publisher = AMQPPublisher(
                 endpoint: try #require(AMQPEndpoint(url: E2E.amqpURL!)), topology: E2E.topology, logger: E2E.logger)
-            try await publisher.publish([SynclineTopology.jobMessage(JobRef(space: UUID().uuidString, job: deadJob), traceID: nil)])
+            try await publisher.publish([SynclineTopology.jobMessage(JobRef(space: .random(), job: JobID(deadJob)!), traceID: nil)])
             await publisher.shutdown()
             _ = try await eventually(within: 10, "the unknown job dead-lettered") {
                 try await api.request("GET", "/v1/admin/dead-letters/\(deadJob)", token: admin).status == 200 ? true : nil

@@ -97,7 +97,7 @@ struct FailureTests {
                 OutgoingMessage(
                     exchange: SynclineTopology.jobsExchange, routingKey: SynclineTopology.jobsRoutingKey,
                     body: Array("garbage \(UUID())".utf8)),
-                SynclineTopology.jobMessage(JobRef(space: UUID().uuidString, job: unknownJob), traceID: nil),
+                SynclineTopology.jobMessage(JobRef(space: .random(), job: JobID(unknownJob)!), traceID: nil),
             ])
 
             // Poison is contained: while the poisoned job is retried, another user's jobs are applied.

@@ -267,7 +267,7 @@ struct SyncFlowTests {
             let before = try await publisher.queueStats([SynclineTopology.deadLetterQueue]).first?.messages ?? 0
             try await publisher.publish([
                 OutgoingMessage(exchange: SynclineTopology.jobsExchange, routingKey: SynclineTopology.jobsRoutingKey, body: Array("not json".utf8)),
-                SynclineTopology.jobMessage(JobRef(space: UUID().uuidString, job: UUID().uuidString), traceID: nil),
+                SynclineTopology.jobMessage(JobRef(space: .random(), job: .random()), traceID: nil),
             ])
             let api = stack.client
             let token = await E2E.token("poison-\(UUID().uuidString.prefix(6))")

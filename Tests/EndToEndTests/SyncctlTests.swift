@@ -50,7 +50,7 @@ struct SyncctlTests {
             let publisher = AMQPPublisher(
                 endpoint: try #require(AMQPEndpoint(url: E2E.amqpURL!)), topology: E2E.topology, logger: E2E.logger)
             let unknown = UUID().uuidString.lowercased()
-            try await publisher.publish([SynclineTopology.jobMessage(JobRef(space: UUID().uuidString, job: unknown), traceID: nil)])
+            try await publisher.publish([SynclineTopology.jobMessage(JobRef(space: .random(), job: JobID(unknown)!), traceID: nil)])
             let admin = await E2E.token("cli-admin", admin: true)
             _ = try await eventually(within: 10, "the unknown job dead-lettered") {
                 try await stack.client.request("GET", "/v1/admin/dead-letters/\(unknown)", token: admin).status == 200 ? true : nil
@@ -98,7 +98,7 @@ struct SyncctlTests {
             let publisher = AMQPPublisher(endpoint: endpoint, topology: E2E.topology, logger: E2E.logger)
             let admin = await E2E.token("cli-admin", admin: true)
             let (kept, discarded) = (UUID().uuidString.lowercased(), UUID().uuidString.lowercased())
-            try await publisher.publish([kept, discarded].map { SynclineTopology.jobMessage(JobRef(space: UUID().uuidString, job: $0), traceID: nil) })
+            try await publisher.publish([kept, discarded].map { SynclineTopology.jobMessage(JobRef(space: .random(), job: JobID($0)!), traceID: nil) })
             for id in [kept, discarded] {
                 _ = try await eventually(within: 10, "\(id) dead-lettered") {
                     try await stack.client.request("GET", "/v1/admin/dead-letters/\(id)", token: admin).status == 200 ? true : nil

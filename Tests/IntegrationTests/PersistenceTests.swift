@@ -72,7 +72,7 @@ struct PersistenceTests {
             guard case .applied(let applied)? = result, applied.checkpoint == 2, applied.hadRejectsOrConflicts,
                   applied.members == [applied.user] else { Issue.record("\(result)"); return }
             #expect(applied.user == alice)
-            let typed = try #require(JobID(jobID))
+            let typed = jobID
             let view = try #require(try await jobs.view(user: alice, job: typed))
             #expect(view.status == .succeeded)
             #expect(view.results.map(\.status) == [.applied, .rejected, .applied])
@@ -83,9 +83,9 @@ struct PersistenceTests {
             // A second delivery changes nothing.
             #expect(try await apply.apply(jobs: [job], attempt: .countedInCommit) == [jobID: .alreadyFinished(.succeeded)])
             // A message naming the job in another space finds nothing.
-            let elsewhere = JobRef(space: UUID().uuidString, job: jobID)
+            let elsewhere = JobRef(space: .random(), job: jobID)
             #expect(try await apply.apply(jobs: [elsewhere], attempt: .countedInCommit) == [jobID: .unknownJob])
-            #expect(try await apply.spaces(ofJobs: [jobID]) == [jobID: job.space])
+            #expect(try await apply.spaces(ofJobs: [jobID.description]) == [jobID.description: job.space.description])
 
             let space = try await SpaceStore(pool: pool).personalSpace(user: alice).description
             guard case .page(let page) = try await pulls.pull(user: alice, space: space, since: 0, limit: 1, collections: nil) else { return }
@@ -212,7 +212,7 @@ struct PersistenceTests {
             guard case .created(let job, _) = first, case .existing(let sameID, .queued, 1) = again else {
                 Issue.record("\(first) \(again)"); return
             }
-            #expect(job.job == sameID)
+            #expect(job.job.description == sameID)
             #expect(try await jobs.create(intake(alice, device.deviceID, ops, key: "k1", hash: "other")) == .keyReused)
             // Keys are per user.
             let bob = user()
@@ -227,8 +227,8 @@ struct PersistenceTests {
             guard case .created(let other, _) = try await jobs.create(elsewhere) else {
                 Issue.record("a key of one space must not collide with another's"); return
             }
-            #expect(other.space == shared.spaceID && other.job != job.job)
-            #expect(try await jobs.create(elsewhere) == .existing(jobID: other.job, status: .queued, ops: 1))
+            #expect(other.space.description == shared.spaceID && other.job != job.job)
+            #expect(try await jobs.create(elsewhere) == .existing(jobID: other.job.description, status: .queued, ops: 1))
         }
     }
 

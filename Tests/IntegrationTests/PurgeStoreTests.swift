@@ -34,7 +34,7 @@ struct PurgeStoreTests {
                 user: user, deviceID: DeviceID(active.deviceID)!, ops: [Op(opID: UUID().uuidString.lowercased(), type: .delete, collection: "n", id: "x")],
                 idempotencyKey: nil, requestHash: "h", traceID: nil, maxClockSkewMilliseconds: 300_000)
             guard case .created(let job, _) = try await JobStore(pool: pool).create(intake) else { Issue.record("no job made"); return }
-            jobs.append(job.job)
+            jobs.append(job.job.description)
         }
         let (oldSucceeded, deadWithLetter, deadWithout, newSucceeded) = (jobs[0], jobs[1], jobs[2], jobs[3])
         try await pool.execute("""

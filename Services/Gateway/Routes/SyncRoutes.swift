@@ -96,7 +96,7 @@ struct SyncRoutes: Sendable {
         case .created(let job, let ops):
             pushes.increment()
             pushedOps.increment(by: ops)
-            return try accepted(PushAccepted(jobID: job.job, status: .queued, ops: ops), space: SpaceID(job.space))
+            return try accepted(PushAccepted(jobID: job.job.description, status: .queued, ops: ops), space: job.space)
         }
     }
 
