@@ -241,11 +241,12 @@ extension SyncClient {
         notifyAll()
     }
 
-    /// Settles every job whose outcome is known; returns whether any is still running. While
-    /// the stream is live it tells each job's outcome, and a job is asked for only when the
-    /// outcome was troubled (its results say which ops were refused) or may have been missed
-    /// (no stream was live since the job was sent). A shared space's jobs are asked for with
-    /// their space, so the server reads that space alone.
+    /// Settles every job whose outcome is known; returns whether any is still running (or
+    /// has its ops to send again: the server forgot it). While the stream is live it tells
+    /// each job's outcome, and a job is asked for only when the outcome was troubled (its
+    /// results say which ops were refused) or may have been missed (no stream was live since
+    /// the job was sent). A shared space's jobs are asked for with their space, so the server
+    /// reads that space alone.
     func followJobs() async throws -> Bool {
         var running = false
         let scope = configuration.spaceID.map { "?space_id=\($0)" } ?? ""
@@ -269,7 +270,9 @@ extension SyncClient {
                 throw Retry(reason: "job status failed: \(error.localizedDescription)", after: nil)
             }
             if answer.status == 404 {
+                // Its ops are back in the queue: another pass sends them.
                 try store.jobForgotten(jobID)
+                running = true
                 continue
             }
             guard answer.status == 200, let job = try? JSONCoding.decode(JobView.self, from: answer.body) else {

@@ -7,6 +7,7 @@ import type { SyncEventMap, SyncEventName } from "./events.js";
 import { Gateway, Retry, spaceParameter } from "./http.js";
 import type { RecordView } from "./op.js";
 import { liveJobWait, SyncSchedule, type HeardJob, type PassOutcome } from "./schedule.js";
+import type { LocalSync } from "./local.js";
 import { SpaceGoneError, type Batch, type Changed, type LocalStore } from "./store.js";
 import type { DeviceView, JobView, OpResult, Problem, PullPage, PushAccepted, StreamMessage } from "./views.js";
 import { SyncSteps } from "./syncsteps.js";
@@ -55,7 +56,8 @@ function problemOpIndex(problem: Problem): number | null {
 export class SyncEngine {
   readonly transfers: Transfers;
   readonly gateway: Gateway;
-  readonly #steps: SyncSteps;
+  /** The device's database: every step the sync takes there. */
+  readonly #local: LocalSync;
   /**
    * The furthest the server has shown this space to be (a succeeded job's checkpoint, a
    * poke's cursor): pulls ask for at least it (`min_cursor`), so a server reading from a
@@ -78,15 +80,12 @@ export class SyncEngine {
   /** What the next pass does and how long the loop waits after it. */
   readonly #schedule: SyncSchedule;
 
-  constructor(readonly host: EngineHost) {
-    this.#steps = new SyncSteps(host.store);
+  /** `local`: the device's database (IndexedDB unless given: tests give their own). */
+  constructor(readonly host: EngineHost, local: LocalSync = new SyncSteps(host.store)) {
+    this.#local = local;
     this.gateway = new Gateway(host.gatewayURL, host.tokenProvider);
-    this.transfers = new Transfers(this.#steps, this.gateway, host.spaceID, host);
+    this.transfers = new Transfers(local, this.gateway, host.spaceID, host);
     this.#schedule = new SyncSchedule(host.pollInterval === undefined ? 30 : host.pollInterval);
-  }
-
-  get #store(): LocalStore {
-    return this.host.store;
   }
 
   get #state(): SyncState {
@@ -145,7 +144,7 @@ export class SyncEngine {
     if (!this.#state.writesWaiting) return;
     this.#state.writesWaiting = false;
     const delay = this.host.pushDelay ?? 0.05;
-    if (delay <= 0 || (await this.#store.status()).pending >= maxOpsPerPush) return;
+    if (delay <= 0 || (await this.#local.pendingOps()) >= maxOpsPerPush) return;
     await new Promise((resolve) => setTimeout(resolve, delay * 1000));
   }
 
@@ -200,7 +199,7 @@ export class SyncEngine {
   }
 
   async #pass(): Promise<boolean> {
-    if (await this.#store.meta<boolean>("gone")) throw new SpaceGoneError();
+    if (await this.#local.meta<boolean>("gone")) throw new SpaceGoneError();
     const device = await this.registeredDevice();
     if (this.host.leader()) void this.#openStream(device);
     const uploadFailure = await this.#uploadPending();
@@ -217,19 +216,19 @@ export class SyncEngine {
 
   /** Uploads the files waiting (and sets aside the ops of files refused); returns the first failure. */
   async #uploadPending(): Promise<string | null> {
-    return (await this.#store.hasFilesToSettle()) ? this.transfers.uploadPending() : null;
+    return (await this.#local.hasFilesToSettle()) ? this.transfers.uploadPending() : null;
   }
 
   // MARK: - Device, push, jobs, pull
 
   /** This device's id on the server: registered on first use. */
   async registeredDevice(): Promise<string> {
-    const known = await this.#store.meta<string>("device_id");
+    const known = await this.#local.meta<string>("device_id");
     if (known) return this.host.identity.device = known;
     const answer = await this.gateway.send("POST", "/v1/devices", JSON.stringify({ name: this.host.deviceName ?? "browser", platform: "web" }));
     const view = answer.status === 201 ? answer.json as Partial<DeviceView> | null : null;
     if (typeof view?.device_id !== "string") throw new Retry(`device registration answered ${answer.status}: ${answer.detail}`, answer.retryAfter);
-    await this.#store.setMeta("device_id", view.device_id);
+    await this.#local.setMeta("device_id", view.device_id);
     return this.host.identity.device = view.device_id;
   }
 
@@ -237,21 +236,21 @@ export class SyncEngine {
   async #pushAll(device: string): Promise<void> {
     const spaceID = this.host.spaceID;
     for (;;) {
-      const batch = await this.#steps.nextBatch(device, maxOpsPerPush, this.#maxBytes, spaceID);
+      const batch = await this.#local.nextBatch(device, maxOpsPerPush, this.#maxBytes, spaceID);
       if (!batch) return;
       const trace = traceparent(batch.key);
       this.#state.lastPushTraceID = trace.traceID;
       const answer = await this.gateway.send("POST", "/v1/sync/push", batch.body, { "Idempotency-Key": batch.key, traceparent: trace.header });
       const accepted = answer.status === 202 ? answer.json as Partial<PushAccepted> | null : null;
       if (typeof accepted?.job_id === "string") {
-        await this.#steps.batchAccepted(batch, accepted.job_id);
+        await this.#local.batchAccepted(batch, accepted.job_id);
       } else if (answer.status === 400 || answer.status === 422 || (answer.status === 403 && spaceID)) {
         await this.#refused(batch, answer.status === 403 ? null : problemOpIndex(answer.problem), answer.detail);
       } else if (answer.status === 409 && answer.problem.code === "blob_missing") {
         // The server lacks a file an op references: sent again when this browser holds it, else the op is set aside.
         const sha = typeof answer.problem.sha256 === "string" ? answer.problem.sha256 : null;
-        if (sha && await this.#steps.blobMissing(sha)) {
-          await this.#steps.batchDissolved(batch);
+        if (sha && await this.#local.blobMissing(sha)) {
+          await this.#local.batchDissolved(batch);
           const failure = await this.#uploadPending();
           if (failure) throw new Retry(failure);
         } else {
@@ -263,7 +262,7 @@ export class SyncEngine {
         throw new Retry(`push answered 404: ${answer.detail}`);
       } else if (answer.status === 413 && batch.op_ids.length > 1) {
         this.#maxBytes = halved(this.#maxBytes);
-        await this.#steps.batchDissolved(batch);
+        await this.#local.batchDissolved(batch);
       } else if (answer.status === 413) {
         await this.#refused(batch, 0, answer.detail);
       } else {
@@ -273,22 +272,23 @@ export class SyncEngine {
   }
 
   async #refused(batch: Batch, index: number | null, reason: string): Promise<void> {
-    const aside = await this.#steps.batchRefused(batch, index, reason);
+    const aside = await this.#local.batchRefused(batch, index, reason);
     for (const opID of aside) this.host.emit("setAside", { opID, reason });
     this.host.changedAll();
   }
 
   /**
-   * Settles every job whose outcome is known; returns whether any is still running. While
-   * the stream is live it tells each job's outcome, and a job is asked for only when the
-   * outcome was troubled (its results say which ops were refused) or may have been missed
-   * (no stream was live since the job was sent). A shared space's jobs are asked for with
-   * their space, so the server reads that space alone.
+   * Settles every job whose outcome is known; returns whether any is still running (or
+   * has its ops to send again: the server forgot it). While the stream is live it tells
+   * each job's outcome, and a job is asked for only when the outcome was troubled (its
+   * results say which ops were refused) or may have been missed (no stream was live since
+   * the job was sent). A shared space's jobs are asked for with their space, so the server
+   * reads that space alone.
    */
   async #followJobs(): Promise<boolean> {
     let running = false;
     const scope = spaceParameter(this.host.spaceID);
-    for (const jobID of await this.#steps.sentJobs()) {
+    for (const jobID of await this.#local.sentJobs()) {
       const heard = this.#heardJobs.get(jobID);
       const followUp = this.#schedule.followUp(heard, this.#state.live);
       if (followUp === "wait") {
@@ -302,7 +302,9 @@ export class SyncEngine {
       }
       const answer = await this.gateway.send("GET", `/v1/sync/jobs/${jobID}${scope}`);
       if (answer.status === 404) {
-        await this.#steps.jobForgotten(jobID);
+        // Its ops are back in the queue: another pass sends them.
+        await this.#local.jobForgotten(jobID);
+        running = true;
         continue;
       }
       if (answer.status !== 200) throw new Retry(`job status answered ${answer.status}`, answer.retryAfter);
@@ -310,7 +312,7 @@ export class SyncEngine {
       if (job.status === "succeeded") {
         await this.#jobSucceeded(jobID, Number(job.checkpoint ?? 0), job.results ?? []);
       } else if (job.status === "dead" || job.status === "discarded") {
-        const opIDs = await this.#steps.jobDead(jobID, `job ${job.status}: ${job.last_error ?? "no error recorded"}`);
+        const opIDs = await this.#local.jobDead(jobID, `job ${job.status}: ${job.last_error ?? "no error recorded"}`);
         this.host.emit("jobDead", { jobID, opIDs });
         this.host.changedAll();
       } else {
@@ -324,7 +326,7 @@ export class SyncEngine {
   /** A job of this device's succeeded: its refused ops are reported, the others wait for the pull that shows them. */
   async #jobSucceeded(jobID: string, checkpoint: number, results: OpResult[]): Promise<void> {
     this.#reachedCursor = Math.max(this.#reachedCursor, checkpoint);
-    const gone = await this.#steps.jobSucceeded(jobID, checkpoint, results);
+    const gone = await this.#local.jobSucceeded(jobID, checkpoint, results);
     for (const result of gone) {
       const name = result.status === "conflict" ? "conflict" : "rejected";
       this.host.emit(name, { opID: result.op_id, reason: result.reason, current: result.current as RecordView | undefined });
@@ -337,12 +339,12 @@ export class SyncEngine {
   async #pullAll(): Promise<void> {
     this.#state.pullWanted = false;
     for (;;) {
-      const cursor = await this.#store.meta<string>("cursor");
+      const cursor = await this.#local.meta<string>("cursor");
       const space = spaceParameter(this.host.spaceID, "&");
       const reached = this.#reachedCursor > 0 ? `&min_cursor=${this.#reachedCursor}` : "";
       const answer = await this.gateway.send("GET", `/v1/sync/pull?limit=1000${space}${cursor ? `&since=${cursor}` : ""}${reached}`);
       if (answer.status === 410) {
-        await this.#steps.beginResync();
+        await this.#local.beginResync();
         this.host.emit("resync", undefined);
         continue;
       }
@@ -352,7 +354,7 @@ export class SyncEngine {
         throw new Retry(`pull answered ${answer.status}: ${answer.detail}`, answer.retryAfter);
       }
       const page = answer.json as PullPage;
-      this.host.changed(await this.#steps.applyPage(page.changes, page.cursor, page.has_more));
+      this.host.changed(await this.#local.applyPage(page.changes, page.cursor, page.has_more));
       if (!page.has_more) {
         this.host.emit("pulled", { cursor: page.cursor });
         return;
@@ -362,7 +364,7 @@ export class SyncEngine {
 
   /** The space answered 404: its local data goes, the app hears which edits were lost, syncing ends. */
   async #spaceGone(): Promise<never> {
-    const lost = await this.#steps.forgetSpace();
+    const lost = await this.#local.forgetSpace();
     if (lost.length > 0) this.host.emit("editsLost", { spaceID: this.host.spaceID, opIDs: lost });
     this.host.emit("spaceGone", { spaceID: this.host.spaceID });
     this.host.changedAll();
@@ -432,7 +434,7 @@ export class SyncEngine {
     }
     if (message.type === "hello" || message.type === "poke") {
       if (message.space_id && this.#streamSpace && message.space_id !== this.#streamSpace) return;  // another space's
-      const cursor = await this.#store.meta<string>("cursor");
+      const cursor = await this.#local.meta<string>("cursor");
       if (message.cursor !== undefined) this.#reachedCursor = Math.max(this.#reachedCursor, Number(message.cursor) || 0);
       if (message.cursor !== undefined && (cursor === undefined || Number(message.cursor) > Number(cursor))) {
         this.#state.pullWanted = true;

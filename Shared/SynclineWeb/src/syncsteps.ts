@@ -1,18 +1,39 @@
 import { batchSize, pushBody } from "./batching.js";
 import type { BlobRef } from "./blobs.js";
 import { request } from "./idb.js";
+import type { LocalSync, ReportedResult } from "./local.js";
 import type { RecordView } from "./op.js";
 import { OutboxWriter, unconfirmed, type OutboxEntry } from "./outbox.js";
 import { all, LocalStore, type Batch, type Changed, type Key, type LocalBlob, type RecordRow, type ServerCopy } from "./store.js";
 
 /**
- * The store's steps that take the server's answers in: push batches formed and answered,
- * jobs' outcomes, pulled pages, and files' uploads. Each is one transaction of the
- * `LocalStore`'s, with the same guarantees; only the sync engine takes them, so they load
- * with it.
+ * The store's steps that take the server's answers in (`LocalSync` over IndexedDB): push
+ * batches formed and answered, jobs' outcomes, pulled pages, and files' uploads. Each is
+ * one transaction of the `LocalStore`'s, with the same guarantees; only the sync engine
+ * takes them, so they load with it.
  */
-export class SyncSteps {
+export class SyncSteps implements LocalSync {
   constructor(readonly store: LocalStore) {}
+
+  meta<T>(key: string): Promise<T | undefined> {
+    return this.store.meta<T>(key);
+  }
+
+  setMeta(key: string, value: unknown): Promise<void> {
+    return this.store.setMeta(key, value);
+  }
+
+  async pendingOps(): Promise<number> {
+    return (await this.store.status()).pending;
+  }
+
+  hasFilesToSettle(): Promise<boolean> {
+    return this.store.hasFilesToSettle();
+  }
+
+  pendingBlobs(): Promise<LocalBlob[]> {
+    return this.store.pendingBlobs();
+  }
 
   // MARK: - Push
 
@@ -99,12 +120,12 @@ export class SyncSteps {
    * the results do not name was applied (an untroubled job's outcome heard on the stream
    * comes without results). Returns the ops that left, with their results.
    */
-  async jobSucceeded(jobID: string, checkpoint: number, results: { op_id: string; status: string; reason?: string; current?: unknown }[]): Promise<typeof results> {
+  async jobSucceeded(jobID: string, checkpoint: number, results: ReportedResult[]): Promise<ReportedResult[]> {
     return this.store.run(all, "readwrite", async (tx) => {
       const outbox = OutboxWriter.of(tx);
       const entries = (await request(tx.objectStore("outbox").index("job_id").getAll(jobID))) as OutboxEntry[];
       const byOp = new Map(results.map((result) => [result.op_id, result]));
-      const gone: typeof results = [];
+      const gone: ReportedResult[] = [];
       for (const entry of entries) {
         const result = byOp.get(entry.op_id);
         if (result && (result.status === "conflict" || result.status === "rejected")) {

@@ -4,8 +4,8 @@
 import { sha256Hex, type BlobRef } from "./blobs.js";
 import type { SyncEventMap, SyncEventName } from "./events.js";
 import { spaceParameter, type Answer, type Gateway } from "./http.js";
+import type { LocalSync } from "./local.js";
 import type { LocalBlob } from "./store.js";
-import type { SyncSteps } from "./syncsteps.js";
 
 /** Files up to this size are uploaded in one `PUT`; larger ones with tus, in pieces, resumed after a reload. */
 const resumableUploadThreshold = 4 * 1024 * 1024;
@@ -19,7 +19,7 @@ export interface TransferReports {
 
 export class Transfers {
   constructor(
-    readonly steps: SyncSteps, readonly gateway: Gateway, readonly spaceID: string | undefined,
+    readonly steps: LocalSync, readonly gateway: Gateway, readonly spaceID: string | undefined,
     readonly reports: TransferReports,
   ) {}
 
@@ -33,7 +33,7 @@ export class Transfers {
     const { steps, reports } = this;
     for (const aside of await steps.blobsRefused(null, "")) reports.emit("setAside", aside);
     let failure: string | null = null;
-    for (const file of await steps.store.pendingBlobs()) {
+    for (const file of await steps.pendingBlobs()) {
       try {
         const answer = file.size > resumableUploadThreshold ? await this.#uploadResumably(file) : await this.#uploadWhole(file);
         if (answer.status === 200 || answer.status === 201 || answer.status === 204) {

@@ -1,0 +1,332 @@
+// The sync engine (src/engine.ts) in Node: its database is the in-memory `MemoryLocal`
+// below (the browser's is IndexedDB, behind the same `LocalSync` interface), and the
+// gateway is a script of answers served through `fetch`. What the engine sends, and what
+// it does with each answer: pushes under their idempotency keys, refused ops set aside,
+// batches too large split, jobs followed and forgotten ones sent again, resyncs, a space
+// that is gone, and the server's Retry-After.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { batchSize, pushBody } from "../dist/batching.js";
+import { SyncEngine } from "../dist/engine.js";
+import { unconfirmed } from "../dist/outbox.js";
+import { SpaceGoneError } from "../dist/store.js";
+
+/** The device's database in memory: the outbox's states and the batches as IndexedDB keeps them (outbox.ts, syncsteps.ts). */
+class MemoryLocal {
+  values = new Map();
+  outbox = [];
+  batches = new Map();
+  records = new Map();
+  #seq = 0;
+
+  enqueue(collection, id, data) {
+    const op = { op_id: crypto.randomUUID(), type: "upsert", collection, id, data };
+    this.outbox.push({ op_id: op.op_id, op, collection, id, state: "pending", batch_id: null, job_id: null, reason: null, checkpoint: null, seq: ++this.#seq });
+    return op.op_id;
+  }
+
+  inState(state) {
+    return this.outbox.filter((entry) => entry.state === state).map((entry) => entry.op_id);
+  }
+
+  async meta(key) { return this.values.get(key); }
+  async setMeta(key, value) { this.values.set(key, value); }
+  async pendingOps() { return this.outbox.filter((entry) => unconfirmed.includes(entry.state)).length; }
+
+  async nextBatch(deviceID, maxOps, maxBytes, spaceID) {
+    const open = [...this.batches.values()].find((batch) => batch.job_id === null);
+    if (open) return open;
+    const waiting = this.outbox.filter((entry) => entry.state === "pending").slice(0, maxOps);
+    const chosen = waiting.slice(0, batchSize(deviceID, waiting.map((entry) => entry.op), maxBytes, maxOps, spaceID));
+    if (chosen.length === 0) return null;
+    const batch = {
+      batch_id: crypto.randomUUID(), key: crypto.randomUUID(), body: pushBody(deviceID, chosen.map((entry) => entry.op), spaceID),
+      op_ids: chosen.map((entry) => entry.op_id), job_id: null,
+    };
+    this.batches.set(batch.batch_id, batch);
+    for (const entry of chosen) Object.assign(entry, { state: "batched", batch_id: batch.batch_id });
+    return batch;
+  }
+
+  async batchAccepted(batch, jobID) {
+    this.batches.set(batch.batch_id, { ...batch, job_id: jobID });
+    for (const entry of this.#ofBatch(batch)) Object.assign(entry, { state: "sent", job_id: jobID });
+  }
+
+  async batchRefused(batch, index, reason) {
+    const aside = index !== null && index < batch.op_ids.length ? [batch.op_ids[index]] : batch.op_ids;
+    for (const entry of this.#ofBatch(batch)) {
+      const refused = aside.includes(entry.op_id);
+      Object.assign(entry, { state: refused ? "set_aside" : "pending", reason: refused ? reason : null, batch_id: null });
+    }
+    this.batches.delete(batch.batch_id);
+    return aside;
+  }
+
+  async batchDissolved(batch) {
+    for (const entry of this.#ofBatch(batch)) Object.assign(entry, { state: "pending", batch_id: null });
+    this.batches.delete(batch.batch_id);
+  }
+
+  async sentJobs() {
+    return [...new Set([...this.batches.values()].map((batch) => batch.job_id).filter(Boolean))];
+  }
+
+  async jobSucceeded(jobID, checkpoint, results) {
+    const byOp = new Map(results.map((result) => [result.op_id, result]));
+    const gone = [];
+    for (const entry of this.#ofJob(jobID)) {
+      const result = byOp.get(entry.op_id);
+      if (result && (result.status === "conflict" || result.status === "rejected")) {
+        gone.push(result);
+        this.outbox.splice(this.outbox.indexOf(entry), 1);
+      } else if (entry.state === "sent") {
+        Object.assign(entry, { state: "confirmed", checkpoint });
+      }
+    }
+    this.#dropBatches(jobID);
+    return gone;
+  }
+
+  async jobDead(jobID, reason) {
+    const entries = this.#ofJob(jobID).filter((entry) => entry.state === "sent");
+    for (const entry of entries) Object.assign(entry, { state: "set_aside", reason });
+    this.#dropBatches(jobID);
+    return entries.map((entry) => entry.op_id);
+  }
+
+  async jobForgotten(jobID) {
+    for (const entry of this.#ofJob(jobID)) {
+      if (entry.state === "sent") Object.assign(entry, { state: "pending", job_id: null, batch_id: null });
+    }
+    this.#dropBatches(jobID);
+  }
+
+  async beginResync() {
+    this.values.set("generation", (this.values.get("generation") ?? 0) + 1);
+    this.values.set("resync", true);
+    this.values.delete("cursor");
+  }
+
+  async applyPage(changes, cursor, hasMore) {
+    const generation = this.values.get("generation") ?? 0;
+    for (const change of changes) this.records.set(`${change.collection}/${change.id}`, { ...change, generation });
+    this.values.set("cursor", cursor);
+    this.outbox = this.outbox.filter((entry) => !(entry.state === "confirmed" && entry.checkpoint <= Number(cursor)));
+    if (!hasMore && this.values.get("resync")) {
+      for (const [key, record] of this.records) if (record.generation < generation) this.records.delete(key);
+      this.values.delete("resync");
+    }
+    return changes.map((change) => ({ collection: change.collection, id: change.id }));
+  }
+
+  async forgetSpace() {
+    const lost = this.outbox.filter((entry) => unconfirmed.includes(entry.state)).map((entry) => entry.op_id);
+    this.outbox = [];
+    this.batches.clear();
+    this.records.clear();
+    for (const key of ["cursor", "resync", "generation"]) this.values.delete(key);
+    this.values.set("gone", true);
+    return lost;
+  }
+
+  async hasFilesToSettle() { return false; }
+  async pendingBlobs() { return []; }
+  async setUploadURL() {}
+  async blobUploaded() {}
+  async blobsRefused() { return []; }
+  async blobMissing() { return false; }
+  async addDownloadedBlob() {}
+  async evictBlobs() { return []; }
+
+  #ofBatch(batch) { return this.outbox.filter((entry) => entry.batch_id === batch.batch_id); }
+  #ofJob(jobID) { return this.outbox.filter((entry) => entry.job_id === jobID); }
+  #dropBatches(jobID) {
+    for (const [id, batch] of this.batches) if (batch.job_id === jobID) this.batches.delete(id);
+  }
+}
+
+/**
+ * A gateway answering from `answer(request)` (`{ status, json, headers }`), through `fetch`;
+ * every request is kept, its body parsed.
+ */
+function gateway(answer) {
+  const requests = [];
+  globalThis.fetch = async (url, init) => {
+    const { pathname, search } = new URL(url);
+    const request = { method: init.method, path: pathname, query: new URLSearchParams(search), headers: init.headers, body: init.body ? JSON.parse(init.body) : undefined };
+    requests.push(request);
+    const { status, json, headers = {} } = answer(request) ?? { status: 500, json: { detail: `no answer scripted for ${init.method} ${pathname}` } };
+    const type = status >= 400 ? "application/problem+json" : "application/json";
+    return new Response(json === undefined ? null : JSON.stringify(json), { status, headers: { "Content-Type": type, ...headers } });
+  };
+  return requests;
+}
+
+/** An engine over `local`, for a device syncing its personal space (or `spaceID`); events kept in `events`. */
+function engine(local, { spaceID } = {}) {
+  const events = [];
+  const host = {
+    store: null, gatewayURL: "http://gateway.test", tokenProvider: async () => "token", spaceID, fanoutURL: undefined,
+    pollInterval: null, pushDelay: 0, deviceName: "node", identity: {},
+    state: { lastSyncAt: null, lastError: null, lastPushTraceID: null, live: false, pullWanted: false, writesWaiting: false },
+    running: () => true, leader: () => false, emit: (name, detail) => events.push({ name, detail }), changed: () => {}, changedAll: () => {},
+  };
+  return { engine: new SyncEngine(host, local), events, state: host.state };
+}
+
+/** The usual answers: a device registered, every push a job that succeeded at `checkpoint`, and a page of `changes`. */
+function usualServer({ checkpoint = 1, changes = [], push } = {}) {
+  let jobs = 0;
+  return (request) => {
+    if (request.method === "POST" && request.path === "/v1/devices") return { status: 201, json: { device_id: "device-1" } };
+    if (request.method === "POST" && request.path === "/v1/sync/push") return push?.(request) ?? { status: 202, json: { job_id: `job-${++jobs}`, status: "queued" } };
+    if (request.method === "GET" && request.path.startsWith("/v1/sync/jobs/")) return { status: 200, json: { status: "succeeded", checkpoint: String(checkpoint), results: [] } };
+    if (request.method === "GET" && request.path === "/v1/sync/pull") return { status: 200, json: { changes, cursor: String(checkpoint), has_more: false } };
+    return undefined;
+  };
+}
+
+const pushes = (requests) => requests.filter((request) => request.path === "/v1/sync/push");
+
+test("a sync registers the device, pushes the outbox under its key, follows the job and pulls to its end", async () => {
+  const local = new MemoryLocal();
+  const first = local.enqueue("todos", "a", { title: "bread" });
+  const second = local.enqueue("todos", "b", { title: "milk" });
+  const requests = gateway(usualServer({ checkpoint: 2, changes: [{ collection: "todos", id: "a", version: 1, deleted: false, data: { title: "bread" } }] }));
+  const { engine: sync } = engine(local);
+  await sync.sync(5);
+
+  assert.deepEqual(requests.map((request) => `${request.method} ${request.path}`), [
+    "POST /v1/devices", "POST /v1/sync/push", "GET /v1/sync/jobs/job-1", "GET /v1/sync/pull",
+  ]);
+  const [push] = pushes(requests);
+  assert.deepEqual(push.body.ops.map((op) => op.op_id), [first, second]);
+  assert.equal(push.body.device_id, "device-1");
+  assert.match(push.headers["Idempotency-Key"], /^[0-9a-f-]{36}$/);
+  assert.match(push.headers.traceparent, /^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/);
+  assert.equal(await local.meta("device_id"), "device-1");
+  assert.equal(await local.meta("cursor"), "2");
+  assert.equal(local.outbox.length, 0, "confirmed ops leave once the pull reaches their checkpoint");
+  assert.ok(local.records.has("todos/a"));
+});
+
+test("a refused op is set aside with the server's reason, and the rest of its batch is sent again", async () => {
+  const local = new MemoryLocal();
+  const ops = ["a", "b", "c"].map((id) => local.enqueue("todos", id, { title: id }));
+  let refused = false;
+  const requests = gateway(usualServer({
+    push: (request) => {
+      if (refused) return undefined;
+      refused = true;
+      assert.equal(request.body.ops.length, 3);
+      return { status: 422, json: { code: "invalid_op", detail: "title too long", op_index: 1 } };
+    },
+  }));
+  const { engine: sync, events } = engine(local);
+  await sync.sync(5);
+
+  const sent = pushes(requests);
+  assert.equal(sent.length, 2);
+  assert.deepEqual(sent[1].body.ops.map((op) => op.op_id), [ops[0], ops[2]]);
+  assert.notEqual(sent[1].headers["Idempotency-Key"], sent[0].headers["Idempotency-Key"], "a new batch, a new key");
+  assert.deepEqual(local.inState("set_aside"), [ops[1]]);
+  assert.equal(local.outbox.find((entry) => entry.op_id === ops[1]).reason, "title too long");
+  assert.deepEqual(events.filter((event) => event.name === "setAside").map((event) => event.detail), [{ opID: ops[1], reason: "title too long" }]);
+});
+
+test("a push the server answers for again is sent again under the same key until it is answered", async () => {
+  const local = new MemoryLocal();
+  local.enqueue("todos", "a", { title: "bread" });
+  let failures = 0;
+  const requests = gateway(usualServer({ push: () => (failures++ < 1 ? { status: 503, json: { detail: "busy" }, headers: { "Retry-After": "1" } } : undefined) }));
+  const { engine: sync } = engine(local);
+  const started = Date.now();
+  await sync.sync(10);
+
+  const sent = pushes(requests);
+  assert.equal(sent.length, 2);
+  assert.equal(sent[1].headers["Idempotency-Key"], sent[0].headers["Idempotency-Key"], "the same batch: a retry doubles nothing");
+  assert.ok(Date.now() - started >= 950, "the server's Retry-After is waited out");
+  assert.equal(local.outbox.length, 0);
+});
+
+test("a batch too large is split in halves; an op too large alone is set aside", async () => {
+  const local = new MemoryLocal();
+  const small = local.enqueue("todos", "a", { title: "a" });
+  const large = local.enqueue("todos", "b", { title: "x".repeat(2000) });
+  const requests = gateway(usualServer({
+    push: (request) => (JSON.stringify(request.body).length > 1500 ? { status: 413, json: { detail: "push too large" } } : undefined),
+  }));
+  const { engine: sync } = engine(local);
+  await sync.sync(5);
+
+  const sent = pushes(requests).map((request) => request.body.ops.map((op) => op.op_id));
+  assert.deepEqual(sent[0], [small, large]);
+  assert.ok(sent.some((ops) => ops.length === 1 && ops[0] === small), "the batch was sent again in smaller pieces");
+  assert.deepEqual(local.inState("set_aside"), [large]);
+  assert.equal(local.outbox.length, 1);
+});
+
+test("a job the server no longer knows sends its ops again, and a dead job sets them aside", async () => {
+  const local = new MemoryLocal();
+  const forgotten = local.enqueue("todos", "a", { title: "a" });
+  let pushed = 0;
+  const usual = usualServer();
+  const requests = gateway((request) => {
+    if (request.path === "/v1/sync/push") return { status: 202, json: { job_id: `job-${++pushed}` } };
+    if (request.path === "/v1/sync/jobs/job-1") return { status: 404, json: { detail: "no such job" } };
+    if (request.path === "/v1/sync/jobs/job-2") return { status: 200, json: { status: "dead", last_error: "poison" } };
+    return usual(request);
+  });
+  const { engine: sync, events } = engine(local);
+  await sync.sync(5);
+
+  assert.equal(pushes(requests).length, 2);
+  assert.deepEqual(pushes(requests)[1].body.ops.map((op) => op.op_id), [forgotten]);
+  assert.deepEqual(local.inState("set_aside"), [forgotten]);
+  assert.equal(local.outbox[0].reason, "job dead: poison");
+  assert.deepEqual(events.find((event) => event.name === "jobDead").detail, { jobID: "job-2", opIDs: [forgotten] });
+});
+
+test("a pull answered 410 starts a resync from the beginning, which drops what the server no longer holds", async () => {
+  const local = new MemoryLocal();
+  await local.setMeta("device_id", "device-1");
+  await local.setMeta("cursor", "7");
+  local.records.set("todos/old", { collection: "todos", id: "old", generation: 0 });
+  const requests = gateway((request) => {
+    if (request.path !== "/v1/sync/pull") return undefined;
+    if (request.query.get("since") === "7") return { status: 410, json: { code: "resync_required", detail: "cursor too old" } };
+    return { status: 200, json: { changes: [{ collection: "todos", id: "new", version: 9, deleted: false, data: {} }], cursor: "9", has_more: false } };
+  });
+  const { engine: sync, events } = engine(local);
+  await sync.sync(5);
+
+  const pulls = requests.filter((request) => request.path === "/v1/sync/pull");
+  assert.deepEqual(pulls.map((request) => request.query.get("since")), ["7", null]);
+  assert.deepEqual([...local.records.keys()], ["todos/new"]);
+  assert.equal(await local.meta("cursor"), "9");
+  assert.ok(events.some((event) => event.name === "resync"));
+});
+
+test("a shared space that is gone is forgotten, and the edits it never confirmed are reported lost", async () => {
+  const local = new MemoryLocal();
+  await local.setMeta("device_id", "device-1");
+  const edit = local.enqueue("todos", "a", { title: "a" });
+  const requests = gateway((request) => {
+    if (request.path === "/v1/sync/push" || request.path === "/v1/sync/pull") {
+      assert.equal(request.query.get("space_id") ?? request.body?.space_id, "space-1");
+      return { status: 404, json: { detail: "No such space." } };
+    }
+    return undefined;
+  });
+  const { engine: sync, events } = engine(local, { spaceID: "space-1" });
+  await assert.rejects(sync.sync(5), SpaceGoneError);
+
+  assert.deepEqual(requests.map((request) => `${request.method} ${request.path}`), ["POST /v1/sync/push", "GET /v1/sync/pull"]);
+  assert.equal(await local.meta("gone"), true);
+  assert.equal(local.outbox.length, 0);
+  assert.deepEqual(events.map((event) => event.name), ["editsLost", "spaceGone"]);
+  assert.deepEqual(events[0].detail, { spaceID: "space-1", opIDs: [edit] });
+  await assert.rejects(sync.sync(5), SpaceGoneError, "a forgotten space syncs no more");
+});
