@@ -12,6 +12,13 @@ import { SpaceGoneError, type Batch, type Changed, type LocalStore } from "./sto
 import type { DeviceView, JobView, OpResult, Problem, PullPage, PushAccepted, StreamMessage } from "./views.js";
 import { SyncSteps } from "./syncsteps.js";
 import { Transfers } from "./transfers.js";
+import { TakingTurns } from "./turns.js";
+
+/** What a pass ended with, for everyone it served. */
+type PassServed = { jobsInFlight: boolean } | { error: unknown };
+
+/** How a caller of a pass is answered: it leads one, or is served by one that started after it asked. */
+type PassTurn = "lead" | PassServed;
 
 /** What the client and its engine both know: `status()` shows it, and either sets it. */
 export interface SyncState {
@@ -69,7 +76,8 @@ export class SyncEngine {
   #wakeRequested = false;
   /** Before this time (ms) nothing is sent: the server asked to wait (`Retry-After`), and writes do not cut it short. */
   #notBefore = 0;
-  #passing: Promise<boolean> | null = null;
+  /** Passes, one at a time: callers during one share the next. */
+  readonly #passes = new TakingTurns<(turn: PassTurn) => void>();
   /** The live stream (the leader's only), and the space its hello named. */
   #stream: EventSource | null = null;
   #streamSpace: string | null = null;
@@ -180,12 +188,32 @@ export class SyncEngine {
     }
   }
 
-  /** One pass at a time, whoever asks (the loop or `sync()`). */
+  /** One pass at a time, whoever asks (the loop or `sync()`): callers take turns, and those who ask during a pass share the next one. */
   async #exclusivePass(): Promise<boolean> {
-    while (this.#passing) await this.#passing.catch(() => false);
-    this.#passing = this.#pass();
+    const turn = await new Promise<PassTurn>((resolve) => {
+      if (this.#passes.arrive(resolve)) resolve("lead");
+    });
+    let outcome: PassServed;
+    if (turn !== "lead") {
+      outcome = turn;
+    } else {
+      const served = this.#passes.takeWaiting();
+      try {
+        outcome = { jobsInFlight: await this.#recordedPass() };
+      } catch (error) {
+        outcome = { error };
+      }
+      for (const waiter of served) waiter(outcome);
+      this.#passes.finish()?.("lead");
+    }
+    if ("error" in outcome) throw outcome.error;
+    return outcome.jobsInFlight;
+  }
+
+  /** A pass, its outcome kept for the status (and the server's `Retry-After` for the passes after it). */
+  async #recordedPass(): Promise<boolean> {
     try {
-      const result = await this.#passing;
+      const result = await this.#pass();
       this.#state.lastSyncAt = Date.now();
       this.#state.lastError = null;
       return result;
@@ -193,8 +221,6 @@ export class SyncEngine {
       this.#state.lastError = error instanceof Error ? error.message : String(error);
       if (error instanceof Retry && error.after !== undefined) this.#notBefore = Math.max(this.#notBefore, Date.now() + error.after * 1000);
       throw error;
-    } finally {
-      this.#passing = null;
     }
   }
 

@@ -330,3 +330,26 @@ test("a shared space that is gone is forgotten, and the edits it never confirmed
   assert.deepEqual(events[0].detail, { spaceID: "space-1", opIDs: [edit] });
   await assert.rejects(sync.sync(5), SpaceGoneError, "a forgotten space syncs no more");
 });
+
+test("syncs asked for at once take turns: passes never overlap, and the batch is pushed once", async () => {
+  const local = new MemoryLocal();
+  await local.setMeta("device_id", "device-1");
+  let inFlight = 0, most = 0;
+  const usual = usualServer();
+  const answered = gateway((request) => usual(request));
+  const fetchOne = globalThis.fetch;
+  globalThis.fetch = async (url, init) => {
+    most = Math.max(most, ++inFlight);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    try { return await fetchOne(url, init); } finally { inFlight -= 1; }
+  };
+  const { engine: sync } = engine(local);
+  local.enqueue("todos", "a", { title: "a" });
+  await Promise.all([sync.sync(5), sync.sync(5), sync.sync(5), sync.sync(5)]);
+
+  assert.equal(most, 1, "two passes sent requests at once");
+  assert.equal(pushes(answered).length, 1);
+  assert.equal(local.outbox.length, 0);
+  const pulls = answered.filter((request) => request.path === "/v1/sync/pull").length;
+  assert.equal(pulls, 1, "the passes after the first found nothing more to pull");
+});
