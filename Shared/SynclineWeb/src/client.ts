@@ -12,6 +12,7 @@ import type { Invitation, Member, Role, Space } from "./spaces.js";
 import { Observers, type ObservedQuery } from "./observers.js";
 import { shown, type LocalRecord } from "./records.js";
 import { LocalStore, SpaceGoneError, type Changed, type OutboxEntry, type ShownRecord } from "./store.js";
+import { Tabs, type TabMessage, type TabNews } from "./tabs.js";
 
 export type { LocalRecord } from "./records.js";
 
@@ -84,14 +85,6 @@ function onFirstUse<T>(load: () => Promise<T>): () => Promise<T> {
   });
 }
 
-
-/** What the tabs of one database tell each other over their `BroadcastChannel`. */
-type TabMessage =
-  | { type: "changed"; keys: Changed[] }
-  | { type: "changedAll" }
-  | { type: "event"; name: string; detail: unknown }
-  | { type: "sync"; id: string; timeout: number }
-  | { type: "synced"; id: string; error?: string };
 /**
  * The browser side of Syncline: a durable IndexedDB store and outbox, optimistic local
  * writes by the server's merge rules, and a sync loop (the sync engine, `engine.ts`, loaded
@@ -107,13 +100,8 @@ export class SyncClient {
   #running = false;
   #loop: Promise<void> | null = null;
   readonly #observers: Observers;
-  /** Whether this tab holds the database's lock and so runs the sync loop for every tab. */
-  #leader = false;
-  #abandonLock: AbortController | null = null;
-  /** The other tabs of this database: changes, events and sync requests travel here. */
-  readonly #channel: BroadcastChannel;
-  readonly #lockName: string;
-  #syncRequests = new Map<string, { resolve: () => void; reject: (error: Error) => void }>();
+  /** The tabs of this database: which leads, and what they tell each other. */
+  readonly #tabs: Tabs;
   /** The device's identity, kept in memory too, so a database deleted from outside gets it back. */
   readonly #identity: { device?: string; node?: string } = {};
   readonly #store: LocalStore;
@@ -122,18 +110,20 @@ export class SyncClient {
     this.#store = store;
     this.#observers = new Observers(async (query) => (await store.query(query.collection, query)).map((row) => shown(row)));
     store.onReset = () => void this.#storageReset();
-    this.#lockName = `syncline:${options.databaseName}`;
-    this.#channel = new BroadcastChannel(this.#lockName);
-    this.#channel.onmessage = (message: MessageEvent) => void this.#heard(message.data);
+    this.#tabs = new Tabs(`syncline:${options.databaseName}`, {
+      heard: (message) => this.#heard(message),
+      lead: () => this.#lead(),
+      sync: async (timeout) => (await this.#engineReady()).sync(timeout),
+    });
   }
 
   /** Tells the other tabs of this database. */
   #tell(message: TabMessage): void {
-    this.#channel.postMessage(message);
+    this.#tabs.tell(message);
   }
 
-  /** A message of another tab of this database. */
-  async #heard(message: TabMessage): Promise<void> {
+  /** News from another tab of this database. */
+  #heard(message: TabNews): void {
     switch (message.type) {
       case "changed":
         this.#observers.changed(message.keys);
@@ -145,22 +135,6 @@ export class SyncClient {
       case "event":
         this.events.dispatchEvent(new CustomEvent(message.name, { detail: message.detail }));
         return;
-      case "sync":
-        if (!this.#leader) return;
-        try {
-          await this.sync(message.timeout);
-          this.#tell({ type: "synced", id: message.id });
-        } catch (error) {
-          this.#tell({ type: "synced", id: message.id, error: error instanceof Error ? error.message : String(error) });
-        }
-        return;
-      case "synced": {
-        const waiting = this.#syncRequests.get(message.id);
-        this.#syncRequests.delete(message.id);
-        if (message.error) waiting?.reject(new Error(message.error));
-        else waiting?.resolve();
-        return;
-      }
     }
   }
 
@@ -385,7 +359,7 @@ export class SyncClient {
     return {
       pendingOps: counts.pending, oldestPendingAge: counts.oldest === null ? null : (Date.now() - counts.oldest) / 1000,
       lastSyncAt: this.#state.lastSyncAt, lastError: this.#state.lastError, lastPushTraceID: this.#state.lastPushTraceID, setAsideOps: counts.setAside,
-      live: this.#state.live, leader: this.#leader,
+      live: this.#state.live, leader: this.#tabs.leader,
       pendingUploads: uploads.count, pendingUploadBytes: uploads.bytes,
     };
   }
@@ -453,37 +427,28 @@ export class SyncClient {
   start(): void {
     if (this.#running) return;
     this.#running = true;
-    const abandon = new AbortController();
-    this.#abandonLock = abandon;
-    this.#loop = navigator.locks
-      .request(this.#lockName, { signal: abandon.signal }, () => this.#lead())
-      .catch(() => { /* stopped before this tab led */ });
+    this.#loop = this.#tabs.follow();
   }
 
   /** Leads until `stop()`: loads the sync engine (waiting out a failure to load it, offline) and runs its loop. */
   async #lead(): Promise<void> {
-    this.#leader = true;
-    const stopped = this.#abandonLock?.signal;
-    try {
-      const backoff = new Backoff();
-      while (this.#running) {
-        try {
-          await this.#engineReady();
-          break;
-        } catch (error) {
-          this.#state.lastError = `cannot load the sync engine: ${error instanceof Error ? error.message : String(error)}`;
-          await new Promise<void>((resolve) => {
-            const timer = setTimeout(resolve, backoff.next() * 1000);
-            stopped?.addEventListener("abort", () => { clearTimeout(timer); resolve(); }, { once: true });
-          });
-        }
+    const stopped = this.#tabs.abandoned;
+    const backoff = new Backoff();
+    while (this.#running) {
+      try {
+        await this.#engineReady();
+        break;
+      } catch (error) {
+        this.#state.lastError = `cannot load the sync engine: ${error instanceof Error ? error.message : String(error)}`;
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, backoff.next() * 1000);
+          stopped?.addEventListener("abort", () => { clearTimeout(timer); resolve(); }, { once: true });
+        });
       }
-      if (!this.#running) return;
-      await this.#engine!.run();
-      this.#running = false;  // stopped, or the space is gone
-    } finally {
-      this.#leader = false;
     }
+    if (!this.#running) return;
+    await this.#engine!.run();
+    this.#running = false;  // stopped, or the space is gone
   }
 
   /** The sync engine, loaded on first use: it holds everything that talks to the server. */
@@ -492,7 +457,7 @@ export class SyncClient {
       store: this.#store, state: this.#state, identity: this.#identity,
       gatewayURL: this.options.gatewayURL, tokenProvider: this.options.tokenProvider, spaceID: this.options.spaceID,
       fanoutURL: this.options.fanoutURL, pollInterval: this.options.pollInterval, pushDelay: this.options.pushDelay, deviceName: this.options.deviceName,
-      running: () => this.#running, leader: () => this.#leader,
+      running: () => this.#running, leader: () => this.#tabs.leader,
       emit: (name, detail) => this.#emit(name, detail), changed: (changes) => this.#changed(changes), changedAll: () => this.#changedAll(),
     };
     return this.#engine = new (await import("./engine.js")).SyncEngine(host);
@@ -500,8 +465,7 @@ export class SyncClient {
 
   async stop(): Promise<void> {
     this.#running = false;
-    this.#abandonLock?.abort();
-    this.#abandonLock = null;
+    this.#tabs.abandon();
     this.#wakeUp(true);
     await this.#loop;
     this.#loop = null;
@@ -509,7 +473,7 @@ export class SyncClient {
 
   /** Closes the database and the channel (after `stop()`). */
   close(): void {
-    this.#channel.close();
+    this.#tabs.close();
     this.#store.close();
   }
 
@@ -518,22 +482,7 @@ export class SyncClient {
    * now — in this tab when it leads or no tab does, else by asking the leader.
    */
   async sync(timeout = 30): Promise<void> {
-    if (this.#leader) return (await this.#engineReady()).sync(timeout);
-    const ran = await navigator.locks.request(this.#lockName, { ifAvailable: true }, async (lock) => {
-      if (!lock) return false;
-      await (await this.#engineReady()).sync(timeout);
-      return true;
-    });
-    if (ran) return;
-    const id = crypto.randomUUID();
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.#syncRequests.delete(id);
-        reject(new Error(`the syncing tab did not answer within ${timeout} s`));
-      }, timeout * 1000 + 1000);
-      this.#syncRequests.set(id, { resolve: () => { clearTimeout(timer); resolve(); }, reject: (error) => { clearTimeout(timer); reject(error); } });
-      this.#tell({ type: "sync", id, timeout });
-    });
+    return this.#tabs.sync(timeout);
   }
 
   /** Asks the sync engine, when it runs here, for another pass (`now`: even within the server's `Retry-After`: stopping). */
