@@ -102,7 +102,7 @@ struct DeadLetters: AsyncParsableCommand {
 
     struct Show: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Show one dead letter with its payload and attempts (JSON).")
-        @Argument(help: "The job id (or dead-letter id).") var id: String
+        @Argument(help: "The job id (or dead-letter id).") var id: DeadLetterID
 
         func run() async throws {
             guard let detail = try await withOffice({ try await $0.detail(id: id) }) else {
@@ -115,7 +115,7 @@ struct DeadLetters: AsyncParsableCommand {
     struct Replay: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Replay one dead job (attempts reset), or every one a filter selects.")
-        @Argument(help: "The job id; omit it to replay by filter.") var id: String?
+        @Argument(help: "The job id; omit it to replay by filter.") var id: DeadLetterID?
         @OptionGroup var filter: Filter
         @Flag(help: "With a filter: count, do not replay.") var dryRun = false
 
@@ -142,7 +142,7 @@ struct DeadLetters: AsyncParsableCommand {
 
     struct Discard: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Give up on a dead letter; its job says discarded.")
-        @Argument(help: "The job id (or dead-letter id).") var id: String
+        @Argument(help: "The job id (or dead-letter id).") var id: DeadLetterID
 
         func run() async throws {
             guard try await withOffice({ try await $0.discard(id: id, actor: syncctlActor) }) else {

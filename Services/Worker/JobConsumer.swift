@@ -285,7 +285,7 @@ struct JobConsumer: Service {
             case nil:
                 await settleUnknown(delivery, from: consumer, jobID: jobID)
             case .dead?:
-                if let parked = try await deadLetters.detail(id: jobID)?.item {
+                if let dead = DeadLetterID(jobID), let parked = try await deadLetters.detail(id: dead)?.item {
                     await park(delivery, from: consumer, jobID: jobID, reason: DeadLetterReason(rawValue: parked.reason), error: parked.lastError ?? "")
                 } else {
                     consumer.ack(delivery)  // its dead letter has passed DEAD_LETTER_RETENTION
@@ -336,7 +336,7 @@ struct JobConsumer: Service {
     /// be applied, and it is no operator's concern); any other is dead-lettered.
     private func settleUnknown(_ delivery: AMQPDelivery, from consumer: AMQPConsumer, jobID: String) async {
         do {
-            if try await accounts.wasForgotten(jobID: jobID) {
+            if let job = JobID(jobID), try await accounts.wasForgotten(job) {
                 logger.info("dropped a job of a deleted account", metadata: ["job.id": "\(jobID)"])
                 consumer.ack(delivery)
                 return

@@ -37,7 +37,7 @@ public struct DeadLetterOffice: Sendable {
         try await deadLetters.list(queue: queue, filter: filter, limit: limit, cursor: cursor)
     }
 
-    public func detail(id: String) async throws -> DeadLetterDetail? {
+    public func detail(id: DeadLetterID) async throws -> DeadLetterDetail? {
         try await deadLetters.detail(id: id)
     }
 
@@ -48,7 +48,7 @@ public struct DeadLetterOffice: Sendable {
     }
 
     /// Queues the dead job again with attempts reset and takes its message out of the DLQ.
-    public func replay(id: String, actor: String) async throws -> ReplayAnswer {
+    public func replay(id: DeadLetterID, actor: String) async throws -> ReplayAnswer {
         let answer = try await replayOne(id)
         if case .replayed(let jobID) = answer {
             await reconcile()
@@ -57,7 +57,7 @@ public struct DeadLetterOffice: Sendable {
         return answer
     }
 
-    private func replayOne(_ id: String) async throws -> ReplayAnswer {
+    private func replayOne(_ id: DeadLetterID) async throws -> ReplayAnswer {
         switch try await deadLetters.replay(id: id) {
         case .notFound: return .notFound
         case .namesNoJob: return .namesNoJob
@@ -66,7 +66,7 @@ public struct DeadLetterOffice: Sendable {
             // caller gets the error); a crash in between only sends one poke twice.
             try await publisher.publish([SynclineTopology.webhookDeliveryMessage(body: Array(message.utf8), attempt: 0)])
             try await deadLetters.remove(id: id)
-            return .replayed(jobID: id)
+            return .replayed(jobID: id.description)
         case .replayed(let job, let traceID):
             do {
                 try await publisher.publish([SynclineTopology.jobMessage(job, traceID: traceID)])
@@ -80,10 +80,10 @@ public struct DeadLetterOffice: Sendable {
     }
 
     /// Gives up on a dead letter: it leaves the list and the queue; its job says `discarded`.
-    public func discard(id: String, actor: String) async throws -> Bool {
+    public func discard(id: DeadLetterID, actor: String) async throws -> Bool {
         guard try await deadLetters.discard(id: id) else { return false }
         await reconcile()
-        try await audit.record(actor: actor, action: "discard", target: Names.canonicalUUID(id), count: 1)
+        try await audit.record(actor: actor, action: "discard", target: id.description, count: 1)
         return true
     }
 

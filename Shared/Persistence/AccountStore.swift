@@ -150,8 +150,7 @@ public struct AccountStore: Sendable {
     }
 
     /// Whether a job was erased with its account (its queued message is then dropped).
-    public func wasForgotten(jobID: String) async throws -> Bool {
-        guard let id = UUID(uuidString: jobID) else { return false }
-        return try await pool.execute("SELECT 1 FROM forgotten_jobs WHERE job_id = \(id)").first != nil
+    public func wasForgotten(_ job: JobID) async throws -> Bool {
+        try await pool.execute("SELECT 1 FROM forgotten_jobs WHERE job_id = \(job)").first != nil
     }
 }

@@ -246,7 +246,7 @@ extension ApplyStore {
                 INSERT INTO blobs (space_id, sha256, object_id, store, size, content_type)
                 SELECT DISTINCT ON (sha256) \(space)::uuid, sha256, object_id, store, size, content_type FROM (
                   SELECT sha256, object_id, store, size, content_type FROM blobs
-                  WHERE space_id = ANY(\(sources.compactMap { UUID(uuidString: $0) })) AND sha256 = ANY(\(gained.sorted()))
+                  WHERE space_id = ANY(\(sources.sorted())::uuid[]) AND sha256 = ANY(\(gained.sorted()))
                   ORDER BY space_id, sha256 FOR SHARE) s
                 ON CONFLICT (space_id, sha256) DO NOTHING
                 """)
@@ -254,7 +254,7 @@ extension ApplyStore {
         let deltas = writes.blobReferences.sorted { $0.key < $1.key }
         try connection.execute("""
             WITH d AS (
-              SELECT * FROM unnest(\(deltas.map { UUID(uuidString: $0.key.space) }), \(deltas.map(\.key.sha256)),
+              SELECT * FROM unnest(\(deltas.map(\.key.space))::uuid[], \(deltas.map(\.key.sha256)),
                                    \(deltas.map { Int32($0.value) })) AS d(space_id, sha256, delta)),
             locked AS (
               SELECT b.space_id, b.sha256, d.delta FROM blobs b JOIN d USING (space_id, sha256)

@@ -104,8 +104,7 @@ public struct DeadLetterStore: Sendable {
     }
 
     /// One dead letter with its message, the job's ops and its attempts.
-    public func detail(id: String) async throws -> DeadLetterDetail? {
-        guard let id = UUID(uuidString: id) else { return nil }
+    public func detail(id: DeadLetterID) async throws -> DeadLetterDetail? {
         guard let row = try await pool.execute("""
             SELECT \(sql: Self.itemColumns), d.payload, j.ops, j.status, j.attempt_log
             FROM dead_letters d LEFT JOIN jobs j ON j.job_id = d.job_id
@@ -123,7 +122,7 @@ public struct DeadLetterStore: Sendable {
         /// The job is queued again with its attempts reset; publish it.
         case replayed(JobRef, traceID: String?)
         /// A webhook delivery: publish its message again (attempts reset), then `remove` it.
-        case redeliver(id: String, message: String)
+        case redeliver(id: DeadLetterID, message: String)
         case notFound
         /// The dead letter names no job that could run (not a job message, or an unknown job).
         case namesNoJob
@@ -131,40 +130,37 @@ public struct DeadLetterStore: Sendable {
 
     /// Takes the dead letter off the list and queues its job again with attempts reset
     /// (unpublished, so the gateway's relay publishes it if the caller cannot).
-    public func replay(id: String) async throws -> ReplayOutcome {
-        guard let uuid = UUID(uuidString: id) else { return .notFound }
-        return try await pool.transaction { connection in
+    public func replay(id: DeadLetterID) async throws -> ReplayOutcome {
+        try await pool.transaction { connection in
             guard let letter = try connection.execute(
-                "SELECT job_id, queue, payload FROM dead_letters WHERE dead_letter_id = \(uuid) FOR UPDATE"
+                "SELECT job_id, queue, payload FROM dead_letters WHERE dead_letter_id = \(id) FOR UPDATE"
             ).first else { return .notFound }
-            let (jobID, queue, payload) = try letter.decode((String?, String, String).self)
+            let (jobID, queue, payload) = try letter.decode((JobID?, String, String).self)
             if queue == "notify" {
                 // Kept until the caller has published it again (`remove`): never lost in between.
-                return .redeliver(id: uuid.uuidString.lowercased(), message: payload)
+                return .redeliver(id: id, message: payload)
             }
             guard let jobID else { return .namesNoJob }
             let job = try connection.execute("""
                 UPDATE jobs SET status = \(JobStatus.queued), attempts = 0, published_at = NULL, finished_at = NULL, last_error = NULL
-                WHERE job_id = \(jobID)::uuid AND status = \(JobStatus.dead)
+                WHERE job_id = \(jobID) AND status = \(JobStatus.dead)
                 RETURNING space_id, trace_id
                 """).first
-            try connection.execute("DELETE FROM dead_letters WHERE dead_letter_id = \(uuid)")
+            try connection.execute("DELETE FROM dead_letters WHERE dead_letter_id = \(id)")
             guard let job else { return .notFound }
             let (space, traceID) = try job.decode((SpaceID, String?).self)
-            guard let id = JobID(jobID) else { return .notFound }
-            return .replayed(JobRef(space: space, job: id), traceID: traceID)
+            return .replayed(JobRef(space: space, job: jobID), traceID: traceID)
         }
     }
 
     /// Takes a dead letter off the list once it has been sent again.
-    public func remove(id: String) async throws {
-        try await pool.execute("DELETE FROM dead_letters WHERE dead_letter_id = \(id)::uuid")
+    public func remove(id: DeadLetterID) async throws {
+        try await pool.execute("DELETE FROM dead_letters WHERE dead_letter_id = \(id)")
     }
 
     /// Takes the dead letter off the list for good; its job says `discarded`.
-    public func discard(id: String) async throws -> Bool {
-        guard let id = UUID(uuidString: id) else { return false }
-        return try await pool.transaction { connection in
+    public func discard(id: DeadLetterID) async throws -> Bool {
+        try await pool.transaction { connection in
             guard let letter = try connection.execute(
                 "DELETE FROM dead_letters WHERE dead_letter_id = \(id) RETURNING job_id"
             ).first else { return false }
@@ -179,11 +175,11 @@ public struct DeadLetterStore: Sendable {
     }
 
     /// The ids of the dead letters a filter selects.
-    public func matching(queue: String, filter: DeadLetterFilter) async throws -> [String] {
+    public func matching(queue: String, filter: DeadLetterFilter) async throws -> [DeadLetterID] {
         var binds = PGBinds()
         let sql = "SELECT dead_letter_id FROM dead_letters WHERE queue = \(binds.append(queue)) AND "
             + "\(Self.conditions(filter, &binds)) ORDER BY dead_at"
-        return try await pool.execute(PGQuery(unsafeSQL: sql, binds: binds)).map { try $0.decode(String.self, at: 0) }
+        return try await pool.execute(PGQuery(unsafeSQL: sql, binds: binds)).map { try $0.decode(DeadLetterID.self, at: 0) }
     }
 
     /// Every dead letter id of a queue (to reconcile the broker's queue with the list).

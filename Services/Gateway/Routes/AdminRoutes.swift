@@ -58,15 +58,21 @@ struct AdminRoutes: Sendable {
         return try jsonResponse(try await office.list(queue: queue, filter: filter, limit: limit, cursor: cursor))
     }
 
+    /// The dead letter a path names; an id that is no UUID names none.
+    private func deadLetter(_ context: SignedInRequestContext, notFound: String) throws -> DeadLetterID {
+        guard let id = DeadLetterID(try context.parameters.require("job_id")) else { throw APIError.notFound(notFound) }
+        return id
+    }
+
     @Sendable func show(_ request: Request, context: SignedInRequestContext) async throws -> Response {
-        guard let detail = try await office.detail(id: try context.parameters.require("job_id")) else {
+        guard let detail = try await office.detail(id: try deadLetter(context, notFound: "No such dead letter.")) else {
             throw APIError.notFound("No such dead letter.")
         }
         return try jsonResponse(detail)
     }
 
     @Sendable func replay(_ request: Request, context: SignedInRequestContext) async throws -> Response {
-        switch try await office.replay(id: try context.parameters.require("job_id"), actor: context.user) {
+        switch try await office.replay(id: try deadLetter(context, notFound: "No dead job with this id."), actor: context.user) {
         case .replayed(let jobID):
             return try jsonResponse(DeadLetterAction(jobID: jobID, status: .queued), status: .accepted)
         case .notFound:
@@ -77,9 +83,9 @@ struct AdminRoutes: Sendable {
     }
 
     @Sendable func discard(_ request: Request, context: SignedInRequestContext) async throws -> Response {
-        let id = try context.parameters.require("job_id")
+        let id = try deadLetter(context, notFound: "No such dead letter.")
         guard try await office.discard(id: id, actor: context.user) else { throw APIError.notFound("No such dead letter.") }
-        return try jsonResponse(DeadLetterAction(jobID: Names.canonicalUUID(id) ?? id, status: .discarded))
+        return try jsonResponse(DeadLetterAction(jobID: id.description, status: .discarded))
     }
 
     @Sendable func bulkReplay(_ request: Request, context: SignedInRequestContext) async throws -> Response {

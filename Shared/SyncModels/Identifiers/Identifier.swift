@@ -48,3 +48,8 @@ public typealias SpaceID = Identifier<SpaceKind>
 public enum JobKind {}
 /// A job's id (`job_id`): one accepted push, applied by a worker.
 public typealias JobID = Identifier<JobKind>
+
+public enum DeadLetterKind {}
+/// A dead letter's id (`dead_letter_id`): its job's id, or one derived from the message
+/// that named no job.
+public typealias DeadLetterID = Identifier<DeadLetterKind>
