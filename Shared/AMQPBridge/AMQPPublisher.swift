@@ -72,8 +72,9 @@ public final class AMQPPublisher: Sendable {
         } catch {
             outcome = .failure(error)
         }
-        for waiter in served { waiter.continuation.resume(with: outcome.map { .published }) }
+        // The next leader first, so its batch starts before the callers just served run on.
         turns.withLockedValue { $0.finish() }?.continuation.resume(returning: .lead)
+        for waiter in served { waiter.continuation.resume(with: outcome.map { .published }) }
         try outcome.get()
     }
 
@@ -172,7 +173,12 @@ public final class AMQPPublisher: Sendable {
             throw AMQPError(.connection, "unreachable")
         }
         guard shared else { return try await thread.runIfActive(work) }
-        return try await thread.runIfActive(eventLoop: MultiThreadedEventLoopGroup.singleton.any(), work).get()
+        return try await withCheckedThrowingContinuation { continuation in
+            thread.submit { state in
+                guard case .active = state else { return continuation.resume(throwing: AMQPError(.connection, "publisher shut down")) }
+                continuation.resume(with: Result(catching: work))
+            }
+        }
     }
 
     private static func connection(
