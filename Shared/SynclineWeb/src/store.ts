@@ -1,11 +1,12 @@
 import { referencedBlobs, type BlobRef } from "./blobs.js";
+import { Database, indexName, indexProperty, keyedFields, withKeys } from "./database.js";
 import { ClockState } from "./hlc.js";
-import { request, transaction } from "./idb.js";
+import { request } from "./idb.js";
 import type { JSONObject } from "./json.js";
 import { localMerge } from "./merge.js";
 import type { Op, RecordView } from "./op.js";
 import { oldestUnconfirmed, outboxCounts, OutboxWriter, unconfirmed, type OutboxEntry } from "./outbox.js";
-import { fieldValue, matches, ordered, sortKey, type PlainQuery, type SortKey } from "./query.js";
+import { matches, ordered, sortKey, type PlainQuery, type SortKey } from "./query.js";
 
 export type { OpState, OutboxEntry } from "./outbox.js";
 
@@ -38,15 +39,6 @@ export interface ShownRecord {
   ix?: Record<string, SortKey>;
 }
 
-/** Where a record row keeps an indexed field's sort key: a property name IndexedDB accepts for any field name. */
-export function indexProperty(field: string): string {
-  let hash = 0x811c9dc5;
-  for (let i = 0; i < field.length; i++) hash = Math.imul(hash ^ field.charCodeAt(i), 0x01000193) >>> 0;
-  return "f" + hash.toString(16);
-}
-
-const indexPrefix = "ix:";
-
 /**
  * A row of the `records` store: what shows (the fields of `ShownRecord` and `shownIn`, set
  * only when something shows, so that only shown rows are in the `collection` and declared
@@ -65,22 +57,6 @@ export interface RecordRow extends Partial<ShownRecord> {
 export interface ServerCopy {
   view: RecordView;
   generation: number;
-}
-
-/** How long an upgrade may wait for connections that are closing before it counts as blocked. */
-const blockedGraceMilliseconds = 2000;
-
-/**
- * The database's upgrade (to change its indexes) is blocked: a connection that is not
- * SynclineWeb's (the app's own code, or an older release in another tab) holds the
- * database open and does not close it when asked. Nothing waits for it: the step fails
- * with this error, and succeeds once that connection is closed.
- */
-export class StorageBlockedError extends Error {
-  constructor(name: string) {
-    super(`the IndexedDB database "${name}" cannot be upgraded: another connection holds it open (close the app's other tabs, or that connection)`);
-    this.name = "StorageBlockedError";
-  }
 }
 
 /** The space is gone (deleted, or this user was removed): its local data went with it. */
@@ -119,17 +95,13 @@ export const all = ["meta", "records", "outbox", "batches", "blobs"];
  * outbox's states: `outbox.ts`).
  */
 export class LocalStore {
-  #db: IDBDatabase | null;
-  /** Called when the database had to be created anew while in use: deleted or evicted from outside. */
-  onReset: () => void = () => {};
-
+  readonly #database: Database;
   /** Every field some declared index covers: each shown record carries their sort keys. */
   readonly #keyed: string[];
 
-  private constructor(db: IDBDatabase, readonly name: string, readonly indexed: string[][]) {
-    this.#keyed = LocalStore.keyedFields(indexed);
-    this.#db = db;
-    this.#watch(db);
+  private constructor(database: Database) {
+    this.#database = database;
+    this.#keyed = keyedFields(database.indexed);
   }
 
   /**
@@ -139,162 +111,31 @@ export class LocalStore {
    * when one starts (and open it again on their next step), so it never waits on them.
    */
   static async open(name: string, indexed: string[][] = []): Promise<LocalStore> {
-    return new LocalStore((await LocalStore.ready(name, indexed)).db, name, indexed);
+    return new LocalStore(await Database.open(name, indexed));
   }
 
-  /** The database with the declared indexes, and whether it had to be created. */
-  private static async ready(name: string, indexed: string[][]): Promise<{ db: IDBDatabase; created: boolean }> {
-    let created = false;
-    let db = await LocalStore.connect(name, undefined, indexed, () => { created = true; });
-    const wanted = new Set(indexed.map(LocalStore.indexName));
-    const look = db.transaction("records");
-    const present = new Set(Array.from(look.objectStore("records").indexNames).filter((index) => index.startsWith(indexPrefix)));
-    if (wanted.size !== present.size || [...wanted].some((index) => !present.has(index)) || !db.objectStoreNames.contains("blobs")) {
-      const next = db.version + 1;
-      // Closed with a transaction still running, the connection would hold up the upgrade.
-      await new Promise((resolve) => { look.oncomplete = look.onabort = resolve; });
-      db.close();
-      db = await LocalStore.connect(name, next, indexed, () => { created = true; });
-    }
-    return { db, created };
+  /** Called when the database had to be created anew while in use: deleted or evicted from outside. */
+  set onReset(handler: () => void) {
+    this.#database.onReset = handler;
   }
 
-  /** Opens the database (at `version`, upgrading to it); a blocked upgrade fails with `StorageBlockedError` at once. */
-  private static connect(name: string, version: number | undefined, indexed: string[][], onCreate: () => void): Promise<IDBDatabase> {
-    const open = indexedDB.open(name, version);
-    open.onupgradeneeded = (event) => {
-      const db = open.result;
-      const tx = open.transaction!;
-      if (event.oldVersion < 1) {
-        onCreate();
-        db.createObjectStore("meta");
-        // No index beyond the declared ones: the key [collection, id] ranges over a
-        // collection, and every index is one more write for each pulled record.
-        db.createObjectStore("records", { keyPath: ["collection", "id"] });
-        const outbox = db.createObjectStore("outbox", { keyPath: "seq", autoIncrement: true });
-        outbox.createIndex("op_id", "op_id", { unique: true });
-        outbox.createIndex("record", ["collection", "id"]);
-        outbox.createIndex("state", "state");
-        outbox.createIndex("job_id", "job_id");
-        outbox.createIndex("batch_id", "batch_id");
-        db.createObjectStore("batches", { keyPath: "batch_id" });
-      }
-      if (!db.objectStoreNames.contains("blobs")) db.createObjectStore("blobs", { keyPath: "sha256" }).createIndex("state", "state");
-      if (version === undefined) return;
-      const records = tx.objectStore("records");
-      for (const index of Array.from(records.indexNames)) {
-        if (index.startsWith(indexPrefix) && !indexed.some((fields) => LocalStore.indexName(fields) === index)) records.deleteIndex(index);
-      }
-      for (const fields of indexed) {
-        const name = LocalStore.indexName(fields);
-        if (!records.indexNames.contains(name)) records.createIndex(name, ["collection", ...fields.map((field) => `ix.${indexProperty(field)}`)]);
-      }
-      // Rows written before an index was declared get its keys now.
-      records.openCursor().onsuccess = function () {
-        const cursor = this.result;
-        if (!cursor) return;
-        const row = cursor.value as RecordRow;
-        if (row.shownIn !== undefined) cursor.update(LocalStore.withKeys(row as ShownRecord, LocalStore.keyedFields(indexed)));
-        cursor.continue();
-      };
-    };
-    return new Promise((resolve, reject) => {
-      let blocked = false;
-      let grace: ReturnType<typeof setTimeout> | undefined;
-      // A connection asked to close still finishes its transactions (a SynclineWeb tab's
-      // included), and the browser reports it as blocking meanwhile: only one still open
-      // after a moment is.
-      open.onblocked = () => {
-        grace ??= setTimeout(() => {
-          blocked = true;
-          reject(new StorageBlockedError(name));
-        }, blockedGraceMilliseconds);
-      };
-      // Opened after all, once the blocking connection closed: nobody waits for it any more.
-      open.onsuccess = () => {
-        clearTimeout(grace);
-        if (blocked) open.result.close();
-        else resolve(open.result);
-      };
-      open.onerror = () => {
-        clearTimeout(grace);
-        reject(open.error);
-      };
-    });
+  get indexed(): string[][] {
+    return this.#database.indexed;
   }
-
-  /** Another tab upgrades the database: this connection closes, to be opened again on the next step. */
-  #watch(db: IDBDatabase): void {
-    db.onversionchange = () => {
-      db.close();
-      if (this.#db === db) this.#db = null;
-    };
-    // The browser closed it (the database was deleted or evicted): open it again next time.
-    db.onclose = () => {
-      if (this.#db === db) this.#db = null;
-    };
-  }
-
-  /**
-   * The open connection, opened again after another tab's upgrade closed it. Found missing
-   * then — deleted or evicted from outside — the database is created anew and `onReset`
-   * says so.
-   */
-  async #connection(): Promise<IDBDatabase> {
-    if (!this.#db) {
-      this.#reopening ??= LocalStore.ready(this.name, this.indexed).then(({ db, created }) => {
-        this.#watch(db);
-        this.#db = db;
-        this.#reopening = null;
-        if (created) this.onReset();
-        return db;
-      }, (error) => {
-        this.#reopening = null;
-        throw error;
-      });
-      return this.#reopening;
-    }
-    return this.#db;
-  }
-
-  #reopening: Promise<IDBDatabase> | null = null;
 
   /** One transaction (of this store or its sync steps); a connection the browser closed under it is opened again, once. */
   async run<T>(stores: string[], mode: IDBTransactionMode, body: (tx: IDBTransaction) => Promise<T>): Promise<T> {
     // A write to the outbox updates its counts, in `meta`, in the same transaction.
     const scope = mode === "readwrite" && stores.includes("outbox") && !stores.includes("meta") ? [...stores, "meta"] : stores;
-    const counted = async (tx: IDBTransaction) => {
+    return this.#database.run(scope, mode, async (tx) => {
       const value = await body(tx);
       await OutboxWriter.settle(tx);
       return value;
-    };
-    const db = await this.#connection();
-    try {
-      return await transaction(db, scope, mode, counted);
-    } catch (error) {
-      if ((error as DOMException)?.name !== "InvalidStateError") throw error;
-      if (this.#db === db) this.#db = null;
-      return transaction(await this.#connection(), scope, mode, counted);
-    }
-  }
-
-  static indexName(fields: string[]): string {
-    return indexPrefix + fields.join(",");
-  }
-
-  static keyedFields(indexed: string[][]): string[] {
-    return [...new Set(indexed.flat())];
-  }
-
-  static withKeys(row: ShownRecord, indexed: string[]): ShownRecord {
-    const ix: Record<string, SortKey> = {};
-    for (const field of indexed) ix[indexProperty(field)] = sortKey(field === "id" ? row.id : fieldValue(row.data, field));
-    return { ...row, ix };
+    });
   }
 
   close(): void {
-    this.#db?.close();
-    this.#db = null;
+    this.#database.close();
   }
 
   // MARK: - Meta
@@ -376,7 +217,7 @@ export class LocalStore {
     const pending = entries.some((entry) => unconfirmed.includes(entry.state));
     const aside = entries.find((entry) => entry.state === "set_aside");
     const visibility = state.publicVisibility;
-    const shown = LocalStore.withKeys({
+    const shown = withKeys({
       collection: key.collection, id: key.id, data: state.visibleData ?? {}, version: server?.version ?? 0, pending,
       set_aside_reason: pending || !aside ? null : aside.reason ?? "refused", visibility, public_id: state.shownPublicID,
       can_fork: visibility !== "private" && state.visibility?.canFork === true, forked_from: state.fork?.publicID ?? null,
@@ -428,14 +269,14 @@ export class LocalStore {
           const condition = options.where?.[fields[0]];
           if (fields.length < 2 || fields[1] !== by || condition?.eq === undefined) continue;
           const range = IDBKeyRange.bound([collection, sortKey(condition.eq)], [collection, sortKey(condition.eq), [3]]);
-          return this.#walk(records.index(LocalStore.indexName(fields)), range, descending ? "prev" : "next", by, options);
+          return this.#walk(records.index(indexName(fields)), range, descending ? "prev" : "next", by, options);
         }
       }
       // Else an index whose first field has an `eq`, `in` or range condition: read its range.
       for (const [field, condition] of Object.entries(options.where ?? {})) {
         const fields = this.indexed.find((candidate) => candidate[0] === field);
         if (!fields) continue;
-        const index = records.index(LocalStore.indexName(fields));
+        const index = records.index(indexName(fields));
         if (condition.eq !== undefined || condition.in !== undefined) {
           const values = condition.eq !== undefined ? [condition.eq] : condition.in!;
           // Values with one sort key (1 and true, or a value listed twice) are read once.
