@@ -47,7 +47,7 @@ public struct BlobIngest: Sendable {
     }
 
     /// Stores one whole file sent as `body` by `user`.
-    public func put<Body: AsyncSequence>(space: SpaceID, user: String, sha256: String, contentType: String, body: Body) async throws -> Outcome
+    public func put<Body: AsyncSequence>(space: SpaceID, user: UserID, sha256: String, contentType: String, body: Body) async throws -> Outcome
     where Body.Element == ByteBuffer {
         let store = stores.writing
         let object = try await catalog.beginObject(sha256: sha256, store: store.kind.rawValue, abandonAfter: Self.putAbandonedAfter)
@@ -141,7 +141,7 @@ public struct BlobIngest: Sendable {
     }
 
     private func finish(
-        object: UUID, in store: any BlobStore, space: SpaceID, user: String, sha256: String, size: Int64, contentType: String,
+        object: UUID, in store: any BlobStore, space: SpaceID, user: UserID, sha256: String, size: Int64, contentType: String,
         upload: UUID? = nil
     ) async throws -> Outcome {
         try await store.seal(object: object, sha256: sha256)
@@ -175,64 +175,75 @@ public struct BlobIngest: Sendable {
     /// Writes `body` in pieces from `offset`; returns the bytes written, or nil once they
     /// would exceed `limit` (what was written stays, for the caller to discard).
     /// `afterPiece` is told, in order, where each written piece ends, and may stop the
-    /// writing.
+    /// writing. The pieces in flight are child tasks of this call.
     private func write<Body: AsyncSequence>(
         _ body: Body, to object: UUID, in store: any BlobStore, at offset: Int64, limit: Int64,
         onBytes: (ByteBuffer) -> Void, afterPiece: (Int64) async throws -> Bool = { _ in true }
     ) async throws -> Int64? where Body.Element == ByteBuffer {
-        var inFlight: [(task: Task<Void, any Error>, end: Int64)] = []
-        defer { for item in inFlight { item.task.cancel() } }
-        /// Waits for the oldest piece; false when `afterPiece` stops the writing.
-        func settleOldest() async throws -> Bool {
-            let oldest = inFlight.removeFirst()
-            try await oldest.task.value
-            return try await afterPiece(oldest.end)
-        }
-        func send(_ piece: Data, at position: Int64) async throws -> Bool {
-            inFlight.append((Task { try await store.write(piece, object: object, at: position) }, position + Int64(piece.count)))
-            return inFlight.count < Self.piecesInFlight ? true : try await settleOldest()
-        }
-        // Grown as bytes arrive: an upload that trickles holds what it sent, not a piece.
-        var piece = Data()
-        var position = offset
-        var total: Int64 = 0
-        do {
-            return try await readBody()
-        } catch {
-            // The body was cut: the whole pieces already sent are kept (and counted), in order.
-            while !inFlight.isEmpty {
-                guard (try? await settleOldest()) == true else { break }
-            }
-            throw error
-        }
-        func readBody() async throws -> Int64? {
-            for try await buffer in body {
-                total += Int64(buffer.readableBytes)
-                if total > limit {
-                    while !inFlight.isEmpty { _ = try? await inFlight.removeFirst().task.value }
-                    return nil
+        try await withThrowingTaskGroup(of: Int64.self) { pieces in
+            /// Where each piece in flight ends, oldest first; and those written out of turn.
+            var inFlight: [Int64] = []
+            var writtenEarly: Set<Int64> = []
+            /// Waits for the oldest piece; false when `afterPiece` stops the writing.
+            func settleOldest() async throws -> Bool {
+                let oldest = inFlight.removeFirst()
+                while writtenEarly.remove(oldest) == nil {
+                    guard let end = try await pieces.next() else { break }
+                    writtenEarly.insert(end)
                 }
-                onBytes(buffer)
-                var rest = buffer
-                while rest.readableBytes > 0 {
-                    let take = min(rest.readableBytes, BlobChunking.bytes - piece.count)
-                    rest.withUnsafeReadableBytes { piece.append(contentsOf: $0.prefix(take)) }
-                    rest.moveReaderIndex(forwardBy: take)
-                    if piece.count == BlobChunking.bytes {
-                        let full = piece
-                        piece = Data()
-                        guard try await send(full, at: position) else { return total }
-                        position += Int64(full.count)
+                return try await afterPiece(oldest)
+            }
+            func send(_ piece: Data, at position: Int64) async throws -> Bool {
+                let end = position + Int64(piece.count)
+                pieces.addTask {
+                    try await store.write(piece, object: object, at: position)
+                    return end
+                }
+                inFlight.append(end)
+                return inFlight.count < Self.piecesInFlight ? true : try await settleOldest()
+            }
+            // Grown as bytes arrive: an upload that trickles holds what it sent, not a piece.
+            var piece = Data()
+            var position = offset
+            var total: Int64 = 0
+            func readBody() async throws -> Int64? {
+                for try await buffer in body {
+                    total += Int64(buffer.readableBytes)
+                    if total > limit { return nil }  // the group waits for the pieces in flight
+                    onBytes(buffer)
+                    var rest = buffer
+                    while rest.readableBytes > 0 {
+                        let take = min(rest.readableBytes, BlobChunking.bytes - piece.count)
+                        rest.withUnsafeReadableBytes { piece.append(contentsOf: $0.prefix(take)) }
+                        rest.moveReaderIndex(forwardBy: take)
+                        if piece.count == BlobChunking.bytes {
+                            let full = piece
+                            piece = Data()
+                            guard try await send(full, at: position) else { return total }
+                            position += Int64(full.count)
+                        }
                     }
                 }
+                if !piece.isEmpty {
+                    guard try await send(piece, at: position) else { return total }
+                }
+                while !inFlight.isEmpty {
+                    guard try await settleOldest() else { return total }
+                }
+                return total
             }
-            if !piece.isEmpty {
-                guard try await send(piece, at: position) else { return total }
+            do {
+                let written = try await readBody()
+                if written != nil { pieces.cancelAll() }  // what `afterPiece` stopped
+                return written
+            } catch {
+                // The body was cut: the whole pieces already sent are kept (and counted), in order.
+                while !inFlight.isEmpty {
+                    guard (try? await settleOldest()) == true else { break }
+                }
+                pieces.cancelAll()
+                throw error
             }
-            while !inFlight.isEmpty {
-                guard try await settleOldest() else { return total }
-            }
-            return total
         }
     }
 
