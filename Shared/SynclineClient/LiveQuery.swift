@@ -7,6 +7,15 @@ import Observation
 import Combine
 #endif
 
+/// What a live query shows: its records, the sync status, and why it could not run.
+@MainActor
+protocol LiveQueryView: AnyObject {
+    associatedtype Record: SyncRecord
+    func show(_ records: [Record], failures: [UndecodableRecord])
+    func show(_ status: SyncStatus)
+    func show(_ error: ClientError?)
+}
+
 /// The tasks a live query runs, cancelled when the query object goes away.
 final class Subscriptions: Sendable {
     private let tasks = Locked<[Task<Void, Never>]>([])
@@ -14,23 +23,20 @@ final class Subscriptions: Sendable {
     func add(_ task: Task<Void, Never>) { tasks.withLock { $0.append(task) } }
 
     /// Follows a typed query and the client's status on the main actor, for as long as
-    /// these subscriptions live.
+    /// these subscriptions live, showing them in `view` (held weakly).
     @MainActor
-    func follow<Record: SyncRecord>(
-        _ client: SyncClient, _ query: RecordQuery, records: @escaping @MainActor ([Record], [UndecodableRecord]) -> Void,
-        status: @escaping @MainActor (SyncStatus) -> Void, failed: @escaping @MainActor (ClientError?) -> Void
-    ) {
-        add(Task { @MainActor in
+    func follow<View: LiveQueryView>(_ client: SyncClient, _ query: RecordQuery, in view: View) {
+        add(Task { @MainActor [weak view] in
             do {
-                for await results in try await client.observeDecoded(Record.self, query) {
-                    records(results.records, results.failures)
+                for await results in try await client.observeDecoded(View.Record.self, query) {
+                    view?.show(results.records, failures: results.failures)
                 }
             } catch {
-                failed(error as? ClientError)
+                view?.show(error as? ClientError)
             }
         })
-        add(Task { @MainActor in
-            for await current in client.statusUpdates { status(current) }
+        add(Task { @MainActor [weak view] in
+            for await current in client.statusUpdates { view?.show(current) }
         })
     }
 
@@ -68,11 +74,15 @@ public final class LiveQuery<Record: SyncRecord> {
     @ObservationIgnored private let subscriptions = Subscriptions()
 
     public init(_ client: SyncClient, where filter: Filter? = nil, orderBy order: [Ordering] = [], limit: Int? = nil) {
-        subscriptions.follow(
-            client, RecordQuery(Record.collection, where: filter, orderBy: order, limit: limit),
-            records: { [weak self] in self?.records = $0; self?.failures = $1 }, status: { [weak self] in self?.status = $0 },
-            failed: { [weak self] in self?.error = $0 })
+        subscriptions.follow(client, RecordQuery(Record.collection, where: filter, orderBy: order, limit: limit), in: self)
     }
+}
+
+@available(macOS 14, iOS 17, tvOS 17, watchOS 10, *)
+extension LiveQuery: LiveQueryView {
+    func show(_ records: [Record], failures: [UndecodableRecord]) { (self.records, self.failures) = (records, failures) }
+    func show(_ status: SyncStatus) { self.status = status }
+    func show(_ error: ClientError?) { self.error = error }
 }
 #endif
 
@@ -87,10 +97,13 @@ public final class LiveQueryObject<Record: SyncRecord>: ObservableObject {
     private let subscriptions = Subscriptions()
 
     public init(_ client: SyncClient, where filter: Filter? = nil, orderBy order: [Ordering] = [], limit: Int? = nil) {
-        subscriptions.follow(
-            client, RecordQuery(Record.collection, where: filter, orderBy: order, limit: limit),
-            records: { [weak self] in self?.records = $0; self?.failures = $1 }, status: { [weak self] in self?.status = $0 },
-            failed: { [weak self] in self?.error = $0 })
+        subscriptions.follow(client, RecordQuery(Record.collection, where: filter, orderBy: order, limit: limit), in: self)
     }
+}
+
+extension LiveQueryObject: LiveQueryView {
+    func show(_ records: [Record], failures: [UndecodableRecord]) { (self.records, self.failures) = (records, failures) }
+    func show(_ status: SyncStatus) { self.status = status }
+    func show(_ error: ClientError?) { self.error = error }
 }
 #endif

@@ -62,7 +62,7 @@ struct ClientSpaceTests {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for (index, device) in devices.enumerated() {
                     group.addTask {
-                        var rng = ClientConvergenceTests.SplitMix64(state: UInt64(index + 1) &* 7_919)
+                        var rng = SplitMix64(state: UInt64(index + 1) &* 7_919)
                         for round in 0..<12 {
                             let item = items.randomElement(using: &rng)!
                             switch Int.random(in: 0..<6, using: &rng) {

@@ -1,5 +1,6 @@
 import SyncModels
 import Testing
+import TestSupport
 
 /// Everyone converges: the final state depends only on the set of ops applied — never on order, on how
 /// ops are grouped into jobs, or on duplicates.

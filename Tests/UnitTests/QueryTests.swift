@@ -3,6 +3,7 @@ import GRDB
 import SyncModels
 @testable import SynclineClient
 import Testing
+import TestSupport
 
 /// Local queries: every operator against SQLite, declared indexes, and a property test
 /// holding the SQL to a plain in-memory reading of the same rules.
