@@ -85,19 +85,19 @@ final class Hub: Service, Sendable {
     /// Seconds on a monotonic clock: the hub's timers do not follow the wall clock.
     static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
-    private func binding(_ user: String) -> AMQPTopology.Binding {
+    private func binding(_ user: UserID) -> AMQPTopology.Binding {
         .init(queue: queue, exchange: SynclineTopology.eventsExchange, routingKey: SynclineTopology.eventRoutingKey(user: user))
     }
 
     /// Whether the user holds fewer streams here than they may.
-    func admits(user: String) -> Bool {
+    func admits(user: UserID) -> Bool {
         state.withLockedValue { $0.admits(user: user) }
     }
 
     /// Registers a stream; its messages come out of the returned sequence until
     /// `unsubscribe` (or shutdown) finishes it. Returns once the user's routing key is
     /// bound, so the stream's `hello` is never ahead of its pokes.
-    func subscribe(user: String, deviceID: String, space: String?) async throws -> (UUID, AsyncStream<StreamMessage>) {
+    func subscribe(user: UserID, deviceID: String, space: String?) async throws -> (UUID, AsyncStream<StreamMessage>) {
         let id = UUID()
         let (stream, continuation) = AsyncStream.makeStream(of: StreamMessage.self, bufferingPolicy: .bufferingNewest(64))
         let subscriber = HubState.Subscriber(id: id, deviceID: deviceID, space: space, continuation: continuation)
@@ -128,7 +128,7 @@ final class Hub: Service, Sendable {
         return (id, stream)
     }
 
-    private func bindFinished(user: String, failure: (any Error)?) {
+    private func bindFinished(user: UserID, failure: (any Error)?) {
         let waiters = state.withLockedValue { $0.bindFinished(user: user, succeeded: failure == nil) }
         for waiter in waiters {
             if let failure { waiter.resume(throwing: failure) } else { waiter.resume(returning: .ready) }
@@ -143,7 +143,7 @@ final class Hub: Service, Sendable {
     }
 
     /// Ends a stream; after the user's last, unbinds their routing key in the background.
-    func unsubscribe(user: String, id: UUID) {
+    func unsubscribe(user: UserID, id: UUID) {
         guard let (ended, wasLast) = state.withLockedValue({ $0.unsubscribe(user: user, id: id) }) else { return }
         ended.continuation.finish()
         connected.decrement()

@@ -19,7 +19,7 @@ struct HubState {
     }
 
     struct Membership: Hashable {
-        let user: String
+        let user: UserID
         let space: String
     }
 
@@ -83,7 +83,7 @@ struct HubState {
         var heartbeats: [Subscriber] = []
         /// Bind these users' keys again (after a reconnect, or as a periodic safety net);
         /// report `rebound`.
-        var rebind: (users: [String], connection: Int, afterReconnect: Bool)?
+        var rebind: (users: [UserID], connection: Int, afterReconnect: Bool)?
     }
 
     /// Intervals of the periodic duties, in seconds.
@@ -99,8 +99,8 @@ struct HubState {
 
     let streamsPerUser: Int
     let intervals: Intervals
-    private(set) var users: [String: [UUID: Subscriber]] = [:]
-    private var binds: [String: Bind] = [:]
+    private(set) var users: [UserID: [UUID: Subscriber]] = [:]
+    private var binds: [UserID: Bind] = [:]
     private var left: [Membership: Double] = [:]
     private(set) var closed = false
     private var lastHeartbeat: Double
@@ -119,11 +119,11 @@ struct HubState {
     }
 
     /// Whether the user holds fewer streams here than they may.
-    func admits(user: String) -> Bool { (users[user]?.count ?? 0) < streamsPerUser }
+    func admits(user: UserID) -> Bool { (users[user]?.count ?? 0) < streamsPerUser }
 
     /// Registers a stream of `user`. The caller settles `waiter` with the admission
     /// (`Admission.settle`); on `.wait` the waiter is kept, and resumed when the key is bound.
-    mutating func subscribe(user: String, _ subscriber: Subscriber, waiter: Waiter) -> Admission {
+    mutating func subscribe(user: UserID, _ subscriber: Subscriber, waiter: Waiter) -> Admission {
         if closed { return .refused(.closed) }
         if !admits(user: user) { return .refused(.tooMany) }
         users[user, default: [:]][subscriber.id] = subscriber
@@ -141,14 +141,14 @@ struct HubState {
     }
 
     /// Whether the user's key is bound.
-    func isBound(user: String) -> Bool {
+    func isBound(user: UserID) -> Bool {
         if case .bound? = binds[user] { return true }
         return false
     }
 
     /// The bind of the user's key finished; returns the streams that waited for it, to be
     /// resumed (`.ready`, or the error when it failed: the next stream tries again).
-    mutating func bindFinished(user: String, succeeded: Bool) -> [Waiter] {
+    mutating func bindFinished(user: UserID, succeeded: Bool) -> [Waiter] {
         guard case .binding(let waiters) = binds[user] else { return [] }
         binds[user] = succeeded && users[user] != nil ? .bound : nil
         return waiters
@@ -156,7 +156,7 @@ struct HubState {
 
     /// Removes a stream; returns it (to be finished) and whether it was the user's last,
     /// whose key may then be unbound.
-    mutating func unsubscribe(user: String, id: UUID) -> (ended: Subscriber, wasLast: Bool)? {
+    mutating func unsubscribe(user: UserID, id: UUID) -> (ended: Subscriber, wasLast: Bool)? {
         guard let subscriber = users[user]?.removeValue(forKey: id) else { return nil }
         guard users[user]?.isEmpty == true else { return (subscriber, false) }
         users[user] = nil
@@ -165,7 +165,7 @@ struct HubState {
     }
 
     /// Whether the user has a stream here.
-    func isConnected(user: String) -> Bool { users[user] != nil }
+    func isConnected(user: UserID) -> Bool { users[user] != nil }
 
     /// A job event for its user's streams that cover its space: a poke to every other
     /// device (unless the membership ended lately); to the origin device, the job's outcome,
@@ -189,14 +189,14 @@ struct HubState {
     }
 
     /// The streams of a revoked device (every device of the user when `deviceID` is nil).
-    func streams(of user: String, device deviceID: String?) -> [UUID] {
+    func streams(of user: UserID, device deviceID: String?) -> [UUID] {
         (users[user] ?? [:]).filter { deviceID == nil || $0.value.deviceID == deviceID }.map(\.key)
     }
 
     /// The user left the space: remembered for a while, and their streams narrowed to it
     /// returned (to be ended). Their streams of every space stay: the worker pokes only
     /// members, so that space's pokes stop there too.
-    mutating func left(user: String, space: String, now: Double) -> [UUID] {
+    mutating func left(user: UserID, space: String, now: Double) -> [UUID] {
         left[Membership(user: user, space: space)] = now
         return (users[user] ?? [:]).filter { $0.value.space == space }.map(\.key)
     }

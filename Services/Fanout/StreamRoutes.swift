@@ -31,7 +31,7 @@ struct StreamRoutes: Sendable {
 
     /// Whom a stream is for.
     struct Listener: Sendable {
-        let user: String
+        let user: UserID
         let deviceID: String
         /// The one space the stream is narrowed to; nil: every space of the user.
         let space: String?
@@ -43,19 +43,19 @@ struct StreamRoutes: Sendable {
         try limiter.check(claims.sub, limit: "streams")
         // Checked here too, so a WebSocket over the cap is refused before its upgrade;
         // `Hub.subscribe` enforces it.
-        guard hub.admits(user: claims.sub) else { throw hub.tooManyStreams() }
+        guard hub.admits(user: claims.user) else { throw hub.tooManyStreams() }
         guard let device = request.uri.queryParameters["device_id"].flatMap(DeviceID.init) else {
             throw APIError.badRequest("device_id must be the id of one of your devices.")
         }
         let space = try request.spaceParameter()
-        switch try await devices.state(user: claims.sub, device: device) {
+        switch try await devices.state(user: claims.user, device: device) {
         case .notFound: throw APIError.notFound("No such device.")
         case .revoked: throw APIError.forbidden("This device was revoked.")
         case .active: break
         }
-        if let space, try await spaces.role(user: claims.sub, space: space) == nil { throw APIError.notFound("No such space.") }
+        if let space, try await spaces.role(user: claims.user, space: space) == nil { throw APIError.notFound("No such space.") }
         try await devices.markSeen(devices: [device])
-        return Listener(user: claims.sub, deviceID: device.description, space: space?.description)
+        return Listener(user: claims.user, deviceID: device.description, space: space?.description)
     }
 
     /// Subscribes the listener, then reads where their stream starts; a space they left

@@ -217,12 +217,12 @@ struct WebhookDispatcher: Service {
 /// fifth of the applied throughput in the benchmark. A device registered with a push_url
 /// gets pokes within `ttl`; one revoked meanwhile is still skipped at delivery.
 final class WebhookDirectory: Sendable {
-    private let entries = NIOLockedValueBox<[String: (at: Date, hooks: [DeviceStore.Webhook])]>([:])
+    private let entries = NIOLockedValueBox<[UserID: (at: Date, hooks: [DeviceStore.Webhook])]>([:])
     private let ttl: Double
 
     init(ttl: Double) { self.ttl = ttl }
 
-    func webhooks(user: String, devices: DeviceStore) async throws -> [DeviceStore.Webhook] {
+    func webhooks(user: UserID, devices: DeviceStore) async throws -> [DeviceStore.Webhook] {
         let now = Date()
         if let entry = entries.withLockedValue({ $0[user] }), now.timeIntervalSince(entry.at) < ttl { return entry.hooks }
         let hooks = try await devices.webhooks(user: user)

@@ -16,7 +16,7 @@ struct FileRules: Sendable {
 
     /// The space named by `space_id` (the personal one when absent), which the caller may
     /// write to.
-    func writableSpace(_ named: SpaceID?, user: String) async throws -> SpaceID {
+    func writableSpace(_ named: SpaceID?, user: UserID) async throws -> SpaceID {
         guard let space = named else { return try await spaces.personalSpace(user: user) }
         switch try await spaces.role(user: user, space: space) {
         case nil: throw APIError.notFound("No such space.")

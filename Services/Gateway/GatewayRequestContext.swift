@@ -2,6 +2,7 @@ import Auth
 import HTTPSupport
 import Hummingbird
 import NIOCore
+import SyncModels
 
 /// The gateway's request context: Hummingbird's basic one plus the client's address, which
 /// the public endpoints' rate limit is keyed by.
@@ -39,7 +40,7 @@ struct SignedInRequestContext: ChildRequestContext {
     }
 
     /// The signed-in user's id.
-    var user: String { identity.sub }
+    var user: UserID { identity.user }
 }
 
 /// In front of the operators' routes: a signed-in user without the admin role gets 403.

@@ -77,7 +77,7 @@ struct Jobs: AsyncParsableCommand {
                 throw ValidationError("no job \(id)")
             }
             struct Shown: Encodable {
-                let user_id: String
+                let user_id: UserID
                 let job: JobView
             }
             try printJSON(Shown(user_id: found.user, job: found.job))

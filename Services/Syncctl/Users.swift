@@ -2,6 +2,7 @@ import ArgumentParser
 import BlobStorage
 import Operations
 import Persistence
+import SyncModels
 import ServiceSupport
 
 struct Users: AsyncParsableCommand {
@@ -18,7 +19,7 @@ struct Users: AsyncParsableCommand {
             try await withOperations { pool, publisher, office, logger in
                 let sweeper = BlobSweeper(catalog: BlobCatalog(pool: pool), stores: try BlobStores(location, pool: pool), logger: logger)
                 _ = try await AccountEraser(pool: pool, publisher: publisher, office: office, sweeper: sweeper, logger: logger)
-                    .erase(user: user, budget: .infinity)
+                    .erase(user: UserID(user), budget: .infinity)
             }
             print("deleted the account data of \(user)")
         }

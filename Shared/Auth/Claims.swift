@@ -1,3 +1,5 @@
+import SyncModels
+
 /// Who a verified token speaks for: the user id (from `JWT_USER_CLAIM`, `sub` by
 /// default), whether it carries the admin role, and the display name used as a public
 /// author. Also what `syncctl token` mints.
@@ -13,6 +15,9 @@ public struct Claims: Codable, Sendable, Equatable {
         self.role = role
         self.name = name
     }
+
+    /// The user the token speaks for.
+    public var user: UserID { UserID(sub) }
 
     public var isAdmin: Bool { role == "admin" }
 }

@@ -212,8 +212,8 @@ public enum SynclineTopology {
     }
 
     /// The routing key of a user's events: the user id hashed, so any id fits a topic key.
-    public static func eventRoutingKey(user: String) -> String {
-        "user." + Digests.sha256Hex(Array(user.utf8))
+    public static func eventRoutingKey(user: UserID) -> String {
+        "user." + Digests.sha256Hex(Array(user.text.utf8))
     }
 
     /// The event a worker publishes after a job finished (committed or dead-lettered). Not
@@ -233,7 +233,7 @@ public enum SynclineTopology {
         userEventMessage(user: event.userID, event, messageID: nil)
     }
 
-    private static func userEventMessage(user: String, _ event: some Encodable, messageID: String?) -> OutgoingMessage {
+    private static func userEventMessage(user: UserID, _ event: some Encodable, messageID: String?) -> OutgoingMessage {
         OutgoingMessage(
             exchange: eventsExchange, routingKey: eventRoutingKey(user: user),
             body: Array((try? JSONCoding.encode(event)) ?? Data()), messageID: messageID, mandatory: false)

@@ -29,17 +29,17 @@ public struct AccountEraser: Sendable {
     }
 
     /// What the deletion record keeps once the deletion is done: not the user id.
-    public static func userHash(_ user: String) -> String { Digests.sha256Hex(Array(user.utf8)) }
+    public static func userHash(_ user: UserID) -> String { Digests.sha256Hex(Array(user.text.utf8)) }
 
     /// Starts deleting and keeps at it for up to `budget` seconds; true once done.
-    public func erase(user: String, budget: Double) async throws -> Bool {
+    public func erase(user: UserID, budget: Double) async throws -> Bool {
         try await accounts.begin(user: user, userHash: Self.userHash(user))
         await publisher.announce(DeviceRevokedEvent(userID: user, deviceID: nil), logger: logger)
         return try await continueErasing(user: user, budget: budget)
     }
 
     /// Erases batch after batch until nothing is left (true) or the budget is spent.
-    public func continueErasing(user: String, budget: Double) async throws -> Bool {
+    public func continueErasing(user: UserID, budget: Double) async throws -> Bool {
         let deadline = Date().addingTimeInterval(budget)
         while try await accounts.eraseBatch(user: user) {
             if Date() > deadline { return false }
@@ -60,7 +60,7 @@ public struct AccountEraser: Sendable {
         return pending.count
     }
 
-    public func deletion(user: String) async throws -> AccountStore.Deletion? {
+    public func deletion(user: UserID) async throws -> AccountStore.Deletion? {
         try await accounts.deletion(userHash: Self.userHash(user))
     }
 }

@@ -28,7 +28,7 @@ public struct AccountStore: Sendable {
     /// Starts (or restarts) the deletion. Under the user's clock row lock — the lock every
     /// push's intake takes — the devices are revoked, so a push either committed its job
     /// before (and that job is erased below) or finds its device revoked.
-    public func begin(user: String, userHash: String) async throws {
+    public func begin(user: UserID, userHash: String) async throws {
         try await pool.transaction { connection in
             try DeviceStore.lockClock(connection, user: user)
             try connection.execute("UPDATE devices SET revoked_at = coalesce(revoked_at, now()) WHERE user_id = \(user)")
@@ -43,7 +43,7 @@ public struct AccountStore: Sendable {
     /// Deletes one batch; false once nothing of the user is left. Jobs go first: a worker
     /// applying one holds its row, so the delete waits for that commit and the records it
     /// wrote are erased by the batches after it.
-    public func eraseBatch(user: String) async throws -> Bool {
+    public func eraseBatch(user: UserID) async throws -> Bool {
         let limit = Self.batchSize
         let personal = "(SELECT space_id FROM spaces WHERE personal_of = "
         let steps: [PGQuery] = [
@@ -85,7 +85,7 @@ public struct AccountStore: Sendable {
     }
 
     /// The last rows: the counter and the clock, then the deletion forgets the user id.
-    public func finish(user: String, userHash: String) async throws {
+    public func finish(user: UserID, userHash: String) async throws {
         try await pool.transaction { connection in
             try connection.execute(
                 "DELETE FROM space_counters WHERE space_id = (SELECT space_id FROM spaces WHERE personal_of = \(user))")
@@ -101,7 +101,7 @@ public struct AccountStore: Sendable {
     /// The user's memberships end. A shared space they were the last owner of passes to its
     /// longest-standing editor (else its longest-standing member); one with no other member
     /// is deleted with its records. Records in shared spaces stay with the space.
-    static func leaveSharedSpaces(_ connection: PGConnection, user: String) throws {
+    static func leaveSharedSpaces(_ connection: PGConnection, user: UserID) throws {
         // The spaces' locks first, in order, as every change to a space's members takes them.
         try connection.execute("""
             SELECT s.space_id FROM spaces s JOIN space_members m USING (space_id)
@@ -141,12 +141,12 @@ public struct AccountStore: Sendable {
     }
 
     /// Deletions left unfinished (the process erasing them stopped), oldest first.
-    public func unfinished(olderThan seconds: Int) async throws -> [String] {
+    public func unfinished(olderThan seconds: Int) async throws -> [UserID] {
         try await pool.execute("""
             SELECT user_id FROM account_deletions
             WHERE finished_at IS NULL AND requested_at < clock_timestamp() - make_interval(secs => \(Double(seconds)))
             ORDER BY requested_at LIMIT 100
-            """).map { try $0.decode(String.self, at: 0) }
+            """).map { try $0.decode(UserID.self, at: 0) }
     }
 
     /// Whether a job was erased with its account (its queued message is then dropped).

@@ -8,7 +8,7 @@ extension ApplyStore {
     /// A job row locked by this transaction.
     struct LockedJob {
         let id: String
-        let user: String
+        let user: UserID
         let space: String
         let deviceID: String
         let status: JobStatus
@@ -44,7 +44,7 @@ extension ApplyStore {
             FROM job LEFT JOIN counter USING (space_id)
             """) {
             let (id, user, space, device, status, ops, author, counter, purgeClock) =
-                try row.decode((String, String, String, String, String, String, String?, Int64?, String?).self)
+                try row.decode((String, UserID, String, String, String, String, String?, Int64?, String?).self)
             guard let status = JobStatus(rawValue: status) else {
                 throw UnexpectedAnswer("job \(id) has status \(status)")
             }
@@ -129,7 +129,7 @@ extension ApplyStore {
     /// Raises each forked record's `fork_count`, once per forking user — kept as the
     /// SHA-256 of their id, which outlives their account — and never for a member of the
     /// source's space (forking your own record is no endorsement).
-    static func countForks(_ connection: PGConnection, space: String, user: String, forked: Set<ForkedRecord>) throws {
+    static func countForks(_ connection: PGConnection, space: String, user: UserID, forked: Set<ForkedRecord>) throws {
         guard !forked.isEmpty else { return }
         let sources = forked.map { (space: $0.space ?? space, key: $0.key) }
             .sorted { ($0.space, $0.key) < ($1.space, $1.key) }
@@ -165,7 +165,7 @@ extension ApplyStore {
     struct SpaceState {
         var known = Set<String>()
         var records: [RecordKey: StoredRecord] = [:]
-        var members: [String: SpaceRole] = [:]
+        var members: [UserID: SpaceRole] = [:]
         /// The files each record counts towards (`records.blob_refs`).
         var blobRefs: [RecordKey: Set<String>] = [:]
     }
@@ -174,7 +174,7 @@ extension ApplyStore {
     /// that last changed each), the op_ids to remember, each space's counter, each job's results.
     struct StateWrites {
         /// A record written, with the author's name and user of the job that last changed it.
-        typealias Record = (record: StoredRecord, author: String?, user: String)
+        typealias Record = (record: StoredRecord, author: String?, user: UserID)
 
         var records: [SpaceKey: Record] = [:]
         /// The records of `records` that were read from the table (the others are new).
@@ -279,7 +279,7 @@ extension ApplyStore {
                     USING (space_id, op_id)) o
             """).first {
             let (memberSpaces, users, roles, knownSpaces, opIDs) =
-                try row.decode(([String]?, [String]?, [String]?, [String]?, [String]?).self)
+                try row.decode(([String]?, [UserID]?, [String]?, [String]?, [String]?).self)
             for (index, space) in (memberSpaces ?? []).enumerated() {
                 states[space, default: SpaceState()].members[users![index]] = SpaceRole(rawValue: roles![index])
             }

@@ -49,7 +49,7 @@ public struct ApplyStore: Sendable {
 
     /// What applying one job left: enough for its events and metrics.
     public struct Applied: Sendable, Equatable {
-        public let user: String
+        public let user: UserID
         public let deviceID: String
         public let checkpoint: Int64
         public let hadRejectsOrConflicts: Bool
@@ -57,7 +57,7 @@ public struct ApplyStore: Sendable {
         /// The space written to, with its members at the commit. The pusher is not among
         /// them when they were removed since intake.
         public let space: String
-        public let members: [String]
+        public let members: [UserID]
     }
 
     /// Applies the jobs in one transaction, in the order given: every op by the merge
@@ -133,7 +133,7 @@ public struct ApplyStore: Sendable {
             for key in state.records.keys { writes.stored.insert(SpaceKey(space: space, key: key)) }
             for (key, blobs) in state.blobRefs { referencedBefore[SpaceKey(space: space, key: key)] = blobs }
         }
-        var forks: [(space: String, user: String, forked: Set<ForkedRecord>)] = []
+        var forks: [(space: String, user: UserID, forked: Set<ForkedRecord>)] = []
         var applied: [String: Applied] = [:]
         for (job, stored) in jobs {
             var state = states.removeValue(forKey: job.space) ?? SpaceState()

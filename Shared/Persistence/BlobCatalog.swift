@@ -69,7 +69,7 @@ public struct BlobCatalog: Sendable {
     /// space's row lock, so two uploads into one space count against the quota one after
     /// the other. `upload`: the resumable upload this was, which ends here.
     public func finish(
-        object: UUID, space: SpaceID, user: String, sha256: String, size: Int64, contentType: String, store: String, quota: Int64,
+        object: UUID, space: SpaceID, user: UserID, sha256: String, size: Int64, contentType: String, store: String, quota: Int64,
         upload: UUID? = nil
     ) async throws -> Finished {
         try await pool.transaction { connection in
@@ -148,7 +148,7 @@ public struct BlobCatalog: Sendable {
     }
 
     /// Whether `user` is a member of the space who may add to it.
-    static func canWrite(_ connection: PGConnection, user: String, space: SpaceID) throws -> Bool {
+    static func canWrite(_ connection: PGConnection, user: UserID, space: SpaceID) throws -> Bool {
         guard let role = try connection.execute("SELECT role FROM space_members WHERE space_id = \(space) AND user_id = \(user)")
             .first?.decode(String.self, at: 0)
         else { return false }
@@ -171,7 +171,7 @@ public struct BlobCatalog: Sendable {
 
     public struct Upload: Sendable, Equatable, Codable {
         public let uploadID: UUID
-        public let userID: String
+        public let userID: UserID
         public let spaceID: SpaceID
         public let sha256: String
         public let contentType: String
@@ -206,7 +206,7 @@ public struct BlobCatalog: Sendable {
     /// declared length counts against the space's quota while it is open, under the
     /// space's row lock; a user has at most `maxOpen` open at once.
     public func createUpload(
-        user: String, space: SpaceID, sha256: String, contentType: String, length: Int64, store: String, expiresIn seconds: Double,
+        user: UserID, space: SpaceID, sha256: String, contentType: String, length: Int64, store: String, expiresIn seconds: Double,
         quota: Int64, maxOpen: Int
     ) async throws -> CreatedUpload {
         let id = UUID()
@@ -235,7 +235,7 @@ public struct BlobCatalog: Sendable {
     }
 
     /// The user's upload, while it has not expired.
-    public func upload(id: String, user: String) async throws -> Upload? {
+    public func upload(id: String, user: UserID) async throws -> Upload? {
         guard let uploadID = UUID(uuidString: id) else { return nil }
         return try await pool.execute("""
             SELECT \(sql: Self.uploadColumns) FROM blob_uploads

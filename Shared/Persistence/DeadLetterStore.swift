@@ -12,7 +12,7 @@ public struct DeadLetterStore: Sendable {
     /// What was recorded: the job's attempts and, when it names a job, its user and device.
     public struct Recorded: Sendable {
         public let attempts: Int
-        public let userID: String?
+        public let userID: UserID?
         public let deviceID: String?
         public let spaceID: String?
     }
@@ -23,11 +23,11 @@ public struct DeadLetterStore: Sendable {
     /// `userID`/`deviceID` name whom a message that is not a job concerns (a webhook).
     public func record(
         id: String, queue: String = "sync", namedJobID: String?, reason: String, error: String, message: String,
-        userID: String? = nil, deviceID: String? = nil, attempts: Int? = nil
+        userID: UserID? = nil, deviceID: String? = nil, attempts: Int? = nil
     ) async throws -> Recorded? {
         try await pool.transaction { connection in
             struct Job: Decodable {
-                let jobID: String, userID: String, deviceID: String, spaceID: String?, opCount: Int, attempts: Int, status: String
+                let jobID: String, userID: UserID, deviceID: String, spaceID: String?, opCount: Int, attempts: Int, status: String
             }
             var job: Job?
             if let namedJobID, let jobID = UUID(uuidString: namedJobID) {

@@ -26,7 +26,7 @@ public struct DeviceStore: Sendable {
             createdAt: createdAt, revokedAt: revokedAt)
     }
 
-    public func register(user: String, name: String, platform: String, pushURL: String?, pushSecret: String) async throws -> DeviceView {
+    public func register(user: UserID, name: String, platform: String, pushURL: String?, pushSecret: String) async throws -> DeviceView {
         let row = try await pool.execute("""
             INSERT INTO devices (device_id, user_id, name, platform, push_url, push_secret)
             VALUES (\(UUID()), \(user), \(name), \(platform), \(pushURL), \(pushSecret)) RETURNING \(sql: Self.columns)
@@ -35,7 +35,7 @@ public struct DeviceStore: Sendable {
         return try Self.view(row, secret: pushSecret)
     }
 
-    public func list(user: String) async throws -> [DeviceView] {
+    public func list(user: UserID) async throws -> [DeviceView] {
         try await pool.execute(
             "SELECT \(sql: Self.columns) FROM devices WHERE user_id = \(user) ORDER BY created_at, device_id"
         ).map { try Self.view($0) }
@@ -45,7 +45,7 @@ public struct DeviceStore: Sendable {
     /// Under the user's clock row lock, which every push's intake takes to check its
     /// device: a push of this device in progress commits first, and every later one finds
     /// the device revoked.
-    public func revoke(user: String, device id: DeviceID) async throws -> Bool {
+    public func revoke(user: UserID, device id: DeviceID) async throws -> Bool {
         try await pool.transaction { connection in
             try Self.lockClock(connection, user: user)
             return try connection.execute("""
@@ -56,14 +56,14 @@ public struct DeviceStore: Sendable {
     }
 
     /// Takes the user's clock row lock (making the row if missing), as a push's intake does.
-    static func lockClock(_ connection: PGConnection, user: String) throws {
+    static func lockClock(_ connection: PGConnection, user: UserID) throws {
         try connection.execute("""
             INSERT INTO user_clocks (user_id, hlc_ms, hlc_counter) VALUES (\(user), 0, 0)
             ON CONFLICT (user_id) DO UPDATE SET user_id = EXCLUDED.user_id
             """)
     }
 
-    public func state(user: String, device id: DeviceID) async throws -> DeviceState {
+    public func state(user: UserID, device id: DeviceID) async throws -> DeviceState {
         let row = try await pool.execute(
             "SELECT revoked_at IS NOT NULL FROM devices WHERE device_id = \(id) AND user_id = \(user)"
         ).first
@@ -86,7 +86,7 @@ public struct DeviceStore: Sendable {
     }
 
     /// The webhooks of a user's active devices.
-    public func webhooks(user: String) async throws -> [Webhook] {
+    public func webhooks(user: UserID) async throws -> [Webhook] {
         try await pool.execute("""
             SELECT device_id, push_url AS url, push_secret AS secret FROM devices
             WHERE user_id = \(user) AND push_url IS NOT NULL AND revoked_at IS NULL
@@ -95,7 +95,7 @@ public struct DeviceStore: Sendable {
     }
 
     /// One device's webhook, if it still has one and is not revoked.
-    public func webhook(user: String, device id: DeviceID) async throws -> Webhook? {
+    public func webhook(user: UserID, device id: DeviceID) async throws -> Webhook? {
         try await pool.execute("""
             SELECT device_id, push_url AS url, push_secret AS secret FROM devices
             WHERE user_id = \(user) AND device_id = \(id) AND push_url IS NOT NULL AND revoked_at IS NULL

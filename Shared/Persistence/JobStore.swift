@@ -9,7 +9,7 @@ public struct JobStore: Sendable {
     public init(pool: PGPool) { self.pool = pool }
 
     public struct Intake: Sendable {
-        public var user: String
+        public var user: UserID
         public var deviceID: DeviceID
         public var ops: [Op]
         public var idempotencyKey: String?
@@ -21,7 +21,7 @@ public struct JobStore: Sendable {
         /// The space pushed to (nil: the user's personal space); the caller checked the role.
         public var spaceID: SpaceID?
 
-        public init(user: String, deviceID: DeviceID, ops: [Op], idempotencyKey: String?, requestHash: String, traceID: String?, maxClockSkewMilliseconds: Int64, authorName: String? = nil, spaceID: SpaceID? = nil) {
+        public init(user: UserID, deviceID: DeviceID, ops: [Op], idempotencyKey: String?, requestHash: String, traceID: String?, maxClockSkewMilliseconds: Int64, authorName: String? = nil, spaceID: SpaceID? = nil) {
             self.authorName = authorName
             self.spaceID = spaceID
             self.user = user
@@ -97,16 +97,16 @@ public struct JobStore: Sendable {
     /// The users' clock rows, made on first use and locked either way, in user order; with
     /// each user's personal space (made later, on a first push, when there is none).
     static func lockClocks(
-        _ connection: PGConnection, users: Set<String>
-    ) throws -> (clocks: [String: HLCState], personalSpaces: [String: SpaceID]) {
-        var clocks: [String: HLCState] = [:], spaces: [String: SpaceID] = [:]
+        _ connection: PGConnection, users: Set<UserID>
+    ) throws -> (clocks: [UserID: HLCState], personalSpaces: [UserID: SpaceID]) {
+        var clocks: [UserID: HLCState] = [:], spaces: [UserID: SpaceID] = [:]
         for row in try connection.execute("""
             INSERT INTO user_clocks (user_id, hlc_ms, hlc_counter)
             SELECT u, 0, 0 FROM unnest(\(users.sorted())) AS u ORDER BY u
             ON CONFLICT (user_id) DO UPDATE SET user_id = EXCLUDED.user_id
             RETURNING user_id, hlc_ms, hlc_counter, (SELECT space_id FROM spaces WHERE personal_of = user_clocks.user_id)
             """) {
-            let (user, milliseconds, counter, personal) = try row.decode((String, Int64, Int, SpaceID?).self)
+            let (user, milliseconds, counter, personal) = try row.decode((UserID, Int64, Int, SpaceID?).self)
             clocks[user] = HLCState(milliseconds: milliseconds, counter: counter)
             spaces[user] = personal
         }
@@ -120,15 +120,15 @@ public struct JobStore: Sendable {
     /// Both come before the keys: a revoked device replaying a key is refused all the same.
     /// Returns each push's refusal, or nil.
     static func checkDevicesAndRoles(_ connection: PGConnection, _ intakes: [Intake]) throws -> [IntakeOutcome?] {
-        var devices: [DeviceID: (user: String, active: Bool)] = [:]
+        var devices: [DeviceID: (user: UserID, active: Bool)] = [:]
         for row in try connection.execute("""
             SELECT device_id, user_id, revoked_at IS NULL FROM devices
             WHERE device_id = ANY(\(Array(Set(intakes.map(\.deviceID)))))
             """) {
-            let (id, user, active) = try row.decode((DeviceID, String, Bool).self)
+            let (id, user, active) = try row.decode((DeviceID, UserID, Bool).self)
             devices[id] = (user, active)
         }
-        struct Member: Hashable { let space: SpaceID, user: String }
+        struct Member: Hashable { let space: SpaceID, user: UserID }
         let chosen = intakes.filter { $0.spaceID != nil }
         var roles: [Member: SpaceRole] = [:]
         if !chosen.isEmpty {
@@ -137,7 +137,7 @@ public struct JobStore: Sendable {
                 FROM space_members m JOIN unnest(\(chosen.map { $0.spaceID! }), \(chosen.map(\.user))) AS k(space_id, user_id)
                   USING (space_id, user_id)
                 """) {
-                let (space, user, role) = try row.decode((SpaceID, String, String).self)
+                let (space, user, role) = try row.decode((SpaceID, UserID, String).self)
                 roles[Member(space: space, user: user)] = SpaceRole(rawValue: role)
             }
         }
@@ -165,14 +165,14 @@ public struct JobStore: Sendable {
     ) throws {
         let keyed = intakes.indices.filter { intakes[$0].idempotencyKey != nil && outcomes[$0] == nil && pushedSpace(intakes[$0]) != nil }
         guard !keyed.isEmpty else { return }
-        struct UserKey: Hashable { let space: SpaceID, user: String, key: String }
+        struct UserKey: Hashable { let space: SpaceID, user: UserID, key: String }
         for row in try connection.execute("""
             SELECT space_id, user_id, idempotency_key, job_id, status, op_count, request_hash
             FROM jobs JOIN unnest(\(keyed.map { pushedSpace(intakes[$0])! }), \(keyed.map { intakes[$0].user }),
                                  \(keyed.map { intakes[$0].idempotencyKey! })) AS k(s, u, k)
               ON space_id = k.s AND user_id = k.u AND idempotency_key = k.k
             """) {
-            let (space, user, key, jobID, status, ops, hash) = try row.decode((SpaceID, String, String, String, String, Int, String?).self)
+            let (space, user, key, jobID, status, ops, hash) = try row.decode((SpaceID, UserID, String, String, String, Int, String?).self)
             let found = UserKey(space: space, user: user, key: key)
             for index in keyed where UserKey(space: pushedSpace(intakes[index])!, user: intakes[index].user, key: intakes[index].idempotencyKey!) == found {
                 outcomes[index] = hash == intakes[index].requestHash
@@ -187,10 +187,10 @@ public struct JobStore: Sendable {
     /// to (a first push makes the personal space). A key repeated within the batch answers
     /// with the first job.
     static func stamp(
-        _ connection: PGConnection, _ intakes: [Intake], clocks: inout [String: HLCState], spaces: inout [String: SpaceID],
+        _ connection: PGConnection, _ intakes: [Intake], clocks: inout [UserID: HLCState], spaces: inout [UserID: SpaceID],
         outcomes: inout [IntakeOutcome?]
     ) throws -> [NewJob] {
-        struct UserKey: Hashable { let space: SpaceID, user: String, key: String }
+        struct UserKey: Hashable { let space: SpaceID, user: UserID, key: String }
         var earlier: [UserKey: (jobID: String, hash: String, ops: Int)] = [:]
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         var jobs: [NewJob] = []
@@ -222,7 +222,7 @@ public struct JobStore: Sendable {
     }
 
     /// Every job, clock and device's last-seen written together, in one statement.
-    static func write(_ connection: PGConnection, _ jobs: [NewJob], clocks: [String: HLCState]) throws {
+    static func write(_ connection: PGConnection, _ jobs: [NewJob], clocks: [UserID: HLCState]) throws {
         let users = clocks.keys.sorted()
         var clockRows = PGUnnest()
         clockRows.column("user_id", users)
@@ -263,7 +263,7 @@ public struct JobStore: Sendable {
     /// waited for, keeps it until the job is applied (and counts the reference). A push
     /// with a missing file is refused whole; pushes without references cost nothing.
     static func claimBlobs(
-        _ connection: PGConnection, _ intakes: [Intake], spaces: [String: SpaceID], outcomes: inout [IntakeOutcome?]
+        _ connection: PGConnection, _ intakes: [Intake], spaces: [UserID: SpaceID], outcomes: inout [IntakeOutcome?]
     ) throws {
         var wanted: [(index: Int, op: Int, space: SpaceID?, sha256: String)] = []
         for (index, intake) in intakes.enumerated() where outcomes[index] == nil {
@@ -312,7 +312,7 @@ public struct JobStore: Sendable {
     /// for by its id alone). Another user's job is filtered out by the statements
     /// themselves, so it is answered with the same work, and in the same time, as an
     /// unknown id (isolation).
-    public func view(user: String, job id: JobID, space: SpaceID? = nil) async throws -> JobView? {
+    public func view(user: UserID, job id: JobID, space: SpaceID? = nil) async throws -> JobView? {
         if let found = try await pool.execute("""
             \(sql: ViewRow.selection) FROM jobs
             WHERE space_id = coalesce(\(space), (SELECT space_id FROM spaces WHERE personal_of = \(user)))
@@ -326,7 +326,7 @@ public struct JobStore: Sendable {
     }
 
     /// A job regardless of its owner (operators' tools).
-    public func view(job id: JobID) async throws -> (user: String, job: JobView)? {
+    public func view(job id: JobID) async throws -> (user: UserID, job: JobView)? {
         try await pool.execute("\(sql: ViewRow.selection) FROM jobs WHERE job_id = \(id)").first.map(Self.view)
     }
 
@@ -334,7 +334,7 @@ public struct JobStore: Sendable {
     /// keys, and the row is decoded by those names.
     struct ViewRow: Decodable {
         let jobID: String
-        let userID: String
+        let userID: UserID
         let spaceID: String?
         let status: String
         let attempts: Int
@@ -356,7 +356,7 @@ public struct JobStore: Sendable {
         }.joined(separator: ", ")
     }
 
-    static func view(_ found: PGRows.Row) throws -> (user: String, job: JobView) {
+    static func view(_ found: PGRows.Row) throws -> (user: UserID, job: JobView) {
         let row = try found.decode(as: ViewRow.self)
         let status = JobStatus(rawValue: row.status) ?? .queued
         let log = try JSONCoding.decode([AttemptView].self, from: row.attemptLog)

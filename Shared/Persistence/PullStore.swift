@@ -43,7 +43,7 @@ public struct PullStore: Sendable {
     /// poke's cursor). A replica that has not replayed that far answers a last page whose
     /// cursor is below it; the primary answers instead, so a device still reads its writes.
     public func pull(
-        user: String, space: String?, since: Int64, limit: Int, collections: [String]?, minCursor: Int64? = nil
+        user: UserID, space: String?, since: Int64, limit: Int, collections: [String]?, minCursor: Int64? = nil
     ) async throws -> Outcome {
         try await reads.read(acceptable: { outcome in
             guard let minCursor, case .page(let page) = outcome, !page.hasMore else { return true }
@@ -54,7 +54,7 @@ public struct PullStore: Sendable {
     }
 
     private func pull(
-        _ pool: PGPool, user: String, space: String?, since: Int64, limit: Int, collections: [String]?
+        _ pool: PGPool, user: UserID, space: String?, since: Int64, limit: Int, collections: [String]?
     ) async throws -> Outcome {
         let rows = try await pool.execute("""
             SELECT u.counter, u.horizon, r.fetched, r.collection, r.record_id, r.version, r.deleted, r.data,
@@ -103,7 +103,7 @@ public struct PullStore: Sendable {
     /// The cursors a stream's `hello` carries: of `space` alone, or (nil) of every space
     /// of the user, the personal one made if missing. Nil when the user is no member of
     /// `space`.
-    public func streamStart(user: String, space: String?) async throws -> StreamStart? {
+    public func streamStart(user: UserID, space: String?) async throws -> StreamStart? {
         try await reads.primary.withConnection { connection in
             let main = try space ?? SpaceStore.personalSpace(connection, user: user).description
             var spaces: [String: String] = [:]

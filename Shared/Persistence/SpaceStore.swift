@@ -10,11 +10,11 @@ public struct SpaceStore: Sendable {
     public init(pool: PGPool) { self.pool = pool }
 
     /// The user's personal space, made (with the user as owner) when missing.
-    public func personalSpace(user: String) async throws -> SpaceID {
+    public func personalSpace(user: UserID) async throws -> SpaceID {
         try await pool.withConnection { try Self.personalSpace($0, user: user) }
     }
 
-    static func personalSpace(_ connection: PGConnection, user: String) throws -> SpaceID {
+    static func personalSpace(_ connection: PGConnection, user: UserID) throws -> SpaceID {
         for _ in 0..<2 {
             if let row = try connection.execute("""
                 WITH existing AS (SELECT space_id FROM spaces WHERE personal_of = \(user)),
@@ -56,7 +56,7 @@ public struct SpaceStore: Sendable {
     /// deadlocking, and each sees what the one before it committed. (`NO KEY UPDATE`: a
     /// worker creating the space's counter, whose foreign key takes a key-share lock on
     /// this row, does not wait for it — the counter's own lock orders the two.)
-    static func lock(_ connection: PGConnection, space: SpaceID, user: String) throws -> (role: SpaceRole, personal: Bool)? {
+    static func lock(_ connection: PGConnection, space: SpaceID, user: UserID) throws -> (role: SpaceRole, personal: Bool)? {
         guard let row = try connection.execute("""
             SELECT m.role, s.personal_of IS NOT NULL FROM space_members m JOIN spaces s USING (space_id)
             WHERE m.space_id = \(space) AND m.user_id = \(user) FOR NO KEY UPDATE OF s
@@ -81,7 +81,7 @@ extension SpaceStore {
         case tooManyInvitations
     }
 
-    public func create(user: String, name: String) async throws -> SpaceView {
+    public func create(user: UserID, name: String) async throws -> SpaceView {
         try await pool.transaction { connection in
             let id = SpaceID.random()
             guard let row = try connection.execute("""
@@ -98,7 +98,7 @@ extension SpaceStore {
     }
 
     /// The user's spaces, the personal one first.
-    public func list(user: String) async throws -> [SpaceView] {
+    public func list(user: UserID) async throws -> [SpaceView] {
         _ = try await personalSpace(user: user)
         return try await pool.execute("""
             SELECT s.space_id, s.name, m.role, s.personal_of IS NOT NULL, syncline_rfc3339(s.created_at)
@@ -112,25 +112,25 @@ extension SpaceStore {
     }
 
     /// The user's role in the space; nil when they are no member (or it does not exist).
-    public func role(user: String, space: SpaceID) async throws -> SpaceRole? {
+    public func role(user: UserID, space: SpaceID) async throws -> SpaceRole? {
         try await pool.execute(
             "SELECT role FROM space_members WHERE space_id = \(space) AND user_id = \(user)"
         ).first.map { try $0.decode(String.self, at: 0) }.flatMap(SpaceRole.init(rawValue:))
     }
 
     /// The owner deletes a shared space and everything in it; `members` are whom it had.
-    public func delete(user: String, space id: SpaceID) async throws -> (change: Change, members: [String]) {
+    public func delete(user: UserID, space id: SpaceID) async throws -> (change: Change, members: [UserID]) {
         try await pool.transaction { connection in
             guard let mine = try Self.lock(connection, space: id, user: user) else { return (.notFound, []) }
             guard mine.role == .owner, !mine.personal else { return (.forbidden, []) }
             let members = try connection.execute("SELECT user_id FROM space_members WHERE space_id = \(id)")
-                .map { try $0.decode(String.self, at: 0) }
+                .map { try $0.decode(UserID.self, at: 0) }
             try Self.erase(connection, spaces: [id])
             return (.done, members)
         }
     }
 
-    public func members(user: String, space id: SpaceID) async throws -> [MemberView]? {
+    public func members(user: UserID, space id: SpaceID) async throws -> [MemberView]? {
         guard try await role(user: user, space: id) != nil else { return nil }
         return try await pool.execute("""
             SELECT user_id, role, syncline_rfc3339(joined_at) FROM space_members
@@ -143,7 +143,7 @@ extension SpaceStore {
 
     /// The owner changes a member's role (`role`), or removes them (nil); any member may
     /// remove themselves. The last owner can do neither to themselves.
-    public func change(user: String, space id: SpaceID, member: String, to role: SpaceRole?) async throws -> Change {
+    public func change(user: UserID, space id: SpaceID, member: UserID, to role: SpaceRole?) async throws -> Change {
         try await pool.transaction { connection in
             guard let mine = try Self.lock(connection, space: id, user: user) else { return .notFound }
             guard !mine.personal else { return .forbidden }
@@ -182,7 +182,7 @@ extension SpaceStore {
     /// An owner invites; a space has at most `maxOpen` open invitations (counted under its
     /// lock).
     public func invite(
-        user: String, space id: SpaceID, role: SpaceRole, seconds: Int, code: String, maxOpen: Int
+        user: UserID, space id: SpaceID, role: SpaceRole, seconds: Int, code: String, maxOpen: Int
     ) async throws -> (Change, InvitationView?) {
         try await pool.transaction { connection in
             guard let mine = try Self.lock(connection, space: id, user: user) else { return (.notFound, nil) }
@@ -209,7 +209,7 @@ extension SpaceStore {
     /// revoked, or its creator is no longer an owner of the space (an invitation carries
     /// its creator's authority only while they hold it). A member already in the space
     /// keeps the higher of the two roles.
-    public func accept(user: String, code: String) async throws -> (space: SpaceID, role: SpaceRole)? {
+    public func accept(user: UserID, code: String) async throws -> (space: SpaceID, role: SpaceRole)? {
         try await pool.transaction { connection in
             guard let found = try connection.execute(
                 "SELECT space_id FROM space_invitations WHERE code_hash = encode(sha256(convert_to(\(code), 'UTF8')), 'hex')"
@@ -245,7 +245,7 @@ extension SpaceStore {
 
     /// The space's open invitations (not used, not expired), for its owners; never a code.
     /// The space's open invitations, oldest first, `limit` at a time after `cursor`.
-    public func invitations(user: String, space id: SpaceID, limit: Int, cursor: PageCursor?) async throws -> (Change, InvitationList) {
+    public func invitations(user: UserID, space id: SpaceID, limit: Int, cursor: PageCursor?) async throws -> (Change, InvitationList) {
         let none = InvitationList(items: [], nextCursor: nil)
         guard let role = try await role(user: user, space: id) else { return (.notFound, none) }
         guard role == .owner else { return (.forbidden, none) }
@@ -272,7 +272,7 @@ extension SpaceStore {
     }
 
     /// An owner revokes an open invitation: its code no longer works.
-    public func revokeInvitation(user: String, space id: SpaceID, invitation: String) async throws -> Change {
+    public func revokeInvitation(user: UserID, space id: SpaceID, invitation: String) async throws -> Change {
         try await pool.transaction { connection in
             guard let mine = try Self.lock(connection, space: id, user: user) else { return .notFound }
             guard mine.role == .owner else { return .forbidden }

@@ -3,6 +3,7 @@ import Foundation
 import NIOCore
 import PQBridge
 import Persistence
+import SyncModels
 import Testing
 
 /// The same suite over both stores: pieces written in order, read back in any range,
@@ -88,7 +89,7 @@ struct BlobStoreTests {
     @Test func aPieceStoredFirstByACutRequestIsAConflict() async throws {
         try await withPool(size: 4) { pool in
             _ = try await Migrations.apply(on: pool, logger: TestEnvironment.logger)
-            let user = "tus-\(UUID().uuidString.prefix(8))"
+            let user = UserID.unique("tus")
             let space = try await SpaceStore(pool: pool).personalSpace(user: user)
             let catalog = BlobCatalog(pool: pool)
             let store = PostgresBlobStore(pool: pool)

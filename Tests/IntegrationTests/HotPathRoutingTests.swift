@@ -34,7 +34,7 @@ struct HotPathRoutingTests {
         _ = try await Migrations.apply(on: pool, logger: TestEnvironment.logger)
 
         // Two members of a shared space, each with a device.
-        let alice = "route-\(UUID().uuidString.prefix(8))", bob = "route-\(UUID().uuidString.prefix(8))"
+        let alice = UserID.unique("route"), bob = UserID.unique("route")
         let devices = DeviceStore(pool: pool), spaces = SpaceStore(pool: pool)
         let device = try await devices.register(user: alice, name: "mac", platform: "macos", pushURL: nil, pushSecret: "s")
         let space = try await spaces.create(user: alice, name: "trip")

@@ -20,13 +20,13 @@ struct PersistenceTests {
         }
     }
 
-    func user() -> String { "persist-\(UUID().uuidString.prefix(8))" }
+    func user() -> UserID { .unique("persist") }
 
     func op(_ type: OpType, _ id: String, _ data: [String: JSONValue]? = nil, hlc: String? = nil) -> Op {
         Op(opID: UUID().uuidString.lowercased(), type: type, collection: "notes", id: id, data: data, hlc: hlc)
     }
 
-    func intake(_ user: String, _ device: String, _ ops: [Op], key: String? = nil, hash: String = "h") -> JobStore.Intake {
+    func intake(_ user: UserID, _ device: String, _ ops: [Op], key: String? = nil, hash: String = "h") -> JobStore.Intake {
         JobStore.Intake(user: user, deviceID: DeviceID(device)!, ops: ops, idempotencyKey: key, requestHash: hash, traceID: nil, maxClockSkewMilliseconds: 300_000)
     }
 

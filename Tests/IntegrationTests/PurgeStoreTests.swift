@@ -19,7 +19,7 @@ struct PurgeStoreTests {
 
     func takesWhatIsPastItsRetention(_ pool: PGPool) async throws {
         _ = try await Migrations.apply(on: pool, logger: TestEnvironment.logger)
-        let user = "purge-\(UUID().uuidString.prefix(8))"
+        let user = UserID.unique("purge")
         let devices = DeviceStore(pool: pool)
         let revoked = try await devices.register(user: user, name: "old", platform: "ios", pushURL: nil, pushSecret: "s")
         let unseen = try await devices.register(user: user, name: "gone", platform: "ios", pushURL: nil, pushSecret: "s")

@@ -25,7 +25,7 @@ struct HubStateTests {
 
     /// Subscribes as the hub does: resumed at once unless told to wait, then resumed by
     /// whoever reports the bind. Returns the admission it ends with.
-    static func subscribe(_ state: NIOLockedValueBox<HubState>, user: String, _ stream: Stream) async -> Task<HubState.Admission, any Error> {
+    static func subscribe(_ state: NIOLockedValueBox<HubState>, user: UserID, _ stream: Stream) async -> Task<HubState.Admission, any Error> {
         let (registration, registered) = AsyncStream.makeStream(of: Void.self)
         let task = Task {
             try await withCheckedThrowingContinuation { waiter in
@@ -39,7 +39,7 @@ struct HubStateTests {
     }
 
     /// Streams admitted one after the other, the user's key bound by the first.
-    static func connect(_ state: NIOLockedValueBox<HubState>, user: String, _ streams: [Stream]) async {
+    static func connect(_ state: NIOLockedValueBox<HubState>, user: UserID, _ streams: [Stream]) async {
         for stream in streams {
             if await admission(await subscribe(state, user: user, stream)) == .success(.bind) {
                 _ = state.withLockedValue { $0.bindFinished(user: user, succeeded: true) }
@@ -56,7 +56,7 @@ struct HubStateTests {
     }
 
     static func event(
-        user: String = "u", device: String, status: JobStatus = .succeeded, checkpoint: String? = "7", refused: Bool = false,
+        user: UserID = "u", device: String, status: JobStatus = .succeeded, checkpoint: String? = "7", refused: Bool = false,
         space: String? = nil
     ) -> JobEvent {
         JobEvent(userID: user, deviceID: device, jobID: "j", status: status, checkpoint: checkpoint, hasRefusedOps: refused, spaceID: space)

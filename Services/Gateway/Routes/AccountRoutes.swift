@@ -45,7 +45,7 @@ struct AccountRoutes: Sendable {
         return try jsonResponse(try await view(user: context.user))
     }
 
-    private func view(user: String) async throws -> AccountDeletionView {
+    private func view(user: UserID) async throws -> AccountDeletionView {
         guard let deletion = try await eraser.deletion(user: user) else { throw APIError.notFound("No deletion was requested.") }
         return AccountDeletionView(status: deletion.status.rawValue, requestedAt: deletion.requestedAt, finishedAt: deletion.finishedAt)
     }

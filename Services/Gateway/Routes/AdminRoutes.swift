@@ -72,7 +72,7 @@ struct AdminRoutes: Sendable {
     }
 
     @Sendable func replay(_ request: Request, context: SignedInRequestContext) async throws -> Response {
-        switch try await office.replay(id: try deadLetter(context, notFound: "No dead job with this id."), actor: context.user) {
+        switch try await office.replay(id: try deadLetter(context, notFound: "No dead job with this id."), actor: context.user.text) {
         case .replayed(let jobID):
             return try jsonResponse(DeadLetterAction(jobID: jobID, status: .queued), status: .accepted)
         case .notFound:
@@ -84,7 +84,7 @@ struct AdminRoutes: Sendable {
 
     @Sendable func discard(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         let id = try deadLetter(context, notFound: "No such dead letter.")
-        guard try await office.discard(id: id, actor: context.user) else { throw APIError.notFound("No such dead letter.") }
+        guard try await office.discard(id: id, actor: context.user.text) else { throw APIError.notFound("No such dead letter.") }
         return try jsonResponse(DeadLetterAction(jobID: id.description, status: .discarded))
     }
 
@@ -111,7 +111,7 @@ struct AdminRoutes: Sendable {
         guard !filter.isEmpty else {
             throw APIError.unprocessable("A filter is required: user_id, space_id, reason, dead_before or dead_after (dry_run is no filter).")
         }
-        return try jsonResponse(try await office.bulkReplay(filter: filter, dryRun: dryRun, actor: context.user))
+        return try jsonResponse(try await office.bulkReplay(filter: filter, dryRun: dryRun, actor: context.user.text))
     }
 
     @Sendable func audit(_ request: Request, context: SignedInRequestContext) async throws -> Response {

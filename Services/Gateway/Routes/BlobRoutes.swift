@@ -46,8 +46,8 @@ struct BlobRoutes: Sendable {
     }
 
     @Sendable func put(_ request: Request, context: SignedInRequestContext) async throws -> Response {
-        try limiter.check(context.user, limit: "push")
-        let slot = try rules.uploadsPerUser.check(context.user, limit: "uploads")
+        try limiter.check(context.user.text, limit: "push")
+        let slot = try rules.uploadsPerUser.check(context.user.text, limit: "uploads")
         defer { slot.release() }
         let sha256 = try Self.hash(context.parameters)
         let space = try await rules.writableSpace(try request.spaceParameter(), user: context.user)
@@ -73,7 +73,7 @@ struct BlobRoutes: Sendable {
         guard let blob = try await catalog.find(space: space, sha256: sha256) else { throw Self.noSuchFile }
         return try await serve(
             blob, request: request, channel: context.channel, cacheControl: "private, max-age=31536000, immutable",
-            downloads: (downloadsPerUser, context.user))
+            downloads: (downloadsPerUser, context.user.text))
     }
 
     /// No token, any origin; only while the record is public and references the file.

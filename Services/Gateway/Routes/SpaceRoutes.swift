@@ -104,16 +104,16 @@ struct SpaceRoutes: Sendable {
 
     @Sendable func setRole(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         let role = try Self.role(try await request.jsonObject()["role"])
-        let space = try pathSpace(context), member = try context.parameters.require("user_id")
+        let space = try pathSpace(context), member = UserID(try context.parameters.require("user_id"))
         try answer(try await spaces.change(user: context.user, space: space, member: member, to: role))
-        guard let view = try await spaces.members(user: context.user, space: space)?.first(where: { $0.userID == member }) else {
+        guard let view = try await spaces.members(user: context.user, space: space)?.first(where: { $0.userID == member.text }) else {
             throw Self.notFound
         }
         return try jsonResponse(view)
     }
 
     @Sendable func remove(_ request: Request, context: SignedInRequestContext) async throws -> Response {
-        let space = try pathSpace(context), member = try context.parameters.require("user_id")
+        let space = try pathSpace(context), member = UserID(try context.parameters.require("user_id"))
         try answer(try await spaces.change(user: context.user, space: space, member: member, to: nil))
         await publisher.announce([SpaceLeftEvent(userID: member, spaceID: space.description)], logger: context.logger)
         return Response(status: .noContent)

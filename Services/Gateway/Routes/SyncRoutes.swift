@@ -49,7 +49,7 @@ struct SyncRoutes: Sendable {
     }
 
     @Sendable func push(_ request: Request, context: SignedInRequestContext) async throws -> Response {
-        try limiter.check(context.user, limit: "push")
+        try limiter.check(context.user.text, limit: "push")
         let body = Data(buffer: try await request.body.collect(upTo: Limits.maxBodyBytes))
         var push: PushRequest
         do {
@@ -102,10 +102,10 @@ struct SyncRoutes: Sendable {
 
     /// Takes a token of the user's public-id budget for each publish and fork op, in
     /// order; the ops it has no token for are rejected as `rate_limited`.
-    private func refuseNamingOpsBeyondBudget(_ ops: inout [Op], user: String) {
+    private func refuseNamingOpsBeyondBudget(_ ops: inout [Op], user: UserID) {
         let naming = ops.indices.filter { ops[$0].type == .publish || ops[$0].type == .fork }
         guard !naming.isEmpty else { return }
-        let allowed = publicIDLimiter.take(user, upTo: naming.count)
+        let allowed = publicIDLimiter.take(user.text, upTo: naming.count)
         guard allowed < naming.count else { return }
         for index in naming[allowed...] { ops[index].rejected = RejectReason.rateLimited }
         Counter(label: "syncline_rate_limited_total", dimensions: [("limit", "public_ids")])

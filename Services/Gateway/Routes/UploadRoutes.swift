@@ -59,7 +59,7 @@ struct UploadRoutes: Sendable {
 
     @Sendable func create(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         try checkVersion(request)
-        try limiter.check(context.user, limit: "push")
+        try limiter.check(context.user.text, limit: "push")
         guard let lengthText = request.headers[.uploadLength], let length = Int64(lengthText), length >= 0,
               lengthText.utf8.allSatisfy({ (48...57).contains($0) }) else {
             throw APIError.badRequest("Upload-Length must be the file's size in bytes (deferred lengths are not supported).")
@@ -117,8 +117,8 @@ struct UploadRoutes: Sendable {
 
     @Sendable func append(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         try checkVersion(request)
-        try limiter.check(context.user, limit: "push")
-        let slot = try rules.uploadsPerUser.check(context.user, limit: "uploads")
+        try limiter.check(context.user.text, limit: "push")
+        let slot = try rules.uploadsPerUser.check(context.user.text, limit: "uploads")
         defer { slot.release() }
         guard request.headers[.contentType] == "application/offset+octet-stream" else {
             throw APIError(
@@ -160,7 +160,7 @@ struct UploadRoutes: Sendable {
     }
 
     /// The caller's upload; 404 for anyone else's, an unknown one, or one expired.
-    func find(_ context: SignedInRequestContext, user: String) async throws -> BlobCatalog.Upload {
+    func find(_ context: SignedInRequestContext, user: UserID) async throws -> BlobCatalog.Upload {
         guard let upload = try await catalog.upload(id: try context.parameters.require("upload_id"), user: user) else {
             throw APIError.notFound("No such upload.")
         }

@@ -253,7 +253,7 @@ public struct PublicRecord: Codable, Sendable, Equatable {
 /// What a worker announces on `sync.events` when a job finished: fanout pokes the user's
 /// other devices and tells the origin device about rejected, conflicting or dead jobs.
 public struct JobEvent: Codable, Sendable, Equatable {
-    public var userID: String
+    public var userID: UserID
     public var deviceID: String
     public var jobID: String
     public var status: JobStatus
@@ -266,7 +266,7 @@ public struct JobEvent: Codable, Sendable, Equatable {
     public var spaceID: String?
 
     public init(
-        userID: String, deviceID: String, jobID: String, status: JobStatus, checkpoint: String?, hasRefusedOps: Bool,
+        userID: UserID, deviceID: String, jobID: String, status: JobStatus, checkpoint: String?, hasRefusedOps: Bool,
         spaceID: String? = nil
     ) {
         self.userID = userID
@@ -286,13 +286,13 @@ public struct JobEvent: Codable, Sendable, Equatable {
 /// One webhook to deliver: a poke for `device_id` of `user_id` up to `cursor` of the
 /// space `space_id`.
 public struct WebhookDelivery: Codable, Sendable, Equatable {
-    public var userID: String
+    public var userID: UserID
     public var deviceID: String
     public var cursor: String
     public var jobID: String
     public var spaceID: String?
 
-    public init(userID: String, deviceID: String, cursor: String, jobID: String, spaceID: String? = nil) {
+    public init(userID: UserID, deviceID: String, cursor: String, jobID: String, spaceID: String? = nil) {
         self.userID = userID
         self.deviceID = deviceID
         self.cursor = cursor
@@ -307,7 +307,7 @@ public struct WebhookDelivery: Codable, Sendable, Equatable {
     /// The body POSTed to the device's push_url, naming the space that changed.
     public var pokeBody: [UInt8] {
         var fields: [String: JSONValue] = [
-            "type": .string("poke"), "user_id": .string(userID), "device_id": .string(deviceID), "cursor": .string(cursor),
+            "type": .string("poke"), "user_id": .string(userID.text), "device_id": .string(deviceID), "cursor": .string(cursor),
         ]
         if let spaceID { fields["space_id"] = .string(spaceID) }
         return JSONWriter.bytes(.object(fields))
@@ -318,10 +318,10 @@ public struct WebhookDelivery: Codable, Sendable, Equatable {
 /// account is deleted (`deviceID` nil): every fanout replica ends those streams at once.
 public struct DeviceRevokedEvent: Codable, Sendable, Equatable {
     public var type = "device_revoked"
-    public var userID: String
+    public var userID: UserID
     public var deviceID: String?
 
-    public init(userID: String, deviceID: String?) {
+    public init(userID: UserID, deviceID: String?) {
         self.userID = userID
         self.deviceID = deviceID
     }
@@ -333,10 +333,10 @@ public struct DeviceRevokedEvent: Codable, Sendable, Equatable {
 /// the space deleted): every fanout replica ends that user's streams narrowed to the space.
 public struct SpaceLeftEvent: Codable, Sendable, Equatable {
     public var type = "space_left"
-    public var userID: String
+    public var userID: UserID
     public var spaceID: String
 
-    public init(userID: String, spaceID: String) {
+    public init(userID: UserID, spaceID: String) {
         self.userID = userID
         self.spaceID = spaceID
     }

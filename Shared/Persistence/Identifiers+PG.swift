@@ -11,3 +11,13 @@ extension Identifier: PGEncodable, PGDecodable, PGArrayElement {
         self.init(try UUID(pgBytes: bytes, type: type))
     }
 }
+
+/// A user's id is a `text` column and parameter.
+extension UserID: PGEncodable, PGDecodable, PGArrayElement {
+    public static var pgType: PGType { String.pgType }
+    public static var pgArrayType: PGType { String.pgArrayType }
+    public func encode(into buffer: inout PGBuffer) { text.encode(into: &buffer) }
+    public init(pgBytes bytes: UnsafeRawBufferPointer, type: PGType) throws(PGError) {
+        self.init(try String(pgBytes: bytes, type: type))
+    }
+}
