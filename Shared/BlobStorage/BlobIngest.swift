@@ -180,68 +180,43 @@ public struct BlobIngest: Sendable {
         _ body: Body, to object: UUID, in store: any BlobStore, at offset: Int64, limit: Int64,
         onBytes: (ByteBuffer) -> Void, afterPiece: (Int64) async throws -> Bool = { _ in true }
     ) async throws -> Int64? where Body.Element == ByteBuffer {
-        try await withThrowingTaskGroup(of: Int64.self) { pieces in
-            /// Where each piece in flight ends, oldest first; and those written out of turn.
-            var inFlight: [Int64] = []
-            var writtenEarly: Set<Int64> = []
-            /// Waits for the oldest piece; false when `afterPiece` stops the writing.
-            func settleOldest() async throws -> Bool {
-                let oldest = inFlight.removeFirst()
-                while writtenEarly.remove(oldest) == nil {
-                    guard let end = try await pieces.next() else { break }
-                    writtenEarly.insert(end)
-                }
-                return try await afterPiece(oldest)
+        try await withThrowingTaskGroup(of: Int64.self) { group in
+            var inFlight = PiecesInFlight(), cutter = PieceCutter()
+            var position = offset, total: Int64 = 0
+            /// False when `afterPiece` stops the writing.
+            func send(_ piece: Data) async throws -> Bool {
+                inFlight.add(piece, at: position, object: object, in: store, to: &group)
+                position += Int64(piece.count)
+                guard inFlight.count == Self.piecesInFlight else { return true }
+                return try await afterPiece(try await inFlight.settleOldest(in: &group))
             }
-            func send(_ piece: Data, at position: Int64) async throws -> Bool {
-                let end = position + Int64(piece.count)
-                pieces.addTask {
-                    try await store.write(piece, object: object, at: position)
-                    return end
-                }
-                inFlight.append(end)
-                return inFlight.count < Self.piecesInFlight ? true : try await settleOldest()
-            }
-            // Grown as bytes arrive: an upload that trickles holds what it sent, not a piece.
-            var piece = Data()
-            var position = offset
-            var total: Int64 = 0
             func readBody() async throws -> Int64? {
                 for try await buffer in body {
                     total += Int64(buffer.readableBytes)
                     if total > limit { return nil }  // the group waits for the pieces in flight
                     onBytes(buffer)
-                    var rest = buffer
-                    while rest.readableBytes > 0 {
-                        let take = min(rest.readableBytes, BlobChunking.bytes - piece.count)
-                        rest.withUnsafeReadableBytes { piece.append(contentsOf: $0.prefix(take)) }
-                        rest.moveReaderIndex(forwardBy: take)
-                        if piece.count == BlobChunking.bytes {
-                            let full = piece
-                            piece = Data()
-                            guard try await send(full, at: position) else { return total }
-                            position += Int64(full.count)
-                        }
+                    for piece in cutter.cut(buffer) {
+                        guard try await send(piece) else { return total }
                     }
                 }
-                if !piece.isEmpty {
-                    guard try await send(piece, at: position) else { return total }
+                if let last = cutter.last() {
+                    guard try await send(last) else { return total }
                 }
                 while !inFlight.isEmpty {
-                    guard try await settleOldest() else { return total }
+                    guard try await afterPiece(try await inFlight.settleOldest(in: &group)) else { return total }
                 }
                 return total
             }
             do {
                 let written = try await readBody()
-                if written != nil { pieces.cancelAll() }  // what `afterPiece` stopped
+                if written != nil { group.cancelAll() }  // what `afterPiece` stopped
                 return written
             } catch {
                 // The body was cut: the whole pieces already sent are kept (and counted), in order.
                 while !inFlight.isEmpty {
-                    guard (try? await settleOldest()) == true else { break }
+                    guard let end = try? await inFlight.settleOldest(in: &group), (try? await afterPiece(end)) == true else { break }
                 }
-                pieces.cancelAll()
+                group.cancelAll()
                 throw error
             }
         }

@@ -87,45 +87,51 @@ export class Database {
     return { db, created };
   }
 
+  /**
+   * Creates the stores a database at `oldVersion` lacks and, on an upgrade to `version`
+   * (the indexes changed), drops the indexes no longer declared and makes the new ones.
+   */
+  private static upgrade(
+    db: IDBDatabase, tx: IDBTransaction, oldVersion: number, version: number | undefined, indexed: string[][], onCreate: () => void,
+  ): void {
+    if (oldVersion < 1) {
+      onCreate();
+      db.createObjectStore("meta");
+      // No index beyond the declared ones: the key [collection, id] ranges over a
+      // collection, and every index is one more write for each pulled record.
+      db.createObjectStore("records", { keyPath: ["collection", "id"] });
+      const outbox = db.createObjectStore("outbox", { keyPath: "seq", autoIncrement: true });
+      outbox.createIndex("op_id", "op_id", { unique: true });
+      outbox.createIndex("record", ["collection", "id"]);
+      outbox.createIndex("state", "state");
+      outbox.createIndex("job_id", "job_id");
+      outbox.createIndex("batch_id", "batch_id");
+      db.createObjectStore("batches", { keyPath: "batch_id" });
+    }
+    if (!db.objectStoreNames.contains("blobs")) db.createObjectStore("blobs", { keyPath: "sha256" }).createIndex("state", "state");
+    if (version === undefined) return;
+    const records = tx.objectStore("records");
+    for (const index of Array.from(records.indexNames)) {
+      if (index.startsWith(indexPrefix) && !indexed.some((fields) => indexName(fields) === index)) records.deleteIndex(index);
+    }
+    for (const fields of indexed) {
+      const name = indexName(fields);
+      if (!records.indexNames.contains(name)) records.createIndex(name, ["collection", ...fields.map((field) => `ix.${indexProperty(field)}`)]);
+    }
+    // Rows written before an index was declared get its keys now.
+    records.openCursor().onsuccess = function () {
+      const cursor = this.result;
+      if (!cursor) return;
+      const row = cursor.value as RecordRow;
+      if (row.shownIn !== undefined) cursor.update(withKeys(row as ShownRecord, keyedFields(indexed)));
+      cursor.continue();
+    };
+  }
+
   /** Opens the database (at `version`, upgrading to it); a blocked upgrade fails with `StorageBlockedError` at once. */
   private static connect(name: string, version: number | undefined, indexed: string[][], onCreate: () => void): Promise<IDBDatabase> {
     const open = indexedDB.open(name, version);
-    open.onupgradeneeded = (event) => {
-      const db = open.result;
-      const tx = open.transaction!;
-      if (event.oldVersion < 1) {
-        onCreate();
-        db.createObjectStore("meta");
-        // No index beyond the declared ones: the key [collection, id] ranges over a
-        // collection, and every index is one more write for each pulled record.
-        db.createObjectStore("records", { keyPath: ["collection", "id"] });
-        const outbox = db.createObjectStore("outbox", { keyPath: "seq", autoIncrement: true });
-        outbox.createIndex("op_id", "op_id", { unique: true });
-        outbox.createIndex("record", ["collection", "id"]);
-        outbox.createIndex("state", "state");
-        outbox.createIndex("job_id", "job_id");
-        outbox.createIndex("batch_id", "batch_id");
-        db.createObjectStore("batches", { keyPath: "batch_id" });
-      }
-      if (!db.objectStoreNames.contains("blobs")) db.createObjectStore("blobs", { keyPath: "sha256" }).createIndex("state", "state");
-      if (version === undefined) return;
-      const records = tx.objectStore("records");
-      for (const index of Array.from(records.indexNames)) {
-        if (index.startsWith(indexPrefix) && !indexed.some((fields) => indexName(fields) === index)) records.deleteIndex(index);
-      }
-      for (const fields of indexed) {
-        const name = indexName(fields);
-        if (!records.indexNames.contains(name)) records.createIndex(name, ["collection", ...fields.map((field) => `ix.${indexProperty(field)}`)]);
-      }
-      // Rows written before an index was declared get its keys now.
-      records.openCursor().onsuccess = function () {
-        const cursor = this.result;
-        if (!cursor) return;
-        const row = cursor.value as RecordRow;
-        if (row.shownIn !== undefined) cursor.update(withKeys(row as ShownRecord, keyedFields(indexed)));
-        cursor.continue();
-      };
-    };
+    open.onupgradeneeded = (event) => Database.upgrade(open.result, open.transaction!, event.oldVersion, version, indexed, onCreate);
     return new Promise((resolve, reject) => {
       let blocked = false;
       let grace: ReturnType<typeof setTimeout> | undefined;
