@@ -8,6 +8,8 @@ public enum FanoutMain {
         let (configuration, settings) = Configuration.forService(
             "fanout", defaultPort: 8081, checksTokens: true, settings: FanoutSettings.init)
         let logger = Observability.bootstrap(service: "fanout", level: configuration.logLevel, format: configuration.logFormat)
+        // One descriptor per connection and stream.
+        logger.info("open files allowed", metadata: ["limit": "\(DescriptorLimit.raiseToHardLimit())"])
         await ServiceExit.run("fanout", port: configuration.port) {
             try await buildFanout(
                 configuration: configuration, settings: settings,

@@ -12,6 +12,8 @@ public enum GatewayMain {
         let (configuration, settings) = Configuration.forService(
             "gateway", defaultPort: 8080, checksTokens: true, settings: GatewaySettings.init)
         let logger = Observability.bootstrap(service: "gateway", level: configuration.logLevel, format: configuration.logFormat)
+        // One descriptor per connection and stream.
+        logger.info("open files allowed", metadata: ["limit": "\(DescriptorLimit.raiseToHardLimit())"])
         await ServiceExit.run("gateway", port: configuration.port) {
             let app = try await buildApplication(
                 configuration: configuration, settings: settings,
