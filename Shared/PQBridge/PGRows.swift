@@ -86,6 +86,15 @@ public struct PGRows: Sendable, RandomAccessCollection {
             }
         }
 
+        /// The type PostgreSQL gave a column.
+        public func type(at column: Int) -> PGType { result.types[column] }
+
+        /// A column's value as libpq holds it (binary format), nil for NULL: for a writer
+        /// that copies values out without making Swift values of them.
+        public func withBytes<T>(at column: Int, _ body: (UnsafeRawBufferPointer?) throws -> T) rethrows -> T {
+            try withExtendedLifetime(result) { try body(result.value(row: index, column: column)) }
+        }
+
         /// The first columns, in order, as the tuple's types.
         @inlinable
         public func decode<each Value: PGDecodable>(_: (repeat each Value).Type) throws -> (repeat each Value) {

@@ -56,40 +56,50 @@ public struct PullStore: Sendable {
     private func pull(
         _ pool: PGPool, user: UserID, space: String?, since: Int64, limit: Int, collections: [String]?
     ) async throws -> Outcome {
+        // `next`: the version after each record among those read (`lead`), so the last
+        // record of a page cut short by the limit or the budget knows more follows. The
+        // window runs over at most `limit + 1` rows, in the order the index gives them.
         let rows = try await pool.execute("""
-            SELECT u.counter, u.horizon, r.fetched, r.collection, r.record_id, r.version, r.deleted, r.data,
-                   r.updated_at, r.updated_by,
-                   greatest(r.write_clock COLLATE "C", r.delete_clock, r.visibility_clock), r.visibility,
-                   r.public_id, r.can_fork, r.published_at, r.forked_from
+            SELECT u.counter, u.horizon, r.next, r.collection, r.record_id, r.version, r.deleted, r.data,
+                   r.updated_at, r.updated_by, r.hlc, r.visibility, r.public_id, r.can_fork, r.published_at, r.forked_from
             FROM (SELECT coalesce(\(space)::uuid, (SELECT space_id FROM spaces WHERE personal_of = \(user))) AS id) s
             CROSS JOIN LATERAL (SELECT coalesce(max(counter), 0) AS counter, coalesce(max(purge_horizon), 0) AS horizon
                   FROM space_counters WHERE space_id = s.id) u
             LEFT JOIN LATERAL (
               SELECT * FROM (
-                SELECT r.*, count(*) OVER () AS fetched,
-                       sum(r.data_bytes) OVER (ORDER BY r.version) - r.data_bytes AS before
+                SELECT r.*, lead(r.version) OVER w AS next, sum(r.data_bytes) OVER w - r.data_bytes AS before
                 FROM (
-                  SELECT * FROM records r
+                  SELECT collection, record_id, version, deleted, data, updated_at, updated_by,
+                         greatest(write_clock COLLATE "C", delete_clock, visibility_clock) AS hlc, visibility, public_id,
+                         can_fork, published_at, forked_from, data_bytes
+                  FROM records r
                   WHERE r.space_id = s.id AND r.version > \(since) AND NOT (\(since) > 0 AND \(since) < u.horizon)
                     AND (r.write_clock IS NOT NULL OR r.delete_clock IS NOT NULL)
                     AND (\(collections == nil) OR r.collection = ANY(\(collections ?? [])))
                   ORDER BY r.version LIMIT \(limit + 1)
                 ) r
+                WINDOW w AS (ORDER BY r.version ROWS UNBOUNDED PRECEDING)
               ) r
               WHERE r.before < \(pageBudget)
               ORDER BY r.version
             ) r ON true
             """)
         guard let first = rows.first else { throw UnexpectedAnswer("the pull returned no row") }
-        let (counter, horizon, fetched) = try first.decode((Int64, Int64, Int64?).self)
+        let (counter, horizon) = try first.decode((Int64, Int64).self)
         if since > 0 && since < horizon { return .resyncRequired }
-        let records: [PGRows.Row] = fetched == nil ? [] : Array(rows.prefix(limit))
-        let changes = try records.map { try PulledChange($0, from: 3) }
+        let records = first.isNull(at: Self.record + 2) ? rows.prefix(0) : rows.prefix(limit)
+        var page = PulledPageWriter(expectedBytes: 64 + records.count * 512)
+        if let head = records.first { try PulledPageWriter.check(head, from: Self.record) }
+        for row in records { page.append(row, from: Self.record) }
         // More follows when the limit or the budget cut the page short.
-        let hasMore = Int(fetched ?? 0) > changes.count
-        let cursor = hasMore ? (changes.last?.version ?? since) : max(since, counter)
-        return .page(PulledPage(changes: changes, cursor: String(cursor), hasMore: hasMore))
+        let last = records.last
+        let hasMore = last.map { rows.count > limit || !$0.isNull(at: 2) } ?? false
+        let cursor = hasMore ? try last?.decode(Int64.self, at: Self.record + 2) ?? since : max(since, counter)
+        return .page(page.finish(cursor: String(cursor), hasMore: hasMore))
     }
+
+    /// The column a page's record starts at.
+    private static let record = 3
 
     /// Where a stream starts: the cursor of each space it covers.
     public struct StreamStart: Sendable, Equatable {

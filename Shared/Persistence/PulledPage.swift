@@ -1,113 +1,132 @@
+import Foundation
 import PQBridge
 import SyncModels
 
-/// One pulled record as PostgreSQL gave it: `data` is the stored JSON text, written into
-/// the answer without being parsed (a pull moves many records, often large ones).
-public struct PulledChange: Sendable, Equatable {
-    public let collection: String
-    public let id: String
-    public let version: Int64
-    public let deleted: Bool
-    /// The record's JSON object as stored; nil for a tombstone.
-    public let data: String?
-    public let updatedAt: String?
-    public let updatedBy: String?
-    /// The newest clock in the record's state, for the client's HLC receive rule.
-    public let hlc: String?
-    public let visibility: RecordState.PublicVisibility
-    public let publicID: String?
-    public let canFork: Bool
-    public let publishedAt: String?
-    public let forkedFrom: String?
-
-    /// Reads the record from the row's columns `first`…: collection, record_id, version,
-    /// deleted, data, updated_at, updated_by, the newest of its stored clocks (`greatest`
-    /// in byte order, which is their order), visibility, public_id, can_fork, published_at,
-    /// forked_from. Publication shows only while readers can see it.
-    init(_ row: PGRows.Row, from first: Int) throws {
-        collection = try row.decode(String.self, at: first)
-        id = try row.decode(String.self, at: first + 1)
-        version = try row.decode(Int64.self, at: first + 2)
-        deleted = try row.decode(Bool.self, at: first + 3)
-        data = deleted ? nil : try row.decode(PGJSON.self, at: first + 4).text
-        // Times are formatted here: `to_char` cost PostgreSQL more than the rest of a
-        // page's columns together.
-        updatedAt = try row.decode(PGTimestamp?.self, at: first + 5).map(Self.rfc3339)
-        updatedBy = try row.decode(String?.self, at: first + 6)
-        hlc = try row.decode(String?.self, at: first + 7).flatMap(Stamp.init(stored:))?.hlc
-        visibility = try row.decode(String?.self, at: first + 8).flatMap(RecordState.PublicVisibility.init(rawValue:)) ?? .private
-        let shown = visibility != .private
-        publicID = shown ? try row.decode(String?.self, at: first + 9) : nil
-        canFork = shown ? try row.decode(Bool?.self, at: first + 10) ?? false : false
-        publishedAt = shown ? try row.decode(PGTimestamp?.self, at: first + 11).map(Self.rfc3339) : nil
-        forkedFrom = try row.decode(String?.self, at: first + 12)
-    }
-
-    static func rfc3339(_ time: PGTimestamp) -> String {
-        RFC3339.utc(unixMicroseconds: time.microseconds + PGTimestamp.unixOffset)
-    }
-
-    /// The change as a typed view (tests and tools; the gateway writes `json` instead).
-    public func view() throws -> RecordView {
-        RecordView(
-            collection: collection, id: id, version: version, deleted: deleted,
-            data: try data.map { try JSONParser.parse($0).objectValue ?? [:] }, updatedAt: updatedAt, updatedBy: updatedBy,
-            hlc: hlc, visibility: visibility, publicID: publicID, canFork: canFork, publishedAt: publishedAt,
-            forkedFrom: forkedFrom)
-    }
-
-    /// Appends the change's JSON object (the shape of `RecordView`).
-    func write(into out: inout [UInt8]) {
-        func key(_ name: String, first: Bool = false) {
-            if !first { out.append(UInt8(ascii: ",")) }
-            JSONWriter.writeString(name, into: &out)
-            out.append(UInt8(ascii: ":"))
-        }
-        func text(_ value: String?) {
-            if let value { JSONWriter.writeString(value, into: &out) } else { out.append(contentsOf: Self.null) }
-        }
-        // RecordView's wire shape, written as bytes: the data is copied, not re-encoded.
-        typealias Key = RecordView.CodingKeys
-        out.append(UInt8(ascii: "{"))
-        key(Key.collection.rawValue, first: true); text(collection)
-        key(Key.id.rawValue); text(id)
-        key(Key.version.rawValue); out.append(contentsOf: String(version).utf8)
-        key(Key.deleted.rawValue); out.append(contentsOf: deleted ? Self.true : Self.false)
-        key(Key.data.rawValue); if let data { out.append(contentsOf: data.utf8) } else { out.append(contentsOf: Self.null) }
-        if let updatedAt { key(Key.updatedAt.rawValue); text(updatedAt) }
-        if let updatedBy { key(Key.updatedBy.rawValue); text(updatedBy) }
-        key(Key.hlc.rawValue); text(hlc)
-        key(Key.visibility.rawValue); text(visibility.rawValue)
-        key(Key.publicID.rawValue); text(publicID)
-        key(Key.canFork.rawValue); out.append(contentsOf: canFork ? Self.true : Self.false)
-        key(Key.publishedAt.rawValue); text(publishedAt)
-        key(Key.forkedFrom.rawValue); text(forkedFrom)
-        out.append(UInt8(ascii: "}"))
-    }
-
-    private static let null = Array("null".utf8), `true` = Array("true".utf8), `false` = Array("false".utf8)
-}
-
-/// One page of a pull: `{"changes":[…],"cursor":"…","has_more":…}`.
+/// One page of a pull, `{"changes":[…],"cursor":"…","has_more":…}`, as the gateway sends it.
 public struct PulledPage: Sendable, Equatable {
-    public let changes: [PulledChange]
+    /// The answer's body.
+    public let json: [UInt8]
+    /// Records on the page.
+    public let count: Int
     public let cursor: String
     public let hasMore: Bool
 
-    /// The answer's body, written directly: record data is copied, not re-encoded.
-    public var json: [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(64 + changes.reduce(0) { $0 + 400 + ($1.data?.utf8.count ?? 0) })
+    /// The page's records, read back from `json` (tests and tools).
+    public func changes() throws -> [RecordView] {
+        struct Body: Decodable { let changes: [RecordView] }
+        return try JSONDecoder().decode(Body.self, from: Data(json)).changes
+    }
+}
+
+/// Writes a page from the rows as PostgreSQL gave them: each value goes from libpq's bytes
+/// into the JSON without a Swift value between (a pull moves many records), and record
+/// data is copied as stored, not parsed.
+struct PulledPageWriter {
+    private var out: [UInt8] = []
+    private(set) var count = 0
+
+    /// The columns a record takes from `first` on: collection, record_id, version, deleted,
+    /// data, updated_at, updated_by, the newest of its stored clocks (`greatest` in byte
+    /// order, which is their order), visibility, public_id, can_fork, published_at,
+    /// forked_from.
+    static let columns: [PGType] = [
+        .text, .text, .int8, .bool, .jsonb, .timestamptz, .uuid, .text, .text, .text, .bool, .timestamptz, .text,
+    ]
+
+    init(expectedBytes: Int) {
+        out.reserveCapacity(expectedBytes)
         out.append(contentsOf: #"{"changes":["#.utf8)
-        for (index, change) in changes.enumerated() {
-            if index > 0 { out.append(UInt8(ascii: ",")) }
-            change.write(into: &out)
+    }
+
+    /// Checks once per page that the statement still gives the columns in the order and
+    /// types this writer reads.
+    static func check(_ row: PGRows.Row, from first: Int) throws {
+        for (offset, type) in columns.enumerated() where row.type(at: first + offset) != type {
+            throw UnexpectedAnswer("pull column \(first + offset) is of type \(row.type(at: first + offset)), not \(type)")
         }
+    }
+
+    /// Appends the record in `row`'s columns from `first` on, in `RecordView`'s wire shape.
+    /// Publication shows only while readers can see it.
+    mutating func append(_ row: PGRows.Row, from first: Int) {
+        if count > 0 { out.append(UInt8(ascii: ",")) }
+        out.append(UInt8(ascii: "{"))
+        count += 1
+        let deleted = row.withBytes(at: first + 3) { $0?.first == 1 }
+        let visibility = row.withBytes(at: first + 8) { bytes in
+            bytes.flatMap { RecordState.PublicVisibility(rawValue: String(decoding: $0, as: UTF8.self)) } ?? .private
+        }
+        let shown = visibility != .private
+        key(Self.collection); text(row, first)
+        key(Self.id); text(row, first + 1)
+        key(Self.version); integer(row, first + 2)
+        key(Self.deleted); out.append(contentsOf: deleted ? Self.true : Self.false)
+        key(Self.data)
+        row.withBytes(at: first + 4) { bytes in
+            // jsonb's binary form: a version byte, then the text.
+            if let bytes, !deleted, bytes.count > 1 { out.append(contentsOf: bytes[1...]) } else { out.append(contentsOf: Self.null) }
+        }
+        if !row.isNull(at: first + 5) { key(Self.updatedAt); time(row, first + 5) }
+        if let updatedBy = try? row.decode(String?.self, at: first + 6) {
+            key(Self.updatedBy)
+            JSONWriter.writeString(updatedBy, into: &out)
+        }
+        key(Self.hlc); hlc(row, first + 7)
+        key(Self.visibility); JSONWriter.writeString(visibility.rawValue, into: &out)
+        key(Self.publicID); if shown { text(row, first + 9) } else { out.append(contentsOf: Self.null) }
+        key(Self.canFork); out.append(contentsOf: shown && row.withBytes(at: first + 10) { $0?.first == 1 } ? Self.true : Self.false)
+        key(Self.publishedAt); if shown { time(row, first + 11) } else { out.append(contentsOf: Self.null) }
+        key(Self.forkedFrom); text(row, first + 12)
+        out.append(UInt8(ascii: "}"))
+    }
+
+    consuming func finish(cursor: String, hasMore: Bool) -> PulledPage {
         out.append(contentsOf: #"],"cursor":"#.utf8)
         JSONWriter.writeString(cursor, into: &out)
         out.append(contentsOf: #","has_more":"#.utf8)
-        out.append(contentsOf: (hasMore ? "true" : "false").utf8)
+        out.append(contentsOf: hasMore ? Self.true : Self.false)
         out.append(UInt8(ascii: "}"))
-        return out
+        return PulledPage(json: out, count: count, cursor: cursor, hasMore: hasMore)
     }
+
+    private mutating func key(_ name: [UInt8]) { out.append(contentsOf: name) }
+
+    private mutating func text(_ row: PGRows.Row, _ column: Int) {
+        row.withBytes(at: column) { bytes in
+            if let bytes { JSONWriter.writeString(utf8: bytes, into: &out) } else { out.append(contentsOf: Self.null) }
+        }
+    }
+
+    private mutating func integer(_ row: PGRows.Row, _ column: Int) {
+        let value = row.withBytes(at: column) { bytes in bytes.map { Int64(bigEndian: $0.loadUnaligned(as: Int64.self)) } ?? 0 }
+        out.append(contentsOf: String(value).utf8)
+    }
+
+    private mutating func time(_ row: PGRows.Row, _ column: Int) {
+        row.withBytes(at: column) { bytes in
+            guard let bytes else { return out.append(contentsOf: Self.null) }
+            let microseconds = Int64(bigEndian: bytes.loadUnaligned(as: Int64.self))
+            out.append(UInt8(ascii: "\""))
+            RFC3339.write(unixMicroseconds: microseconds + PGTimestamp.unixOffset, into: &out)
+            out.append(UInt8(ascii: "\""))
+        }
+    }
+
+    /// A stored stamp is `<hlc> <op id>`; the record shows the clock.
+    private mutating func hlc(_ row: PGRows.Row, _ column: Int) {
+        row.withBytes(at: column) { bytes in
+            guard let bytes, let space = bytes.lastIndex(of: UInt8(ascii: " ")) else { return out.append(contentsOf: Self.null) }
+            JSONWriter.writeString(utf8: UnsafeRawBufferPointer(rebasing: bytes[..<space]), into: &out)
+        }
+    }
+
+    private typealias Key = RecordView.CodingKeys
+    private static func name(_ key: Key, first: Bool = false) -> [UInt8] {
+        Array(((first ? "" : ",") + "\"\(key.rawValue)\":").utf8)
+    }
+    private static let collection = name(.collection, first: true), id = name(.id), version = name(.version)
+    private static let deleted = name(.deleted), data = name(.data), updatedAt = name(.updatedAt), updatedBy = name(.updatedBy)
+    private static let hlc = name(.hlc), visibility = name(.visibility), publicID = name(.publicID), canFork = name(.canFork)
+    private static let publishedAt = name(.publishedAt), forkedFrom = name(.forkedFrom)
+    private static let null = Array("null".utf8), `true` = Array("true".utf8), `false` = Array("false".utf8)
 }

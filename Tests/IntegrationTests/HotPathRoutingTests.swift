@@ -68,7 +68,7 @@ struct HotPathRoutingTests {
         guard case .page(let page) = try await pulls.pull(user: bob, space: space.spaceID, since: 0, limit: 10, collections: nil) else {
             Issue.record("no page"); return
         }
-        #expect(page.changes.map(\.id) == ["n1", "n2"])
+        #expect(try page.changes().map(\.id) == ["n1", "n2"])
         _ = try await pulls.pull(user: bob, space: space.spaceID, since: 1, limit: 10, collections: ["notes"])
         recording.withLockedValue { $0 = false }
 

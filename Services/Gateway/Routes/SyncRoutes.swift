@@ -133,7 +133,7 @@ struct SyncRoutes: Sendable {
         let query = request.uri.queryParameters
         let since = try request.cursorParameter("since", from: "an earlier pull") ?? 0
         let minCursor = try request.cursorParameter("min_cursor", from: "a job's checkpoint or a poke")
-        let limit = try request.integerParameter("limit", in: 1...1000, default: 500)
+        let limit = try request.integerParameter("limit", in: 1...10_000, default: 500)
         var collections: [String]?
         if let text = query["collections"].map(String.init) {
             let names = text.split(separator: ",", omittingEmptySubsequences: false).map(String.init)

@@ -62,20 +62,34 @@ public enum RFC3339 {
     /// A time as microseconds since 1970, as `2026-11-23T05:47:21.123Z` (milliseconds
     /// truncated toward the past, like `to_char`'s `MS`).
     public static func utc(unixMicroseconds: Int64) -> String {
+        var bytes: [UInt8] = []
+        write(unixMicroseconds: unixMicroseconds, into: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// Appends what `utc(unixMicroseconds:)` answers, as bytes (a pull writes two per record).
+    public static func write(unixMicroseconds: Int64, into out: inout [UInt8]) {
         let milliseconds = floorDiv(unixMicroseconds, 1_000)
-        return format(seconds: floorDiv(milliseconds, 1_000), milliseconds: milliseconds - floorDiv(milliseconds, 1_000) * 1_000)
+        write(seconds: floorDiv(milliseconds, 1_000), milliseconds: milliseconds - floorDiv(milliseconds, 1_000) * 1_000, into: &out)
     }
 
     /// `YYYY-MM-DDTHH:MM:SS.mmmZ` for a year 0–9999.
     static func format(seconds: Int64, milliseconds: Int64) -> String {
+        var bytes: [UInt8] = []
+        write(seconds: seconds, milliseconds: milliseconds, into: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    private static func write(seconds: Int64, milliseconds: Int64, into out: inout [UInt8]) {
         let days = floorDiv(seconds, 86_400)
         let (year, month, day) = civil(fromDays: days)
         let secondOfDay = seconds - days * 86_400
-        var bytes = template
-        func put(_ value: Int64, at start: Int, width: Int) {
+        let start = out.count
+        out.append(contentsOf: template)
+        func put(_ value: Int64, at offset: Int, width: Int) {
             var value = value
-            for index in stride(from: start + width - 1, through: start, by: -1) {
-                bytes[index] = UInt8(48 + value % 10)
+            for index in stride(from: start + offset + width - 1, through: start + offset, by: -1) {
+                out[index] = UInt8(48 + value % 10)
                 value /= 10
             }
         }
@@ -86,7 +100,6 @@ public enum RFC3339 {
         put(secondOfDay / 60 % 60, at: 14, width: 2)
         put(secondOfDay % 60, at: 17, width: 2)
         put(milliseconds, at: 20, width: 3)
-        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// The separators `format` fills the digits in between.

@@ -258,18 +258,23 @@ public enum JSONWriter {
     }
 
     public static func writeString(_ text: String, into out: inout [UInt8]) {
+        let written = text.utf8.withContiguousStorageIfAvailable { bytes in
+            writeString(utf8: UnsafeRawBufferPointer(bytes), into: &out)
+        }
+        if written == nil { Array(text.utf8).withUnsafeBytes { writeString(utf8: $0, into: &out) } }
+    }
+
+    /// Appends UTF-8 text as a JSON string (a pull writes PostgreSQL's text this way,
+    /// without making a `String` of it first).
+    public static func writeString(utf8 bytes: UnsafeRawBufferPointer, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
         // Most text needs no escape: one scan, then one copy.
-        let plain = text.utf8.withContiguousStorageIfAvailable { bytes -> Bool in
-            guard !bytes.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else { return false }
+        guard bytes.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
             out.append(contentsOf: bytes)
-            return true
-        }
-        if plain == true {
             out.append(UInt8(ascii: "\""))
             return
         }
-        for byte in text.utf8 {
+        for byte in bytes {
             switch byte {
             case UInt8(ascii: "\""): out.append(contentsOf: [0x5C, 0x22])
             case UInt8(ascii: "\\"): out.append(contentsOf: [0x5C, 0x5C])
