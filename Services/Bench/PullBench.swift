@@ -8,10 +8,12 @@ import SyncModels
 
 /// Full pulls of one user's records through the gateway: pushes `--records` records of
 /// about `--record-bytes` each once (500 per push), then pulls them all from the start,
-/// 1,000 per page, `--runs` times with `--clients` pulling at once, and reports records/s
-/// and the gateway's resident memory. After each round, the floor: PostgreSQL handing over
-/// the same rows, with the fields a page carries, as JSON (`COPY … TO STDOUT` through
-/// `psql`, in one statement), timed the same way, with the pull's ratio to it.
+/// `--limit` per page, `--runs` times with `--clients` pulling at once, and reports
+/// records/s and the gateway's resident memory. The clock stops when the last page has
+/// arrived; the pages are parsed and checked after it. After each round, the floor:
+/// PostgreSQL handing over the same rows, with the fields a page carries, as JSON
+/// (`COPY … TO STDOUT` through `psql`, in one statement), timed the same way, with the
+/// pull's ratio to it.
 struct PullBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pull", abstract: "Benchmark full pulls (records/s, gateway memory).")
@@ -21,6 +23,7 @@ struct PullBench: AsyncParsableCommand {
     @Option(help: "Approximate bytes of data per record.") var recordBytes = 100
     @Option(help: "Full pulls per client.") var runs = 3
     @Option(help: "Clients pulling at once.") var clients = 1
+    @Option(help: "Records per page (the pull's limit, 1–10,000).") var limit = 1000
 
     func run() async throws {
         let configuration = try Configuration.fromEnvironment()
@@ -57,30 +60,36 @@ struct PullBench: AsyncParsableCommand {
         await pool.shutdown()
         guard unfinished == 0 else { throw ValidationError("\(unfinished) seeding jobs did not finish") }
         print(String(format: "bench-pull: %d records of about %d bytes seeded in %.1f s", records, recordBytes, Date().timeIntervalSince(seeded)))
+        // Every round reads the same settled table: its rows' hint bits set and its
+        // statistics current, not left to whichever round autovacuum happens to meet.
+        _ = try Self.psql(databaseURL: configuration.databaseURL, "VACUUM (ANALYZE) records")
         for line in Processes.memoryReport(["gateway"]) { print("before: " + line) }
 
         for round in 1...runs {
             let cpuBefore = Processes.cpuSeconds(["gateway", "postgres"])
             let started = Date()
-            let results = try await withThrowingTaskGroup(of: (Int, Int, Int).self) { group in
+            let fetched = try await withThrowingTaskGroup(of: [[UInt8]].self) { group in
                 for _ in 0..<clients {
-                    group.addTask {
-                        try PushBench.pullAll(RawHTTPConnection(host: host, port: port), token: token)
+                    group.addTask { [limit] in
+                        try PushBench.fetchPages(RawHTTPConnection(host: host, port: port), token: token, limit: limit)
                     }
                 }
-                return try await group.reduce(into: [(Int, Int, Int)]()) { $0.append($1) }
+                return try await group.reduce(into: [[[UInt8]]]()) { $0.append($1) }
             }
             let seconds = Date().timeIntervalSince(started)
+            let results = try fetched.map { pages in
+                (try PushBench.countRecords(pages), pages.count, pages.reduce(0) { $0 + $1.count })
+            }
             let pulled = results.map(\.0).reduce(0, +), pages = results.map(\.1).reduce(0, +), bytes = results.map(\.2).reduce(0, +)
             guard results.allSatisfy({ $0.0 == records }) else {
                 throw ValidationError("a full pull returned \(results.map(\.0)) records, not \(records)")
             }
             let cpuAfter = Processes.cpuSeconds(["gateway", "postgres"])
-            func perPage(_ name: String) -> Double { ((cpuAfter[name] ?? 0) - (cpuBefore[name] ?? 0)) * 1000 / Double(pages) }
+            func perThousand(_ name: String) -> Double { ((cpuAfter[name] ?? 0) - (cpuBefore[name] ?? 0)) * 1e6 / Double(pulled) }
             print(String(
-                format: "run %d: %d clients pulled %d records in %d pages (%.1f MB) in %.2f s → %.0f records/s; CPU per page: gateway %.1f ms, PostgreSQL %.1f ms",
-                round, clients, pulled, pages, Double(bytes) / 1e6, seconds, Double(pulled) / seconds, perPage("gateway"),
-                perPage("postgres")))
+                format: "run %d: %d clients pulled %d records in %d pages (%.1f MB) in %.2f s → %.0f records/s; CPU per 1,000 records: gateway %.1f ms, PostgreSQL %.1f ms",
+                round, clients, pulled, pages, Double(bytes) / 1e6, seconds, Double(pulled) / seconds, perThousand("gateway"),
+                perThousand("postgres")))
             let floor = try Self.copyFloor(databaseURL: configuration.databaseURL, user: user)
             print(String(
                 format: "run %d floor: COPY of the same %d rows as JSON in %.2f s (%.1f MB) → %.0f records/s; one pull ÷ floor %.2f",
@@ -104,17 +113,23 @@ struct PullBench: AsyncParsableCommand {
                 AND (write_clock IS NOT NULL OR delete_clock IS NOT NULL)
               ORDER BY version) r) TO STDOUT
             """
+        let started = Date()
+        let text = try psql(databaseURL: databaseURL, query)
+        let seconds = Date().timeIntervalSince(started)
+        return (text.reduce(0) { $0 + ($1 == UInt8(ascii: "\n") ? 1 : 0) }, text.count, seconds)
+    }
+
+    /// Runs one statement through `psql` and answers what it wrote.
+    static func psql(databaseURL: String, _ statement: String) throws -> Data {
         let psql = Process()
         psql.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        psql.arguments = ["psql", "--no-psqlrc", "--quiet", databaseURL, "--command", query]
+        psql.arguments = ["psql", "--no-psqlrc", "--quiet", databaseURL, "--command", statement]
         let output = Pipe()
         psql.standardOutput = output
-        let started = Date()
         try psql.run()
         let text = try output.fileHandleForReading.readToEnd() ?? Data()
         psql.waitUntilExit()
-        let seconds = Date().timeIntervalSince(started)
         guard psql.terminationStatus == 0 else { throw ValidationError("psql exited with \(psql.terminationStatus)") }
-        return (text.reduce(0) { $0 + ($1 == UInt8(ascii: "\n") ? 1 : 0) }, text.count, seconds)
+        return text
     }
 }

@@ -162,20 +162,51 @@ enum Processes {
 }
 
 extension PushBench {
-    /// Pulls from the start until `has_more` is false.
-    static func pullAll(_ connection: RawHTTPConnection, token: String) throws -> (records: Int, pages: Int, bytes: Int) {
-        var cursor = "0", records = 0, pages = 0, bytes = 0
+    /// Pulls from the start until `has_more` is false, `limit` records a page, and checks
+    /// every page. Answers the records, pages and bytes.
+    static func pullAll(_ connection: RawHTTPConnection, token: String, limit: Int = 1000) throws -> (records: Int, pages: Int, bytes: Int) {
+        let pages = try fetchPages(connection, token: token, limit: limit)
+        return (try countRecords(pages), pages.count, pages.reduce(0) { $0 + $1.count })
+    }
+
+    /// The pages of a full pull as they arrived. Each page's cursor and `has_more` are read
+    /// from its end (they are its last two fields), so the reader asks for the next page
+    /// without parsing the records first: a pull's time is the server's, as the floor's
+    /// is `COPY`'s. `countRecords` checks the pages afterwards.
+    static func fetchPages(_ connection: RawHTTPConnection, token: String, limit: Int) throws -> [[UInt8]] {
+        var cursor = "0", pages: [[UInt8]] = []
         while true {
-            let (status, body) = try connection.send(method: "GET", path: "/v1/sync/pull?limit=1000&since=\(cursor)", token: token)
-            guard status == 200, let page = (try? JSONParser.parse(body))?.objectValue,
-                  let changes = page["changes"]?.arrayValue, let next = page["cursor"]?.stringValue
-            else { throw ValidationError("pull answered \(status)") }
-            records += changes.count
-            pages += 1
-            bytes += body.count
-            cursor = next
-            if page["has_more"]?.boolValue != true { return (records, pages, bytes) }
+            let (status, body) = try connection.send(method: "GET", path: "/v1/sync/pull?limit=\(limit)&since=\(cursor)", token: token)
+            guard status == 200, let end = pageEnd(body) else { throw ValidationError("pull answered \(status)") }
+            pages.append(body)
+            cursor = end.cursor
+            if !end.hasMore { return pages }
         }
+    }
+
+    /// A page's cursor and `has_more`, read from `…],"cursor":"42","has_more":true}`.
+    static func pageEnd(_ body: [UInt8]) -> (cursor: String, hasMore: Bool)? {
+        let tail = String(decoding: body.suffix(64), as: UTF8.self)
+        guard let key = tail.range(of: #"],"cursor":""#, options: .backwards),
+              let close = tail[key.upperBound...].firstIndex(of: "\"")
+        else { return nil }
+        let rest = tail[tail.index(after: close)...]
+        guard rest == #","has_more":true}"# || rest == #","has_more":false}"# else { return nil }
+        return (String(tail[key.upperBound..<close]), rest.contains("true"))
+    }
+
+    /// Parses every page of a pull, checks that each names the cursor and `has_more` its
+    /// end was read as and that each cursor follows on, and answers the records.
+    static func countRecords(_ pages: [[UInt8]]) throws -> Int {
+        var records = 0
+        for (index, body) in pages.enumerated() {
+            guard let page = (try? JSONParser.parse(body))?.objectValue, let changes = page["changes"]?.arrayValue,
+                  let end = pageEnd(body), page["cursor"]?.stringValue == end.cursor,
+                  page["has_more"]?.boolValue == end.hasMore, end.hasMore == (index < pages.count - 1)
+            else { throw ValidationError("page \(index + 1) of a pull is not a valid page") }
+            records += changes.count
+        }
+        return records
     }
 
     /// Waits up to five minutes for the jobs to finish; answers how many did not.

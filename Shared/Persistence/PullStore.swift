@@ -88,7 +88,10 @@ public struct PullStore: Sendable {
         let (counter, horizon) = try first.decode((Int64, Int64).self)
         if since > 0 && since < horizon { return .resyncRequired }
         let records = first.isNull(at: Self.record + 2) ? rows.prefix(0) : rows.prefix(limit)
-        var page = PulledPageWriter(expectedBytes: 64 + records.count * 512)
+        // The answer's size, known before writing it: the data as stored and what a record's
+        // other fields take at most, usually (so a page of large records is one allocation).
+        let expected = records.reduce(64) { $0 + 400 + $1.withBytes(at: Self.record + 4) { $0?.count ?? 0 } }
+        var page = PulledPageWriter(expectedBytes: expected)
         if let head = records.first { try PulledPageWriter.check(head, from: Self.record) }
         for row in records { page.append(row, from: Self.record) }
         // More follows when the limit or the budget cut the page short.
