@@ -51,12 +51,14 @@ func buildFanout(
         auth: Authenticator(verifier: verifier, allowQueryToken: true), devices: DeviceStore(pool: pool),
         pulls: PullStore(pool: pool), spaces: SpaceStore(pool: pool), hub: hub, limiter: RateLimiter(settings.streamRateLimit))
 
-    let router = fanoutRouter(routes, pool: pool, consumer: consumer, configuration: configuration, settings: settings, logger: logger)
+    let cors = HTTPSupport.CORSMiddleware<BasicRequestContext>(allowedOrigins: settings.http.corsAllowedOrigins, methods: [.get])
+    let router = fanoutRouter(routes, pool: pool, consumer: consumer, cors: cors, configuration: configuration, logger: logger)
     let idleTimeout = TimeAmount.milliseconds(Int64(settings.http.idleTimeout * 1000))
+    let streams = ServerSentEventsHandler.Setup(routes: routes, cors: cors, slow: configuration.slowThreshold)
     let app = Application(
         router: router,
         server: HTTPServerBuilder { responder in
-            StreamServerChannel(responder: responder, idleTimeout: idleTimeout) { request, channel, logger in
+            StreamServerChannel(responder: responder, idleTimeout: idleTimeout, streams: streams) { request, channel, logger in
                 await routes.webSocketDecision(request, channel: channel, logger: logger, slow: configuration.slowThreshold)
             }
         },
@@ -70,14 +72,14 @@ func buildFanout(
 /// The HTTP routes: the stream (a WebSocket upgrade is decided before the router) and the
 /// operations endpoints.
 func fanoutRouter(
-    _ routes: StreamRoutes, pool: PGPool, consumer: AMQPConsumer, configuration: Configuration, settings: FanoutSettings,
-    logger: Logger
+    _ routes: StreamRoutes, pool: PGPool, consumer: AMQPConsumer, cors: HTTPSupport.CORSMiddleware<BasicRequestContext>,
+    configuration: Configuration, logger: Logger
 ) -> Router<BasicRequestContext> {
     let router = Router(context: BasicRequestContext.self, options: .autoGenerateHeadEndpoints)
     let methods = RouteMethods()
     router.addMiddleware {
         RequestTelemetryMiddleware(logger: logger, slow: configuration.slowThreshold)
-        CORSMiddleware(allowedOrigins: settings.http.corsAllowedOrigins, methods: [.get])
+        cors
         ProblemMiddleware(routes: methods)
     }
     routes.registerHTTP(on: router)

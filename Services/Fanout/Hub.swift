@@ -94,13 +94,12 @@ final class Hub: Service, Sendable {
         state.withLockedValue { $0.admits(user: user) }
     }
 
-    /// Registers a stream; its messages come out of the returned sequence until
-    /// `unsubscribe` (or shutdown) finishes it. Returns once the user's routing key is
-    /// bound, so the stream's `hello` is never ahead of its pokes.
-    func subscribe(user: UserID, deviceID: String, space: String?) async throws -> (UUID, AsyncStream<StreamMessage>) {
+    /// Registers a stream; its messages go to `sink` until `unsubscribe` (or shutdown)
+    /// finishes it. Returns once the user's routing key is bound, so the stream's `hello`
+    /// is never ahead of its pokes.
+    func subscribe(user: UserID, deviceID: String, space: String?, sink: any StreamSink) async throws -> UUID {
         let id = UUID()
-        let (stream, continuation) = AsyncStream.makeStream(of: StreamMessage.self, bufferingPolicy: .bufferingNewest(64))
-        let subscriber = HubState.Subscriber(id: id, deviceID: deviceID, space: space, continuation: continuation)
+        let subscriber = HubState.Subscriber(id: id, deviceID: deviceID, space: space, sink: sink)
         let admission: HubState.Admission
         do {
             admission = try await withCheckedThrowingContinuation { waiter in
@@ -109,7 +108,6 @@ final class Hub: Service, Sendable {
                 decided.settle(waiter)
             }
         } catch let refusal as HubState.Refusal {
-            continuation.finish()
             throw refusal == .closed ? CancellationError() : tooManyStreams()
         } catch {
             unsubscribe(user: user, id: id)  // the bind it waited for failed
@@ -125,7 +123,7 @@ final class Hub: Service, Sendable {
             }
             bindFinished(user: user, failure: nil)
         }
-        return (id, stream)
+        return id
     }
 
     private func bindFinished(user: UserID, failure: (any Error)?) {
@@ -145,7 +143,7 @@ final class Hub: Service, Sendable {
     /// Ends a stream; after the user's last, unbinds their routing key in the background.
     func unsubscribe(user: UserID, id: UUID) {
         guard let (ended, wasLast) = state.withLockedValue({ $0.unsubscribe(user: user, id: id) }) else { return }
-        ended.continuation.finish()
+        ended.sink.finish()
         connected.decrement()
         guard wasLast else { return }
         let binding = binding(user), publisher = self.publisher, logger = self.logger, state = self.state
@@ -170,7 +168,7 @@ final class Hub: Service, Sendable {
     func deliver(_ event: JobEvent) -> Int {
         let deliveries = state.withLockedValue { $0.deliveries(of: event, now: Self.now()) }
         for delivery in deliveries {
-            delivery.subscriber.continuation.yield(delivery.message)
+            delivery.subscriber.sink.send(delivery.message)
             delivered.increment()
         }
         return deliveries.count
@@ -280,7 +278,7 @@ final class Hub: Service, Sendable {
                 logger.debug("cannot register this replica's queue yet", metadata: ["error": "\(error)"])
             }
         }
-        duties.heartbeats.forEach { $0.continuation.yield(.heartbeat) }
+        duties.heartbeats.forEach { $0.sink.send(.heartbeat) }
         if let rebind = duties.rebind {
             do {
                 try await publisher.setBindings(rebind.users.map(binding), bound: true)
@@ -295,6 +293,6 @@ final class Hub: Service, Sendable {
     }
 
     private func closeAll() {
-        state.withLockedValue { $0.close() }.forEach { $0.continuation.finish() }
+        state.withLockedValue { $0.close() }.forEach { $0.sink.finish() }
     }
 }

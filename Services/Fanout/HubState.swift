@@ -13,7 +13,7 @@ struct HubState {
         let deviceID: String
         /// The one space the stream is narrowed to; nil: every space of the user.
         let space: String?
-        let continuation: AsyncStream<StreamMessage>.Continuation
+        let sink: any StreamSink
 
         func covers(_ space: String?) -> Bool { self.space == nil || space == nil || self.space == space }
     }

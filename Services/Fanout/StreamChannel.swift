@@ -11,26 +11,28 @@ import HTTPSupport
 import NIOWebSocket
 import ServiceSupport
 
-/// The fanout's connections: HTTP/1.1 (SSE, operations endpoints) and the WebSocket
-/// upgrade of `/v1/stream`.
+/// The fanout's connections: HTTP/1.1 (streams of Server-Sent Events, operations
+/// endpoints) and the WebSocket upgrade of `/v1/stream`.
 ///
 /// Written here rather than taken from hummingbird-websocket, whose channel answers every
 /// refused upgrade with a bare `400` and no body: here a refused upgrade is answered with
 /// the same problem+json as a refused Server-Sent Events stream (401, 403, 404, 429). The
 /// first request's head must also arrive within the idle timeout (Hummingbird's timer
 /// starts only once the connection is known to be plain HTTP).
+///
+/// An open stream has no task: its connection's handlers (`ServerSentEventsHandler`,
+/// `WebSocketStreamHandler`) carry it. A connection whose first request is a stream never
+/// reaches the router; one that began with another request keeps the router for those.
 struct StreamServerChannel: ServerChildChannel, HTTPChannelHandler {
-    /// What a WebSocket connection runs once upgraded.
-    typealias Session = @Sendable (NIOAsyncChannel<WebSocketFrame, WebSocketFrame>) async -> Void
-
     /// What to do with an upgrade request.
     enum Decision: Sendable {
-        case upgrade(Session)
+        case upgrade(StreamRoutes.Listener, RequestTelemetry)
         case refuse(APIError)
     }
 
     enum Negotiated: Sendable {
-        case webSocket(NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, Session)
+        /// A stream: its handlers carry it from here.
+        case stream
         case http(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>)
         case refused(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>, APIError)
     }
@@ -42,14 +44,16 @@ struct StreamServerChannel: ServerChildChannel, HTTPChannelHandler {
 
     let responder: Responder
     let idleTimeout: TimeAmount
+    let streams: ServerSentEventsHandler.Setup
     /// Whether an upgrade request becomes a stream.
     let decide: @Sendable (Request, any Channel, Logger) async -> Decision
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
-        let idleTimeout = self.idleTimeout, decide = self.decide
+        let idleTimeout = self.idleTimeout, decide = self.decide, streams = self.streams
         return channel.eventLoop.makeCompletedFuture {
             try channel.pipeline.syncOperations.addHandler(FirstAnswerDeadlineHandler(timeout: idleTimeout), position: .first)
             let decision = NIOLockedValueBox<Decision?>(nil)
+            let firstIsStream = NIOLoopBoundBox(false, eventLoop: channel.eventLoop)
             let upgrader = NIOTypedWebSocketServerUpgrader<Negotiated>(
                 shouldUpgrade: { channel, head in
                     let promise = channel.eventLoop.makePromise(of: HTTPHeaders?.self)
@@ -68,12 +72,19 @@ struct StreamServerChannel: ServerChildChannel, HTTPChannelHandler {
                 },
                 upgradePipelineHandler: { channel, _ in
                     channel.eventLoop.makeCompletedFuture {
-                        guard case .upgrade(let session)? = decision.withLockedValue({ $0 }) else {
+                        guard case .upgrade(let listener, let telemetry)? = decision.withLockedValue({ $0 }) else {
                             throw ChannelError.inappropriateOperationForState
                         }
-                        let frames = try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(
-                            wrappingChannelSynchronously: channel, configuration: .init(isOutboundHalfClosureEnabled: true))
-                        return .webSocket(frames, session)
+                        let stream = StreamConnection(framing: .webSocket, hub: streams.routes.hub, telemetry: telemetry)
+                        try channel.pipeline.syncOperations.addHandler(WebSocketStreamHandler(stream: stream) { sink in
+                            do {
+                                return try await streams.routes.open(listener, sink: sink)
+                            } catch {
+                                logger.debug("WebSocket stream not opened", metadata: ["error": "\(error)"])
+                                return .refused(APIError.problem(for: error, logger: logger))
+                            }
+                        })
+                        return .stream
                     }
                 })
             var configuration = NIOUpgradableHTTPServerPipelineConfiguration<Negotiated>(
@@ -81,14 +92,17 @@ struct StreamServerChannel: ServerChildChannel, HTTPChannelHandler {
                     upgraders: [upgrader],
                     notUpgradingCompletionHandler: { channel in
                         channel.eventLoop.makeCompletedFuture {
-                            try channel.pipeline.syncOperations.addHandler(HTTP1ToHTTPServerCodec(secure: false))
-                            try channel.pipeline.syncOperations.addHandler(
-                                HTTPConnectionStateHandler(idleTimeout: .init(idleTimeout), logger: logger))
+                            let pipeline = channel.pipeline.syncOperations
+                            try pipeline.addHandler(HTTP1ToHTTPServerCodec(secure: false))
+                            let refusal: APIError? = if case .refuse(let problem)? = decision.withLockedValue({ $0 }) { problem } else { nil }
+                            if refusal == nil { try pipeline.addHandler(ServerSentEventsHandler(setup: streams, logger: logger)) }
+                            if firstIsStream.value, refusal == nil { return .stream }
+                            try pipeline.addHandler(HTTPConnectionStateHandler(idleTimeout: .init(idleTimeout), logger: logger))
                             let http = try NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>(
                                 wrappingChannelSynchronously: channel, configuration: .init(isOutboundHalfClosureEnabled: true))
                             // A refused upgrade request is not replayed to the HTTP pipeline:
                             // it is answered here.
-                            if case .refuse(let problem)? = decision.withLockedValue({ $0 }) { return .refused(http, problem) }
+                            if let refusal { return .refused(http, refusal) }
                             return .http(http)
                         }
                     }))
@@ -96,6 +110,8 @@ struct StreamServerChannel: ServerChildChannel, HTTPChannelHandler {
             configuration.enableErrorHandling = false  // Hummingbird's HTTP handling answers errors
             configuration.enableResponseHeaderValidation = false  // swift-http-types validated them
             let negotiated = try channel.pipeline.syncOperations.configureUpgradableHTTPServerPipeline(configuration: configuration)
+            let upgrade = try channel.pipeline.syncOperations.handler(type: NIOTypedHTTPServerUpgradeHandler<Negotiated>.self)
+            try channel.pipeline.syncOperations.addHandler(FirstRequestPeek(isStream: firstIsStream), position: .before(upgrade))
             return Value(negotiated: negotiated, channel: channel)
         }
     }
@@ -104,12 +120,34 @@ struct StreamServerChannel: ServerChildChannel, HTTPChannelHandler {
         do {
             switch try await value.negotiated.get() {
             case .http(let http): await handleHTTP(asyncChannel: http, logger: logger)
-            case .webSocket(let frames, let session): await session(frames)
+            case .stream: return
             case .refused(let http, let problem): try await Self.answer(http, with: problem)
             }
         } catch {
             logger.debug("connection ended before its first request", metadata: ["error": "\(error)"])
         }
+    }
+}
+
+/// Notes whether a connection's first request asks for a stream of Server-Sent Events, so
+/// that such a connection is set up without the router; then leaves the pipeline.
+private final class FirstRequestPeek: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias InboundOut = HTTPServerRequestPart
+
+    private let isStream: NIOLoopBoundBox<Bool>
+
+    init(isStream: NIOLoopBoundBox<Bool>) { self.isStream = isStream }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if case .head(let head) = unwrapInboundIn(data) {
+            isStream.value = ServerSentEventsHandler.asksForStream(
+                getOrHead: head.method == .GET || head.method == .HEAD, target: head.uri, upgrade: !head.headers["upgrade"].isEmpty)
+            context.fireChannelRead(data)
+            context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
+            return
+        }
+        context.fireChannelRead(data)
     }
 }
 

@@ -58,23 +58,53 @@ struct StreamRoutes: Sendable {
         return Listener(user: claims.user, deviceID: device.description, space: space?.description)
     }
 
+    /// What opening a stream came to.
+    enum Opening: Sendable {
+        /// The problem to answer with; no stream.
+        case refused(APIError)
+        /// A `HEAD`: what a stream would answer, without one.
+        case described
+        /// Subscribed: the stream starts with `hello`.
+        case opened(user: UserID, id: UUID, hello: StreamMessage)
+    }
+
+    /// Authorizes a request for a stream and subscribes `sink` (Server-Sent Events must be
+    /// asked for; a WebSocket's upgrade is authorized before it is answered, then opened).
+    func open(_ request: Request, channel: any Channel, logger: Logger, sink: any StreamSink) async -> Opening {
+        do {
+            let listener = try await authorize(request, context: BasicRequestContext(source: .init(channel: channel, logger: logger)))
+            guard request.headers[.accept]?.contains("text/event-stream") == true else {
+                throw APIError.badRequest("Ask for text/event-stream, or upgrade to a WebSocket.")
+            }
+            if request.method == .head { return .described }
+            return try await open(listener, sink: sink)
+        } catch {
+            return .refused(APIError.problem(for: error, logger: logger))
+        }
+    }
+
     /// Subscribes the listener, then reads where their stream starts; a space they left
     /// in between is refused as unknown.
-    func open(_ listener: Listener) async throws -> (id: UUID, messages: AsyncStream<StreamMessage>, hello: StreamMessage) {
-        let (id, messages) = try await hub.subscribe(user: listener.user, deviceID: listener.deviceID, space: listener.space)
+    func open(_ listener: Listener, sink: any StreamSink) async throws -> Opening {
+        let id = try await hub.subscribe(user: listener.user, deviceID: listener.deviceID, space: listener.space, sink: sink)
         do {
             guard let start = try await pulls.streamStart(user: listener.user, space: listener.space) else {
                 throw APIError.notFound("No such space.")
             }
-            return (id, messages, .hello(start))
+            return .opened(user: listener.user, id: id, hello: .hello(start))
         } catch {
             hub.unsubscribe(user: listener.user, id: id)
             throw error
         }
     }
 
+    /// `GET` and `HEAD /v1/stream` are answered on the connection before routing
+    /// (`ServerSentEventsHandler`); the route is here so that the router answers other
+    /// methods with 405 and preflights as it does any route's.
     func registerHTTP(on router: Router<BasicRequestContext>) {
-        router.get("/v1/stream") { request, context in try await sse(request, context: context) }
+        router.get("/v1/stream") { _, _ -> Response in
+            throw APIError.badRequest("Ask for text/event-stream, or upgrade to a WebSocket.")
+        }
     }
 
     /// An upgrade request: the WebSocket stream of a device that may stream, or the same
@@ -95,10 +125,7 @@ struct StreamRoutes: Sendable {
             let context = BasicRequestContext(source: .init(channel: channel, logger: logger))
             do {
                 let listener = try await authorize(request, context: context)
-                return .upgrade { frames in
-                    await stream(to: frames, for: listener, logger: logger)
-                    telemetry.finish(route: route, status: .switchingProtocols, bytes: 0)
-                }
+                return .upgrade(listener, telemetry)
             } catch {
                 let refusal = APIError.problem(for: error, logger: logger)
                 telemetry.finish(route: route, status: refusal.status, bytes: 0)
@@ -107,81 +134,8 @@ struct StreamRoutes: Sendable {
         }
     }
 
-    /// One WebSocket stream: `hello`, then the hub's messages as text frames, until the hub
-    /// ends it (revocation, shutdown) or the client closes. Pings are answered; anything
-    /// else the client sends is ignored.
-    func stream(to frames: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, for listener: Listener, logger: Logger) async {
-        do {
-            try await frames.executeThenClose { inbound, outbound in
-                let (id, messages, hello) = try await open(listener)
-                defer { hub.unsubscribe(user: listener.user, id: id) }
-                let (outgoing, send) = AsyncStream.makeStream(of: WebSocketFrame.self)
-                send.yield(Self.text(hello.json))
-                try await withThrowingTaskGroup(of: Bool.self) { group in
-                    group.addTask {
-                        for await frame in outgoing { try await outbound.write(frame) }
-                        return true
-                    }
-                    group.addTask {
-                        for await message in messages { send.yield(Self.text(message.json)) }
-                        var code = ByteBuffer()
-                        code.write(webSocketErrorCode: .normalClosure)
-                        send.yield(WebSocketFrame(fin: true, opcode: .connectionClose, data: code))
-                        send.finish()
-                        return false
-                    }
-                    group.addTask {
-                        for try await frame in inbound {
-                            switch frame.opcode {
-                            case .ping:
-                                send.yield(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData))
-                            case .connectionClose:
-                                send.yield(WebSocketFrame(fin: true, opcode: .connectionClose, data: frame.unmaskedData))
-                                send.finish()
-                                return false
-                            default:
-                                continue
-                            }
-                        }
-                        send.finish()
-                        return false
-                    }
-                    // The connection is done once the last frame is written.
-                    while let writerDone = try await group.next(), !writerDone {}
-                    group.cancelAll()
-                }
-            }
-        } catch {
-            logger.debug("WebSocket stream ended", metadata: ["error": "\(error)"])
-        }
-    }
-
-    static func text(_ json: String) -> WebSocketFrame {
-        WebSocketFrame(fin: true, opcode: .text, data: ByteBuffer(string: json))
-    }
-
-    func sse(_ request: Request, context: BasicRequestContext) async throws -> Response {
-        let listener = try await authorize(request, context: context)
-        guard request.headers[.accept]?.contains("text/event-stream") == true else {
-            throw APIError.badRequest("Ask for text/event-stream, or upgrade to a WebSocket.")
-        }
-        var headers = HTTPFields()
-        headers[.contentType] = "text/event-stream"
-        headers[.cacheControl] = "no-cache"
-        headers[HTTPField.Name("X-Accel-Buffering")!] = "no"
-        // HEAD: what a stream would answer, without opening one.
-        if request.method == .head { return Response(status: .ok, headers: headers) }
-        let (id, messages, hello) = try await open(listener)
-        let hub = self.hub, user = listener.user
-        return Response(status: .ok, headers: headers, body: ResponseBody { writer in
-            defer { hub.unsubscribe(user: user, id: id) }
-            try await writer.write(ByteBuffer(string: Self.event(hello)))
-            for await message in messages {
-                try await writer.write(ByteBuffer(string: Self.event(message)))
-            }
-            try await writer.finish(nil)
-        })
-    }
-
-    static func event(_ message: StreamMessage) -> String { "data: \(message.json)\n\n" }
+    /// The headers of a stream's answer.
+    static let eventStreamHeaders: HTTPFields = [
+        .contentType: "text/event-stream", .cacheControl: "no-cache", HTTPField.Name("X-Accel-Buffering")!: "no",
+    ]
 }

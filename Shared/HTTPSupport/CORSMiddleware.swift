@@ -29,15 +29,29 @@ public struct CORSMiddleware<Context: RequestContext>: RouterMiddleware {
     }
 
     /// The `Access-Control-Allow-Origin` value for this request, or nil (not allowed).
-    func allowedOrigin(_ request: Request) -> String? {
-        guard let origin = request.headers[.origin], origin != "null" else { return nil }
-        if anyOrigin || openPrefixes.contains(where: { request.uri.path.hasPrefix($0) }) { return "*" }
+    func allowedOrigin(_ request: HTTPRequest) -> String? {
+        guard let origin = request.headerFields[.origin], origin != "null" else { return nil }
+        let path = request.path.map { $0.prefix { $0 != "?" } } ?? ""
+        if anyOrigin || openPrefixes.contains(where: { path.hasPrefix($0) }) { return "*" }
         return origins.contains(origin) ? origin : nil
+    }
+
+    /// What a response to `request` (not a preflight) carries for CORS: for a request
+    /// from a browser's page, the origin it may be read from, if any, and `Vary: Origin`.
+    /// For responses written outside the router (fanout's streams).
+    public func responseHeaders(for request: HTTPRequest) -> HTTPFields {
+        guard request.headerFields[.origin] != nil else { return [:] }
+        var headers: HTTPFields = [.vary: "Origin"]
+        if let origin = allowedOrigin(request) {
+            headers[.accessControlAllowOrigin] = origin
+            headers[.accessControlExposeHeaders] = Self.exposeHeaders
+        }
+        return headers
     }
 
     public func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         guard request.headers[.origin] != nil else { return try await next(request, context) }
-        let origin = allowedOrigin(request)
+        let origin = allowedOrigin(request.head)
         if request.method == .options, request.headers[.accessControlRequestMethod] != nil {
             var headers: HTTPFields = [.vary: "Origin"]
             if let origin {
@@ -54,10 +68,7 @@ public struct CORSMiddleware<Context: RequestContext>: RouterMiddleware {
         } catch let error as any HTTPResponseError {
             response = try error.response(from: request, context: context)
         }
-        if let origin {
-            response.headers[.accessControlAllowOrigin] = origin
-            response.headers[.accessControlExposeHeaders] = Self.exposeHeaders
-        }
+        for field in responseHeaders(for: request.head) where field.name != .vary { response.headers[field.name] = field.value }
         response.headers[values: .vary].append("Origin")
         return response
     }
