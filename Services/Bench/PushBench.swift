@@ -150,6 +150,15 @@ enum Processes {
         return totals
     }
 
+    /// The resident kilobytes of the one process named `name`; nil unless exactly one runs.
+    static func residentKilobytes(_ name: String) -> Int? {
+        let found = named([name])
+        guard found.count == 1, let status = try? String(contentsOfFile: "/proc/\(found[0].pid)/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") })
+        else { return nil }
+        return Int(line.split(whereSeparator: { $0 == " " || $0 == "\t" })[1])
+    }
+
     /// Resident and peak resident memory, one line per process.
     static func memoryReport(_ names: Set<String>) -> [String] {
         named(names).compactMap { pid, name -> String? in

@@ -33,10 +33,11 @@ struct StreamBench: AsyncParsableCommand {
         guard let fanoutURL = URL(string: fanout), let fanoutHost = fanoutURL.host, let gatewayURL = URL(string: url),
               let gatewayHost = gatewayURL.host
         else { throw ValidationError("bad --url or --fanout") }
-        var limit = rlimit()
-        getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
-        limit.rlim_cur = limit.rlim_max
-        setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        let listening = users * streams
+        let allowed = DescriptorLimit.raise(to: UInt64(listening + 1024))
+        guard allowed > listening + 100 else {
+            throw ValidationError("\(listening) streams need more open files than the \(allowed) this process may have (run as root)")
+        }
 
         let run = UUID().uuidString.prefix(8).lowercased()
         let client = BenchClient(base: url)
@@ -65,12 +66,18 @@ struct StreamBench: AsyncParsableCommand {
             space = id
         }
         // In a space every member hears the same cursor: one key for all of them.
+        let before = Processes.residentKilobytes("fanout")
         let reader = try PokeReader(host: fanoutHost, port: UInt16(fanoutURL.port ?? 80), streams: listeners.map {
             (user: space ?? $0.user, path: "/v1/stream?device_id=\($0.device)&access_token=\($0.token)" + (space.map { "&space_id=\($0)" } ?? ""))
         })
-        let opened = try await reader.waitForHellos(within: 60)
+        let opened = try await reader.waitForHellos(within: 60 + Double(listening) / 500)
         let shape = space == nil ? "\(users) users × \(streams)" : "one space: \(spaceMembers) members × \(streams)"
         print("bench-streams: \(opened) streams open (\(shape)), \(pushes) pushes at \(rate)/s")
+        if let before, let open = Processes.residentKilobytes("fanout") {
+            print(String(
+                format: "fanout resident: %.1f MB before the streams, %.1f MB with them open → %.1f KB per open stream",
+                Double(before) / 1024, Double(open) / 1024, Double(open - before) / Double(opened)))
+        }
         // Each push pokes: every stream of its user (separate users), or every stream of
         // the space but the pushing device's.
         let expectedPerPush = space == nil ? streams : listeners.count - 1
@@ -122,14 +129,17 @@ final class PokeReader: @unchecked Sendable {
     private var running = true
     private let lock = NSLock()
 
+    /// Connections to a loopback host are spread over 127.0.0.1, 127.0.0.2, … one address
+    /// per 20,000: a source address has about 28,000 ephemeral ports for one destination.
     init(host: String, port: UInt16, streams: [(user: String, path: String)]) throws {
         var fds: [Int32] = [], users: [Int32: String] = [:]
-        for stream in streams {
+        let loopback = host == "localhost" || host == "127.0.0.1"
+        for (index, stream) in streams.enumerated() {
             let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
             var address = sockaddr_in()
             address.sin_family = sa_family_t(AF_INET)
             address.sin_port = port.bigEndian
-            address.sin_addr.s_addr = inet_addr(host == "localhost" ? "127.0.0.1" : host)
+            address.sin_addr.s_addr = inet_addr(loopback ? "127.0.0.\(1 + index / 20_000)" : host)
             let result = withUnsafePointer(to: &address) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
             }

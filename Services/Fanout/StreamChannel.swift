@@ -51,6 +51,11 @@ struct StreamServerChannel: ServerChildChannel, HTTPChannelHandler {
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         let idleTimeout = self.idleTimeout, decide = self.decide, streams = self.streams
         return channel.eventLoop.makeCompletedFuture {
+            // Reads start at 512 bytes rather than NIO's 2,048 (and grow when more comes):
+            // the buffer of the first read stays with the connection's HTTP decoder for as
+            // long as a stream is open, and a stream's request is a few hundred bytes.
+            try channel.syncOptions?.setOption(
+                ChannelOptions.recvAllocator, value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 512, maximum: 65536))
             try channel.pipeline.syncOperations.addHandler(FirstAnswerDeadlineHandler(timeout: idleTimeout), position: .first)
             let decision = NIOLockedValueBox<Decision?>(nil)
             let firstIsStream = NIOLoopBoundBox(false, eventLoop: channel.eventLoop)

@@ -19,4 +19,18 @@ public enum DescriptorLimit {
         }
         return UInt64(limit.rlim_cur)
     }
+
+    /// Raises the hard limit to `wanted` first when it is lower — which only a privileged
+    /// process may do (the load generator, run as root to hold tens of thousands of
+    /// sockets) — then the soft limit to the hard one. Answers the limit now in force.
+    @discardableResult
+    public static func raise(to wanted: UInt64) -> UInt64 {
+        var limit = rlimit()
+        if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_max < wanted {
+            var raised = limit
+            raised.rlim_max = rlim_t(wanted)
+            _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised)
+        }
+        return raiseToHardLimit()
+    }
 }
