@@ -9,7 +9,8 @@ import PQBridge
 import ServiceSupport
 import SyncModels
 
-/// Poke latency: opens many SSE streams on fanout, pushes from one device per user at a
+/// Poke latency: opens many streams on fanout (Server-Sent Events, or WebSockets with
+/// `--websocket`), pushes from one device per user at a
 /// fixed rate, and measures commit → delivered for every poke (the job's `finished_at`,
 /// set inside the applying transaction, to the moment the poke's bytes arrive here).
 /// With `--space-members N`, the users are the N members of one shared space, each
@@ -26,6 +27,7 @@ struct StreamBench: AsyncParsableCommand {
     @Option(help: "Pushes in all.") var pushes = 300
     @Option(help: "Pushes per second.") var rate = 20.0
     @Option(help: "Members of one shared space instead of separate users (0: separate users).") var spaceMembers = 0
+    @Flag(help: "Streams as WebSockets instead of Server-Sent Events.") var websocket = false
 
     func run() async throws {
         let configuration = try Configuration.fromEnvironment()
@@ -67,12 +69,12 @@ struct StreamBench: AsyncParsableCommand {
         }
         // In a space every member hears the same cursor: one key for all of them.
         let before = Processes.residentKilobytes("fanout")
-        let reader = try PokeReader(host: fanoutHost, port: UInt16(fanoutURL.port ?? 80), streams: listeners.map {
+        let reader = try PokeReader(host: fanoutHost, port: UInt16(fanoutURL.port ?? 80), webSocket: websocket, streams: listeners.map {
             (user: space ?? $0.user, path: "/v1/stream?device_id=\($0.device)&access_token=\($0.token)" + (space.map { "&space_id=\($0)" } ?? ""))
         })
         let opened = try await reader.waitForHellos(within: 60 + Double(listening) / 500)
         let shape = space == nil ? "\(users) users × \(streams)" : "one space: \(spaceMembers) members × \(streams)"
-        print("bench-streams: \(opened) streams open (\(shape)), \(pushes) pushes at \(rate)/s")
+        print("bench-streams: \(opened) \(websocket ? "WebSocket" : "SSE") streams open (\(shape)), \(pushes) pushes at \(rate)/s")
         if let before, let open = Processes.residentKilobytes("fanout") {
             print(String(
                 format: "fanout resident: %.1f MB before the streams, %.1f MB with them open → %.1f KB per open stream",
@@ -127,11 +129,13 @@ final class PokeReader: @unchecked Sendable {
     private var arrivals: [Key: [Double]] = [:]
     private var hellos = 0
     private var running = true
+    private let webSocket: Bool
     private let lock = NSLock()
 
     /// Connections to a loopback host are spread over 127.0.0.1, 127.0.0.2, … one address
     /// per 20,000: a source address has about 28,000 ephemeral ports for one destination.
-    init(host: String, port: UInt16, streams: [(user: String, path: String)]) throws {
+    init(host: String, port: UInt16, webSocket: Bool, streams: [(user: String, path: String)]) throws {
+        self.webSocket = webSocket
         var fds: [Int32] = [], users: [Int32: String] = [:]
         let loopback = host == "localhost" || host == "127.0.0.1"
         for (index, stream) in streams.enumerated() {
@@ -144,14 +148,23 @@ final class PokeReader: @unchecked Sendable {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
             }
             guard result == 0 else { throw ValidationError("cannot connect to fanout") }
-            let request = "GET \(stream.path) HTTP/1.1\r\nHost: \(host)\r\nAccept: text/event-stream\r\n\r\n"
+            let request = webSocket
+                ? "GET \(stream.path) HTTP/1.1\r\nHost: \(host)\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                    + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+                : "GET \(stream.path) HTTP/1.1\r\nHost: \(host)\r\nAccept: text/event-stream\r\n\r\n"
             _ = request.withCString { send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
             fds.append(fd)
             users[fd] = stream.user
         }
         self.fds = fds
         self.users = users
-        Thread.detachNewThread { [self] in loop() }
+        // One thread per 1,000 sockets: `poll` scans every socket it is given on each wake,
+        // and one set of 19,000 made the reader, not fanout, the larger part of a poke's
+        // measured latency.
+        for shard in stride(from: 0, to: fds.count, by: 1000) {
+            let mine = Array(fds[shard..<min(shard + 1000, fds.count)])
+            Thread.detachNewThread { [self] in loop(mine) }
+        }
     }
 
     func waitForHellos(within seconds: Double) async throws -> Int {
@@ -169,7 +182,7 @@ final class PokeReader: @unchecked Sendable {
         return lock.withLock { arrivals }
     }
 
-    private func loop() {
+    private func loop(_ fds: [Int32]) {
         var pending: [Int32: [UInt8]] = [:]
         var buffer = [UInt8](repeating: 0, count: 65536)
         var pollSet = fds.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
@@ -181,11 +194,7 @@ final class PokeReader: @unchecked Sendable {
                 let n = recv(fd, &buffer, buffer.count, 0)
                 if n <= 0 { pollSet[index].events = 0; continue }
                 pending[fd, default: []] += buffer[..<n]
-                // Each event is one `data: {...}` line; find the JSON objects in what arrived.
-                var text = String(decoding: pending[fd]!, as: UTF8.self)
-                while let start = text.range(of: "data: "), let end = text[start.upperBound...].firstIndex(of: "\n") {
-                    let json = String(text[start.upperBound..<end])
-                    text = String(text[text.index(after: end)...])
+                for json in webSocket ? Self.frames(&pending[fd]!) : Self.events(&pending[fd]!) {
                     guard let object = (try? JSONParser.parse(json))?.objectValue else { continue }
                     switch object["type"]?.stringValue {
                     case "hello": lock.withLock { hellos += 1 }
@@ -196,9 +205,45 @@ final class PokeReader: @unchecked Sendable {
                     default: break
                     }
                 }
-                pending[fd] = Array(text.utf8)
             }
         }
         for fd in fds { close(fd) }
+    }
+
+    /// The messages of the complete events in `pending` (each one `data: {...}` line), which
+    /// keeps the rest.
+    private static func events(_ pending: inout [UInt8]) -> [String] {
+        var text = String(decoding: pending, as: UTF8.self), messages: [String] = []
+        while let start = text.range(of: "data: "), let end = text[start.upperBound...].firstIndex(of: "\n") {
+            messages.append(String(text[start.upperBound..<end]))
+            text = String(text[text.index(after: end)...])
+        }
+        pending = Array(text.utf8)
+        return messages
+    }
+
+    /// The text of the complete WebSocket frames in `pending` (after the upgrade's answer,
+    /// which is dropped), which keeps the rest. A server's frames are not masked.
+    private static func frames(_ pending: inout [UInt8]) -> [String] {
+        if pending.starts(with: Array("HTTP/1.1".utf8)) {
+            guard let end = (0..<max(0, pending.count - 3)).first(where: { pending[$0..<$0 + 4].elementsEqual([13, 10, 13, 10]) })
+            else { return [] }
+            pending.removeFirst(end + 4)
+        }
+        var messages: [String] = [], offset = 0
+        while pending.count - offset >= 2 {
+            let opcode = pending[offset] & 0x0F
+            var length = Int(pending[offset + 1] & 0x7F), header = 2
+            if length == 126 {
+                guard pending.count - offset >= 4 else { break }
+                length = Int(pending[offset + 2]) << 8 | Int(pending[offset + 3])
+                header = 4
+            }
+            guard pending.count - offset >= header + length else { break }
+            if opcode == 1 { messages.append(String(decoding: pending[(offset + header)..<(offset + header + length)], as: UTF8.self)) }
+            offset += header + length
+        }
+        pending.removeFirst(offset)
+        return messages
     }
 }
