@@ -91,6 +91,25 @@ struct ProtocolEdgeTests {
         }
     }
 
+    /// A stream asked for on a connection that served another request first (here sent
+    /// at once behind it) starts once that answer has ended: the answers do not mix.
+    @Test func aStreamAfterAnotherRequestOnItsConnectionStartsAfterThatAnswer() async throws {
+        try await Stack.with(workers: 1, fanouts: 1) { stack in
+            let token = await E2E.token("after-\(UUID().uuidString.prefix(6))")
+            let device = try await stack.client.registerDevice(token)
+            let (answers, _) = try Self.exchange(port: stack.fanouts[0].port, Array("""
+                GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n\
+                GET /v1/stream?device_id=\(device) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\n\
+                Accept: text/event-stream\r\n\r\n
+                """.utf8))
+            let heads = answers.components(separatedBy: "HTTP/1.1 ").dropFirst()
+            #expect(heads.count == 2, "two answers, one after the other: \(answers)")
+            #expect(heads.first?.hasPrefix("200") == true && heads.first?.contains("\"status\"") == true, "\(answers)")
+            #expect(heads.last?.hasPrefix("200") == true && heads.last?.lowercased().contains("text/event-stream") == true)
+            #expect(heads.last?.contains(#""type":"hello""#) == true, "the stream said hello: \(answers)")
+        }
+    }
+
     /// A user holds at most STREAMS_PER_USER streams on a fanout; one more is 429 until
     /// one of theirs closes (a closed stream is noticed at its next heartbeat).
     @Test func openStreamsPerUserAreCapped() async throws {
