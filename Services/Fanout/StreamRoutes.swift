@@ -5,8 +5,6 @@ import HTTPTypes
 import Hummingbird
 import Logging
 import NIOCore
-import NIOWebSocket
-import PQBridge
 import Persistence
 import ServiceSupport
 import SyncModels
@@ -16,8 +14,8 @@ import Tracing
 /// text/event-stream`, a WebSocket for an upgrade request; the pokes of every space of the
 /// user, or of `space_id` alone. Refusals are problem+json: 400 (malformed ids), 401
 /// (token), 403 (revoked device), 404 (unknown or foreign device, a space the user is not
-/// in), 429 (too many new streams, or too many open ones). A refused WebSocket upgrade goes on as HTTP to the
-/// same route, which answers with the problem.
+/// in), 429 (too many new streams, or too many open ones), for a WebSocket upgrade as for
+/// Server-Sent Events.
 ///
 /// The stream subscribes before it reads the cursors its `hello` carries, so a change
 /// committed in between is either counted in `hello` or poked after it.
