@@ -43,6 +43,16 @@ extension ApplyStore {
 
         var key: RecordKey { RecordKey(collection: collection, id: id) }
 
+        /// The stored floor of a record whose floor is its write clock: an upsert raises the
+        /// floor to its own stamp, so most records would store the same 93-byte stamp twice
+        /// (written to the WAL with every change).
+        static let floorIsWriteClock = ""
+
+        static func storedFloor(_ state: RecordState) -> String? {
+            guard let floor = state.floor else { return nil }
+            return floor == state.writeClock ? floorIsWriteClock : floor.description
+        }
+
         func stored() throws -> StoredRecord {
             let fields = try JSONParser.parse(data).objectValue ?? [:]
             let written = writeClock.flatMap(Stamp.init(stored:))
@@ -50,7 +60,7 @@ extension ApplyStore {
             let state = RecordState(
                 fields: fields,
                 fieldClocks: RecordState.restoringFieldClocks(clocks, fields: fields, writeClock: written),
-                floor: floorClock.flatMap(Stamp.init(stored:)),
+                floor: floorClock == Self.floorIsWriteClock ? written : floorClock.flatMap(Stamp.init(stored:)),
                 writeClock: written,
                 deleteClock: deleteClock.flatMap(Stamp.init(stored:)),
                 visibility: visibilityClock.flatMap(Stamp.init(stored:)).map {
@@ -130,7 +140,7 @@ extension ApplyStore {
                 WrittenColumn("field_clocks", .copied, states.map {
                     PGJSON(JSONWriter.string(.object($0.storedFieldClocks.mapValues { .string($0.description) })))
                 }),
-                WrittenColumn("floor_clock", .copied, states.map { $0.floor?.description }),
+                WrittenColumn("floor_clock", .copied, states.map(RecordRow.storedFloor)),
                 WrittenColumn("write_clock", .copied, states.map { $0.writeClock?.description }),
                 WrittenColumn("delete_clock", .copied, states.map { $0.deleteClock?.description }),
                 WrittenColumn("updated_by", .copied, records.map(\.updatedBy), cast: "::uuid[]"),

@@ -175,6 +175,50 @@ struct PersistenceTests {
         }
     }
 
+    /// An upsert's floor is its own stamp and is stored as such in one byte; read back, it
+    /// still drops a field write older than the upsert, and once a later write moves the
+    /// write clock past it, the floor is stored in full and keeps doing so.
+    @Test func aRecordsFloorSurvivesStorage() async throws {
+        try await withStores { pool, devices, jobs, apply, pulls in
+            let alice = user()
+            let device = try await devices.register(user: alice, name: "mac", platform: "macos", pushURL: nil, pushSecret: "s")
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            func at(_ offset: Int64) -> String { HLC(milliseconds: now + offset, counter: 0, node: device.deviceID.description)!.description }
+            func push(_ ops: [Op]) async throws {
+                guard case .created(let job, _) = try await jobs.create(intake(alice, device.deviceID, ops)) else {
+                    Issue.record("no job"); return
+                }
+                _ = try await apply.apply(jobs: [job], attempt: .countedInCommit)
+            }
+            func stored() async throws -> (floor: String?, write: String?, data: [String: JSONValue]?) {
+                let row = try await pool.execute("""
+                    SELECT r.floor_clock, r.write_clock FROM records r JOIN spaces s ON s.space_id = r.space_id
+                    WHERE s.personal_of = \(alice) AND r.record_id = 'r'
+                    """).first
+                guard case .page(let page) = try await pulls.pull(user: alice, space: nil, since: 0, limit: 10, collections: nil) else {
+                    return (nil, nil, nil)
+                }
+                return (try row?.decode(String?.self, at: 0), try row?.decode(String?.self, at: 1), try page.changes().first?.data)
+            }
+            let upsert = op(.upsert, "r", ["a": 1, "b": 2], hlc: at(-10_000))
+            try await push([upsert])
+            var record = try await stored()
+            #expect(record.floor == "" && record.write == upsert.stamp.description)
+
+            try await push([op(.patch, "r", ["c": 3], hlc: at(-20_000))])
+            record = try await stored()
+            #expect(record.data == ["a": 1, "b": 2], "a write older than the upsert's floor is dropped")
+
+            try await push([op(.patch, "r", ["d": 4], hlc: at(-5_000))])
+            record = try await stored()
+            #expect(record.floor == upsert.stamp.description && record.data == ["a": 1, "b": 2, "d": 4])
+
+            try await push([op(.patch, "r", ["c": 3], hlc: at(-15_000))])
+            record = try await stored()
+            #expect(record.data == ["a": 1, "b": 2, "d": 4], "the floor stored in full still drops older writes")
+        }
+    }
+
     @Test func serverStampsExceedAcceptedClientClocks() async throws {
         try await withStores { pool, devices, jobs, _, _ in
             let alice = user()
