@@ -34,7 +34,8 @@ final class StreamOutlet {
     /// Writes `hello`, then what waited, through `context` (the handler that owns the
     /// connection's framing).
     func start(context: ChannelHandlerContext, hello: StreamMessage) {
-        guard !finished else { return }
+        // The hub ended the stream before it started (its device revoked meanwhile).
+        guard !finished else { return context.close(promise: nil) }
         self.context = context
         write(hello)
         waiting.forEach(write)

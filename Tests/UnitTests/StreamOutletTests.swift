@@ -61,6 +61,14 @@ struct StreamOutletTests {
         #expect(!channel.isActive, "the stream is closed; its client reconnects and says hello again")
     }
 
+    @Test func aStreamTheHubEndedBeforeItStartedClosesAtItsStart() throws {
+        let (channel, context) = try Self.channel()
+        let outlet = StreamOutlet(framing: .serverSentEvents)
+        outlet.finish()
+        outlet.start(context: context, hello: Self.hello)
+        #expect(try Self.events(channel).isEmpty && !channel.isActive)
+    }
+
     @Test func theEndOfAStreamEndsItsResponseOrSendsANormalClose() throws {
         let (sse, sseContext) = try Self.channel()
         let events = StreamOutlet(framing: .serverSentEvents)
