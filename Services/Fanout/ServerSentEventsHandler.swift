@@ -87,32 +87,28 @@ final class ServerSentEventsHandler: ChannelDuplexHandler, RemovableChannelHandl
         let sink = stream.sink(on: context.eventLoop)
         let routes = setup.routes, logger = self.logger, channel = context.channel
         let cors = setup.cors.responseHeaders(for: request)
+        var streamHeaders = StreamRoutes.eventStreamHeaders
+        streamHeaders.append(contentsOf: cors)
         stream.begin(context: context, open: {
             await routes.open(Request(head: request, body: .init(buffer: ByteBuffer())), channel: channel, logger: logger, sink: sink)
         }, answer: { opening in
             switch opening {
             case .refused(let problem):
-                var headers = problem.headers
-                headers.append(contentsOf: cors)
-                let body = problem.body
-                headers[.contentLength] = String(body.readableBytes)
-                headers[.connection] = "close"
-                context.write(self.wrapOutboundOut(.head(HTTPResponse(status: problem.status, headerFields: headers))), promise: nil)
-                context.write(self.wrapOutboundOut(.body(body)), promise: nil)
-                context.writeAndFlush(self.wrapOutboundOut(.end(nil)), promise: nil)
-                stream.refused(status: problem.status, bytes: body.readableBytes)
+                var bytes = 0
+                for part in StreamServerChannel.closingAnswer(problem, adding: cors) {
+                    if case .body(let body) = part { bytes += body.readableBytes }
+                    context.write(self.wrapOutboundOut(part), promise: nil)
+                }
+                context.flush()
+                stream.refused(status: problem.status, bytes: bytes)
                 context.close(promise: nil)
             case .described:
-                var headers = StreamRoutes.eventStreamHeaders
-                headers.append(contentsOf: cors)
-                headers[.connection] = "close"
-                context.write(self.wrapOutboundOut(.head(HTTPResponse(status: .ok, headerFields: headers))), promise: nil)
+                streamHeaders[.connection] = "close"
+                context.write(self.wrapOutboundOut(.head(HTTPResponse(status: .ok, headerFields: streamHeaders))), promise: nil)
                 context.writeAndFlush(self.wrapOutboundOut(.end(nil)), promise: nil)
                 context.close(promise: nil)
             case .opened(_, _, let hello):
-                var headers = StreamRoutes.eventStreamHeaders
-                headers.append(contentsOf: cors)
-                context.write(self.wrapOutboundOut(.head(HTTPResponse(status: .ok, headerFields: headers))), promise: nil)
+                context.write(self.wrapOutboundOut(.head(HTTPResponse(status: .ok, headerFields: streamHeaders))), promise: nil)
                 stream.outlet.start(context: context, hello: hello)
             }
         })

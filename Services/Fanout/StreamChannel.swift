@@ -159,14 +159,17 @@ private final class FirstRequestPeek: ChannelInboundHandler, RemovableChannelHan
 extension StreamServerChannel {
     /// Writes the problem as the answer to the refused upgrade request and closes.
     static func answer(_ http: NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>, with problem: APIError) async throws {
-        try await http.executeThenClose { _, outbound in
-            var headers = problem.headers
-            let body = problem.body
-            headers[.contentLength] = String(body.readableBytes)
-            headers[.connection] = "close"
-            try await outbound.write(contentsOf: [
-                .head(HTTPResponse(status: problem.status, headerFields: headers)), .body(body), .end(nil),
-            ])
-        }
+        try await http.executeThenClose { _, outbound in try await outbound.write(contentsOf: closingAnswer(problem)) }
+    }
+
+    /// A refused stream's answer, after which the connection closes: the problem, with
+    /// `extra` headers (CORS).
+    static func closingAnswer(_ problem: APIError, adding extra: HTTPFields = [:]) -> [HTTPResponsePart] {
+        var headers = problem.headers
+        headers.append(contentsOf: extra)
+        let body = problem.body
+        headers[.contentLength] = String(body.readableBytes)
+        headers[.connection] = "close"
+        return [.head(HTTPResponse(status: problem.status, headerFields: headers)), .body(body), .end(nil)]
     }
 }

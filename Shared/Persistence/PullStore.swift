@@ -93,7 +93,7 @@ public struct PullStore: Sendable {
         let expected = records.reduce(64) { $0 + 400 + $1.withBytes(at: Self.record + 4) { $0?.count ?? 0 } }
         var page = PulledPageWriter(expectedBytes: expected)
         if let head = records.first { try PulledPageWriter.check(head, from: Self.record) }
-        for row in records { page.append(row, from: Self.record) }
+        for row in records { try page.append(row, from: Self.record) }
         // More follows when the limit or the budget cut the page short.
         let last = records.last
         let hasMore = last.map { rows.count > limit || !$0.isNull(at: 2) } ?? false
