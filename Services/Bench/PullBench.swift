@@ -106,7 +106,7 @@ struct PullBench: AsyncParsableCommand {
         let query = """
             COPY (SELECT row_to_json(r) FROM (
               SELECT collection, record_id AS id, version, deleted, data, updated_at, updated_by,
-                     greatest(write_clock COLLATE "C", delete_clock, visibility_clock) AS hlc, visibility, public_id,
+                     write_clock, greatest(delete_clock COLLATE "C", visibility_clock) AS other_clock, visibility, public_id,
                      can_fork, published_at, forked_from
               FROM records
               WHERE space_id = (SELECT space_id FROM spaces WHERE personal_of = '\(user)')

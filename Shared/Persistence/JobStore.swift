@@ -344,15 +344,22 @@ public struct JobStore: Sendable {
         let lastError: String?
         let checkpoint: Int64?
         let results: String?
+        /// The ids of the job's ops, in order, which the stored results answer.
+        let opIDs: String?
 
         enum CodingKeys: String, CodingKey, CaseIterable {
             case jobID = "job_id", userID = "user_id", spaceID = "space_id", status, attempts, attemptLog = "attempt_log"
             case createdAt = "created_at", finishedAt = "finished_at", lastError = "last_error", checkpoint, results
+            case opIDs = "op_ids"
         }
 
         /// The select list: every key's column, times as RFC 3339 text.
         static let selection = "SELECT " + CodingKeys.allCases.map { key in
-            [.createdAt, .finishedAt].contains(key) ? "syncline_rfc3339(\(key.rawValue)) AS \(key.rawValue)" : key.rawValue
+            switch key {
+            case .createdAt, .finishedAt: "syncline_rfc3339(\(key.rawValue)) AS \(key.rawValue)"
+            case .opIDs: "CASE WHEN results IS NOT NULL THEN jsonb_path_query_array(ops, '$[*].op_id') END AS op_ids"
+            default: key.rawValue
+            }
         }.joined(separator: ", ")
     }
 
@@ -360,7 +367,8 @@ public struct JobStore: Sendable {
         let row = try found.decode(as: ViewRow.self)
         let status = JobStatus(rawValue: row.status) ?? .queued
         let log = try JSONCoding.decode([AttemptView].self, from: row.attemptLog)
-        let results = try row.results.map { try JSONCoding.decode([OpResult].self, from: $0) } ?? []
+        let opIDs = try row.opIDs.map { try JSONCoding.decode([String].self, from: $0) } ?? []
+        let results = try row.results.map { try OpResult.decodeStored($0, opIDs: opIDs) } ?? []
         return (row.userID, JobView(
             jobID: row.jobID, status: status, attempts: row.attempts, attemptLog: log, createdAt: row.createdAt,
             finishedAt: row.finishedAt, lastError: row.lastError, checkpoint: row.checkpoint.map(String.init),

@@ -496,6 +496,13 @@ public enum Migrations {
             CREATE UNIQUE INDEX jobs_by_idempotency_key ON jobs (space_id, user_id, idempotency_key)
               WHERE idempotency_key IS NOT NULL;
             """),
+        Migration(version: 19, name: "job ops out of line", sql: """
+            -- A job row is written twice: queued, then finished. A row over 1 KB compresses its
+            -- largest values and keeps them in TOAST, where the finishing update leaves them as
+            -- they are instead of writing the ops again (the default, 2 KB, let a 20-op push's
+            -- compressed ops stay in the row, copied into the WAL by both writes).
+            ALTER TABLE jobs SET (toast_tuple_target = 1024);
+            """),
     ]
 
     /// Applies every migration not yet applied. Safe to run from many processes at once.

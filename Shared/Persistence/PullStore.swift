@@ -61,7 +61,7 @@ public struct PullStore: Sendable {
         // window runs over at most `limit + 1` rows, in the order the index gives them.
         let rows = try await pool.execute("""
             SELECT u.counter, u.horizon, r.next, r.collection, r.record_id, r.version, r.deleted, r.data,
-                   r.updated_at, r.updated_by, r.hlc, r.visibility, r.public_id, r.can_fork, r.published_at, r.forked_from
+                   r.updated_at, r.updated_by, r.write_clock, r.other_clock, r.visibility, r.public_id, r.can_fork, r.published_at, r.forked_from
             FROM (SELECT coalesce(\(space)::uuid, (SELECT space_id FROM spaces WHERE personal_of = \(user))) AS id) s
             CROSS JOIN LATERAL (SELECT coalesce(max(counter), 0) AS counter, coalesce(max(purge_horizon), 0) AS horizon
                   FROM space_counters WHERE space_id = s.id) u
@@ -70,7 +70,7 @@ public struct PullStore: Sendable {
                 SELECT r.*, lead(r.version) OVER w AS next, sum(r.data_bytes) OVER w - r.data_bytes AS before
                 FROM (
                   SELECT collection, record_id, version, deleted, data, updated_at, updated_by,
-                         greatest(write_clock COLLATE "C", delete_clock, visibility_clock) AS hlc, visibility, public_id,
+                         write_clock, greatest(delete_clock COLLATE "C", visibility_clock) AS other_clock, visibility, public_id,
                          can_fork, published_at, forked_from, data_bytes
                   FROM records r
                   WHERE r.space_id = s.id AND r.version > \(since) AND NOT (\(since) > 0 AND \(since) < u.horizon)

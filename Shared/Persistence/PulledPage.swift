@@ -26,12 +26,14 @@ struct PulledPageWriter {
     private(set) var count = 0
 
     /// The columns a record takes from `first` on: collection, record_id, version, deleted,
-    /// data, updated_at, updated_by, the newest of its stored clocks (`greatest` in byte
-    /// order, which is their order), visibility, public_id, can_fork, published_at,
-    /// forked_from.
+    /// data, updated_at, updated_by, write_clock as stored, the newer of its other clocks
+    /// (`greatest` in byte order, which is their order), visibility, public_id, can_fork,
+    /// published_at, forked_from.
     static let columns: [PGType] = [
-        .text, .text, .int8, .bool, .jsonb, .timestamptz, .uuid, .text, .text, .text, .bool, .timestamptz, .text,
+        .text, .text, .int8, .bool, .jsonb, .timestamptz, .uuid, .text, .text, .text, .text, .bool, .timestamptz, .text,
     ]
+    /// The write clock's text, expanded from its stored form for each record.
+    private var writeClock: [UInt8] = []
 
     init(expectedBytes: Int) {
         out.reserveCapacity(expectedBytes)
@@ -54,7 +56,7 @@ struct PulledPageWriter {
         out.append(UInt8(ascii: "{"))
         count += 1
         let deleted = try row.decode(Bool.self, at: first + 3)
-        let visibility = try row.decode(String?.self, at: first + 8).flatMap(RecordState.PublicVisibility.init(rawValue:)) ?? .private
+        let visibility = try row.decode(String?.self, at: first + 9).flatMap(RecordState.PublicVisibility.init(rawValue:)) ?? .private
         let shown = visibility != .private
         key(Self.collection); text(row, first)
         key(Self.id); text(row, first + 1)
@@ -70,13 +72,13 @@ struct PulledPageWriter {
             key(Self.updatedBy)
             JSONWriter.writeString(updatedBy, into: &out)
         }
-        key(Self.hlc); hlc(row, first + 7)
+        key(Self.hlc); try hlc(row, first + 7)
         key(Self.visibility); JSONWriter.writeString(visibility.rawValue, into: &out)
-        key(Self.publicID); if shown { text(row, first + 9) } else { out.append(contentsOf: Self.null) }
-        key(Self.canFork); out.append(contentsOf: try shown && row.decode(Bool?.self, at: first + 10) == true ? Self.true : Self.false)
+        key(Self.publicID); if shown { text(row, first + 10) } else { out.append(contentsOf: Self.null) }
+        key(Self.canFork); out.append(contentsOf: try shown && row.decode(Bool?.self, at: first + 11) == true ? Self.true : Self.false)
         key(Self.publishedAt)
-        if shown, let publishedAt = try row.decode(PGTimestamp?.self, at: first + 11) { time(publishedAt) } else { out.append(contentsOf: Self.null) }
-        key(Self.forkedFrom); text(row, first + 12)
+        if shown, let publishedAt = try row.decode(PGTimestamp?.self, at: first + 12) { time(publishedAt) } else { out.append(contentsOf: Self.null) }
+        key(Self.forkedFrom); text(row, first + 13)
         out.append(UInt8(ascii: "}"))
     }
 
@@ -105,11 +107,21 @@ struct PulledPageWriter {
         out.append(UInt8(ascii: "\""))
     }
 
-    /// A stored stamp is `<hlc> <op id>`; the record shows the clock.
-    private mutating func hlc(_ row: PGRows.Row, _ column: Int) {
-        row.withBytes(at: column) { bytes in
-            guard let bytes, let space = bytes.lastIndex(of: UInt8(ascii: " ")) else { return out.append(contentsOf: Self.null) }
-            JSONWriter.writeString(utf8: UnsafeRawBufferPointer(rebasing: bytes[..<space]), into: &out)
+    /// The record shows the clock of its newest stamp, the write clock (`column`, in its
+    /// stored form) or the newer of the others (`column + 1`); a stamp is `<hlc> <op id>`.
+    private mutating func hlc(_ row: PGRows.Row, _ column: Int) throws {
+        writeClock.removeAll(keepingCapacity: true)
+        try row.withBytes(at: column) { stored in
+            if let stored, !StoredStamp.expand(stored, into: &writeClock) {
+                throw UnexpectedAnswer("a record's write clock is stored in no form a stamp takes")
+            }
+        }
+        row.withBytes(at: column + 1) { other in
+            writeClock.withUnsafeBytes { written in
+                let newest = other.map { written.isEmpty || $0.lexicographicallyPrecedes(written) == false ? $0 : written } ?? written
+                guard let space = newest.lastIndex(of: UInt8(ascii: " ")) else { return out.append(contentsOf: Self.null) }
+                JSONWriter.writeString(utf8: UnsafeRawBufferPointer(rebasing: newest[..<space]), into: &out)
+            }
         }
     }
 

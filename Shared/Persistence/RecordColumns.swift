@@ -55,7 +55,7 @@ extension ApplyStore {
 
         func stored() throws -> StoredRecord {
             let fields = try JSONParser.parse(data).objectValue ?? [:]
-            let written = writeClock.flatMap(Stamp.init(stored:))
+            let written = writeClock.flatMap(StoredStamp.stamp)
             let clocks = (try JSONParser.parse(fieldClocks).objectValue ?? [:]).compactMapValues { $0.stringValue.flatMap(Stamp.init(stored:)) }
             let state = RecordState(
                 fields: fields,
@@ -141,7 +141,7 @@ extension ApplyStore {
                     PGJSON(JSONWriter.string(.object($0.storedFieldClocks.mapValues { .string($0.description) })))
                 }),
                 WrittenColumn("floor_clock", .copied, states.map(RecordRow.storedFloor)),
-                WrittenColumn("write_clock", .copied, states.map { $0.writeClock?.description }),
+                WrittenColumn("write_clock", .copied, states.map { $0.writeClock.map(StoredStamp.text) }),
                 WrittenColumn("delete_clock", .copied, states.map { $0.deleteClock?.description }),
                 WrittenColumn("updated_by", .copied, records.map(\.updatedBy), cast: "::uuid[]"),
                 WrittenColumn("visibility", .copied, states.map(\.publicVisibility.rawValue)),

@@ -48,7 +48,7 @@ struct JSONParserTests {
         #expect(Op.decodeStored("[{\"op_id\":1}]") == nil)
     }
 
-    @Test func storedResultsAreWhatCodableWritesByteForByte() throws {
+    @Test func storedResultsAreWhatCodableWritesLessTheirOpIDs() throws {
         let current = RecordView(
             collection: "notes", id: "n1", version: 7, deleted: false, data: ["t": .string("é \"q\""), "n": .int(3)],
             updatedAt: "2026-11-23T10:00:00.000Z", updatedBy: "7f0c8a2e-0000-4000-8000-000000000001",
@@ -60,8 +60,20 @@ struct JSONParserTests {
             OpResult(opID: "3f8e8d5e-5b6a-4c1e-9a51-2f1f3a6c7b01", status: .conflict, current: current),
             OpResult(opID: "4f8e8d5e-5b6a-4c1e-9a51-2f1f3a6c7b01", status: .superseded, version: 9_000_000_000_000_000),
         ]
-        #expect(try OpResult.encodeStored(results) == JSONCoding.encodeString(results))
-        #expect(try JSONCoding.decode([OpResult].self, from: OpResult.encodeStored(results)) == results)
+        let stored = try OpResult.encodeStored(results)
+        #expect(!stored.contains("op_id"))
+        let unnamed = results.map { OpResult(opID: "", status: $0.status, version: $0.version, reason: $0.reason, current: $0.current) }
+        #expect(stored == (try JSONCoding.encodeString(unnamed)).replacingOccurrences(of: #""op_id":"","#, with: ""))
+        #expect(try OpResult.decodeStored(stored, opIDs: results.map(\.opID)) == results)
         #expect(try OpResult.encodeStored([]) == "[]")
+    }
+
+    @Test func resultsStoredWithTheirOpIDsReadAsBefore() throws {
+        let results = [
+            OpResult(opID: "0f8e8d5e-5b6a-4c1e-9a51-2f1f3a6c7b01", status: .applied, version: 12),
+            OpResult(opID: "1f8e8d5e-5b6a-4c1e-9a51-2f1f3a6c7b01", status: .rejected, reason: RejectReason.stale),
+        ]
+        #expect(try OpResult.decodeStored(JSONCoding.encodeString(results), opIDs: []) == results)
+        #expect(throws: DecodingError.self) { try OpResult.decodeStored(#"[{"status":"applied"}]"#, opIDs: []) }
     }
 }

@@ -117,9 +117,11 @@ public struct OpResult: Codable, Sendable, Equatable {
 }
 
 extension OpResult {
-    /// A job's results as the job row stores them: the same JSON `JSONCoding` writes (keys
-    /// sorted, nil left out), written directly — the `Codable` encoder was a seventh of the
-    /// worker's CPU. A conflict's `current` record, rare, still goes through `Codable`.
+    /// A job's results as the job row stores them: the JSON `JSONCoding` writes (keys sorted,
+    /// nil left out) without the op ids — `results[i]` answers the job's `ops[i]`, whose id
+    /// the row holds already (a random UUID that would be most of the compressed results).
+    /// Written directly: the `Codable` encoder was a seventh of the worker's CPU. A
+    /// conflict's `current` record, rare, still goes through `Codable`.
     public static func encodeStored(_ results: [OpResult]) throws -> String {
         var out: [UInt8] = [UInt8(ascii: "[")]
         out.reserveCapacity(results.count * 72)
@@ -133,13 +135,12 @@ extension OpResult {
                 out += try JSONCoding.encode(current)
                 out.append(UInt8(ascii: ","))
             }
-            out += #""op_id":"#.utf8
-            JSONWriter.writeString(result.opID, into: &out)
             if let reason = result.reason {
-                out += #","reason":"#.utf8
+                out += #""reason":"#.utf8
                 JSONWriter.writeString(reason, into: &out)
+                out.append(UInt8(ascii: ","))
             }
-            out += #","status":"#.utf8
+            out += #""status":"#.utf8
             JSONWriter.writeString(result.status.rawValue, into: &out)
             if let version = result.version {
                 out += #","version":"#.utf8
@@ -149,6 +150,32 @@ extension OpResult {
         }
         out.append(UInt8(ascii: "]"))
         return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Reads stored results back, each named by the op it answers (`opIDs`: the job's ops'
+    /// ids, in order). Results stored with their op ids, as rows written earlier hold them,
+    /// keep those.
+    public static func decodeStored(_ text: String, opIDs: [String]) throws -> [OpResult] {
+        let stored = try JSONCoding.decode([Stored].self, from: text)
+        return try stored.enumerated().map { index, result in
+            guard let opID = result.opID ?? (index < opIDs.count ? opIDs[index] : nil) else {
+                throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "result \(index) answers no op"))
+            }
+            return OpResult(opID: opID, status: result.status, version: result.version, reason: result.reason, current: result.current)
+        }
+    }
+
+    /// A result as stored: its op id only in rows written before results left it out.
+    private struct Stored: Decodable {
+        var opID: String?
+        var status: OpStatus
+        var version: Int64?
+        var reason: String?
+        var current: RecordView?
+
+        enum CodingKeys: String, CodingKey {
+            case opID = "op_id", status, version, reason, current
+        }
     }
 }
 

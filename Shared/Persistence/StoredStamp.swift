@@ -1,0 +1,166 @@
+import SyncModels
+
+/// How a record's write clock is stored. Every change writes it, so its size is WAL per op:
+/// the text form, `<13-digit ms>-<5-digit counter>-<node> <op id>`, is 93 bytes when node and
+/// op id are UUIDs, as they usually are (a device id, a client's op id). Such a stamp is
+/// stored as `~` and 55 base64url characters of its 41 bytes: the milliseconds (6 bytes),
+/// the counter with whether each UUID was written in capitals (3 bytes), and the two UUIDs
+/// (16 bytes each). Any other stamp is stored as its text, which never starts with `~`.
+///
+/// The short form does not sort as the stamp does: the database never orders write clocks
+/// (a pull picks a record's newest clock from the expanded text).
+public enum StoredStamp {
+    static let marker = UInt8(ascii: "~")
+    private static let packedBytes = 41
+    private static let storedBytes = 1 + 55
+
+    /// The stored form of `stamp`.
+    public static func text(_ stamp: Stamp) -> String {
+        guard let hlc = HLC(stamp.hlc), hlc.description == stamp.hlc,
+              let node = UUIDText(hlc.node), let op = UUIDText(stamp.opID)
+        else { return stamp.description }
+        var packed = [UInt8]()
+        packed.reserveCapacity(packedBytes)
+        for shift in stride(from: 40, through: 0, by: -8) { packed.append(UInt8(truncatingIfNeeded: hlc.milliseconds >> shift)) }
+        let word = UInt32(hlc.counter) | (node.capitals ? 1 << 23 : 0) | (op.capitals ? 1 << 22 : 0)
+        packed += [UInt8(truncatingIfNeeded: word >> 16), UInt8(truncatingIfNeeded: word >> 8), UInt8(truncatingIfNeeded: word)]
+        packed += node.bytes
+        packed += op.bytes
+        var out: [UInt8] = [marker]
+        out.reserveCapacity(storedBytes)
+        Base64URL.encode(packed, into: &out)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// The stamp stored as `stored`; nil when it is not one.
+    public static func stamp(_ stored: String) -> Stamp? {
+        var text: [UInt8] = []
+        let expanded = stored.utf8.withContiguousStorageIfAvailable { expand(UnsafeRawBufferPointer($0), into: &text) }
+            ?? expand(Array(stored.utf8), into: &text)
+        return expanded ? Stamp(stored: String(decoding: text, as: UTF8.self)) : nil
+    }
+
+    /// Appends the text form of the stamp stored as `stored` to `out`; false when it is not
+    /// a short form (a stamp stored as its text is copied as it is).
+    @discardableResult
+    static func expand<Bytes: Collection<UInt8>>(_ stored: Bytes, into out: inout [UInt8]) -> Bool {
+        guard stored.first == marker else {
+            out.append(contentsOf: stored)
+            return true
+        }
+        guard stored.count == storedBytes, let packed = Base64URL.decode(stored.dropFirst(), count: packedBytes) else { return false }
+        let milliseconds = packed[0..<6].reduce(Int64(0)) { $0 << 8 | Int64($1) }
+        let word = packed[6..<9].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+        let counter = word & 0x1_FFFF
+        guard milliseconds <= 9_999_999_999_999, counter <= HLC.maxCounter else { return false }
+        appendDigits(UInt64(milliseconds), width: 13, into: &out)
+        out.append(UInt8(ascii: "-"))
+        appendDigits(UInt64(counter), width: 5, into: &out)
+        out.append(UInt8(ascii: "-"))
+        UUIDText.write(packed[9..<25], capitals: word & 1 << 23 != 0, into: &out)
+        out.append(UInt8(ascii: " "))
+        UUIDText.write(packed[25..<41], capitals: word & 1 << 22 != 0, into: &out)
+        return true
+    }
+
+    private static func appendDigits(_ value: UInt64, width: Int, into out: inout [UInt8]) {
+        let start = out.count
+        out.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: width))
+        var rest = value
+        for index in stride(from: start + width - 1, through: start, by: -1) {
+            out[index] = UInt8(ascii: "0") + UInt8(rest % 10)
+            rest /= 10
+        }
+    }
+}
+
+/// A UUID in its 36-character text form, all in small letters or all in capitals (a form
+/// the stored stamp can give back byte for byte).
+private struct UUIDText {
+    let bytes: [UInt8]
+    let capitals: Bool
+
+    private static let dashes: Set<Int> = [8, 13, 18, 23]
+
+    init?(_ text: String) {
+        let utf8 = Array(text.utf8)
+        guard utf8.count == 36 else { return nil }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(16)
+        var small = false, capital = false
+        var high: UInt8?
+        for (index, char) in utf8.enumerated() {
+            if Self.dashes.contains(index) {
+                guard char == UInt8(ascii: "-") else { return nil }
+                continue
+            }
+            let nibble: UInt8
+            switch char {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): nibble = char - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): nibble = char - UInt8(ascii: "a") + 10; small = true
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): nibble = char - UInt8(ascii: "A") + 10; capital = true
+            default: return nil
+            }
+            if let first = high {
+                bytes.append(first << 4 | nibble)
+                high = nil
+            } else {
+                high = nibble
+            }
+        }
+        guard !(small && capital) else { return nil }
+        self.bytes = bytes
+        self.capitals = capital
+    }
+
+    static func write(_ bytes: ArraySlice<UInt8>, capitals: Bool, into out: inout [UInt8]) {
+        let digits = Array((capitals ? "0123456789ABCDEF" : "0123456789abcdef").utf8)
+        for (index, byte) in bytes.enumerated() {
+            if index == 4 || index == 6 || index == 8 || index == 10 { out.append(UInt8(ascii: "-")) }
+            out.append(digits[Int(byte >> 4)])
+            out.append(digits[Int(byte & 0x0F)])
+        }
+    }
+}
+
+/// Base64 with the URL-safe alphabet and no padding.
+enum Base64URL {
+    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+    private static let values: [UInt8] = {
+        var table = [UInt8](repeating: 0xFF, count: 256)
+        for (index, char) in alphabet.enumerated() { table[Int(char)] = UInt8(index) }
+        return table
+    }()
+
+    static func encode(_ bytes: [UInt8], into out: inout [UInt8]) {
+        var bits: UInt32 = 0, count = 0
+        for byte in bytes {
+            bits = bits << 8 | UInt32(byte)
+            count += 8
+            while count >= 6 {
+                count -= 6
+                out.append(alphabet[Int(bits >> UInt32(count) & 0x3F)])
+            }
+        }
+        if count > 0 { out.append(alphabet[Int(bits << UInt32(6 - count) & 0x3F)]) }
+    }
+
+    /// `count` bytes from `text`; nil when it holds another character or another length.
+    static func decode<Text: Collection<UInt8>>(_ text: Text, count: Int) -> [UInt8]? {
+        guard text.count == (count * 8 + 5) / 6 else { return nil }
+        var out: [UInt8] = []
+        out.reserveCapacity(count)
+        var bits: UInt32 = 0, held = 0
+        for char in text {
+            let value = values[Int(char)]
+            guard value != 0xFF else { return nil }
+            bits = bits << 6 | UInt32(value)
+            held += 6
+            if held >= 8 {
+                held -= 8
+                if out.count < count { out.append(UInt8(truncatingIfNeeded: bits >> UInt32(held))) }
+            }
+        }
+        return out
+    }
+}
