@@ -13,7 +13,8 @@ import Tracing
 /// Group commit at intake: a push that arrives while a slot is free is committed at once;
 /// pushes that arrive while every slot is committing wait, and go together in the next
 /// transaction (`JobStore.create(batch:)`), then their job messages in one confirmed
-/// publish. Each push is answered only after its own job committed (an accepted push is never lost). When the
+/// publish. Each push is answered once its own job committed (an accepted push is never
+/// lost), before the publish (the relay publishes what a failed publish left). When the
 /// batch's transaction fails, each of its pushes is taken alone, so one push cannot
 /// fail the others.
 final class IntakeBatcher: Sendable {
@@ -103,18 +104,21 @@ final class IntakeBatcher: Sendable {
                 for waiting in batch { outcomes.append(await Result(catching: { try await self.jobs.create(waiting.intake) })) }
             }
         }
+        if let pause = Failpoints.pauseBeforePublish { try? await Task.sleep(for: .seconds(pause)) }
+        // Committed is accepted: the answers go now, not after the broker's confirm (a third
+        // of a push's time). The slot stays busy until the publish ends, so intake still
+        // waits for a slow broker.
+        for (waiting, outcome) in zip(batch, outcomes) { waiting.reply.resume(with: outcome) }
         await publish(zip(zip(batch, contexts), outcomes).compactMap { pair, outcome in
             guard case .success(.created(let job, _)) = outcome else { return nil }
             return (job, pair.1, pair.0.intake.ops.count)
         })
-        for (waiting, outcome) in zip(batch, outcomes) { waiting.reply.resume(with: outcome) }
     }
 
     /// The jobs are committed: announce them. A failure here loses nothing — the relay
     /// publishes every job left unpublished — so the pushes are still accepted.
     private func publish(_ created: [(job: JobRef, context: ServiceContext, ops: Int)]) async {
         guard !created.isEmpty else { return }
-        if let pause = Failpoints.pauseBeforePublish { try? await Task.sleep(for: .seconds(pause)) }
         do {
             try await Traces.publish(
                 created.map { (SynclineTopology.jobMessage($0.job, traceID: nil, ops: $0.ops), $0.context) }, with: publisher)

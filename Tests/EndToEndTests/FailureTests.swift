@@ -291,7 +291,7 @@ struct FailureTests {
             }
             await pool.shutdown()
             stack.gateway.signal(SIGKILL)
-            _ = await pushing.value  // the client never got its 202
+            _ = await pushing.value  // the client never got its 202: the pause is before the answer
             try await stack.replaceGateway(environment: [:])
             let job = try await api.awaitJob(token, jobID, within: 20)
             #expect(job["status"] as? String == "succeeded")
