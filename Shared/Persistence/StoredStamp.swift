@@ -41,35 +41,67 @@ public enum StoredStamp {
     }
 
     /// Appends the text form of the stamp stored as `stored` to `out`; false when it is not
-    /// a short form (a stamp stored as its text is copied as it is).
+    /// a short form (a stamp stored as its text is copied as it is). A pull runs this for
+    /// every record: it allocates nothing.
     @discardableResult
     static func expand<Bytes: Collection<UInt8>>(_ stored: Bytes, into out: inout [UInt8]) -> Bool {
         guard stored.first == marker else {
             out.append(contentsOf: stored)
             return true
         }
-        guard stored.count == storedBytes, let packed = Base64URL.decode(stored.dropFirst(), count: packedBytes) else { return false }
-        let milliseconds = packed[0..<6].reduce(Int64(0)) { $0 << 8 | Int64($1) }
-        let word = packed[6..<9].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
-        let counter = word & 0x1_FFFF
-        guard milliseconds <= 9_999_999_999_999, counter <= HLC.maxCounter else { return false }
-        appendDigits(UInt64(milliseconds), width: 13, into: &out)
-        out.append(UInt8(ascii: "-"))
-        appendDigits(UInt64(counter), width: 5, into: &out)
-        out.append(UInt8(ascii: "-"))
-        UUIDText.write(packed[9..<25], capitals: word & 1 << 23 != 0, into: &out)
-        out.append(UInt8(ascii: " "))
-        UUIDText.write(packed[25..<41], capitals: word & 1 << 22 != 0, into: &out)
-        return true
+        guard stored.count == storedBytes else { return false }
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: packedBytes + textBytes) { buffer in
+            let packed = UnsafeMutableBufferPointer(rebasing: buffer[0..<packedBytes])
+            guard Base64URL.decode(stored.dropFirst(), into: packed) else { return false }
+            let milliseconds = packed[0..<6].reduce(Int64(0)) { $0 << 8 | Int64($1) }
+            let word = packed[6..<9].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+            let counter = word & 0x1_FFFF
+            guard milliseconds <= 9_999_999_999_999, counter <= HLC.maxCounter else { return false }
+            var text = TextCursor(UnsafeMutableBufferPointer(rebasing: buffer[packedBytes...]))
+            text.digits(UInt64(milliseconds), width: 13)
+            text.put(UInt8(ascii: "-"))
+            text.digits(UInt64(counter), width: 5)
+            text.put(UInt8(ascii: "-"))
+            text.uuid(UnsafeBufferPointer(rebasing: packed[9..<25]), capitals: word & 1 << 23 != 0)
+            text.put(UInt8(ascii: " "))
+            text.uuid(UnsafeBufferPointer(rebasing: packed[25..<41]), capitals: word & 1 << 22 != 0)
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: text.buffer[0..<text.count]))
+            return true
+        }
     }
 
-    private static func appendDigits(_ value: UInt64, width: Int, into out: inout [UInt8]) {
-        let start = out.count
-        out.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: width))
-        var rest = value
-        for index in stride(from: start + width - 1, through: start, by: -1) {
-            out[index] = UInt8(ascii: "0") + UInt8(rest % 10)
-            rest /= 10
+    /// The text form's length: 13 + 1 + 5 + 1 + 36 + 1 + 36.
+    private static let textBytes = 93
+
+    /// Writes a stamp's text into a buffer of its length.
+    private struct TextCursor {
+        let buffer: UnsafeMutableBufferPointer<UInt8>
+        var count = 0
+
+        init(_ buffer: UnsafeMutableBufferPointer<UInt8>) { self.buffer = buffer }
+
+        mutating func put(_ byte: UInt8) {
+            buffer[count] = byte
+            count += 1
+        }
+
+        mutating func digits(_ value: UInt64, width: Int) {
+            var rest = value
+            for index in stride(from: count + width - 1, through: count, by: -1) {
+                buffer[index] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
+            }
+            count += width
+        }
+
+        mutating func uuid(_ bytes: UnsafeBufferPointer<UInt8>, capitals: Bool) {
+            let letters = capitals ? UInt8(ascii: "A") - 10 : UInt8(ascii: "a") - 10
+            func digit(_ nibble: UInt8) -> UInt8 { nibble < 10 ? UInt8(ascii: "0") + nibble : letters + nibble }
+            for (index, byte) in bytes.enumerated() {
+                if index == 4 || index == 6 || index == 8 || index == 10 { put(UInt8(ascii: "-")) }
+                put(digit(byte >> 4))
+                put(digit(byte & 0x0F))
+            }
         }
     }
 }
@@ -113,14 +145,6 @@ private struct UUIDText {
         self.capitals = capital
     }
 
-    static func write(_ bytes: ArraySlice<UInt8>, capitals: Bool, into out: inout [UInt8]) {
-        let digits = Array((capitals ? "0123456789ABCDEF" : "0123456789abcdef").utf8)
-        for (index, byte) in bytes.enumerated() {
-            if index == 4 || index == 6 || index == 8 || index == 10 { out.append(UInt8(ascii: "-")) }
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0x0F)])
-        }
-    }
 }
 
 /// Base64 with the URL-safe alphabet and no padding.
@@ -145,22 +169,24 @@ enum Base64URL {
         if count > 0 { out.append(alphabet[Int(bits << UInt32(6 - count) & 0x3F)]) }
     }
 
-    /// `count` bytes from `text`; nil when it holds another character or another length.
-    static func decode<Text: Collection<UInt8>>(_ text: Text, count: Int) -> [UInt8]? {
-        guard text.count == (count * 8 + 5) / 6 else { return nil }
-        var out: [UInt8] = []
-        out.reserveCapacity(count)
-        var bits: UInt32 = 0, held = 0
+    /// Fills `bytes` from `text`; false when it holds another character or another length.
+    static func decode<Text: Collection<UInt8>>(_ text: Text, into bytes: UnsafeMutableBufferPointer<UInt8>) -> Bool {
+        guard text.count == (bytes.count * 8 + 5) / 6 else { return false }
+        let values = Self.values
+        var bits: UInt32 = 0, held = 0, filled = 0
         for char in text {
             let value = values[Int(char)]
-            guard value != 0xFF else { return nil }
+            guard value != 0xFF else { return false }
             bits = bits << 6 | UInt32(value)
             held += 6
             if held >= 8 {
                 held -= 8
-                if out.count < count { out.append(UInt8(truncatingIfNeeded: bits >> UInt32(held))) }
+                if filled < bytes.count {
+                    bytes[filled] = UInt8(truncatingIfNeeded: bits >> UInt32(held))
+                    filled += 1
+                }
             }
         }
-        return out
+        return filled == bytes.count
     }
 }

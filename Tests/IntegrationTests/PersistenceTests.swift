@@ -220,6 +220,45 @@ struct PersistenceTests {
         }
     }
 
+    /// A pull shows a record's newest clock, whichever column holds it: the write clock
+    /// (stored short when its node and op id are UUIDs, in either case) or a newer
+    /// publication's.
+    @Test func aPullShowsARecordsNewestClock() async throws {
+        try await withStores { pool, devices, jobs, apply, pulls in
+            let alice = user()
+            let device = try await devices.register(user: alice, name: "mac", platform: "macos", pushURL: nil, pushSecret: "s")
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            func at(_ offset: Int64) -> String { HLC(milliseconds: now + offset, counter: 7, node: device.deviceID.description)!.description }
+            func push(_ op: Op) async throws -> (hlc: String?, stored: String?) {
+                guard case .created(let job, _) = try await jobs.create(intake(alice, device.deviceID, [op])) else {
+                    Issue.record("no job"); return (nil, nil)
+                }
+                _ = try await apply.apply(jobs: [job], attempt: .countedInCommit)
+                guard case .page(let page) = try await pulls.pull(user: alice, space: nil, since: 0, limit: 10, collections: nil) else {
+                    return (nil, nil)
+                }
+                let stored = try await pool.execute("""
+                    SELECT r.write_clock FROM records r JOIN spaces s ON s.space_id = r.space_id
+                    WHERE s.personal_of = \(alice) AND r.record_id = 'r'
+                    """).first?.decode(String?.self, at: 0)
+                return (try page.changes().first?.hlc, stored)
+            }
+            var seen = try await push(op(.upsert, "r", ["a": 1], hlc: at(-10_000)))
+            #expect(seen.hlc == at(-10_000) && seen.stored?.utf8.count == 56)
+
+            let publish = Op(opID: UUID().uuidString.lowercased(), type: .publish, collection: "notes", id: "r",
+                             hlc: at(-5_000), publicID: "newest-\(UUID().uuidString.prefix(8))", canFork: false)
+            seen = try await push(publish)
+            #expect(seen.hlc == at(-5_000), "the publication is newer than the write")
+
+            var capitals = op(.patch, "r", ["b": 2], hlc: at(-1_000))
+            capitals.opID = UUID().uuidString
+            seen = try await push(capitals)
+            #expect(seen.hlc == at(-1_000) && seen.stored?.utf8.count == 56, "a write newer than the publication, its op id in capitals")
+            #expect(seen.stored.flatMap(StoredStamp.stamp) == capitals.stamp)
+        }
+    }
+
     @Test func serverStampsExceedAcceptedClientClocks() async throws {
         try await withStores { pool, devices, jobs, _, _ in
             let alice = user()
