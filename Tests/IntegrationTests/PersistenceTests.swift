@@ -175,48 +175,75 @@ struct PersistenceTests {
         }
     }
 
+    /// One device of a new user writing the record `notes/r`, and that record read back as
+    /// stored and as a pull shows it.
+    struct OneRecord {
+        let pool: PGPool, jobs: JobStore, apply: ApplyStore, pulls: PullStore
+        let user: UserID, device: String
+        /// The push of `ops` by this device.
+        let intake: ([Op]) -> JobStore.Intake
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+
+        /// A clock of this device `offset` ms from now.
+        func at(_ offset: Int64, counter: Int = 0) -> String {
+            HLC(milliseconds: now + offset, counter: counter, node: device)!.description
+        }
+
+        /// Pushes `ops` as one job and applies it.
+        func push(_ ops: [Op]) async throws {
+            guard case .created(let job, _) = try await jobs.create(intake(ops)) else { Issue.record("no job"); return }
+            _ = try await apply.apply(jobs: [job], attempt: .countedInCommit)
+        }
+
+        /// The record's floor and write clock columns as stored.
+        func stored() async throws -> (floor: String?, write: String?) {
+            let row = try await pool.execute("""
+                SELECT r.floor_clock, r.write_clock FROM records r JOIN spaces s ON s.space_id = r.space_id
+                WHERE s.personal_of = \(user) AND r.record_id = 'r'
+                """).first
+            return (try row?.decode(String?.self, at: 0), try row?.decode(String?.self, at: 1))
+        }
+
+        /// The record as a pull from the start shows it.
+        func pulled() async throws -> RecordView? {
+            guard case .page(let page) = try await pulls.pull(user: user, space: nil, since: 0, limit: 10, collections: nil) else {
+                return nil
+            }
+            return try page.changes().first
+        }
+    }
+
+    func withOneRecord(_ body: (OneRecord) async throws -> Void) async throws {
+        try await withStores { pool, devices, jobs, apply, pulls in
+            let alice = user()
+            let device = try await devices.register(user: alice, name: "mac", platform: "macos", pushURL: nil, pushSecret: "s")
+            try await body(OneRecord(
+                pool: pool, jobs: jobs, apply: apply, pulls: pulls, user: alice, device: device.deviceID,
+                intake: { intake(alice, device.deviceID, $0) }))
+        }
+    }
+
     /// An upsert's floor is its own stamp and is stored as such in one byte; read back, it
     /// still drops a field write older than the upsert, and once a later write moves the
     /// write clock past it, the floor is stored in full and keeps doing so.
     @Test func aRecordsFloorSurvivesStorage() async throws {
-        try await withStores { pool, devices, jobs, apply, pulls in
-            let alice = user()
-            let device = try await devices.register(user: alice, name: "mac", platform: "macos", pushURL: nil, pushSecret: "s")
-            let now = Int64(Date().timeIntervalSince1970 * 1000)
-            func at(_ offset: Int64) -> String { HLC(milliseconds: now + offset, counter: 0, node: device.deviceID.description)!.description }
-            func push(_ ops: [Op]) async throws {
-                guard case .created(let job, _) = try await jobs.create(intake(alice, device.deviceID, ops)) else {
-                    Issue.record("no job"); return
-                }
-                _ = try await apply.apply(jobs: [job], attempt: .countedInCommit)
-            }
-            func stored() async throws -> (floor: String?, write: String?, data: [String: JSONValue]?) {
-                let row = try await pool.execute("""
-                    SELECT r.floor_clock, r.write_clock FROM records r JOIN spaces s ON s.space_id = r.space_id
-                    WHERE s.personal_of = \(alice) AND r.record_id = 'r'
-                    """).first
-                guard case .page(let page) = try await pulls.pull(user: alice, space: nil, since: 0, limit: 10, collections: nil) else {
-                    return (nil, nil, nil)
-                }
-                return (try row?.decode(String?.self, at: 0), try row?.decode(String?.self, at: 1), try page.changes().first?.data)
-            }
-            let upsert = op(.upsert, "r", ["a": 1, "b": 2], hlc: at(-10_000))
-            try await push([upsert])
-            var record = try await stored()
-            #expect(record.floor == "" && record.write == StoredStamp.text(upsert.stamp))
-            #expect(record.write?.count == 56, "a stamp of UUIDs is stored short")
+        try await withOneRecord { record in
+            let upsert = op(.upsert, "r", ["a": 1, "b": 2], hlc: record.at(-10_000))
+            try await record.push([upsert])
+            var stored = try await record.stored()
+            #expect(stored.floor == "" && stored.write == StoredStamp.text(upsert.stamp))
+            #expect(stored.write?.count == 56, "a stamp of UUIDs is stored short")
 
-            try await push([op(.patch, "r", ["c": 3], hlc: at(-20_000))])
-            record = try await stored()
-            #expect(record.data == ["a": 1, "b": 2], "a write older than the upsert's floor is dropped")
+            try await record.push([op(.patch, "r", ["c": 3], hlc: record.at(-20_000))])
+            #expect(try await record.pulled()?.data == ["a": 1, "b": 2], "a write older than the upsert's floor is dropped")
 
-            try await push([op(.patch, "r", ["d": 4], hlc: at(-5_000))])
-            record = try await stored()
-            #expect(record.floor == upsert.stamp.description && record.data == ["a": 1, "b": 2, "d": 4])
+            try await record.push([op(.patch, "r", ["d": 4], hlc: record.at(-5_000))])
+            stored = try await record.stored()
+            let data = try await record.pulled()?.data
+            #expect(stored.floor == upsert.stamp.description && data == ["a": 1, "b": 2, "d": 4])
 
-            try await push([op(.patch, "r", ["c": 3], hlc: at(-15_000))])
-            record = try await stored()
-            #expect(record.data == ["a": 1, "b": 2, "d": 4], "the floor stored in full still drops older writes")
+            try await record.push([op(.patch, "r", ["c": 3], hlc: record.at(-15_000))])
+            #expect(try await record.pulled()?.data == ["a": 1, "b": 2, "d": 4], "the floor stored in full still drops older writes")
         }
     }
 
@@ -224,38 +251,23 @@ struct PersistenceTests {
     /// (stored short when its node and op id are UUIDs, in either case) or a newer
     /// publication's.
     @Test func aPullShowsARecordsNewestClock() async throws {
-        try await withStores { pool, devices, jobs, apply, pulls in
-            let alice = user()
-            let device = try await devices.register(user: alice, name: "mac", platform: "macos", pushURL: nil, pushSecret: "s")
-            let now = Int64(Date().timeIntervalSince1970 * 1000)
-            func at(_ offset: Int64) -> String { HLC(milliseconds: now + offset, counter: 7, node: device.deviceID.description)!.description }
-            func push(_ op: Op) async throws -> (hlc: String?, stored: String?) {
-                guard case .created(let job, _) = try await jobs.create(intake(alice, device.deviceID, [op])) else {
-                    Issue.record("no job"); return (nil, nil)
-                }
-                _ = try await apply.apply(jobs: [job], attempt: .countedInCommit)
-                guard case .page(let page) = try await pulls.pull(user: alice, space: nil, since: 0, limit: 10, collections: nil) else {
-                    return (nil, nil)
-                }
-                let stored = try await pool.execute("""
-                    SELECT r.write_clock FROM records r JOIN spaces s ON s.space_id = r.space_id
-                    WHERE s.personal_of = \(alice) AND r.record_id = 'r'
-                    """).first?.decode(String?.self, at: 0)
-                return (try page.changes().first?.hlc, stored)
-            }
-            var seen = try await push(op(.upsert, "r", ["a": 1], hlc: at(-10_000)))
-            #expect(seen.hlc == at(-10_000) && seen.stored?.utf8.count == 56)
+        try await withOneRecord { record in
+            try await record.push([op(.upsert, "r", ["a": 1], hlc: record.at(-10_000, counter: 7))])
+            let upserted = try await record.stored().write
+            #expect(try await record.pulled()?.hlc == record.at(-10_000, counter: 7) && upserted?.utf8.count == 56)
 
             let publish = Op(opID: UUID().uuidString.lowercased(), type: .publish, collection: "notes", id: "r",
-                             hlc: at(-5_000), publicID: "newest-\(UUID().uuidString.prefix(8))", canFork: false)
-            seen = try await push(publish)
-            #expect(seen.hlc == at(-5_000), "the publication is newer than the write")
+                             hlc: record.at(-5_000, counter: 7), publicID: "newest-\(UUID().uuidString.prefix(8))", canFork: false)
+            try await record.push([publish])
+            #expect(try await record.pulled()?.hlc == record.at(-5_000, counter: 7), "the publication is newer than the write")
 
-            var capitals = op(.patch, "r", ["b": 2], hlc: at(-1_000))
+            var capitals = op(.patch, "r", ["b": 2], hlc: record.at(-1_000, counter: 7))
             capitals.opID = UUID().uuidString
-            seen = try await push(capitals)
-            #expect(seen.hlc == at(-1_000) && seen.stored?.utf8.count == 56, "a write newer than the publication, its op id in capitals")
-            #expect(seen.stored.flatMap(StoredStamp.stamp) == capitals.stamp)
+            try await record.push([capitals])
+            let written = try await record.stored().write
+            #expect(try await record.pulled()?.hlc == record.at(-1_000, counter: 7) && written?.utf8.count == 56,
+                    "a write newer than the publication, its op id in capitals")
+            #expect(written.flatMap(StoredStamp.stamp) == capitals.stamp)
         }
     }
 
