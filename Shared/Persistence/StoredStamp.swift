@@ -1,3 +1,4 @@
+import Foundation
 import SyncModels
 
 /// How a record's write clock is stored. Every change writes it, so its size is WAL per op:
@@ -19,25 +20,19 @@ public enum StoredStamp {
         guard let hlc = HLC(stamp.hlc), hlc.description == stamp.hlc,
               let node = UUIDText(hlc.node), let op = UUIDText(stamp.opID)
         else { return stamp.description }
-        var packed = [UInt8]()
-        packed.reserveCapacity(packedBytes)
+        var packed = Data(capacity: packedBytes)
         for shift in stride(from: 40, through: 0, by: -8) { packed.append(UInt8(truncatingIfNeeded: hlc.milliseconds >> shift)) }
         let word = UInt32(hlc.counter) | (node.capitals ? 1 << 23 : 0) | (op.capitals ? 1 << 22 : 0)
         packed += [UInt8(truncatingIfNeeded: word >> 16), UInt8(truncatingIfNeeded: word >> 8), UInt8(truncatingIfNeeded: word)]
         packed += node.bytes
         packed += op.bytes
-        var out: [UInt8] = [marker]
-        out.reserveCapacity(storedBytes)
-        Base64URL.encode(packed, into: &out)
-        return String(decoding: out, as: UTF8.self)
+        return String(decoding: [marker], as: UTF8.self) + Base64URL.encode(packed)
     }
 
     /// The stamp stored as `stored`; nil when it is not one.
     public static func stamp(_ stored: String) -> Stamp? {
         var text: [UInt8] = []
-        let expanded = stored.utf8.withContiguousStorageIfAvailable { expand(UnsafeRawBufferPointer($0), into: &text) }
-            ?? expand(Array(stored.utf8), into: &text)
-        return expanded ? Stamp(stored: String(decoding: text, as: UTF8.self)) : nil
+        return expand(stored.utf8, into: &text) ? Stamp(stored: String(decoding: text, as: UTF8.self)) : nil
     }
 
     /// Appends the text form of the stamp stored as `stored` to `out`; false when it is not
@@ -112,81 +107,12 @@ private struct UUIDText {
     let bytes: [UInt8]
     let capitals: Bool
 
-    private static let dashes: Set<Int> = [8, 13, 18, 23]
-
     init?(_ text: String) {
-        let utf8 = Array(text.utf8)
-        guard utf8.count == 36 else { return nil }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(16)
-        var small = false, capital = false
-        var high: UInt8?
-        for (index, char) in utf8.enumerated() {
-            if Self.dashes.contains(index) {
-                guard char == UInt8(ascii: "-") else { return nil }
-                continue
-            }
-            let nibble: UInt8
-            switch char {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): nibble = char - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): nibble = char - UInt8(ascii: "a") + 10; small = true
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): nibble = char - UInt8(ascii: "A") + 10; capital = true
-            default: return nil
-            }
-            if let first = high {
-                bytes.append(first << 4 | nibble)
-                high = nil
-            } else {
-                high = nibble
-            }
-        }
+        guard let uuid = UUID(uuidString: text) else { return nil }
+        let small = text.utf8.contains { (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }
+        let capital = text.utf8.contains { (UInt8(ascii: "A")...UInt8(ascii: "F")).contains($0) }
         guard !(small && capital) else { return nil }
-        self.bytes = bytes
-        self.capitals = capital
-    }
-
-}
-
-/// Base64 with the URL-safe alphabet and no padding.
-enum Base64URL {
-    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
-    private static let values: [UInt8] = {
-        var table = [UInt8](repeating: 0xFF, count: 256)
-        for (index, char) in alphabet.enumerated() { table[Int(char)] = UInt8(index) }
-        return table
-    }()
-
-    static func encode(_ bytes: [UInt8], into out: inout [UInt8]) {
-        var bits: UInt32 = 0, count = 0
-        for byte in bytes {
-            bits = bits << 8 | UInt32(byte)
-            count += 8
-            while count >= 6 {
-                count -= 6
-                out.append(alphabet[Int(bits >> UInt32(count) & 0x3F)])
-            }
-        }
-        if count > 0 { out.append(alphabet[Int(bits << UInt32(6 - count) & 0x3F)]) }
-    }
-
-    /// Fills `bytes` from `text`; false when it holds another character or another length.
-    static func decode<Text: Collection<UInt8>>(_ text: Text, into bytes: UnsafeMutableBufferPointer<UInt8>) -> Bool {
-        guard text.count == (bytes.count * 8 + 5) / 6 else { return false }
-        let values = Self.values
-        var bits: UInt32 = 0, held = 0, filled = 0
-        for char in text {
-            let value = values[Int(char)]
-            guard value != 0xFF else { return false }
-            bits = bits << 6 | UInt32(value)
-            held += 6
-            if held >= 8 {
-                held -= 8
-                if filled < bytes.count {
-                    bytes[filled] = UInt8(truncatingIfNeeded: bits >> UInt32(held))
-                    filled += 1
-                }
-            }
-        }
-        return filled == bytes.count
+        bytes = withUnsafeBytes(of: uuid.uuid) { Array($0) }
+        capitals = capital
     }
 }

@@ -104,6 +104,20 @@ struct EdgeInputTests {
         #expect(Hex.bytes(Hex.string(bytes)) == bytes)
     }
 
+    @Test func base64URLIsFoundationsBase64InTheURLAlphabetUnpaddedAndRoundTrips() {
+        for count in 0..<40 {
+            let bytes = Data((0..<count).map { _ in UInt8.random(in: 0...255) })
+            let foundation = bytes.base64EncodedString()
+                .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+            #expect(Base64URL.encode(bytes) == foundation)
+            #expect(Base64URL.decode(foundation) == bytes)
+            let decoded = [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+                initialized = Base64URL.decode(foundation.utf8, into: buffer) ? count : 0
+            }
+            #expect(decoded == Array(bytes))
+        }
+    }
+
     @Test func rateLimitsParse() {
         #expect(RateLimit("20/s,burst=40") == RateLimit(rate: 20, burst: 40))
         #expect(RateLimit("600/m") == RateLimit(rate: 10, burst: 10))

@@ -2,11 +2,21 @@ import Foundation
 
 /// Base64url without padding (RFC 4648 §5): JWT segments, opaque page cursors.
 public enum Base64URL {
+    /// Written directly from the bytes (a worker encodes a stamp per op).
     public static func encode(_ data: Data) -> String {
-        data.base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-")
-            .replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+        var out: [UInt8] = []
+        out.reserveCapacity((data.count * 8 + 5) / 6)
+        var bits: UInt32 = 0, count = 0
+        for byte in data {
+            bits = bits << 8 | UInt32(byte)
+            count += 8
+            while count >= 6 {
+                count -= 6
+                out.append(alphabet[Int(bits >> UInt32(count) & 0x3F)])
+            }
+        }
+        if count > 0 { out.append(alphabet[Int(bits << UInt32(6 - count) & 0x3F)]) }
+        return String(decoding: out, as: UTF8.self)
     }
 
     public static func decode(_ text: some StringProtocol) -> Data? {
@@ -16,6 +26,38 @@ public enum Base64URL {
         if remainder > 0 { base64 += String(repeating: "=", count: 4 - remainder) }
         return Data(base64Encoded: base64)
     }
+
+    /// Fills `bytes` from `text`, which must be exactly their encoding; false otherwise.
+    /// Allocates nothing (a pull decodes a stored stamp per record); inlinable, so that a
+    /// caller in another module gets it specialized to its collection.
+    @inlinable
+    public static func decode(_ text: some Collection<UInt8>, into bytes: UnsafeMutableBufferPointer<UInt8>) -> Bool {
+        guard text.count == (bytes.count * 8 + 5) / 6 else { return false }
+        let values = Self.values
+        var bits: UInt32 = 0, held = 0, filled = 0
+        for char in text {
+            let value = values[Int(char)]
+            guard value != 0xFF else { return false }
+            bits = bits << 6 | UInt32(value)
+            held += 6
+            if held >= 8 {
+                held -= 8
+                if filled < bytes.count {
+                    bytes[filled] = UInt8(truncatingIfNeeded: bits >> UInt32(held))
+                    filled += 1
+                }
+            }
+        }
+        return filled == bytes.count
+    }
+
+    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+    /// Each byte's value in the alphabet, 0xFF for a byte outside it.
+    @usableFromInline static let values: [UInt8] = {
+        var table = [UInt8](repeating: 0xFF, count: 256)
+        for (index, char) in alphabet.enumerated() { table[Int(char)] = UInt8(index) }
+        return table
+    }()
 }
 
 /// Lowercase hexadecimal, two digits a byte: digests, signatures, secrets.
