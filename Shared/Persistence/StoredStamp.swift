@@ -13,7 +13,8 @@ import SyncModels
 public enum StoredStamp {
     static let marker = UInt8(ascii: "~")
     private static let packedBytes = 41
-    private static let storedBytes = 1 + 55
+    /// The marker and the base64url of the packed bytes (55 characters).
+    private static let storedBytes = 1 + (packedBytes * 8 + 5) / 6
 
     /// The stored form of `stamp`.
     public static func text(_ stamp: Stamp) -> String {
