@@ -131,28 +131,16 @@ public final class PGConnection: @unchecked Sendable {
     }
 
     private func run(_ query: PGQuery) throws(PGError) -> PGRows {
+        if beginPending { return try runPipelined([Self.begin, query], answer: 1) }
         guard let handle else { throw PGError(code: .connection, message: "not connected") }
         try checkNotCancelled()
+        let statement = try statementName(for: query, handle: handle)
         observer?(query)
-        let binds = query.binds
-        guard !binds.invalidText else {
-            throw PGError(code: .invalidText, message: "a parameter contains the NUL character")
-        }
-        let statement = try statementName(for: query.sql, types: binds.types, handle: handle)
-        let count = Int32(binds.count)
-        let result: OpaquePointer? = binds.bytes.withUnsafeBufferPointer { bytes in
-            let base = UnsafeRawPointer(bytes.baseAddress).map { $0.assumingMemoryBound(to: CChar.self) }
-            // A NULL's pointer is nil; an empty value's must not be.
-            let values: [UnsafePointer<CChar>?] = zip(binds.offsets, binds.lengths).map { offset, length in
-                length < 0 ? nil : (base.map { $0 + offset } ?? Self.empty)
+        let result = Self.withParameters(query.binds) { count, values, lengths, formats in
+            if let statement {
+                return PQexecPrepared(handle, statement, count, values, lengths, formats, 1)
             }
-            let formats = [Int32](repeating: 1, count: binds.count)
-            return binds.lengths.withUnsafeBufferPointer { lengths in
-                if let statement {
-                    return PQexecPrepared(handle, statement, count, values, lengths.baseAddress, formats, 1)
-                }
-                return PQexecParams(handle, query.sql, count, binds.types, values, lengths.baseAddress, formats, 1)
-            }
+            return PQexecParams(handle, query.sql, count, query.binds.types, values, lengths, formats, 1)
         }
         guard let result else {
             throw PGError(code: .connection, message: String(cString: PQerrorMessage(handle)))
@@ -166,6 +154,81 @@ public final class PGConnection: @unchecked Sendable {
         return PGRows(result)  // which frees the result
     }
 
+    /// Sends `queries` together and waits once (libpq's pipeline mode): one round trip
+    /// instead of one each. Returns the rows of `queries[answer]`; throws the first error,
+    /// the statements after it not run. The BEGIN pending, if any, goes first.
+    private func runPipelined(_ queries: [PGQuery], answer: Int) throws(PGError) -> PGRows {
+        guard let handle else { throw PGError(code: .connection, message: "not connected") }
+        try checkNotCancelled()
+        var statements: [String?] = []
+        // Prepared first: a pipeline cannot prepare a statement and wait for it.
+        for query in queries { statements.append(try statementName(for: query, handle: handle)) }
+        for query in queries { observer?(query) }
+        beginPending = false
+        guard PQenterPipelineMode(handle) == 1 else { throw lost(handle) }
+        var sent = true
+        for (query, statement) in zip(queries, statements) where sent {
+            sent = Self.withParameters(query.binds) { count, values, lengths, formats in
+                if let statement {
+                    return PQsendQueryPrepared(handle, statement, count, values, lengths, formats, 1)
+                }
+                return PQsendQueryParams(handle, query.sql, count, query.binds.types, values, lengths, formats, 1)
+            } == 1
+        }
+        guard sent, PQpipelineSync(handle) == 1 else { throw lost(handle) }
+        var rows: PGRows?
+        var failure: PGError?
+        for index in queries.indices {
+            guard let result = PQgetResult(handle) else { throw lost(handle) }
+            if PQresultStatus(result) == PGRES_PIPELINE_ABORTED {
+                PQclear(result)
+            } else {
+                do {
+                    try Self.check(result, connection: handle)
+                    if index == answer { rows = PGRows(result) } else { PQclear(result) }
+                } catch {
+                    PQclear(result)
+                    failure = failure ?? error
+                }
+            }
+            // Each statement's results end with a NULL.
+            while let more = PQgetResult(handle) { PQclear(more) }
+        }
+        guard let sync = PQgetResult(handle) else { throw lost(handle) }
+        let synced = PQresultStatus(sync) == PGRES_PIPELINE_SYNC
+        PQclear(sync)
+        guard synced, PQexitPipelineMode(handle) == 1 else { throw lost(handle) }
+        if let failure { throw failure }
+        guard let rows else { throw PGError(code: .connection, message: "a pipelined statement returned nothing") }
+        return rows
+    }
+
+    /// The connection broke mid-pipeline: closed (the pool reopens it), with libpq's reason.
+    private func lost(_ handle: OpaquePointer) -> PGError {
+        let message = String(cString: PQerrorMessage(handle)).trimmingCharacters(in: .whitespacesAndNewlines)
+        close()
+        return PGError(code: .connection, message: message.isEmpty ? "the connection broke during a pipeline" : message)
+    }
+
+    /// Calls libpq with `binds` as it takes them: a count, a pointer to each value (nil
+    /// for NULL), their lengths, and every one in binary format.
+    private static func withParameters<Result>(
+        _ binds: PGBinds,
+        _ call: (Int32, [UnsafePointer<CChar>?], UnsafePointer<Int32>?, [Int32]) -> Result
+    ) -> Result {
+        binds.bytes.withUnsafeBufferPointer { bytes in
+            let base = UnsafeRawPointer(bytes.baseAddress).map { $0.assumingMemoryBound(to: CChar.self) }
+            // A NULL's pointer is nil; an empty value's must not be.
+            let values: [UnsafePointer<CChar>?] = zip(binds.offsets, binds.lengths).map { offset, length in
+                length < 0 ? nil : (base.map { $0 + offset } ?? Self.empty)
+            }
+            let formats = [Int32](repeating: 1, count: binds.count)
+            return binds.lengths.withUnsafeBufferPointer { lengths in
+                call(Int32(binds.count), values, lengths.baseAddress, formats)
+            }
+        }
+    }
+
     // Read-only after its initialization.
     nonisolated(unsafe) private static let empty: UnsafePointer<CChar> = {
         let pointer = UnsafeMutablePointer<CChar>.allocate(capacity: 1)
@@ -176,7 +239,11 @@ public final class PGConnection: @unchecked Sendable {
     /// The prepared statement for `sql` with parameters of `types`, preparing it on first
     /// use; nil once the cache is full (dynamic SQL then runs unprepared rather than
     /// growing the server's memory).
-    private func statementName(for sql: String, types: [UInt32], handle: OpaquePointer) throws(PGError) -> String? {
+    private func statementName(for query: PGQuery, handle: OpaquePointer) throws(PGError) -> String? {
+        guard !query.binds.invalidText else {
+            throw PGError(code: .invalidText, message: "a parameter contains the NUL character")
+        }
+        let (sql, types) = (query.sql, query.binds.types)
         let key = "\(types)\u{0}\(sql)"
         if let name = prepared[key] { return name }
         guard prepared.count < Self.maxPrepared else { return nil }
@@ -212,6 +279,10 @@ public final class PGConnection: @unchecked Sendable {
     /// static SQL (migrations, test fixtures) only, never for anything holding input.
     public func executeScript(_ sql: String) throws(PGError) {
         guard let handle else { throw PGError(code: .connection, message: "not connected") }
+        if beginPending {
+            beginPending = false
+            try execute(Self.begin)
+        }
         guard let result = PQexec(handle, sql) else {
             throw PGError(code: .connection, message: String(cString: PQerrorMessage(handle)))
         }
@@ -219,15 +290,50 @@ public final class PGConnection: @unchecked Sendable {
         try Self.check(result, connection: handle)
     }
 
-    /// Runs `body` inside BEGIN/COMMIT; any error rolls back and is rethrown.
+    /// A transaction's BEGIN waits for its first statement and goes with it.
+    private var beginPending = false
+    /// Whether `executeThenCommit` ended the transaction in progress.
+    private var committed = false
+    private static let begin: PGQuery = "BEGIN"
+    private static let commit: PGQuery = "COMMIT"
+
+    /// Runs `body` inside BEGIN/COMMIT; any error rolls back and is rethrown. BEGIN is sent
+    /// with the first statement, and COMMIT with the last when the body ends with
+    /// `executeThenCommit`: a transaction of one statement takes one round trip.
     public func transaction<T>(_ body: (PGConnection) throws -> T) throws -> T {
-        try execute("BEGIN")
+        beginPending = true
+        committed = false
+        defer { beginPending = false }
         do {
             let value = try body(self)
-            try execute("COMMIT")
+            if committed {
+                committed = false
+            } else if !beginPending {
+                try execute(Self.commit)
+            }
             return value
         } catch {
+            committed = false
             rollBack()
+            throw error
+        }
+    }
+
+    /// Runs the transaction's last statement and commits, in one round trip; its rows are
+    /// returned once the commit succeeded. The body runs no statement after it.
+    @discardableResult
+    public func executeThenCommit(_ query: PGQuery) throws(PGError) -> PGRows {
+        let started = ContinuousClock.now
+        let span = tracing?.start(query) ?? nil
+        do {
+            let rows = beginPending
+                ? try runPipelined([Self.begin, query, Self.commit], answer: 1)
+                : try runPipelined([query, Self.commit], answer: 0)
+            committed = true
+            tracing?.end(span, query, started: started, error: nil)
+            return rows
+        } catch {
+            tracing?.end(span, query, started: started, error: error)
             throw error
         }
     }

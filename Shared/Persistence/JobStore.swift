@@ -84,9 +84,9 @@ public struct JobStore: Sendable {
             try Self.answerRepeatedKeys(connection, intakes, pushedSpace: pushedSpace, outcomes: &outcomes)
             try Self.claimBlobs(connection, intakes, spaces: spaces, outcomes: &outcomes)
             let jobs = try Self.stamp(connection, intakes, clocks: &clocks, spaces: &spaces, outcomes: &outcomes)
-            if !jobs.isEmpty { try Self.write(connection, jobs, clocks: clocks) }
             let decided = outcomes.compactMap { $0 }
             guard decided.count == intakes.count else { throw UnexpectedAnswer("a push of the batch was given no outcome") }
+            if !jobs.isEmpty { try Self.writeAndCommit(connection, jobs, clocks: clocks) }
             return decided
         }
     }
@@ -221,15 +221,16 @@ public struct JobStore: Sendable {
         return jobs
     }
 
-    /// Every job, clock and device's last-seen written together, in one statement.
-    static func write(_ connection: PGConnection, _ jobs: [NewJob], clocks: [UserID: HLCState]) throws {
+    /// Every job, clock and device's last-seen written together, in one statement sent with
+    /// the transaction's COMMIT.
+    static func writeAndCommit(_ connection: PGConnection, _ jobs: [NewJob], clocks: [UserID: HLCState]) throws {
         let users = clocks.keys.sorted()
         var clockRows = PGUnnest()
         clockRows.column("user_id", users)
         clockRows.column("hlc_ms", users.map { clocks[$0]!.milliseconds })
         clockRows.column("hlc_counter", users.map { Int32(clocks[$0]!.counter) })
         let rows = newJobRows(jobs)
-        try connection.execute("""
+        try connection.executeThenCommit("""
             WITH clock AS (
               UPDATE user_clocks c SET hlc_ms = u.hlc_ms, hlc_counter = u.hlc_counter
               FROM \(clockRows, as: "u") WHERE c.user_id = u.user_id),

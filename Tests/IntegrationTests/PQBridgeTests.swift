@@ -97,6 +97,90 @@ struct PQBridgeTests {
         }
     }
 
+    /// A transaction's BEGIN goes with its first statement and, with `executeThenCommit`,
+    /// its COMMIT with its last: the statements still run in one transaction, what the last
+    /// one returns comes back once committed, and others see all of it.
+    @Test func aPipelinedTransactionIsOneTransactionCommittedWithItsLastStatement() async throws {
+        try await withPool(size: 1) { pool in
+            let table = "bridge_pipe_\(UInt32.random(in: 0...UInt32.max))"
+            try await pool.execute("CREATE TABLE \(sql: table) (v int PRIMARY KEY, tx int8)")
+            let returned = try await pool.transaction { connection in
+                try connection.execute("INSERT INTO \(sql: table) VALUES (1, txid_current())")
+                return try connection.executeThenCommit(
+                    "INSERT INTO \(sql: table) VALUES (2, txid_current()) RETURNING v"
+                ).first?.decode(Int.self, at: 0)
+            }
+            #expect(returned == 2)
+            try await withPool(size: 1) { other in
+                let rows = try await other.execute("SELECT count(*), count(DISTINCT tx) FROM \(sql: table)")
+                #expect(try rows[0].decode((Int, Int).self) == (2, 1))
+            }
+            // The connection is out of the transaction and of pipeline mode.
+            let next = try await pool.transaction { try $0.executeThenCommit("SELECT 7").first?.decode(Int.self, at: 0) }
+            #expect(next == 7)
+            try await pool.execute("DROP TABLE \(sql: table)")
+        }
+    }
+
+    /// Whether the first statement (sent with BEGIN), the last (sent with COMMIT) or the
+    /// COMMIT itself fails, the error comes back with its SQLSTATE, nothing stays, and the
+    /// connection is usable at once.
+    @Test func aPipelinedTransactionThatFailsAnywhereLeavesNothing() async throws {
+        try await withPool(size: 1) { pool in
+            let table = "bridge_pipefail_\(UInt32.random(in: 0...UInt32.max))"
+            try await pool.execute("""
+                CREATE TABLE \(sql: table) (v int, CONSTRAINT unique_v UNIQUE (v) DEFERRABLE INITIALLY DEFERRED)
+                """)
+            try await pool.execute("INSERT INTO \(sql: table) VALUES (1)")
+            let failures: [(String, @Sendable (PGConnection) throws -> Void)] = [
+                ("the first statement", { connection in
+                    try connection.execute("SELECT 1 / (v - 1) FROM \(sql: table)")
+                    try connection.execute("INSERT INTO \(sql: table) VALUES (5)")
+                }),
+                ("the last statement", { connection in
+                    try connection.execute("INSERT INTO \(sql: table) VALUES (5)")
+                    try connection.executeThenCommit("SELECT 1 / (v - 1) FROM \(sql: table) WHERE v = 1")
+                }),
+                ("the commit", { connection in
+                    try connection.execute("INSERT INTO \(sql: table) VALUES (5)")
+                    try connection.executeThenCommit("INSERT INTO \(sql: table) VALUES (1)")  // checked at COMMIT
+                }),
+            ]
+            for (place, body) in failures {
+                do {
+                    try await pool.transaction(body)
+                    Issue.record("a transaction failing in \(place) succeeded")
+                } catch let error as PGError {
+                    #expect(error.sqlState == (place == "the commit" ? "23505" : "22012"), "\(place): \(error)")
+                }
+                let values = try await pool.execute("SELECT array_agg(v ORDER BY v) FROM \(sql: table)")
+                #expect(try values[0].decode([Int].self, at: 0) == [1], "\(place)")
+            }
+            try await pool.execute("DROP TABLE \(sql: table)")
+        }
+    }
+
+    /// A transaction that runs no statement sends none (no empty BEGIN and COMMIT); a
+    /// script run inside one is part of it.
+    @Test func aTransactionSendsBeginOnlyWithAStatement() async throws {
+        try await withPool(size: 1) { pool in
+            let empty = try await pool.transaction { _ in 5 }
+            #expect(empty == 5)
+            let table = "bridge_script_\(UInt32.random(in: 0...UInt32.max))"
+            do {
+                try await pool.transaction { connection in
+                    try connection.executeScript("CREATE TABLE \(table) (v int); INSERT INTO \(table) VALUES (1);")
+                    try connection.execute("SELECT 1 / 0")
+                }
+                Issue.record("a division by zero succeeded")
+            } catch let error as PGError {
+                #expect(error.sqlState == "22012")
+            }
+            let exists = try await pool.execute("SELECT to_regclass(\(table)) IS NOT NULL")
+            #expect(try exists[0].decode(Bool.self, at: 0) == false)
+        }
+    }
+
     @Test func poolServesMoreCallersThanConnections() async throws {
         try await withPool(size: 2) { pool in
             let start = Date()
