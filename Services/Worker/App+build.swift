@@ -45,6 +45,7 @@ func buildWorker(
             // Stopped in reverse order: the consumer first, then the announcer publishes
             // the last events, then the publisher and pool close.
             announcer,
+            StatisticsWarmup(statistics: FirstStatistics(pool: pool), logger: logger),
             JobConsumer(
                 jobs: jobs, exhausted: exhausted, database: pool, store: ApplyStore(pool: pool), deadLetters: DeadLetterStore(pool: pool),
                 accounts: AccountStore(pool: pool), publisher: publisher, announcer: announcer, configuration: configuration, settings: settings,
