@@ -320,20 +320,21 @@ public final class PGConnection: @unchecked Sendable {
     }
 
     /// Runs the transaction's last statement and commits, in one round trip; its rows are
-    /// returned once the commit succeeded. The body runs no statement after it.
+    /// returned once the commit succeeded. The body runs no statement after it. Traced as
+    /// both statements, each spanning the round trip.
     @discardableResult
     public func executeThenCommit(_ query: PGQuery) throws(PGError) -> PGRows {
         let started = ContinuousClock.now
-        let span = tracing?.start(query) ?? nil
+        let spans = [query, Self.commit].map { (query: $0, span: tracing?.start($0) ?? nil) }
         do {
             let rows = beginPending
                 ? try runPipelined([Self.begin, query, Self.commit], answer: 1)
                 : try runPipelined([query, Self.commit], answer: 0)
             committed = true
-            tracing?.end(span, query, started: started, error: nil)
+            for traced in spans { tracing?.end(traced.span, traced.query, started: started, error: nil) }
             return rows
         } catch {
-            tracing?.end(span, query, started: started, error: error)
+            for traced in spans { tracing?.end(traced.span, traced.query, started: started, error: error) }
             throw error
         }
     }
