@@ -162,8 +162,10 @@ public final class PGConnection: @unchecked Sendable {
         try checkNotCancelled()
         var statements: [String?] = []
         // Prepared first: a pipeline cannot prepare a statement and wait for it.
-        for query in queries { statements.append(try statementName(for: query, handle: handle)) }
-        for query in queries { observer?(query) }
+        for query in queries {
+            statements.append(try statementName(for: query, handle: handle))
+            observer?(query)
+        }
         beginPending = false
         guard PQenterPipelineMode(handle) == 1 else { throw lost(handle) }
         var sent = true
