@@ -31,8 +31,10 @@ func buildApplication(
         configuration: .init(address: .hostname("0.0.0.0", port: configuration.port), serverName: "syncline-gateway"),
         services: pools + [
             ResourceCloser { [publisher = parts.publisher] in await publisher.shutdown() },
-            parts.background,  // stopped after the server: intake slots and erasures still running are waited for
+            // Stopped after the intake slots, so that its last pass marks the jobs they published
+            // after the server stopped (unmarked, the next gateway would publish them again).
             JobRelay(jobs: parts.jobs, marks: parts.marks, publisher: parts.publisher, relayAfter: settings.relayAfter, logger: logger),
+            parts.background,  // stopped after the server: intake slots and erasures still running are waited for
             parts.views,
         ],
         logger: logger)
