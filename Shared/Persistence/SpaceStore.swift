@@ -40,14 +40,30 @@ public struct SpaceStore: Sendable {
     /// are erased here; a job applied after it finds no members and writes nothing.
     static func erase(_ connection: PGConnection, spaces ids: [SpaceID]) throws {
         guard !ids.isEmpty else { return }
-        try connection.execute("""
-            INSERT INTO space_counters (space_id) SELECT s FROM unnest(\(ids)) AS s ORDER BY s
-            ON CONFLICT (space_id) DO UPDATE SET space_id = EXCLUDED.space_id
-            """)
+        _ = try lockCounters(connection, spaces: ids)
         try connection.execute("DELETE FROM forks WHERE source_space_id = ANY(\(ids))")
         for table in ["records", "op_ids", "space_counters", "spaces"] {
             try connection.execute("DELETE FROM \(sql: table) WHERE space_id = ANY(\(ids))")
         }
+    }
+
+    /// Locks the spaces' counter rows, in space order, created when missing: the lock a
+    /// worker holds from before it reads a space's members until its batch commits. A
+    /// change to who may write takes it after the space's own lock, so a batch that read
+    /// the members before the change commits first (and its ops count as written before
+    /// it), and a batch after it reads the change. Returns each space's counter: the
+    /// version every op applied before the change is at or below.
+    static func lockCounters(_ connection: PGConnection, spaces ids: [SpaceID]) throws -> [SpaceID: Int64] {
+        var counters: [SpaceID: Int64] = [:]
+        for row in try connection.execute("""
+            INSERT INTO space_counters (space_id) SELECT s FROM unnest(\(ids)) AS s ORDER BY s
+            ON CONFLICT (space_id) DO UPDATE SET space_id = EXCLUDED.space_id
+            RETURNING space_id, counter
+            """) {
+            let (space, counter) = try row.decode((SpaceID, Int64).self)
+            counters[space] = counter
+        }
+        return counters
     }
 
     /// Locks the space's row and reads the caller's role there; nil when the space is gone
@@ -142,21 +158,28 @@ extension SpaceStore {
     }
 
     /// The owner changes a member's role (`role`), or removes them (nil); any member may
-    /// remove themselves. The last owner can do neither to themselves.
-    public func change(user: UserID, space id: SpaceID, member: UserID, to role: SpaceRole?) async throws -> Change {
+    /// remove themselves. The last owner can do neither to themselves. `version` is the
+    /// space's counter when the change took effect: every op of the member applied under
+    /// the old role has a version at or below it, every one after it is judged by the new
+    /// role (nil when nothing changed).
+    public func change(
+        user: UserID, space id: SpaceID, member: UserID, to role: SpaceRole?
+    ) async throws -> (change: Change, version: Int64?) {
         try await pool.transaction { connection in
-            guard let mine = try Self.lock(connection, space: id, user: user) else { return .notFound }
-            guard !mine.personal else { return .forbidden }
-            guard mine.role == .owner || (role == nil && member == user) else { return .forbidden }
+            guard let mine = try Self.lock(connection, space: id, user: user) else { return (.notFound, nil) }
+            guard !mine.personal else { return (.forbidden, nil) }
+            guard mine.role == .owner || (role == nil && member == user) else { return (.forbidden, nil) }
             guard let target = try connection.execute(
                 "SELECT role FROM space_members WHERE space_id = \(id) AND user_id = \(member)").first
-            else { return .notFound }
+            else { return (.notFound, nil) }
             if try target.decode(String.self, at: 0) == SpaceRole.owner.rawValue && role != .owner {
                 let owners = try connection.execute(
                     "SELECT count(*) FROM space_members WHERE space_id = \(id) AND role = \(SpaceRole.owner)"
                 ).first?.decode(Int64.self, at: 0) ?? 0
-                if owners <= 1 { return .lastOwner }
+                if owners <= 1 { return (.lastOwner, nil) }
             }
+            // Batches being applied in the space commit first; the ones after read the change.
+            let version = try Self.lockCounters(connection, spaces: [id])[id]
             if let role {
                 try connection.execute(
                     "UPDATE space_members SET role = \(role) WHERE space_id = \(id) AND user_id = \(member)")
@@ -168,7 +191,7 @@ extension SpaceStore {
                 try connection.execute(
                     "DELETE FROM space_invitations WHERE space_id = \(id) AND created_by = \(member) AND used_at IS NULL")
             }
-            return .done
+            return (.done, version)
         }
     }
 }

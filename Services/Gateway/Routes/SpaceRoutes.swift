@@ -105,16 +105,27 @@ struct SpaceRoutes: Sendable {
     @Sendable func setRole(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         let role = try Self.role(try await request.jsonObject()["role"])
         let space = try pathSpace(context), member = UserID(try context.parameters.require("user_id"))
-        try answer(try await spaces.change(user: context.user, space: space, member: member, to: role))
+        try await changeMember(member, in: space, to: role, context: context)
         guard let view = try await spaces.members(user: context.user, space: space)?.first(where: { $0.userID == member.text }) else {
             throw Self.notFound
         }
         return try jsonResponse(view)
     }
 
+    /// Changes a member's role, or removes them (nil), and logs the space's version at the
+    /// change: ops of theirs above it were judged by the new role (a support question).
+    func changeMember(_ member: UserID, in space: SpaceID, to role: SpaceRole?, context: SignedInRequestContext) async throws {
+        let (change, version) = try await spaces.change(user: context.user, space: space, member: member, to: role)
+        try answer(change)
+        context.logger.info("membership changed", metadata: [
+            "space.id": "\(space)", "member.user_id": "\(member)", "member.role": "\(role?.rawValue ?? "removed")",
+            "space.version": "\(version ?? 0)",
+        ])
+    }
+
     @Sendable func remove(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         let space = try pathSpace(context), member = UserID(try context.parameters.require("user_id"))
-        try answer(try await spaces.change(user: context.user, space: space, member: member, to: nil))
+        try await changeMember(member, in: space, to: nil, context: context)
         await publisher.announce([SpaceLeftEvent(userID: member, spaceID: space.description)], logger: context.logger)
         return Response(status: .noContent)
     }
