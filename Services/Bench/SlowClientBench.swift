@@ -23,6 +23,8 @@ struct SlowClientBench: AsyncParsableCommand {
     @Option(help: "Megabytes of the file the readers ask for.") var mb = 30
     @Option(help: "Seconds the connections are held.") var hold = 15.0
     @Option(help: "The gateway's pid (default: the process named gateway).") var pid: String?
+    @Option(help: "Instead of memory: hold the readers up to this many seconds, and report every 5 s how many the gateway has closed and what its send queues hold.")
+    var watch: Double = 0
 
     func run() async throws {
         let configuration = try Configuration.fromEnvironment()
@@ -37,7 +39,9 @@ struct SlowClientBench: AsyncParsableCommand {
         let (_, status) = try await onThread { try BlobTransfer.upload(host: host, port: port, token: token, file: file) }
         guard status == 201 || status == 200 else { throw ValidationError("the file's upload answered \(status)") }
 
-        if readers > 0 {
+        if readers > 0, watch > 0 {
+            try await watchReaders(host: host, port: port, token: token, file: file)
+        } else if readers > 0 {
             try await measureReaders(sampler, host: host, port: port, token: token, file: file)
         }
         if uploaders > 0 {
@@ -54,6 +58,53 @@ struct SlowClientBench: AsyncParsableCommand {
                 return fd
             }
         } trickle: { _ in }
+    }
+
+    /// Readers that read nothing, held until the gateway has closed them all or `watch`
+    /// seconds pass: how many it has closed (the client sees the end of the connection,
+    /// `POLLRDHUP`, whatever is still unread) and the bytes its sockets' send queues hold
+    /// (`/proc/net/tcp`: what stalled readers pin in the kernel), every 5 s.
+    func watchReaders(host: String, port: UInt16, token: String, file: GeneratedFile) async throws {
+        let fds = try await onThread {
+            try (0..<readers).map { _ in
+                let fd = try BlobTransfer.connect(host: host, port: port)
+                let head = "GET /v1/blobs/\(file.sha256) HTTP/1.1\r\nHost: \(host)\r\nAuthorization: Bearer \(token)\r\n\r\n"
+                try Array(head.utf8).withUnsafeBytes { try BlobTransfer.sendAll(fd, $0) }
+                return fd
+            }
+        }
+        defer { for fd in fds { close(fd) } }
+        let started = Date()
+        while true {
+            try await Task.sleep(for: .seconds(5))
+            // POLLRDHUP (Linux; glibc defines it only with _GNU_SOURCE): the peer closed.
+            let peerClosed: Int16 = 0x2000
+            let ended: Int16 = peerClosed | Int16(POLLHUP) | Int16(POLLERR)
+            var polled = fds.map { pollfd(fd: $0, events: peerClosed, revents: 0) }
+            _ = poll(&polled, nfds_t(polled.count), 0)
+            let closed = polled.filter { $0.revents & ended != 0 }.count
+            let elapsed = Date().timeIntervalSince(started)
+            print(String(
+                format: "bench-slow-clients: %4.0f s: %d of %d stalled readers closed by the gateway; its send queues hold %.1f MB",
+                elapsed, closed, fds.count, Double(Self.sendQueueBytes(port: port)) / 1_000_000))
+            if closed == fds.count || elapsed >= watch { break }
+        }
+    }
+
+    /// The bytes waiting in the send queues of the sockets on local `port` (this machine's).
+    static func sendQueueBytes(port: UInt16) -> Int {
+        var total = 0
+        for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            guard let text = try? String(contentsOfFile: table, encoding: .utf8) else { continue }
+            for line in text.split(separator: "\n").dropFirst() {
+                let fields = line.split(separator: " ")
+                guard fields.count > 4, let local = fields[1].split(separator: ":").last, UInt16(local, radix: 16) == port,
+                      let queue = fields[4].split(separator: ":").first, let bytes = Int(queue, radix: 16)
+                else { continue }
+                total += bytes
+            }
+        }
+        return total
     }
 
     func measureUploaders(_ sampler: RSSSampler, host: String, port: UInt16, token: String) async throws {

@@ -27,6 +27,9 @@ struct GatewaySettings: Sendable {
     /// How long a response may wait on a client that reads nothing, and the bytes a second
     /// a request body must keep coming at (`TRANSFER_STALL_TIMEOUT`, `UPLOAD_MIN_RATE`).
     var transferLimits: TransferGuard.Limits
+    /// The kernel's send buffer of each connection (`SEND_BUFFER`): what a client that stops
+    /// reading can pin in the kernel, beyond the piece the gateway holds for it.
+    var sendBuffer: Int
     /// Downloads of files at once, per user and per client address for public files
     /// (`DOWNLOADS_PER_USER`, `DOWNLOADS_PER_ADDRESS`); uploads at once per user
     /// (`UPLOADS_PER_USER`).
@@ -62,6 +65,7 @@ struct GatewaySettings: Sendable {
         transferLimits = TransferGuard.Limits(
             stallTimeout: try reader.duration("TRANSFER_STALL_TIMEOUT", "30s"),
             minimumRate: Double(try reader.bytes("UPLOAD_MIN_RATE", "1KiB")))
+        sendBuffer = Int(try reader.bytes("SEND_BUFFER", "1MiB"))
         downloadBuffer = Int(try reader.bytes("DOWNLOAD_BUFFER", "2MiB"))
         downloadsPerUser = try reader.int("DOWNLOADS_PER_USER", 8)
         downloadsPerAddress = try reader.int("DOWNLOADS_PER_ADDRESS", 8)

@@ -76,6 +76,29 @@ struct FileLimitTests {
         }
     }
 
+    /// Many readers that stop together: most wait on a small piece with a writable channel,
+    /// and are closed all the same, each within the stall timeout of its last progress.
+    @Test func manyReadersThatStopTogetherAreAllClosed() async throws {
+        let environment = ["TRANSFER_STALL_TIMEOUT": "2s", "DOWNLOADS_PER_USER": "40", "DOWNLOAD_BUFFER": "64KiB"]
+        try await Stack.with(workers: 0, environment: environment) { stack in
+            let api = stack.client
+            let token = await E2E.token("stalled-\(UUID().uuidString.prefix(6))")
+            let file = AttachmentTests.randomBytes(6 << 20)
+            let sha = AttachmentTests.sha256(file)
+            #expect(try await AttachmentTests.put(api, token, file).status == 201)
+            let stalled = try (0..<30).map { _ in try Self.send(stack.gateway.port, Self.get(sha, token), receiveBuffer: 16 << 10) }
+            defer { stalled.forEach { close($0) } }
+            try await Task.sleep(for: .seconds(6))
+            var open = 0
+            for fd in stalled {
+                // Whatever the kernel holds is read at once; a connection still open then has
+                // nothing more coming and is counted.
+                if Self.bytesUntilClosed(fd, within: 3) == nil { open += 1 }
+            }
+            #expect(open == 0, "\(open) of \(stalled.count) stalled readers still connected")
+        }
+    }
+
     @Test func anUploadThatTricklesIsClosedAndUploadsAreCappedPerUser() async throws {
         let environment = ["TRANSFER_STALL_TIMEOUT": "2s", "UPLOAD_MIN_RATE": "1KiB", "UPLOADS_PER_USER": "1"]
         try await Stack.with(workers: 0, environment: environment) { stack in

@@ -6,24 +6,37 @@ import Testing
 struct TransferGuardTests {
     let limits = TransferGuard.Limits(stallTimeout: 30, minimumRate: 1024)
 
-    @Test func aResponseHeldUpForTheStallTimeoutIsClosed() {
+    @Test func aResponsePartTheSocketDoesNotTakeForTheStallTimeoutIsClosed() {
         var rules = TransferGuard(limits: limits)
         #expect(!rules.isWatching)
-        rules.writability(false, at: 100)
-        #expect(rules.isWatching)
+        rules.responseWriteStarted(at: 100)
+        #expect(rules.isWatching && rules.responseWaiting)
         #expect(rules.verdict(at: 129) == .keep)
-        rules.writability(false, at: 120)  // still unwritable: the clock is not restarted
         #expect(rules.verdict(at: 130) == .closeStalledResponse)
     }
 
-    @Test func aResponseTheClientKeepsDrainingIsKept() {
+    /// A stalled reader waiting on a small piece: one part waits, the channel stays
+    /// writable, and nothing else is ever written. It is closed all the same.
+    @Test func aSmallPieceWaitingIsAsStalledAsABigOne() {
         var rules = TransferGuard(limits: limits)
-        for second in stride(from: 0.0, to: 300, by: 20) {
-            rules.writability(false, at: second)
-            #expect(rules.verdict(at: second + 19) == .keep)
-            rules.writability(true, at: second + 19.5)
+        rules.responseWriteStarted(at: 0)
+        rules.responseWriteFinished(at: 0)  // the head, taken at once
+        rules.responseWriteStarted(at: 0.5)  // a 4 KiB piece the kernel has no room for
+        #expect(rules.verdict(at: 30) == .keep)
+        #expect(rules.verdict(at: 30.5) == .closeStalledResponse)
+    }
+
+    @Test func aResponseTheClientKeepsTakingIsKept() {
+        var rules = TransferGuard(limits: limits)
+        rules.responseWriteStarted(at: 0)
+        // Each part is taken after 20 s, and the next handed over meanwhile.
+        for second in stride(from: 20.0, to: 300, by: 20) {
+            rules.responseWriteStarted(at: second - 1)
+            #expect(rules.verdict(at: second - 0.5) == .keep)
+            rules.responseWriteFinished(at: second)
         }
-        #expect(!rules.isWatching)
+        rules.responseWriteFinished(at: 300)
+        #expect(!rules.isWatching && !rules.responseWaiting)
     }
 
     @Test func aTricklingBodyIsClosedAfterAWindowOfWaiting() {
