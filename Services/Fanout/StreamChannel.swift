@@ -45,12 +45,15 @@ struct StreamServerChannel: ServerChildChannel, HTTPChannelHandler {
     let responder: Responder
     let idleTimeout: TimeAmount
     let streams: ServerSentEventsHandler.Setup
+    /// The connections held, against their limits.
+    let connections: ConnectionCounter
     /// Whether an upgrade request becomes a stream.
     let decide: @Sendable (Request, any Channel, Logger) async -> Decision
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
-        let idleTimeout = self.idleTimeout, decide = self.decide, streams = self.streams
+        let idleTimeout = self.idleTimeout, decide = self.decide, streams = self.streams, connections = self.connections
         return channel.eventLoop.makeCompletedFuture {
+            try channel.pipeline.syncOperations.addHandler(ConnectionLimitHandler(counter: connections), position: .first)
             // Reads start at 512 bytes rather than NIO's 2,048 (and grow when more comes):
             // the buffer of the first read stays with the connection's HTTP decoder for as
             // long as a stream is open, and a stream's request is a few hundred bytes.

@@ -19,13 +19,14 @@ func buildApplication(
 ) async throws -> some ApplicationProtocol {
     let parts = try await GatewayParts(configuration: configuration, settings: settings, logger: logger)
     let router = try gatewayRouter(parts, configuration: configuration, settings: settings, logger: logger)
+    let connections = ConnectionCounter(limits: settings.http.connectionLimits)
     // The exporter and pools first, so stopped last.
     let pools: [any Service] = observability + [parts.pool] + (parts.replica.map { [$0] } ?? [])
     return Application(
         router: router,
         server: .http1(configuration: .init(
             additionalChannelHandlers: [
-                ProtocolErrorProblemHandler(), TransferGuardHandler(limits: settings.transferLimits), WriteGateHandler(),
+                ConnectionLimitHandler(counter: connections), ProtocolErrorProblemHandler(), TransferGuardHandler(limits: settings.transferLimits, sendBufferBytes: settings.sendBuffer), WriteGateHandler(),
             ],
             idleTimeout: .milliseconds(Int64(settings.http.idleTimeout * 1000)))),
         configuration: .init(address: .hostname("0.0.0.0", port: configuration.port), serverName: "syncline-gateway"),

@@ -13,7 +13,11 @@ public enum GatewayMain {
             "gateway", defaultPort: 8080, checksTokens: true, settings: GatewaySettings.init)
         let logger = Observability.bootstrap(service: "gateway", level: configuration.logLevel, format: configuration.logFormat)
         // One descriptor per connection and stream.
-        logger.info("open files allowed", metadata: ["limit": "\(DescriptorLimit.raiseToHardLimit())"])
+        logger.info("open files allowed", metadata: [
+            "limit": "\(DescriptorLimit.raiseToHardLimit())",
+            "connections.max": "\(settings.http.connectionLimits.total)",
+            "connections.max_per_address": "\(settings.http.connectionLimits.perAddress)",
+        ])
         await ServiceExit.run("gateway", port: configuration.port) {
             let app = try await buildApplication(
                 configuration: configuration, settings: settings,

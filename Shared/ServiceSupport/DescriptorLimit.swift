@@ -20,6 +20,14 @@ public enum DescriptorLimit {
         return UInt64(limit.rlim_cur)
     }
 
+    /// The most open files this process may be allowed: its hard limit, which
+    /// `raiseToHardLimit` raises the soft one to.
+    public static var hardLimit: UInt64 {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 0 }
+        return UInt64(limit.rlim_max)
+    }
+
     /// Raises the hard limit to `wanted` first when it is lower — which only a privileged
     /// process may do (the load generator, run as root to hold tens of thousands of
     /// sockets) — then the soft limit to the hard one. Answers the limit now in force.
