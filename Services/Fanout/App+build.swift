@@ -46,7 +46,7 @@ func buildFanout(
             configuration: .init(endpoint: endpoint, topology: topology, queue: SynclineTopology.notifyDeliveriesQueue, prefetch: 64),
             logger: logger),
         devices: DeviceStore(pool: pool), deadLetters: DeadLetterStore(pool: pool), publisher: publisher,
-        configuration: configuration, logger: logger)
+        configuration: configuration, limits: settings.webhooks, logger: logger)
     let routes = StreamRoutes(
         auth: Authenticator(verifier: verifier, allowQueryToken: true), devices: DeviceStore(pool: pool),
         pulls: PullStore(pool: pool), spaces: SpaceStore(pool: pool), hub: hub, limiter: RateLimiter(settings.streamRateLimit))
@@ -54,11 +54,12 @@ func buildFanout(
     let cors = HTTPSupport.CORSMiddleware<BasicRequestContext>(allowedOrigins: settings.http.corsAllowedOrigins, methods: [.get])
     let router = fanoutRouter(routes, pool: pool, consumer: consumer, cors: cors, configuration: configuration, logger: logger)
     let idleTimeout = TimeAmount.milliseconds(Int64(settings.http.idleTimeout * 1000))
+    let connections = ConnectionCounter(limits: settings.http.connectionLimits)
     let streams = ServerSentEventsHandler.Setup(routes: routes, cors: cors, slow: configuration.slowThreshold)
     let app = Application(
         router: router,
         server: HTTPServerBuilder { responder in
-            StreamServerChannel(responder: responder, idleTimeout: idleTimeout, streams: streams) { request, channel, logger in
+            StreamServerChannel(responder: responder, idleTimeout: idleTimeout, streams: streams, connections: connections) { request, channel, logger in
                 await routes.webSocketDecision(request, channel: channel, logger: logger, slow: configuration.slowThreshold)
             }
         },

@@ -3,6 +3,7 @@ import AsyncHTTPClient
 import Auth
 import BrokerTopology
 import Foundation
+import HTTPSupport
 import Logging
 import Metrics
 import NIOConcurrencyHelpers
@@ -19,9 +20,15 @@ import Tracing
 /// 1. `notify.events` (every job event): one delivery message per other device of the user
 ///    with a `push_url`, published to `notify.deliveries`;
 /// 2. `notify.deliveries`: one POST each, concurrently (a slow or dead receiver holds only
-///    its own delivery, for at most the request timeout). A failure waits in the retry
-///    queue of its tier; after `MAX_ATTEMPTS` it is a dead letter (`queue=notify`) parked
-///    in `notify.dead-letters`. The attempt count travels in the message's own header.
+///    its own delivery, for at most `WEBHOOK_TIMEOUT`, its answer's body included). A
+///    failure waits in the retry queue of its tier; after `MAX_ATTEMPTS` it is a dead
+///    letter (`queue=notify`) parked in `notify.dead-letters`. The attempt count travels in
+///    the message's own header.
+///
+/// One user's receivers, or one receiving host (and port), hold at most `WEBHOOKS_PER_USER` and
+/// `WEBHOOKS_PER_HOST` deliveries at once: a delivery beyond them waits in the first retry
+/// queue, not counted as an attempt, instead of holding one of the places every user's
+/// deliveries share. A slow receiver thus costs its own owner only.
 struct WebhookDispatcher: Service {
     let events: AMQPConsumer
     let deliveries: AMQPConsumer
@@ -30,14 +37,21 @@ struct WebhookDispatcher: Service {
     let publisher: AMQPPublisher
     let configuration: Configuration
     let logger: Logger
+    let limits: WebhookLimits
     let directory = WebhookDirectory(ttl: 5)
+    private let perUser: ConcurrencyLimiter
+    private let perHost: ConcurrencyLimiter
 
-    static let requestTimeout: Double = 5
+    /// Deliveries handled at once by one fanout, every user's together.
+    static let concurrentDeliveries = 64
 
     init(
         events: AMQPConsumer, deliveries: AMQPConsumer, devices: DeviceStore, deadLetters: DeadLetterStore,
-        publisher: AMQPPublisher, configuration: Configuration, logger: Logger
+        publisher: AMQPPublisher, configuration: Configuration, limits: WebhookLimits, logger: Logger
     ) {
+        self.limits = limits
+        perUser = ConcurrencyLimiter(limit: limits.perUser)
+        perHost = ConcurrencyLimiter(limit: limits.perHost)
         self.events = events
         self.deliveries = deliveries
         self.devices = devices
@@ -50,11 +64,12 @@ struct WebhookDispatcher: Service {
     /// The client deliveries are posted with. A receiver's 3xx is a failed delivery, never
     /// followed: a redirect could bounce the delivery to a private address after that
     /// address check.
-    static func makeClient() -> HTTPClient {
+    static func makeClient(_ limits: WebhookLimits) -> HTTPClient {
+        let timeout = TimeAmount.milliseconds(Int64(limits.timeout * 1000))
         var configuration = HTTPClient.Configuration(
-            redirectConfiguration: .disallow,
-            timeout: .init(connect: .seconds(Int64(requestTimeout)), read: .seconds(Int64(requestTimeout))))
-        configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 16)
+            redirectConfiguration: .disallow, timeout: .init(connect: timeout, read: timeout))
+        configuration.connectionPool = .init(
+            idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: limits.perHost)
         return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
     }
 
@@ -63,13 +78,13 @@ struct WebhookDispatcher: Service {
         for reason in DeadLetterReason.ofWebhooks {
             Counter(label: "syncline_webhook_dead_letters_total", dimensions: [("reason", reason.rawValue)]).increment(by: 0)
         }
-        let client = Self.makeClient()
+        let client = Self.makeClient(limits)
         events.start()
         deliveries.start()
         await withGracefulShutdownHandler {
             await withTaskGroup(of: Void.self) { group in
                 group.addTask { await events.handleConcurrently(limit: 32) { await expand($0) } }
-                group.addTask { await deliveries.handleConcurrently(limit: 64) { await deliver($0, with: client) } }
+                group.addTask { await deliveries.handleConcurrently(limit: Self.concurrentDeliveries) { await deliver($0, with: client) } }
             }
         } onGracefulShutdown: {
             events.stopConsuming()
@@ -138,7 +153,13 @@ struct WebhookDispatcher: Service {
                            error: "\(host) is a private or loopback address (ALLOW_PRIVATE_WEBHOOKS is off)", attempts: attempt)
                 return
             }
-            let status = try await post(delivery, to: hook, with: client)
+            // Both places, or neither: a slot not kept is given back as it goes.
+            guard let ownerSlot = perUser.acquire(delivery.userID.text), let hostSlot = perHost.acquire(Self.receiver(of: hook.url)) else {
+                await postpone(message, delivery: delivery, attempts: attempt - 1)
+                return
+            }
+            defer { ownerSlot.release(); hostSlot.release() }
+            let status = try await withDeadline(seconds: limits.timeout) { [self] in try await post(delivery, to: hook, with: client) }
             if (200..<300).contains(status) {
                 Counter(label: "syncline_webhooks_total", dimensions: [("outcome", "delivered")]).increment()
                 deliveries.ack(message)
@@ -159,10 +180,31 @@ struct WebhookDispatcher: Service {
             name: "Syncline-Signature",
             value: WebhookSignature.header(secret: hook.secret, timestamp: Int64(Date().timeIntervalSince1970), body: body))
         request.body = .bytes(ByteBuffer(bytes: body))
-        let response = try await client.execute(request, timeout: .seconds(Int64(Self.requestTimeout)))
+        let response = try await client.execute(request, timeout: .milliseconds(Int64(limits.timeout * 1000)))
         // The receiver's answer is not read, only drained (up to 64 KiB) so that its connection is kept.
         _ = try? await response.body.collect(upTo: 1 << 16)
         return Int(response.status.code)
+    }
+
+    /// The receiving host of a push URL, with its port: what its deliveries' places are
+    /// counted by (and what the HTTP client pools connections by).
+    static func receiver(of url: String) -> String {
+        guard let components = URLComponents(string: url), let host = components.host?.lowercased() else { return url }
+        return "\(host):\(components.port ?? (components.scheme?.lowercased() == "https" ? 443 : 80))"
+    }
+
+    /// A delivery whose owner or host holds all its places waits in the first retry queue,
+    /// its attempts unchanged.
+    private func postpone(_ message: AMQPDelivery, delivery: WebhookDelivery, attempts: Int) async {
+        Counter(label: "syncline_webhooks_total", dimensions: [("outcome", "postponed")]).increment()
+        let queue = SynclineTopology.notifyRetryQueue(delay: configuration.retryDelays[0])
+        do {
+            try await publisher.publish([SynclineTopology.webhookDeliveryMessage(body: message.body, attempt: attempts, retryQueue: queue)])
+            deliveries.ack(message)
+        } catch {
+            try? await Task.sleep(for: .seconds(configuration.retryDelays[0]))
+            deliveries.reject(message, requeue: true)
+        }
     }
 
     private func failed(_ message: AMQPDelivery, delivery: WebhookDelivery, attempt: Int, error: String) async {
@@ -232,4 +274,12 @@ final class WebhookDirectory: Sendable {
         }
         return hooks
     }
+}
+
+/// What webhook deliveries may take: their deadline, and their places per owner and per
+/// receiving host (`WEBHOOK_TIMEOUT`, `WEBHOOKS_PER_USER`, `WEBHOOKS_PER_HOST`).
+struct WebhookLimits: Sendable, Equatable {
+    var timeout: Double
+    var perUser: Int
+    var perHost: Int
 }

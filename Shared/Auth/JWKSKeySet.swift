@@ -88,9 +88,12 @@ public actor JWKSKeySet {
             case .file(let path):
                 data = try Data(contentsOf: URL(fileURLWithPath: path))
             case .url(let url):
-                let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: url.absoluteString), timeout: .seconds(5))
-                guard response.status == .ok else { throw JWKSError(description: "the JWKS endpoint answered \(response.status.code)") }
-                data = Data(try await response.body.collect(upTo: Self.maxDocumentBytes).readableBytesView)
+                // The whole answer within the deadline: a body sent slowly must not hold the refresh.
+                data = try await withDeadline(seconds: Self.fetchDeadline) {
+                    let response = try await Self.client.execute(HTTPClientRequest(url: url.absoluteString), timeout: .seconds(5))
+                    guard response.status == .ok else { throw JWKSError(description: "the JWKS endpoint answered \(response.status.code)") }
+                    return Data(try await response.body.collect(upTo: Self.maxDocumentBytes).readableBytesView)
+                }
             }
             let parsed = try await Self.parse(data, logger: logger)
             keys = parsed
@@ -104,6 +107,17 @@ public actor JWKSKeySet {
     }
 
     struct JWKSError: Error, CustomStringConvertible { let description: String }
+
+    /// The seconds a fetch of the key set may take, its body included.
+    static let fetchDeadline: Double = 10
+
+    /// The client key sets are fetched with, for the process's life. It follows no
+    /// redirect: a 3xx is a failed fetch, so the keys never come from another address than
+    /// the one configured (nor over plain http from an https URL).
+    static let client = HTTPClient(
+        eventLoopGroup: HTTPClient.defaultEventLoopGroup,
+        configuration: HTTPClient.Configuration(
+            redirectConfiguration: .disallow, timeout: .init(connect: .seconds(5), read: .seconds(5))))
 
     /// The largest key set read: an identity provider's holds a handful of keys.
     static let maxDocumentBytes = 1 << 20

@@ -19,8 +19,9 @@ final class WebhookReceiver: @unchecked Sendable {
     private let received = NIOLockedValueBox<[Received]>([])
     private let respond: @Sendable (Int) -> (status: Int, delay: Double)
 
-    /// `headers` adds response header lines (e.g. a redirect's `Location`).
-    init(headers: String = "", respond: @escaping @Sendable (Int) -> (status: Int, delay: Double)) throws {
+    /// `headers` adds response header lines (e.g. a redirect's `Location`); with
+    /// `trickledBody`, the answer's body has that many bytes, sent one every two seconds.
+    init(headers: String = "", trickledBody: Int = 0, respond: @escaping @Sendable (Int) -> (status: Int, delay: Double)) throws {
         self.respond = respond
         listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
         var yes: Int32 = 1
@@ -45,7 +46,7 @@ final class WebhookReceiver: @unchecked Sendable {
                 if connection < 0 { return }
                 let index = received.withLockedValue { $0.count }
                 Thread.detachNewThread {
-                    Self.serve(connection, index: index, received: received, headers: headers, respond: respond)
+                    Self.serve(connection, index: index, received: received, headers: headers, trickledBody: trickledBody, respond: respond)
                 }
                 // Let the serving thread record before the next accept picks an index.
                 usleep(1000)
@@ -54,7 +55,7 @@ final class WebhookReceiver: @unchecked Sendable {
     }
 
     private static func serve(
-        _ fd: Int32, index: Int, received: NIOLockedValueBox<[Received]>, headers extra: String,
+        _ fd: Int32, index: Int, received: NIOLockedValueBox<[Received]>, headers extra: String, trickledBody: Int,
         respond: (Int) -> (status: Int, delay: Double)
     ) {
         defer { Glibc.close(fd) }
@@ -84,8 +85,13 @@ final class WebhookReceiver: @unchecked Sendable {
         let answer = respond(index)
         if answer.delay > 0 { usleep(UInt32(answer.delay * 1_000_000)) }
         received.withLockedValue { $0.append(Received(at: Date(), headers: headers, body: Array(data[end..<(end + contentLength)]))) }
-        let response = "HTTP/1.1 \(answer.status) X\r\n\(extra)Content-Length: 0\r\nConnection: close\r\n\r\n"
-        _ = response.withCString { send(fd, $0, strlen($0), 0) }
+        let response = "HTTP/1.1 \(answer.status) X\r\n\(extra)Content-Length: \(trickledBody)\r\nConnection: close\r\n\r\n"
+        _ = response.withCString { send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+        for _ in 0..<trickledBody {
+            sleep(2)
+            var byte = UInt8(ascii: "x")
+            guard send(fd, &byte, 1, Int32(MSG_NOSIGNAL)) == 1 else { return }
+        }
     }
 
     var requests: [Received] { received.withLockedValue { $0 } }
@@ -224,6 +230,41 @@ struct WebhookTests {
             let first = try await eventually(within: 3, "the fast receiver's poke") { fast.requests.first }
             #expect(first.at.timeIntervalSince(committed) < 1.5)
             #expect(slow.requests.isEmpty, "the slow receivers are still answering")
+        }
+    }
+
+    /// 70 receivers of one user that answer at once and then send their body a byte every
+    /// two seconds hold a few of the fanout's places, their owner's: another user's poke
+    /// is delivered in its usual time, and the slow ones are cut off at the deadline.
+    @Test func oneUsersSlowReceiversDoNotDelayAnotherUsersPokes() async throws {
+        let slow = try WebhookReceiver(trickledBody: 30) { _ in (200, 0) }
+        let fast = try WebhookReceiver { _ in (200, 0) }
+        defer { slow.close(); fast.close() }
+        try await Stack.with(workers: 1, fanouts: 1, environment: Self.allowLoopback.merging(["WEBHOOK_TIMEOUT": "3s"]) { $1 }) { stack in
+            let api = stack.client
+            let slowOwner = await E2E.token("slowhooks-\(UUID().uuidString.prefix(6))")
+            let slowOrigin = try await Self.register(api, token: slowOwner)
+            for _ in 0..<70 {
+                _ = try await Self.register(api, token: slowOwner, pushURL: "http://127.0.0.1:\(slow.port)/hook")
+            }
+            let other = await E2E.token("prompt-\(UUID().uuidString.prefix(6))")
+            let otherOrigin = try await Self.register(api, token: other)
+            _ = try await Self.register(api, token: other, pushURL: "http://127.0.0.1:\(fast.port)/hook")
+
+            let flood = try await api.push(slowOwner, device: slowOrigin.id, ops: [
+                ["op_id": newOpID(), "type": "delete", "collection": "lists", "id": "x"],
+            ])
+            _ = try await api.awaitJob(slowOwner, try #require(flood.json["job_id"] as? String))
+            _ = try await eventually(within: 10, "the slow receivers called") { slow.requests.count >= 4 ? true : nil }
+            let push = try await api.push(other, device: otherOrigin.id, ops: [
+                ["op_id": newOpID(), "type": "delete", "collection": "lists", "id": "y"],
+            ])
+            _ = try await api.awaitJob(other, try #require(push.json["job_id"] as? String))
+            let committed = Date()
+            let first = try await eventually(within: 10, "the other user's poke") { fast.requests.first }
+            let delay = first.at.timeIntervalSince(committed)
+            print(String(format: "webhooks beside 70 slow receivers of another user: delivered %.3f s after its job finished", delay))
+            #expect(delay < 1.5, "delivered \(delay) s after its commit")
         }
     }
 
