@@ -35,7 +35,10 @@ struct AdminRoutes: Sendable {
             var headers = HTTPFields()
             headers[.contentType] = "text/html; charset=utf-8"
             headers[.cacheControl] = "no-store"
-            headers[.contentSecurityPolicy] = "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'"
+            // No other origin may frame it (clickjacking a replay or discard button).
+            headers[.contentSecurityPolicy] =
+                "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; frame-ancestors 'none'"
+            headers[.xFrameOptions] = "DENY"
             return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: page)))
         }
         return routes

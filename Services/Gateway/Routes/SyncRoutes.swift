@@ -158,4 +158,5 @@ struct SyncRoutes: Sendable {
 
 extension HTTPField.Name {
     static let idempotencyKey = HTTPField.Name("Idempotency-Key")!
+    static let xFrameOptions = HTTPField.Name("X-Frame-Options")!
 }
