@@ -69,8 +69,8 @@ public struct RequestTelemetry: Sendable {
         if let tracer = Traces.tracer {
             let span = tracer.startSpan(method, context: parent, ofKind: .server)
             span.attributes["http.request.method"] = method
-            span.attributes["url.path"] = request.path.map { String($0.prefix { $0 != "?" }) }
-            span.attributes["user_agent.original"] = request.headerFields[.userAgent]
+            span.attributes["url.path"] = request.path.map { Self.bounded(String($0.prefix { $0 != "?" })) }
+            span.attributes["user_agent.original"] = request.headerFields[.userAgent].map(Self.bounded)
             self.span = span
             context = Traces.context(of: span)
         } else {
@@ -79,6 +79,21 @@ public struct RequestTelemetry: Sendable {
         }
         self.logger = logger
         self.slow = slow
+    }
+
+    /// The longest text a client sends that a span keeps as an attribute.
+    public static let maxAttribute = 256
+
+    /// A client's text as a span keeps it: at most `maxAttribute` bytes (cut at a
+    /// character), so that a 60 KB path or agent is not exported with every request.
+    public static func bounded(_ text: String) -> String {
+        guard text.utf8.count > maxAttribute else { return text }
+        var cut = ""
+        for character in text {
+            guard cut.utf8.count + character.utf8.count <= maxAttribute - 3 else { break }
+            cut.append(character)
+        }
+        return cut + "…"
     }
 
     /// The response is written (or failed): ends the span and logs the line.

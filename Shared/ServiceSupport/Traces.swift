@@ -57,12 +57,17 @@ public enum Traces {
     /// The context a remote caller or a message carried in `traceparent` (and
     /// `tracestate`): the parent of the spans that handle it. An invalid or missing one
     /// starts a new trace.
+    /// The longest `tracestate` carried on (W3C Trace Context's limit for propagation).
+    public static let maxTracestate = 512
+
     public static func context(traceparent: String?, tracestate: String? = nil) -> ServiceContext {
         let valid = traceparent.flatMap(TraceParent.normalized)
         var context = ServiceContext.topLevel
         if let tracer, let valid {
             var carrier = ["traceparent": valid]
-            if let tracestate { carrier["tracestate"] = tracestate }
+            // One longer than W3C's 512 characters is dropped, not carried into every span
+            // and message of the trace.
+            if let tracestate, tracestate.utf8.count <= Self.maxTracestate { carrier["tracestate"] = tracestate }
             tracer.extract(carrier, into: &context, using: DictionaryExtractor())
         }
         context.traceparent = valid ?? TraceParent.random()
@@ -71,9 +76,9 @@ public enum Traces {
 
     /// The context of an HTTP request: its `traceparent` names the trace (a device sends
     /// its push's), but whether the trace is sampled is this service's decision, by its
-    /// share of requests to sample and the trace id, as OpenTelemetry's trace-id ratio
-    /// sampler decides — a device cannot know that share, and one that always asked for
-    /// sampling would have every push traced.
+    /// share of requests to sample — a device cannot know that share, and one that always
+    /// asked for sampling, or chose ids a rule on the id would pick, would have every push
+    /// traced.
     public static func requestContext(traceparent: String?, tracestate: String? = nil) -> ServiceContext {
         let (tracer, ratio) = bootstrapped.withLockedValue { $0 }
         guard let valid = traceparent.flatMap(TraceParent.normalized) else {
@@ -219,18 +224,13 @@ public enum TraceParent {
         return digit & 1 == 1
     }
 
-    /// A valid `traceparent` with its sampled flag set by `ratio` and its trace id, as
-    /// OpenTelemetry's trace-id ratio sampler (and swift-otel's) decides: the trace id's last
-    /// eight bytes, read as a little-endian integer, below `ratio` of the largest.
+    /// A valid `traceparent` with its sampled flag set by `ratio`: a draw of this service's,
+    /// never the trace id. (OpenTelemetry's trace-id ratio rule reads the id's last eight
+    /// bytes, which a client chooses: one that sends ids ending in zeros would have every
+    /// request traced.) Services after this one follow the flag it sets.
     public static func sampled(_ traceparent: String, ratio: Double) -> String {
-        let bytes = Array(traceparent.utf8)
-        var value: UInt64 = 0
-        for pair in (0..<8).reversed() {
-            let high = hexValue(bytes[19 + 2 * pair]) ?? 0, low = hexValue(bytes[20 + 2 * pair]) ?? 0
-            value = value << 8 | UInt64(high << 4 | low)
-        }
-        let sampled = ratio >= 1 || (ratio > 0 && value < UInt64(ratio * Double(UInt64.max)))
-        return String(decoding: bytes[0..<53], as: UTF8.self) + (sampled ? "01" : "00")
+        let sampled = ratio >= 1 || (ratio > 0 && Double.random(in: 0..<1) < ratio)
+        return String(decoding: traceparent.utf8.prefix(53), as: UTF8.self) + (sampled ? "01" : "00")
     }
 
     private static func hexValue(_ byte: UInt8) -> UInt8? {

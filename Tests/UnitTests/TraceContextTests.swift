@@ -46,19 +46,20 @@ struct TraceContextTests {
         #expect(Traces.traceID(of: "garbage") == nil)
     }
 
-    /// A request's trace is sampled by the service's share and the trace id, whatever the
-    /// device's flag says, by OpenTelemetry's trace-id ratio rule: the id's last eight bytes,
-    /// little-endian, below the share of the largest such number.
+    /// A request's trace is sampled by the service's share, whatever the device's flag
+    /// says and whatever trace id it chose: ids a trace-id ratio rule would always pick
+    /// (last eight bytes near zero) are sampled at the share like any other.
     @Test func aRequestsTraceIsSampledByTheServicesShareNotTheDevicesFlag() {
         let low = "00-00000000000000000100000000000000-b7ad6b7169203331-00"   // last eight bytes: 1
         let below = "00-0000000000000000ffffffffffffff7f-b7ad6b7169203331-01" // 2^63 - 1
         let above = "00-00000000000000000000000000000080-b7ad6b7169203331-01" // 2^63
-        #expect(TraceParent.sampled(low, ratio: 1e-12).hasSuffix("-01"))
-        #expect(TraceParent.sampled(below, ratio: 0.5).hasSuffix("-01"))
-        #expect(TraceParent.sampled(above, ratio: 0.5).hasSuffix("-00"))
         #expect(TraceParent.sampled(above, ratio: 1) == above)
         #expect(TraceParent.sampled(low, ratio: 0) == low)
         #expect(TraceParent.sampled(above, ratio: 0.5).dropLast(2) == above.dropLast(2), "the trace and parent ids stay")
+        for chosen in [low, below] {
+            let picked = (0..<10_000).filter { _ in TraceParent.isSampled(TraceParent.sampled(chosen, ratio: 0.1)) }.count
+            #expect((800...1_200).contains(picked), "\(picked) of 10,000 pushes with one chosen id sampled at 10 %")
+        }
         let share = (0..<10_000).filter { _ in TraceParent.isSampled(TraceParent.sampled(TraceParent.random(), ratio: 0.1)) }.count
         #expect((800...1_200).contains(share), "\(share) of 10,000 sampled at 10 %")
         #expect(TraceParent.isSampled(below) && !TraceParent.isSampled(low) && TraceParent.isSampled("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0b"))
@@ -130,5 +131,15 @@ struct TraceContextTests {
         let parsed = try JSONSerialization.jsonObject(with: Data(JSONLogHandler.json(value).utf8)) as? [String: Any]
         #expect(parsed?["text"] as? String == "a \"quoted\"\\ line\nwith\ttabs and \u{1}")
         #expect(parsed?["list"] as? [String] == ["1", "2"])
+    }
+}
+
+/// What a client sends is kept in a span only so long.
+struct SpanAttributeBoundTests {
+    @Test func aLongPathIsCutAtACharacterWithinTheBound() {
+        #expect(RequestTelemetry.bounded("/v1/sync/pull") == "/v1/sync/pull")
+        let long = "/" + String(repeating: "é", count: 30_000)
+        let kept = RequestTelemetry.bounded(long)
+        #expect(kept.utf8.count <= RequestTelemetry.maxAttribute && kept.hasSuffix("…") && kept.hasPrefix("/éé"))
     }
 }
