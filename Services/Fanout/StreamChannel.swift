@@ -120,6 +120,7 @@ struct StreamServerChannel: ServerChildChannel, HTTPChannelHandler {
             let negotiated = try channel.pipeline.syncOperations.configureUpgradableHTTPServerPipeline(configuration: configuration)
             let upgrade = try channel.pipeline.syncOperations.handler(type: NIOTypedHTTPServerUpgradeHandler<Negotiated>.self)
             try channel.pipeline.syncOperations.addHandler(FirstRequestPeek(isStream: firstIsStream), position: .before(upgrade))
+            try channel.pipeline.syncOperations.addHandler(FirstRequestParseErrorAnswer(), position: .before(upgrade))
             return Value(negotiated: negotiated, channel: channel)
         }
     }
@@ -156,6 +157,38 @@ private final class FirstRequestPeek: ChannelInboundHandler, RemovableChannelHan
             return
         }
         context.fireChannelRead(data)
+    }
+}
+
+/// Answers a first request that cannot be parsed (headers over the decoder's 80 KiB, bad
+/// syntax) with its problem — 431 or 400 — and closes, as the gateway does: before a
+/// request's head the connection has no HTTP handler of Hummingbird's to answer it, and
+/// would stay silent until the idle timeout. Leaves the pipeline with the first head.
+private final class FirstRequestParseErrorAnswer: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias InboundOut = HTTPServerRequestPart
+    typealias OutboundIn = HTTPServerResponsePart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if case .head = unwrapInboundIn(data) {
+            context.fireChannelRead(data)
+            context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
+            return
+        }
+        context.fireChannelRead(data)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        guard let parseError = error as? HTTPParserError else { return context.fireErrorCaught(error) }
+        let problem = APIError.malformedHTTP(parseError)
+        var headers = HTTPHeaders(problem.headers.map { ($0.name.rawName, $0.value) })
+        headers.replaceOrAdd(name: "Content-Length", value: String(problem.body.readableBytes))
+        headers.replaceOrAdd(name: "Connection", value: "close")
+        let status = HTTPResponseStatus(statusCode: Int(problem.status.code))
+        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))), promise: nil)
+        context.write(wrapOutboundOut(.body(.byteBuffer(problem.body))), promise: nil)
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in context.close(promise: nil) }
     }
 }
 

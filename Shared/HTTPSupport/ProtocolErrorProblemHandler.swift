@@ -59,7 +59,9 @@ extension APIError {
     public static func malformedHTTP(_ error: HTTPParserError) -> APIError {
         switch error {
         case .headerOverflow:
-            return .badRequest("The request line and headers are larger than the server accepts (80 KiB).")
+            return APIError(
+                status: .requestHeaderFieldsTooLarge, code: .invalidRequest,
+                detail: "The request line and headers are larger than the server accepts (80 KiB).")
         case .invalidChunkSize, .invalidEOFState:
             return .badRequest("The chunked request body is malformed.")
         default:

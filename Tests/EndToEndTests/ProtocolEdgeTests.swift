@@ -28,9 +28,10 @@ struct ProtocolEdgeTests {
         }
     }
 
-    /// A request the HTTP parser refuses is answered 400 problem+json, and the connection closed.
+    /// A request the HTTP parser refuses is answered 400 problem+json (431 when its line and
+    /// headers are over the limit), and the connection closed, by the gateway and the fanout.
     @Test func malformedHTTPGets400ProblemAndTheConnectionCloses() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await Stack.with(workers: 1, fanouts: 1) { stack in
             let port = stack.gateway.port
             let token = await E2E.token("framing-\(UUID().uuidString.prefix(6))")
             let device = try await stack.client.registerDevice(token)
@@ -38,16 +39,21 @@ struct ProtocolEdgeTests {
                 + "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
             let body = #"{"device_id":"\#(device)","ops":[]}"#
             let hex = String(body.utf8.count, radix: 16)
-            let cases: [(String, String)] = [
-                ("chunk size zz", head + "zz\r\n" + body + "\r\n0\r\n\r\n"),
-                ("chunk size overflow", head + "FFFFFFFFFFFFFFFFF1\r\n" + body + "\r\n0\r\n\r\n"),
-                ("bare LF lines", head.replacingOccurrences(of: "\r\n\r\n", with: "\r\n\n") + hex + "\n" + body + "\n0\n\n"),
-                ("100 KB URL", "GET /v1/public/" + String(repeating: "a", count: 100_000) + " HTTP/1.1\r\nHost: x\r\n\r\n"),
+            let oversized = [
+                ("100 KB URL", "GET /v1/public/" + String(repeating: "a", count: 100_000) + " HTTP/1.1\r\nHost: x\r\n\r\n", 431),
+                ("90 KB header", "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + String(repeating: "b", count: 90_000) + "\r\n\r\n", 431),
             ]
-            for (name, request) in cases {
+            let cases: [(String, String, Int, Int)] = [
+                ("chunk size zz", head + "zz\r\n" + body + "\r\n0\r\n\r\n", 400),
+                ("chunk size overflow", head + "FFFFFFFFFFFFFFFFF1\r\n" + body + "\r\n0\r\n\r\n", 400),
+                ("bare LF lines", head.replacingOccurrences(of: "\r\n\r\n", with: "\r\n\n") + hex + "\n" + body + "\n0\n\n", 400),
+            ].map { ($0.0, $0.1, $0.2, port) } + (oversized + [("a request line that is not HTTP", "GET / HTTQ/9\r\n\r\n", 400)]).flatMap { name, request, status in
+                [("gateway: \(name)", request, status, port), ("fanout: \(name)", request, status, stack.fanouts[0].port)]
+            }
+            for (name, request, status, port) in cases {
                 let (response, closed) = try Self.exchange(port: port, Array(request.utf8))
                 let statusLine = response.split(separator: "\r\n").first.map(String.init) ?? ""
-                #expect(statusLine.hasPrefix("HTTP/1.1 400"), "\(name): \(statusLine)")
+                #expect(statusLine.hasPrefix("HTTP/1.1 \(status)"), "\(name): \(statusLine)")
                 #expect(response.lowercased().contains("content-type: application/problem+json"), "\(name): \(response)")
                 #expect(response.contains(#""code":"invalid_request""#), "\(name): \(response)")
                 #expect(!response.contains("500"), "\(name): \(response)")
