@@ -97,9 +97,11 @@ final class Hub: Service, Sendable {
     /// Registers a stream; its messages go to `sink` until `unsubscribe` (or shutdown)
     /// finishes it. Returns once the user's routing key is bound, so the stream's `hello`
     /// is never ahead of its pokes.
-    func subscribe(user: UserID, deviceID: String, space: String?, sink: any StreamSink) async throws -> UUID {
+    /// `expires`: the token's `exp` (Unix seconds), when the stream is ended.
+    func subscribe(user: UserID, deviceID: String, space: String?, expires: Int64, sink: any StreamSink) async throws -> UUID {
         let id = UUID()
-        let subscriber = HubState.Subscriber(id: id, deviceID: deviceID, space: space, sink: sink)
+        let left = Double(expires) - Date().timeIntervalSince1970
+        let subscriber = HubState.Subscriber(id: id, deviceID: deviceID, space: space, sink: sink, expiresAt: Self.now() + left)
         let admission: HubState.Admission
         do {
             admission = try await withCheckedThrowingContinuation { waiter in
@@ -279,6 +281,7 @@ final class Hub: Service, Sendable {
             }
         }
         duties.heartbeats.forEach { $0.sink.send(.heartbeat) }
+        for (user, id) in duties.expired { unsubscribe(user: user, id: id) }
         if let rebind = duties.rebind {
             do {
                 try await publisher.setBindings(rebind.users.map(binding), bound: true)

@@ -14,6 +14,8 @@ struct HubState {
         /// The one space the stream is narrowed to; nil: every space of the user.
         let space: String?
         let sink: any StreamSink
+        /// When its token expires (on the monotonic clock): the stream is ended then.
+        var expiresAt: Double = .infinity
 
         func covers(_ space: String?) -> Bool { self.space == nil || space == nil || self.space == space }
     }
@@ -81,6 +83,8 @@ struct HubState {
         /// Refresh this replica's queue in the registry; report `registered`.
         var register = false
         var heartbeats: [Subscriber] = []
+        /// Streams whose token has expired: to be ended.
+        var expired: [(user: UserID, id: UUID)] = []
         /// Bind these users' keys again (after a reconnect, or as a periodic safety net);
         /// report `rebound`.
         var rebind: (users: [UserID], connection: Int, afterReconnect: Bool)?
@@ -210,6 +214,7 @@ struct HubState {
             duties.markSeen = Array(Set(users.values.flatMap { $0.values.map(\.deviceID) })).sorted()
         }
         duties.register = now - lastRegistered >= intervals.register
+        duties.expired = expire(now: now)
         if now - lastHeartbeat >= intervals.heartbeat {
             lastHeartbeat = now
             left = left.filter { now - $0.value < intervals.endedMembership }
@@ -220,6 +225,11 @@ struct HubState {
             duties.rebind = (users.keys.sorted(), connection, connection != boundFor)
         }
         return duties
+    }
+
+    /// The streams whose token has expired by `now`.
+    private func expire(now: Double) -> [(user: UserID, id: UUID)] {
+        users.flatMap { user, streams in streams.values.filter { $0.expiresAt <= now }.map { (user, $0.id) } }
     }
 
     /// The replica's queue was refreshed in the registry at `now`.

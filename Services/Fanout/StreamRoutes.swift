@@ -33,6 +33,10 @@ struct StreamRoutes: Sendable {
         let deviceID: String
         /// The one space the stream is narrowed to; nil: every space of the user.
         let space: String?
+        /// When the token the stream was opened with stops being accepted (`exp` and the
+        /// leeway every service gives it, Unix seconds): the stream ends then, and the
+        /// client opens it again with a fresh token.
+        let expires: Int64
     }
 
     /// The caller, the device and the space the stream is for, or the refusal.
@@ -53,7 +57,7 @@ struct StreamRoutes: Sendable {
         }
         if let space, try await spaces.role(user: claims.user, space: space) == nil { throw APIError.notFound("No such space.") }
         try await devices.markSeen(devices: [device])
-        return Listener(user: claims.user, deviceID: device.description, space: space?.description)
+        return Listener(user: claims.user, deviceID: device.description, space: space?.description, expires: claims.exp + TokenPolicy.standardLeewaySeconds)
     }
 
     /// What opening a stream came to.
@@ -84,7 +88,8 @@ struct StreamRoutes: Sendable {
     /// Subscribes the listener, then reads where their stream starts; a space they left
     /// in between is refused as unknown.
     func open(_ listener: Listener, sink: any StreamSink) async throws -> Opening {
-        let id = try await hub.subscribe(user: listener.user, deviceID: listener.deviceID, space: listener.space, sink: sink)
+        let id = try await hub.subscribe(
+            user: listener.user, deviceID: listener.deviceID, space: listener.space, expires: listener.expires, sink: sink)
         do {
             guard let start = try await pulls.streamStart(user: listener.user, space: listener.space) else {
                 throw APIError.notFound("No such space.")

@@ -12,9 +12,12 @@ public struct TokenPolicy: Sendable, Equatable {
     public var audience: String?
     public var leewaySeconds: Int64
 
+    /// The leeway every service gives `exp` and `nbf`.
+    public static let standardLeewaySeconds: Int64 = 60
+
     public init(
         userClaim: String = "sub", adminClaim: String = "role", adminValue: String = "admin",
-        issuer: String? = nil, audience: String? = nil, leewaySeconds: Int64 = 60
+        issuer: String? = nil, audience: String? = nil, leewaySeconds: Int64 = TokenPolicy.standardLeewaySeconds
     ) {
         self.userClaim = userClaim
         self.adminClaim = adminClaim

@@ -27,6 +27,28 @@ struct FanoutTests {
         return (try #require(result.json["job_id"] as? String), Date())
     }
 
+    /// A stream ends when the token it was opened with stops being accepted — at its `exp`
+    /// and the 60 s of leeway (the client opens it again with a fresh one); a stream opened
+    /// with a longer-lived token goes on.
+    @Test func aStreamEndsWhenItsTokenExpires() async throws {
+        try await Stack.with(workers: 0, fanouts: 1) { stack in
+            let user = "expiring-\(UUID().uuidString.prefix(6))"
+            let token = await E2E.token(user)
+            let device = try await stack.client.registerDevice(token)
+            let shortLived = await Tokens.make(user, seconds: 3 - 60)  // accepted for 3 s more
+            let port = stack.fanouts[0].port
+            let short = try SSEClient(port: port, path: "/v1/stream?device_id=\(device)&access_token=\(shortLived)")
+            let long = try SSEClient(port: port, path: "/v1/stream?device_id=\(device)&access_token=\(token)")
+            defer { short.close(); long.close() }
+            _ = try await short.inbox.next("hello")
+            _ = try await long.inbox.next("hello")
+            let opened = Date()
+            _ = try await eventually(within: 8, "the stream's end at its token's expiry") { short.inbox.finished ? true : nil }
+            #expect(Date().timeIntervalSince(opened) < 5, "ended \(Date().timeIntervalSince(opened)) s after it opened")
+            #expect(!long.inbox.finished, "the stream with a valid token was ended too")
+        }
+    }
+
     /// Device B (SSE) and C (WebSocket) get a poke with the checkpoint within a second of
     /// A's job committing; A gets its job's outcome instead (so it need not ask for it),
     /// marked troubled when an op was rejected. Each stream starts with hello and the

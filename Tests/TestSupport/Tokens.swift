@@ -6,9 +6,10 @@ public enum Tokens {
     /// `JWT_SECRET`, or the secret `scripts/test` sets.
     public static let secret = ProcessInfo.processInfo.environment["JWT_SECRET"] ?? "syncline-test-secret-0123456789abcdef"
 
-    /// A token for `user`, valid for an hour; with `admin`, it carries the admin role.
-    public static func make(_ user: String, admin: Bool = false, name: String? = nil) async -> String {
+    /// A token for `user`, valid for an hour (or `seconds`); with `admin`, it carries the
+    /// admin role.
+    public static func make(_ user: String, admin: Bool = false, name: String? = nil, seconds: Int64 = 3600) async -> String {
         try! await TokenMinter(secret: secret).sign(
-            Claims(sub: user, exp: Int64(Date().timeIntervalSince1970) + 3600, role: admin ? "admin" : nil, name: name))
+            Claims(sub: user, exp: Int64(Date().timeIntervalSince1970) + seconds, role: admin ? "admin" : nil, name: name))
     }
 }

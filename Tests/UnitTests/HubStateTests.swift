@@ -13,8 +13,8 @@ struct HubStateTests {
     struct Stream {
         let subscriber: HubState.Subscriber
 
-        init(device: String, space: String? = nil) {
-            subscriber = HubState.Subscriber(id: UUID(), deviceID: device, space: space, sink: Unsent())
+        init(device: String, space: String? = nil, expiresAt: Double = .infinity) {
+            subscriber = HubState.Subscriber(id: UUID(), deviceID: device, space: space, sink: Unsent(), expiresAt: expiresAt)
         }
 
         struct Unsent: StreamSink {
@@ -179,6 +179,20 @@ struct HubStateTests {
         #expect(state.tick(now: 3599, consumerConnection: 0, consumerConnected: false).markSeen == nil)
         #expect(state.tick(now: 3600, consumerConnection: 0, consumerConnected: false).markSeen == ["a"])
         #expect(state.tick(now: 3601, consumerConnection: 0, consumerConnected: false).markSeen == nil)
+    }
+
+    /// A stream ends when the token it was opened with expires; the others go on.
+    @Test func aStreamIsEndedWhenItsTokenExpires() async throws {
+        let box = NIOLockedValueBox(HubState(streamsPerUser: 5, intervals: .init(heartbeat: 25), now: 0))
+        let short = Stream(device: "a", expiresAt: 60), long = Stream(device: "b", expiresAt: 3600)
+        await Self.connect(box, user: "u", [short, long])
+        var state = box.withLockedValue { $0 }
+        #expect(state.tick(now: 59.9, consumerConnection: 0, consumerConnected: false).expired.isEmpty)
+        let due = state.tick(now: 60, consumerConnection: 0, consumerConnected: false).expired
+        #expect(due.map(\.id) == [short.id] && due.map(\.user) == ["u"])
+        _ = state.unsubscribe(user: "u", id: short.id)
+        #expect(state.tick(now: 61, consumerConnection: 0, consumerConnected: false).expired.isEmpty)
+        #expect(state.tick(now: 3600, consumerConnection: 0, consumerConnected: false).expired.map(\.id) == [long.id])
     }
 
     @Test func closingEndsEveryStreamAndAdmitsNoMore() async throws {
