@@ -46,12 +46,20 @@ public actor JWKSKeySet {
     private var schedule = JWKSRefreshSchedule()
     private var refreshing: Task<Void, Never>?
     private let now: @Sendable () -> Date
+    /// The seconds a fetch of the key set may take, its body included.
+    private let fetchDeadline: Double
 
-    public init(source: Source, logger: Logger, now: @escaping @Sendable () -> Date = { Date() }) {
+    public init(
+        source: Source, logger: Logger, now: @escaping @Sendable () -> Date = { Date() }, fetchDeadline: Double = 10
+    ) {
         self.source = source
         self.logger = logger
         self.now = now
+        self.fetchDeadline = fetchDeadline
     }
+
+    /// Whether the set holds a key named `kid`.
+    public func holds(kid: String) -> Bool { keys[kid] != nil }
 
     /// The key `kid` names, refreshing the set first when the schedule says so.
     func key(kid: String) async -> Key? {
@@ -89,7 +97,7 @@ public actor JWKSKeySet {
                 data = try Data(contentsOf: URL(fileURLWithPath: path))
             case .url(let url):
                 // The whole answer within the deadline: a body sent slowly must not hold the refresh.
-                data = try await withDeadline(seconds: Self.fetchDeadline) {
+                data = try await withDeadline(seconds: fetchDeadline) {
                     let response = try await Self.client.execute(HTTPClientRequest(url: url.absoluteString), timeout: .seconds(5))
                     guard response.status == .ok else { throw JWKSError(description: "the JWKS endpoint answered \(response.status.code)") }
                     return Data(try await response.body.collect(upTo: Self.maxDocumentBytes).readableBytesView)
@@ -107,9 +115,6 @@ public actor JWKSKeySet {
     }
 
     struct JWKSError: Error, CustomStringConvertible { let description: String }
-
-    /// The seconds a fetch of the key set may take, its body included.
-    static let fetchDeadline: Double = 10
 
     /// The client key sets are fetched with, for the process's life. It follows no
     /// redirect: a 3xx is a failed fetch, so the keys never come from another address than

@@ -204,6 +204,33 @@ struct TokenTests {
         #expect(Date().timeIntervalSince(started) < 1, "a request waited for the refresh")
     }
 
+    /// A provider that answers at once and then sends its key set a byte a second: the
+    /// fetch gives up at its deadline instead of holding the refresh as long as it pleases.
+    @Test func aKeySetSentSlowlyIsGivenUpAtTheDeadline() async throws {
+        let body = try Provider().jwks()
+        let server = try ScriptedServer(answer: "HTTP/1.1 200 OK\r\nContent-Length: \(body.utf8.count)\r\n\r\n", trickle: body)
+        defer { server.close() }
+        let set = JWKSKeySet(
+            source: .url(URL(string: "http://127.0.0.1:\(server.port)/jwks")!), logger: Logger(label: "test"), fetchDeadline: 1)
+        let started = Date()
+        await set.refresh()
+        #expect(Date().timeIntervalSince(started) < 3, "the refresh took \(Date().timeIntervalSince(started)) s")
+        #expect(await !set.holds(kid: "rsa-1"))
+    }
+
+    /// A redirect is a failed fetch: the keys never come from another address than the one
+    /// configured.
+    @Test func aKeySetFetchFollowsNoRedirect() async throws {
+        let body = try Provider().jwks()
+        let elsewhere = try ScriptedServer(answer: "HTTP/1.1 200 OK\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)")
+        let redirecting = try ScriptedServer(answer: "HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:\(elsewhere.port)/jwks\r\nContent-Length: 0\r\n\r\n")
+        defer { elsewhere.close(); redirecting.close() }
+        let set = JWKSKeySet(source: .url(URL(string: "http://127.0.0.1:\(redirecting.port)/jwks")!), logger: Logger(label: "test"))
+        await set.refresh()
+        #expect(await !set.holds(kid: "rsa-1"))
+        #expect(elsewhere.requests == 0)
+    }
+
     @Test func refreshScheduleLimitsFetches() {
         var schedule = JWKSRefreshSchedule()
         let start = Date()
@@ -285,4 +312,60 @@ final class AnswerOnceServer: @unchecked Sendable {
 
 extension Array where Element == UInt8 {
     func ends(with suffix: [UInt8]) -> Bool { count >= suffix.count && Array(self[(count - suffix.count)...]) == suffix }
+}
+
+/// An HTTP server on loopback that answers every request with `answer`, then sends
+/// `trickle` a byte a second, then closes.
+final class ScriptedServer: @unchecked Sendable {
+    // @unchecked: `requestCount` sits behind `lock`.
+    let port: Int
+    private let listener: Int32
+    private let lock = NSLock()
+    private var requestCount = 0
+
+    var requests: Int { lock.withLock { requestCount } }
+
+    init(answer: String, trickle: String = "") throws {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
+        self.listener = listener
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(listener, $0, length) == 0 && getsockname(listener, $0, &length) == 0
+            }
+        }
+        guard bound, listen(listener, 16) == 0 else { throw POSIXError(.EADDRINUSE) }
+        port = Int(UInt16(bigEndian: address.sin_port))
+        Thread.detachNewThread { [self] in
+            while true {
+                let connection = accept(listener, nil, nil)
+                guard connection >= 0 else { return }
+                lock.withLock { requestCount += 1 }
+                Thread.detachNewThread {
+                    var request: [UInt8] = []
+                    var buffer = [UInt8](repeating: 0, count: 4096)
+                    while !request.ends(with: Array("\r\n\r\n".utf8)) {
+                        let count = read(connection, &buffer, buffer.count)
+                        guard count > 0 else { break }
+                        request += buffer[0..<count]
+                    }
+                    _ = Array(answer.utf8).withUnsafeBytes { send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                    for byte in trickle.utf8 {
+                        sleep(1)
+                        var value = byte
+                        guard send(connection, &value, 1, Int32(MSG_NOSIGNAL)) == 1 else { break }
+                    }
+                    Glibc.close(connection)
+                }
+            }
+        }
+    }
+
+    func close() {
+        shutdown(listener, Int32(SHUT_RDWR))
+        Glibc.close(listener)
+    }
 }
