@@ -25,16 +25,9 @@ public enum Observability {
         }
         if first {
             LoggingSystem.bootstrap({ label, provider in
-                switch format {
-                case .text:
-                    var handler = TextLogHandler(label: label, metadataProvider: provider)
-                    handler.logLevel = level
-                    return handler
-                case .json:
-                    var handler = JSONLogHandler(label: label, metadataProvider: provider)
-                    handler.logLevel = level
-                    return handler
-                }
+                var handler = LineLogHandler(label: label, format: format, metadataProvider: provider)
+                handler.logLevel = level
+                return handler
             }, metadataProvider: traceMetadata)
             var factory = PrometheusMetricsFactory(registry: registry)
             // How many pushes or jobs shared one transaction.

@@ -146,10 +146,13 @@ struct FileLimitTests {
     }
 
     @Test func openUploadsCountAgainstTheQuotaAreCappedAndExpire() async throws {
-        let environment = ["SPACE_BLOB_QUOTA": "3MiB", "OPEN_UPLOADS_PER_USER": "2", "UPLOAD_EXPIRY": "3s"]
+        // Long enough for the checks before it on a loaded machine (3 s was not).
+        let expiry = 8.0
+        let environment = ["SPACE_BLOB_QUOTA": "3MiB", "OPEN_UPLOADS_PER_USER": "2", "UPLOAD_EXPIRY": "\(Int(expiry))s"]
         try await Stack.with(workers: 0, environment: environment) { stack in
             let api = stack.client
             let token = await E2E.token("open-\(UUID().uuidString.prefix(6))")
+            let opened = Date()
             let big = try await Self.createUpload(api, token, length: 2 << 20, sha: AttachmentTests.sha256(Data("a".utf8)))
             #expect(big.status == 201)
             let tooBig = try await Self.createUpload(api, token, length: 2 << 20, sha: AttachmentTests.sha256(Data("b".utf8)))
@@ -159,8 +162,9 @@ struct FileLimitTests {
             #expect(small.status == 201)
             let third = try await Self.createUpload(api, token, length: 100, sha: AttachmentTests.sha256(Data("d".utf8)))
             #expect(third.status == 429 && third.json["code"] as? String == "rate_limited", "\(third.text)")
+            #expect(Date().timeIntervalSince(opened) < expiry, "the checks above outlasted the uploads' expiry")
             // Idle uploads expire: their room and their places come back.
-            try await Task.sleep(for: .seconds(4))
+            try await Task.sleep(for: .seconds(expiry + 1 - Date().timeIntervalSince(opened)))
             let location = try #require(big.header("Location"))
             #expect(try await api.request("HEAD", location, token: token, headers: ["Tus-Resumable": "1.0.0"]).status == 404)
             #expect(try await AttachmentTests.put(api, token, AttachmentTests.randomBytes(1_500_000)).status == 201)

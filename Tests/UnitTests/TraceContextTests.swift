@@ -128,7 +128,7 @@ struct TraceContextTests {
         let value: Logger.Metadata.Value = .dictionary([
             "text": "a \"quoted\"\\ line\nwith\ttabs and \u{1}", "list": ["1", .stringConvertible(2)],
         ])
-        let parsed = try JSONSerialization.jsonObject(with: Data(JSONLogHandler.json(value).utf8)) as? [String: Any]
+        let parsed = try JSONSerialization.jsonObject(with: Data(JSONLogLine.json(value).utf8)) as? [String: Any]
         #expect(parsed?["text"] as? String == "a \"quoted\"\\ line\nwith\ttabs and \u{1}")
         #expect(parsed?["list"] as? [String] == ["1", "2"])
     }

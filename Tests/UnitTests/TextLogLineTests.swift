@@ -3,9 +3,9 @@ import ServiceSupport
 import Testing
 
 /// Text log lines: a value a client chose cannot add fields or lines.
-struct TextLogHandlerTests {
+struct TextLogLineTests {
     func line(_ fields: Logger.Metadata, message: String = "request") -> String {
-        TextLogHandler.line(time: "T", level: .info, label: "syncline.gateway", fields: fields, source: "HTTPSupport", message: message)
+        TextLogLine.line(time: "T", level: .info, label: "syncline.gateway", fields: fields, source: "HTTPSupport", message: message)
     }
 
     @Test func plainValuesReadAsStreamLogHandlerWritesThem() {

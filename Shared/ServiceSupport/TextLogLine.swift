@@ -5,37 +5,12 @@ import Logging
 import Glibc
 #endif
 
-/// Readable lines on standard error (`LOG_FORMAT=text`, the default), as swift-log's
-/// `StreamLogHandler` writes them — `<time> <level> <logger>: key=value … [<source>] <message>`
-/// — but with every value escaped: a value that holds a space, `=`, a quote or a control
-/// character is written quoted, and the message's control characters are escaped. A value
-/// a client chose (a user claim, a path) can then neither add fields nor start a line.
-public struct TextLogHandler: LogHandler {
-    public var logLevel: Logger.Level = .info
-    public var metadata: Logger.Metadata = [:]
-    public var metadataProvider: Logger.MetadataProvider?
-    private let label: String
-
-    public init(label: String, metadataProvider: Logger.MetadataProvider? = nil) {
-        self.label = label
-        self.metadataProvider = metadataProvider
-    }
-
-    public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
-    }
-
-    public func log(event: LogEvent) {
-        var fields = metadata
-        if let provided = metadataProvider?.get() { fields.merge(provided) { $1 } }
-        if let own = event.metadata { fields.merge(own) { $1 } }
-        let line = Self.line(
-            time: Self.now(), level: event.level, label: label, fields: fields, source: event.source,
-            message: event.message.description)
-        FileHandle.standardError.write(Data(line.utf8))
-    }
-
+/// Readable lines (`LOG_FORMAT=text`, the default), as swift-log's `StreamLogHandler`
+/// writes them — `<time> <level> <logger>: key=value … [<source>] <message>` — but with every
+/// value escaped: a value that holds a space, `=`, a quote or a control character is
+/// written quoted, and the message's control characters are escaped. A value a client
+/// chose (a user claim, a path) can then neither add fields nor start a line.
+public enum TextLogLine {
     /// One line, its newline included.
     public static func line(
         time: String, level: Logger.Level, label: String, fields: Logger.Metadata, source: String, message: String

@@ -1,36 +1,18 @@
 import Foundation
 import Logging
 
-/// One JSON object per line on standard error (`LOG_FORMAT=json`), for log shippers:
-/// `time` (RFC 3339, UTC, milliseconds), `level`, `logger`, `message`, then the metadata's
-/// keys (`trace.id` among them, inside a trace).
-public struct JSONLogHandler: LogHandler {
-    public var logLevel: Logger.Level = .info
-    public var metadata: Logger.Metadata = [:]
-    public var metadataProvider: Logger.MetadataProvider?
-    private let label: String
-
-    public init(label: String, metadataProvider: Logger.MetadataProvider? = nil) {
-        self.label = label
-        self.metadataProvider = metadataProvider
-    }
-
-    public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
-    }
-
-    public func log(event: LogEvent) {
-        var fields = metadata
-        if let provided = metadataProvider?.get() { fields.merge(provided) { $1 } }
-        if let own = event.metadata { fields.merge(own) { $1 } }
-        var line = "{\"time\":\(Self.quoted(Self.now())),\"level\":\(Self.quoted(event.level.rawValue))"
-        line += ",\"logger\":\(Self.quoted(label)),\"message\":\(Self.quoted(event.message.description))"
+/// One JSON object per line (`LOG_FORMAT=json`), for log shippers: `time` (RFC 3339, UTC,
+/// milliseconds), `level`, `logger`, `message`, then the metadata's keys (`trace.id` among
+/// them, inside a trace).
+public enum JSONLogLine {
+    /// One line, its newline included.
+    public static func line(level: Logger.Level, label: String, fields: Logger.Metadata, message: String) -> String {
+        var line = "{\"time\":\(quoted(now())),\"level\":\(quoted(level.rawValue))"
+        line += ",\"logger\":\(quoted(label)),\"message\":\(quoted(message))"
         for key in fields.keys.sorted() where !["time", "level", "logger", "message"].contains(key) {
-            line += ",\(Self.quoted(key)):\(Self.json(fields[key]!))"
+            line += ",\(quoted(key)):\(json(fields[key]!))"
         }
-        line += "}\n"
-        FileHandle.standardError.write(Data(line.utf8))
+        return line + "}\n"
     }
 
     public static func json(_ value: Logger.Metadata.Value) -> String {
