@@ -57,7 +57,8 @@ struct OperatorErrorTests {
         let logged = try await eventually(within: 30, "both reasons in the gateway's log") { () -> String? in
             _ = try? await probe.request("GET", "/readyz")  // checks both, so tries to connect to both
             let output = Self.output(of: gateway)
-            return output.contains("database \"\(name)\" does not exist") && output.contains("cannot reach 127.0.0.1:\(closed)") ? output : nil
+            // The reason is a log value, quoted with its own quotes escaped.
+            return output.contains(#"database \"\#(name)\" does not exist"#) && output.contains("cannot reach 127.0.0.1:\(closed)") ? output : nil
         }
         #expect(!logged.isEmpty)
         #expect(try await probe.request("GET", "/readyz").status == 503)
