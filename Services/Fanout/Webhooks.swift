@@ -155,7 +155,9 @@ struct WebhookDispatcher: Service {
             }
             // Both places, or neither: a slot not kept is given back as it goes.
             guard let ownerSlot = perUser.acquire(delivery.userID.text), let hostSlot = perHost.acquire(Self.receiver(of: hook.url)) else {
-                await postpone(message, delivery: delivery, attempts: attempt - 1)
+                Counter(label: "syncline_webhooks_total", dimensions: [("outcome", "postponed")]).increment()
+                // Its attempts unchanged: it was not tried.
+                _ = await retry(message, attempts: attempt - 1, in: SynclineTopology.notifyRetryQueue(delay: configuration.retryDelays[0]))
                 return
             }
             defer { ownerSlot.release(); hostSlot.release() }
@@ -193,20 +195,6 @@ struct WebhookDispatcher: Service {
         return "\(host):\(components.port ?? (components.scheme?.lowercased() == "https" ? 443 : 80))"
     }
 
-    /// A delivery whose owner or host holds all its places waits in the first retry queue,
-    /// its attempts unchanged.
-    private func postpone(_ message: AMQPDelivery, delivery: WebhookDelivery, attempts: Int) async {
-        Counter(label: "syncline_webhooks_total", dimensions: [("outcome", "postponed")]).increment()
-        let queue = SynclineTopology.notifyRetryQueue(delay: configuration.retryDelays[0])
-        do {
-            try await publisher.publish([SynclineTopology.webhookDeliveryMessage(body: message.body, attempt: attempts, retryQueue: queue)])
-            deliveries.ack(message)
-        } catch {
-            try? await Task.sleep(for: .seconds(configuration.retryDelays[0]))
-            deliveries.reject(message, requeue: true)
-        }
-    }
-
     private func failed(_ message: AMQPDelivery, delivery: WebhookDelivery, attempt: Int, error: String) async {
         Counter(label: "syncline_webhooks_total", dimensions: [("outcome", "failed")]).increment()
         if attempt >= configuration.maxAttempts {
@@ -215,13 +203,23 @@ struct WebhookDispatcher: Service {
         }
         let queue = SynclineTopology.notifyRetryQueue(
             delay: SynclineTopology.retryDelay(afterAttempt: attempt, delays: configuration.retryDelays))
-        do {
-            try await publisher.publish([SynclineTopology.webhookDeliveryMessage(body: message.body, attempt: attempt, retryQueue: queue)])
+        if await retry(message, attempts: attempt, in: queue) {
             logger.info("webhook failed; retrying", metadata: ["device.id": "\(delivery.deviceID)", "error": "\(error)", "retry.queue": "\(queue)"])
+        }
+    }
+
+    /// Publishes the delivery to a retry queue with `attempts` made, then acks it; true
+    /// when published. When the broker refuses, the delivery goes back to its queue after
+    /// the first retry delay.
+    private func retry(_ message: AMQPDelivery, attempts: Int, in queue: String) async -> Bool {
+        do {
+            try await publisher.publish([SynclineTopology.webhookDeliveryMessage(body: message.body, attempt: attempts, retryQueue: queue)])
             deliveries.ack(message)
+            return true
         } catch {
             try? await Task.sleep(for: .seconds(configuration.retryDelays[0]))
             deliveries.reject(message, requeue: true)
+            return false
         }
     }
 

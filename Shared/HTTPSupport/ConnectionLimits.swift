@@ -22,7 +22,8 @@ public struct ConnectionLimits: Sendable, Equatable {
     /// The default total for a process allowed `descriptorLimit` open files: all but the
     /// reserved ones, and never fewer than 64.
     public static func defaultTotal(descriptorLimit: UInt64) -> Int {
-        Int(max(64, min(UInt64(Int.max), descriptorLimit) &- UInt64(min(descriptorLimit, UInt64(reservedDescriptors)))))
+        let reserved = UInt64(reservedDescriptors)
+        return descriptorLimit >= reserved + 64 ? Int(clamping: descriptorLimit - reserved) : 64
     }
 
     /// The connections held now, and whether one more may be admitted.

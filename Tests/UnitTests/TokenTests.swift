@@ -281,13 +281,7 @@ final class AnswerOnceServer: @unchecked Sendable {
                     held.append(connection)
                     continue
                 }
-                var request: [UInt8] = []
-                var buffer = [UInt8](repeating: 0, count: 4096)
-                while !request.ends(with: Array("\r\n\r\n".utf8)) {
-                    let count = read(connection, &buffer, buffer.count)
-                    guard count > 0 else { break }
-                    request += buffer[0..<count]
-                }
+                readRequestHead(connection)
                 _ = response.withUnsafeBytes { write(connection, $0.baseAddress, $0.count) }
                 Glibc.close(connection)
                 answered = true
@@ -298,6 +292,17 @@ final class AnswerOnceServer: @unchecked Sendable {
     func close() {
         shutdown(listener, Int32(SHUT_RDWR))
         Glibc.close(listener)
+    }
+}
+
+/// Reads a request's head from `connection` (up to its blank line, or until it ends).
+private func readRequestHead(_ connection: Int32) {
+    var request: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 4096)
+    while !request.ends(with: Array("\r\n\r\n".utf8)) {
+        let count = read(connection, &buffer, buffer.count)
+        guard count > 0 else { break }
+        request += buffer[0..<count]
     }
 }
 
@@ -326,13 +331,7 @@ final class ScriptedServer: @unchecked Sendable {
                 guard connection >= 0 else { return }
                 lock.withLock { requestCount += 1 }
                 Thread.detachNewThread {
-                    var request: [UInt8] = []
-                    var buffer = [UInt8](repeating: 0, count: 4096)
-                    while !request.ends(with: Array("\r\n\r\n".utf8)) {
-                        let count = read(connection, &buffer, buffer.count)
-                        guard count > 0 else { break }
-                        request += buffer[0..<count]
-                    }
+                    readRequestHead(connection)
                     _ = Array(answer.utf8).withUnsafeBytes { send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
                     for byte in trickle.utf8 {
                         sleep(1)
