@@ -185,11 +185,11 @@ let package = Package(
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
             ],
             path: "Shared/HTTPSupport", swiftSettings: strict),
-        // Operators' tools over dead letters and queues, shared by the gateway's admin API and syncctl.
+        // Operators' tools over dead letters, queues and the app's rules, shared by the gateway's admin API and syncctl.
         .target(
             name: "Operations",
             dependencies: ["SyncModels", "BrokerTopology", "Auth", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport",
-                           "BlobStorage", .product(name: "Logging", package: "swift-log")],
+                           "BlobStorage", .product(name: "Logging", package: "swift-log"), .product(name: "Yams", package: "Yams")],
             path: "Shared/Operations", swiftSettings: strict),
         .target(
             name: "Gateway",

@@ -37,6 +37,7 @@ func buildApplication(
             JobRelay(jobs: parts.jobs, marks: parts.marks, publisher: parts.publisher, relayAfter: settings.relayAfter, logger: logger),
             parts.background,  // stopped after the server: intake slots and erasures still running are waited for
             parts.views,
+            parts.rules,
         ],
         logger: logger)
 }
@@ -59,6 +60,8 @@ struct GatewayParts {
     let blobStores: BlobStores
     let sweeper: BlobSweeper
     let office: DeadLetterOffice
+    /// The app's rules this gateway judges pushes by.
+    let rules: RulesCache
 
     init(configuration: Configuration, settings: GatewaySettings, logger: Logger) async throws {
         pool = configuration.primaryPool(logger: logger)
@@ -82,6 +85,9 @@ struct GatewayParts {
         blobStores = try BlobStores(settings.blobStore, pool: pool)
         sweeper = BlobSweeper(catalog: catalog, stores: blobStores, logger: logger)
         office = DeadLetterOffice(pool: pool, publisher: publisher, retryDelays: configuration.retryDelays, logger: logger)
+        let rulesStore = RulesStore(pool: pool)
+        rules = RulesCache(
+            interval: configuration.rulesRefresh, logger: logger, version: rulesStore.currentVersion, load: rulesStore.current)
     }
 }
 
@@ -108,6 +114,7 @@ func gatewayRouter(
     let spaces = SpaceStore(pool: pool)
     let (blobs, uploads) = fileRoutes(parts, spaces: spaces, settings: settings)
     let admin = AdminRoutes(office: parts.office, page: try resource("admin", "html"))
+    let rules = RulesRoutes(book: RulesBook(pool: pool), cache: parts.rules)
 
     router.addRoutes(PublicRoutes(records: PublicStore(reads: parts.reads), views: parts.views, limiter: parts.publicLimiter).routes)
     router.addRoutes(blobs.publicRoutes)
@@ -121,7 +128,7 @@ func gatewayRouter(
         intake: IntakeBatcher(
             jobs: parts.jobs, publisher: publisher, marks: parts.marks, slots: settings.intakeConcurrency,
             background: parts.background, logger: logger),
-        maxClockSkewMilliseconds: Int64(settings.maxClockSkew * 1000),
+        maxClockSkewMilliseconds: Int64(settings.maxClockSkew * 1000), rules: parts.rules,
         limiter: parts.pushLimiter, publicIDLimiter: RateLimiter(settings.publicIDRateLimit)
     ).routes)
     signedIn.addRoutes(blobs.routes)
@@ -134,7 +141,9 @@ func gatewayRouter(
         eraser: AccountEraser(pool: pool, publisher: publisher, office: parts.office, sweeper: parts.sweeper, logger: logger),
         inlineBudget: settings.accountDeletionInline, background: parts.background
     ).routes)
+    signedIn.addRoutes(rules.routes)
     admins.addRoutes(admin.routes)
+    admins.addRoutes(rules.adminRoutes)
     methods.load(from: router)
     return router
 }

@@ -17,7 +17,7 @@ struct Syncctl: AsyncParsableCommand {
         commandName: "syncctl",
         abstract: "Operate a Syncline deployment.",
         subcommands: [
-            Migrate.self, Token.self, Jobs.self, DeadLetters.self, Queues.self, Users.self, Topology.self, Blobs.self,
+            Migrate.self, Token.self, Jobs.self, DeadLetters.self, Queues.self, Users.self, Topology.self, Blobs.self, RulesCommand.self,
         ])
 }
 

@@ -30,6 +30,9 @@ func buildWorker(
         logger: logger)
 
     let announcer = EventAnnouncer(publisher: publisher, logger: logger)
+    let rulesStore = RulesStore(pool: pool)
+    let rules = RulesCache(
+        interval: configuration.rulesRefresh, logger: logger, version: rulesStore.currentVersion, load: rulesStore.current)
 
     let router = Router(context: BasicRequestContext.self, options: .autoGenerateHeadEndpoints)
     OperationsEndpoints.register(on: router) {
@@ -46,8 +49,9 @@ func buildWorker(
             // the last events, then the publisher and pool close.
             announcer,
             StatisticsWarmup(statistics: FirstStatistics(pool: pool), logger: logger),
+            rules,
             JobConsumer(
-                jobs: jobs, exhausted: exhausted, database: pool, store: ApplyStore(pool: pool), deadLetters: DeadLetterStore(pool: pool),
+                jobs: jobs, exhausted: exhausted, database: pool, store: ApplyStore(pool: pool), rules: rules, deadLetters: DeadLetterStore(pool: pool),
                 accounts: AccountStore(pool: pool), publisher: publisher, announcer: announcer, configuration: configuration, settings: settings,
                 logger: logger),
         ],

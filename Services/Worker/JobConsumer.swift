@@ -28,6 +28,8 @@ struct JobConsumer: Service {
     let exhausted: AMQPConsumer
     let database: PGPool
     let store: ApplyStore
+    /// The app's rules, which judge every op when it is applied.
+    let rules: RulesCache
     let deadLetters: DeadLetterStore
     let accounts: AccountStore
     let publisher: AMQPPublisher
@@ -107,7 +109,7 @@ struct JobConsumer: Service {
         do {
             let jobs = try await resolve(deliveries.map { SynclineTopology.job(inMessage: $0.body) })
             named = Array(zip(deliveries, jobs))
-            outcomes = try await store.apply(jobs: jobs.compactMap { $0 }, attempt: .countedInCommit)
+            outcomes = try await store.apply(jobs: jobs.compactMap { $0 }, attempt: .countedInCommit, rules: try await rules.rules())
         } catch {
             batchFallbacks.increment()
             logger.info("batch rolled back; applying its jobs one by one", metadata: [
@@ -237,7 +239,7 @@ struct JobConsumer: Service {
         var deadlocks = 0
         while true {
             do {
-                return try await store.apply(jobs: [job], attempt: .begun)[job.job] ?? .unknownJob
+                return try await store.apply(jobs: [job], attempt: .begun, rules: try await rules.rules())[job.job] ?? .unknownJob
             } catch where JobFailure.isDeadlock(error) && deadlocks < Self.deadlocksPerAttempt {
                 deadlocks += 1
                 deadlockRetries.increment()

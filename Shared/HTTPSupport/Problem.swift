@@ -39,6 +39,9 @@ public struct APIError: HTTPResponseError, Sendable {
     public var pointer: String?
     public var sha256: String?
     public var limit: Int64?
+    /// The app's rule that refused an op (`recipes.schema`), and the rules' version.
+    public var rule: String?
+    public var rulesVersion: Int64?
 
     public init(status: HTTPResponse.Status, code: Code, detail: String, retryAfterSeconds: Int? = nil) {
         self.status = status
@@ -97,6 +100,16 @@ public struct APIError: HTTPResponseError, Sendable {
         }
     }
 
+    /// 422 for op `index`, which the app's rules (`version`) refuse.
+    public static func ruleRefused(_ refusal: RuleRefusal, op index: Int, version: Int64) -> APIError {
+        var error = APIError.unprocessable("ops[\(index)]: \(refusal.detail) (rule \(refusal.rule)).")
+        error.opIndex = index
+        error.pointer = "/ops/\(index)\(refusal.pointer)"
+        error.rule = refusal.rule
+        error.rulesVersion = version
+        return error
+    }
+
     struct Body: Encodable {
         let type: String
         let title: String
@@ -107,9 +120,11 @@ public struct APIError: HTTPResponseError, Sendable {
         let pointer: String?
         let sha256: String?
         let limit: Int64?
+        let rule: String?
+        let rulesVersion: Int64?
 
         enum CodingKeys: String, CodingKey {
-            case type, title, status, detail, code, opIndex = "op_index", pointer, sha256, limit
+            case type, title, status, detail, code, opIndex = "op_index", pointer, sha256, limit, rule, rulesVersion = "rules_version"
         }
     }
 
@@ -133,7 +148,7 @@ public struct APIError: HTTPResponseError, Sendable {
         let body = Body(
             type: "https://syncline.dev/problems/\(code.rawValue)", title: status.reasonPhrase,
             status: status.code, detail: detail, code: code.rawValue,
-            opIndex: opIndex, pointer: pointer, sha256: sha256, limit: limit)
+            opIndex: opIndex, pointer: pointer, sha256: sha256, limit: limit, rule: rule, rulesVersion: rulesVersion)
         return ByteBuffer(bytes: (try? JSONCoding.encode(body)) ?? Data())
     }
 }

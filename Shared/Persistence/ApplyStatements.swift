@@ -176,6 +176,8 @@ extension ApplyStore {
         /// A record written, with the author's name and user of the job that last changed it.
         typealias Record = (record: StoredRecord, author: String?, user: UserID)
 
+        /// The version of the rules that judged the jobs (0: none).
+        let rulesVersion: Int64
         var records: [SpaceKey: Record] = [:]
         /// The records of `records` that were read from the table (the others are new).
         var stored = Set<SpaceKey>()
@@ -346,7 +348,7 @@ extension ApplyStore {
               FROM unnest(\(counters.map(\.key))::uuid[], \(counters.map(\.value))) AS u(space_id, counter)
               WHERE c.space_id = u.space_id AND c.counter <> u.counter)
             UPDATE jobs SET status = \(JobStatus.succeeded), checkpoint = u.checkpoint, results = u.results,
-              finished_at = clock_timestamp(), last_error = NULL, \(sql: attempt.logged)
+              rules_version = \(writes.rulesVersion), finished_at = clock_timestamp(), last_error = NULL, \(sql: attempt.logged)
             FROM unnest(\(writes.jobs.map(\.space))::uuid[], \(writes.jobs.map(\.job))::uuid[],
                         \(writes.jobs.map(\.checkpoint)), \(writes.jobs.map { PGJSON($0.results) }))
               AS u(space_id, job_id, checkpoint, results)

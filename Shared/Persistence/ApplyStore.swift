@@ -71,7 +71,9 @@ public struct ApplyStore: Sendable {
     ///
     /// Any database error rolls back every job and is thrown: the caller then applies them
     /// one by one, so that a job that fails cannot fail the others.
-    public func apply(jobs refs: [JobRef], attempt: Attempt) async throws -> [JobID: Outcome] {
+    ///
+    /// `rules`: the app's rules, which judge every op (their version is stored with each job).
+    public func apply(jobs refs: [JobRef], attempt: Attempt, rules: Rules = .none) async throws -> [JobID: Outcome] {
         var seen = Set<JobRef>()
         let unique = refs.filter { seen.insert($0).inserted }
         let unknown = Dictionary(refs.map { ($0.job, Outcome.unknownJob) }, uniquingKeysWith: { first, _ in first })
@@ -84,7 +86,7 @@ public struct ApplyStore: Sendable {
             func flush() throws {
                 guard !together.isEmpty else { return }
                 for (id, applied) in try Self.applyTogether(
-                    connection, together, counters: &counters, purgeClocks: locked.purgeClocks, attempt: attempt) {
+                    connection, together, counters: &counters, purgeClocks: locked.purgeClocks, attempt: attempt, rules: rules) {
                     if let job = JobID(id) { outcomes[job] = .applied(applied) }
                 }
                 together = []
@@ -123,11 +125,11 @@ public struct ApplyStore: Sendable {
     /// `apply`). Advances `counters`; returns each job's outcome.
     static func applyTogether(
         _ connection: PGConnection, _ jobs: [(job: LockedJob, ops: [Op])], counters: inout [String: Int64],
-        purgeClocks: [String: Stamp], attempt: Attempt
+        purgeClocks: [String: Stamp], attempt: Attempt, rules: Rules
     ) throws -> [String: Applied] {
         let (reads, sources) = try stateReads(connection, jobs)
         var states = try loadState(connection, reads)
-        var writes = StateWrites()
+        var writes = StateWrites(rulesVersion: rules.version)
         var referencedBefore: [SpaceKey: Set<String>] = [:]
         for (space, state) in states {
             for key in state.records.keys { writes.stored.insert(SpaceKey(space: space, key: key)) }
@@ -146,7 +148,8 @@ public struct ApplyStore: Sendable {
             let outcome = JobApplier.apply(
                 ops: ops, records: consume records, knownOpIDs: state.known, counter: counters[job.space] ?? 0,
                 deviceID: job.deviceID, publicIDOwners: owners, purgeClock: purgeClocks[job.space],
-                forkSources: sources[job.id] ?? [:])
+                forkSources: sources[job.id] ?? [:],
+                judge: state.members[job.user].map { RulesJudge(rules: rules, user: job.user, role: $0) })
             state.records = outcome.records
             state.known.formUnion(outcome.remembered)
             states[job.space] = state

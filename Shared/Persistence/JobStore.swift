@@ -20,8 +20,11 @@ public struct JobStore: Sendable {
         public var authorName: String?
         /// The space pushed to (nil: the user's personal space); the caller checked the role.
         public var spaceID: SpaceID?
+        /// The app's rules, which screen the ops by the pusher's role in the space.
+        public var rules: Rules
 
-        public init(user: UserID, deviceID: DeviceID, ops: [Op], idempotencyKey: String?, requestHash: String, traceID: String?, maxClockSkewMilliseconds: Int64, authorName: String? = nil, spaceID: SpaceID? = nil) {
+        public init(user: UserID, deviceID: DeviceID, ops: [Op], idempotencyKey: String?, requestHash: String, traceID: String?, maxClockSkewMilliseconds: Int64, authorName: String? = nil, spaceID: SpaceID? = nil, rules: Rules = .none) {
+            self.rules = rules
             self.authorName = authorName
             self.spaceID = spaceID
             self.user = user
@@ -51,6 +54,8 @@ public struct JobStore: Sendable {
         case spaceReadOnly
         /// Op `op` references a file (`sha256`) the space does not hold.
         case blobMissing(op: Int, sha256: String)
+        /// The app's rules refuse op `op` for the pusher's role.
+        case ruleRefused(op: Int, RuleRefusal)
     }
 
     /// One push: a batch of one (see `create(batch:)`), so a single push and a group
@@ -78,10 +83,11 @@ public struct JobStore: Sendable {
     public func create(batch intakes: [Intake]) async throws -> [IntakeOutcome] {
         try await pool.transaction { connection in
             var (clocks, spaces) = try Self.lockClocks(connection, users: Set(intakes.map(\.user)))
-            var outcomes = try Self.checkDevicesAndRoles(connection, intakes)
+            var (outcomes, roles) = try Self.checkDevicesAndRoles(connection, intakes)
             // A key is the user's within the space pushed to (a personal space not made yet holds no job).
             let pushedSpace = { (intake: Intake) in intake.spaceID ?? spaces[intake.user] }
             try Self.answerRepeatedKeys(connection, intakes, pushedSpace: pushedSpace, outcomes: &outcomes)
+            Self.screenByRules(intakes, roles: roles, outcomes: &outcomes)
             try Self.claimBlobs(connection, intakes, spaces: spaces, outcomes: &outcomes)
             let jobs = try Self.stamp(connection, intakes, clocks: &clocks, spaces: &spaces, outcomes: &outcomes)
             let decided = outcomes.compactMap { $0 }
@@ -118,8 +124,10 @@ public struct JobStore: Sendable {
     /// for these jobs and then sees (or erases) them. The role in a space pushed to is
     /// checked here too (and again by the worker under the space's counter lock: isolation).
     /// Both come before the keys: a revoked device replaying a key is refused all the same.
-    /// Returns each push's refusal, or nil.
-    static func checkDevicesAndRoles(_ connection: PGConnection, _ intakes: [Intake]) throws -> [IntakeOutcome?] {
+    /// Returns each push's refusal, or nil, and the pusher's role (an owner's in a personal space).
+    static func checkDevicesAndRoles(
+        _ connection: PGConnection, _ intakes: [Intake]
+    ) throws -> (outcomes: [IntakeOutcome?], roles: [SpaceRole?]) {
         var devices: [DeviceID: (user: UserID, active: Bool)] = [:]
         for row in try connection.execute("""
             SELECT device_id, user_id, revoked_at IS NULL FROM devices
@@ -141,7 +149,7 @@ public struct JobStore: Sendable {
                 roles[Member(space: space, user: user)] = SpaceRole(rawValue: role)
             }
         }
-        return intakes.map { intake in
+        let outcomes = intakes.map { (intake: Intake) -> IntakeOutcome? in
             switch devices[intake.deviceID] {
             case let device? where device.user == intake.user:
                 if !device.active { return .deviceRevoked }
@@ -153,6 +161,22 @@ public struct JobStore: Sendable {
             case nil: return .spaceNotFound
             case let role? where !role.canWrite: return .spaceReadOnly
             default: return nil
+            }
+        }
+        return (outcomes, intakes.map { intake in intake.spaceID.map { roles[Member(space: $0, user: intake.user)] } ?? .owner })
+    }
+
+    /// The pushes still undecided whose ops the app's rules refuse for the pusher's role:
+    /// refused whole (no job), naming the first such op. After the keys: a push accepted
+    /// before the rules changed, sent again, still answers with its job.
+    static func screenByRules(_ intakes: [Intake], roles: [SpaceRole?], outcomes: inout [IntakeOutcome?]) {
+        for (index, intake) in intakes.enumerated() where outcomes[index] == nil && intake.rules.refusesAnything {
+            guard let role = roles[index] else { continue }
+            for (position, op) in intake.ops.enumerated() where op.rejected == nil {
+                if let refusal = intake.rules.screen(op, role: role) {
+                    outcomes[index] = .ruleRefused(op: position, refusal)
+                    break
+                }
             }
         }
     }
@@ -347,11 +371,12 @@ public struct JobStore: Sendable {
         let results: String?
         /// The ids of the job's ops, in order, which the stored results answer.
         let opIDs: String?
+        let rulesVersion: Int64?
 
         enum CodingKeys: String, CodingKey, CaseIterable {
             case jobID = "job_id", userID = "user_id", spaceID = "space_id", status, attempts, attemptLog = "attempt_log"
             case createdAt = "created_at", finishedAt = "finished_at", lastError = "last_error", checkpoint, results
-            case opIDs = "op_ids"
+            case opIDs = "op_ids", rulesVersion = "rules_version"
         }
 
         /// The select list: every key's column, times as RFC 3339 text.
@@ -373,7 +398,8 @@ public struct JobStore: Sendable {
         return (row.userID, JobView(
             jobID: row.jobID, status: status, attempts: row.attempts, attemptLog: log, createdAt: row.createdAt,
             finishedAt: row.finishedAt, lastError: row.lastError, checkpoint: row.checkpoint.map(String.init),
-            results: status == .succeeded ? results : [], spaceID: row.spaceID))
+            results: status == .succeeded ? results : [], spaceID: row.spaceID,
+            rulesVersion: status == .succeeded ? row.rulesVersion ?? 0 : nil))
     }
 
     /// Records that these jobs' messages were confirmed. Only a job still `queued` can be

@@ -503,6 +503,20 @@ public enum Migrations {
             -- compressed ops stay in the row, copied into the WAL by both writes).
             ALTER TABLE jobs SET (toast_tuple_target = 1024);
             """),
+        Migration(version: 20, name: "the app's rules", sql: """
+            -- Every version of the rules document ever applied; the highest is current.
+            -- Nothing is rewritten when they change: a job is judged by the version current
+            -- when it is applied, and names it.
+            CREATE TABLE rules (
+              version    bigint PRIMARY KEY,
+              document   jsonb NOT NULL,
+              applied_by text NOT NULL,
+              applied_at timestamptz NOT NULL DEFAULT now()
+            );
+            -- The user whose op first gave a record data: its `author` in the rules.
+            ALTER TABLE records ADD COLUMN created_by text;
+            ALTER TABLE jobs ADD COLUMN rules_version bigint;
+            """),
     ]
 
     /// Applies every migration not yet applied. Safe to run from many processes at once.

@@ -27,13 +27,14 @@ extension ApplyStore {
         let forkClock: String?
         let publishedAt: String?
         let blobRefs: [String]?
+        let createdBy: UserID?
 
         enum CodingKeys: String, CodingKey, CaseIterable {
             case space = "space_id", collection, id = "record_id", version, data, fieldClocks = "field_clocks"
             case floorClock = "floor_clock", writeClock = "write_clock", deleteClock = "delete_clock"
             case updatedBy = "updated_by", publicID = "public_id", canFork = "can_fork"
             case visibilityClock = "visibility_clock", listed, forkedFrom = "forked_from", forkClock = "fork_clock"
-            case publishedAt = "published_at", blobRefs = "blob_refs"
+            case publishedAt = "published_at", blobRefs = "blob_refs", createdBy = "created_by"
         }
 
         /// The select list over `records r`: every key's column (times as RFC 3339 text).
@@ -67,7 +68,8 @@ extension ApplyStore {
                     RecordState.Visibility(publicID: publicID, canFork: canFork, listed: listed, clock: $0)
                 },
                 fork: forkClock.flatMap(Stamp.init(stored:)).map { RecordState.Fork(publicID: forkedFrom, clock: $0) })
-            return StoredRecord(key: key, version: version, state: state, updatedBy: updatedBy, publishedAt: publishedAt)
+            return StoredRecord(
+                key: key, version: version, state: state, updatedBy: updatedBy, publishedAt: publishedAt, creator: createdBy)
         }
     }
 
@@ -151,6 +153,7 @@ extension ApplyStore {
                 WrittenColumn("listed", .copied, states.map { $0.visibility?.listed != false }),
                 WrittenColumn("forked_from", .copied, states.map { $0.fork?.publicID }),
                 WrittenColumn("fork_clock", .copied, states.map { $0.fork?.clock.description }),
+                WrittenColumn("created_by", .copied, records.map { $0.creator?.text }),
                 WrittenColumn("author", .input, rows.map(\.value.author)),
                 WrittenColumn("author_user", .input, rows.map(\.value.user)),
                 WrittenColumn(

@@ -81,6 +81,8 @@ public struct Configuration: Sendable {
     /// The identity provider's key set (`JWT_JWKS_URL`) and what its tokens must say.
     public var jwksURL: String?
     public var tokenPolicy: TokenPolicy
+    /// `RULES_REFRESH`: how often a gateway or worker looks for a new version of the rules.
+    public var rulesRefresh: Duration = .seconds(2)
 
     public struct Invalid: Error, CustomStringConvertible {
         public let description: String
@@ -108,7 +110,9 @@ public struct Configuration: Sendable {
         guard let format = Observability.LogFormat(rawValue: (reader.value("LOG_FORMAT") ?? "text").lowercased()) else {
             throw Invalid(description: "LOG_FORMAT must be text or json")
         }
-        return Configuration(
+        let rulesRefresh = try reader.duration("RULES_REFRESH", "2s")
+        guard rulesRefresh >= 0.05 else { throw Invalid(description: "RULES_REFRESH must be at least 50ms") }
+        var configuration = Configuration(
             databaseURL: reader.value("DATABASE_URL") ?? "postgresql://syncline:syncline@127.0.0.1:5432/syncline",
             amqpURL: reader.value("AMQP_URL") ?? "amqp://guest:guest@127.0.0.1:5672/%2f",
             jwtSecret: reader.value("JWT_SECRET"),
@@ -127,6 +131,8 @@ public struct Configuration: Sendable {
                 userClaim: reader.value("JWT_USER_CLAIM") ?? "sub", adminClaim: reader.value("JWT_ADMIN_CLAIM") ?? "role",
                 adminValue: reader.value("JWT_ADMIN_VALUE") ?? "admin", issuer: reader.value("JWT_ISSUER"),
                 audience: reader.value("JWT_AUDIENCE")))
+        configuration.rulesRefresh = .milliseconds(Int((rulesRefresh * 1000).rounded()))
+        return configuration
     }
 
     /// Reads the environment for a service's `main` — what every service reads, then what

@@ -18,6 +18,8 @@ struct SyncRoutes: Sendable {
     /// Commits and announces each push's job, together with the pushes alongside it.
     let intake: IntakeBatcher
     let maxClockSkewMilliseconds: Int64
+    /// The app's rules, which screen each op by the pusher's role at intake.
+    let rules: RulesCache
     let limiter: RateLimiter
     /// Publish and fork ops, a token each: a public id's existence costs a guesser as
     /// much here as through `GET /v1/public/{public_id}`. An op beyond the budget is
@@ -29,8 +31,9 @@ struct SyncRoutes: Sendable {
 
     init(
         jobs: JobStore, pulls: PullStore, spaces: SpaceStore, intake: IntakeBatcher,
-        maxClockSkewMilliseconds: Int64, limiter: RateLimiter, publicIDLimiter: RateLimiter
+        maxClockSkewMilliseconds: Int64, rules: RulesCache, limiter: RateLimiter, publicIDLimiter: RateLimiter
     ) {
+        self.rules = rules
         self.spaces = spaces
         self.limiter = limiter
         self.publicIDLimiter = publicIDLimiter
@@ -67,11 +70,12 @@ struct SyncRoutes: Sendable {
         let traceID = Traces.traceparent() ?? TraceParent.random()
         // An id that is no UUID names no device: answered as the intake answers an unknown one.
         guard let device = DeviceID(push.deviceID) else { throw APIError.notFound("No such device.") }
+        let rules = try await self.rules.rules()
         let outcome = try await intake.submit(JobStore.Intake(
             user: context.user, deviceID: device, ops: push.ops,
             idempotencyKey: key, requestHash: Digests.sha256Hex(body), traceID: traceID,
             maxClockSkewMilliseconds: maxClockSkewMilliseconds, authorName: context.identity.name,
-            spaceID: push.spaceID))
+            spaceID: push.spaceID, rules: rules))
         switch outcome {
         case .keyReused:
             throw APIError.unprocessable("This Idempotency-Key was used with a different body.")
@@ -91,6 +95,8 @@ struct SyncRoutes: Sendable {
             error.pointer = "/ops/\(op)/data"
             error.sha256 = sha256
             throw error
+        case .ruleRefused(let op, let refusal):
+            throw APIError.ruleRefused(refusal, op: op, version: rules.version)
         case .existing(let jobID, let status, let ops):
             return try accepted(PushAccepted(jobID: jobID, status: status, ops: ops), space: push.spaceID)
         case .created(let job, let ops):

@@ -80,9 +80,12 @@ public struct JobView: Codable, Sendable {
     public var results: [OpResult]
     /// The space the job wrote to.
     public var spaceID: String?
+    /// The version of the app's rules that judged the job when it was applied (0: none).
+    public var rulesVersion: Int64?
 
-    public init(jobID: String, status: JobStatus, attempts: Int, attemptLog: [AttemptView], createdAt: String, finishedAt: String?, lastError: String?, checkpoint: String?, results: [OpResult], spaceID: String? = nil) {
+    public init(jobID: String, status: JobStatus, attempts: Int, attemptLog: [AttemptView], createdAt: String, finishedAt: String?, lastError: String?, checkpoint: String?, results: [OpResult], spaceID: String? = nil, rulesVersion: Int64? = nil) {
         self.spaceID = spaceID
+        self.rulesVersion = rulesVersion
         self.jobID = jobID
         self.status = status
         self.attempts = attempts
@@ -97,6 +100,7 @@ public struct JobView: Codable, Sendable {
     enum CodingKeys: String, CodingKey {
         case jobID = "job_id", status, attempts, attemptLog = "attempt_log", createdAt = "created_at"
         case finishedAt = "finished_at", lastError = "last_error", checkpoint, results, spaceID = "space_id"
+        case rulesVersion = "rules_version"
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -111,6 +115,7 @@ public struct JobView: Codable, Sendable {
         try container.encode(checkpoint, forKey: .checkpoint)
         try container.encode(results, forKey: .results)
         try container.encode(spaceID, forKey: .spaceID)
+        try container.encode(rulesVersion, forKey: .rulesVersion)
     }
 }
 

@@ -20,13 +20,20 @@ public struct StoredRecord: Sendable, Equatable {
     public var updatedBy: String?
     /// When readers first saw it published under its public id (kept by the database).
     public var publishedAt: String?
+    /// The user whose op first gave it data: its `author` in the rules. Nil for a record
+    /// with no data yet, and for records written before authors were kept.
+    public var creator: UserID?
 
-    public init(key: RecordKey, version: Int64, state: RecordState, updatedBy: String? = nil, publishedAt: String? = nil) {
+    public init(
+        key: RecordKey, version: Int64, state: RecordState, updatedBy: String? = nil, publishedAt: String? = nil,
+        creator: UserID? = nil
+    ) {
         self.key = key
         self.version = version
         self.state = state
         self.updatedBy = updatedBy
         self.publishedAt = publishedAt
+        self.creator = creator
     }
 
     public var view: RecordView {
@@ -61,6 +68,20 @@ public struct ForkedRecord: Sendable, Hashable {
     }
 }
 
+/// Who pushed a job, as the rules judge its ops: the rules current when it is applied, the
+/// pusher and their role in the space.
+public struct RulesJudge: Sendable {
+    public let rules: Rules
+    public let user: UserID
+    public let role: SpaceRole
+
+    public init(rules: Rules, user: UserID, role: SpaceRole) {
+        self.rules = rules
+        self.user = user
+        self.role = role
+    }
+}
+
 /// Applies the ops of one job to the records they touch: the pure heart of the worker.
 /// The caller loads the touched records and the op_ids already remembered in the job's
 /// space, holds that space's counter lock, and persists the outcome in the same transaction.
@@ -89,11 +110,11 @@ public struct JobApplier {
     public static func apply(
         ops: [Op], records: consuming [RecordKey: StoredRecord], knownOpIDs: Set<String>, counter: Int64,
         deviceID: String?, publicIDOwners: [String: RecordKey?] = [:], purgeClock: Stamp? = nil,
-        forkSources: [String: ForkSource] = [:]
+        forkSources: [String: ForkSource] = [:], judge: RulesJudge? = nil
     ) -> Outcome {
         var run = Run(
             owners: publicIDOwners, records: records, known: knownOpIDs, counter: counter, deviceID: deviceID,
-            purgeClock: purgeClock, forkSources: forkSources)
+            purgeClock: purgeClock, forkSources: forkSources, judge: judge)
         run.results.reserveCapacity(ops.count)
         for op in ops { run.apply(op) }
         return Outcome(
@@ -110,6 +131,8 @@ public struct JobApplier {
         let deviceID: String?
         let purgeClock: Stamp?
         let forkSources: [String: ForkSource]
+        /// The rules and the pusher (who becomes the author of the records they create).
+        let judge: RulesJudge?
         var changed: [RecordKey: StoredRecord] = [:]
         var remembered: [String] = []
         var results: [OpResult] = []
@@ -131,6 +154,11 @@ public struct JobApplier {
                 return
             case .admitted(let copying):
                 copied = copying
+            }
+            if let judge, judge.rules.refusesAnything, let refusal = judge.rules.judge(
+                op, record: records[key], role: judge.role, user: judge.user, copied: copied?.document) {
+                results.append(OpResult(opID: op.opID, status: .rejected, reason: RejectReason.rule, rule: refusal.rule))
+                return
             }
             known.insert(op.opID)
             remembered.append(op.opID)
@@ -183,6 +211,7 @@ public struct JobApplier {
                 if let old = before.visibility?.publicID { owners[old] = nil }
                 if let new = record.state.visibility?.publicID { owners[new] = .some(record.key) }
             }
+            if record.creator == nil, record.state.hasData, let judge { record.creator = judge.user }
             if record.state.differsMeaningfully(from: before) {
                 counter += 1
                 record.version = counter

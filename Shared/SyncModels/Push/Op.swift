@@ -101,18 +101,23 @@ public struct OpResult: Codable, Sendable, Equatable {
     public var status: OpStatus
     public var version: Int64?
     public var reason: String?
+    /// A `rule` rejection's rule (`recipes.immutable.kind`).
+    public var rule: String?
     public var current: RecordView?
 
-    public init(opID: String, status: OpStatus, version: Int64? = nil, reason: String? = nil, current: RecordView? = nil) {
+    public init(
+        opID: String, status: OpStatus, version: Int64? = nil, reason: String? = nil, rule: String? = nil, current: RecordView? = nil
+    ) {
         self.opID = opID
         self.status = status
         self.version = version
         self.reason = reason
+        self.rule = rule
         self.current = current
     }
 
     enum CodingKeys: String, CodingKey {
-        case opID = "op_id", status, version, reason, current
+        case opID = "op_id", status, version, reason, rule, current
     }
 }
 
@@ -140,6 +145,11 @@ extension OpResult {
                 JSONWriter.writeString(reason, into: &out)
                 out.append(UInt8(ascii: ","))
             }
+            if let rule = result.rule {
+                out += #""rule":"#.utf8
+                JSONWriter.writeString(rule, into: &out)
+                out.append(UInt8(ascii: ","))
+            }
             out += #""status":"#.utf8
             JSONWriter.writeString(result.status.rawValue, into: &out)
             if let version = result.version {
@@ -161,7 +171,9 @@ extension OpResult {
             guard let opID = result.opID ?? (index < opIDs.count ? opIDs[index] : nil) else {
                 throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "result \(index) answers no op"))
             }
-            return OpResult(opID: opID, status: result.status, version: result.version, reason: result.reason, current: result.current)
+            return OpResult(
+                opID: opID, status: result.status, version: result.version, reason: result.reason, rule: result.rule,
+                current: result.current)
         }
     }
 
@@ -171,10 +183,11 @@ extension OpResult {
         var status: OpStatus
         var version: Int64?
         var reason: String?
+        var rule: String?
         var current: RecordView?
 
         enum CodingKeys: String, CodingKey {
-            case opID = "op_id", status, version, reason, current
+            case opID = "op_id", status, version, reason, rule, current
         }
     }
 }
@@ -195,4 +208,6 @@ public enum RejectReason {
     public static let notForkable = "not_forkable"
     /// The pusher was no longer a member who may write to the space when the job was applied.
     public static let forbidden = "forbidden"
+    /// The app's rules refuse the op; the result's `rule` names which.
+    public static let rule = "rule"
 }

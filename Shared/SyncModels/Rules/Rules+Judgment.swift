@@ -1,0 +1,136 @@
+/// An op the rules refuse: the rule's name (`recipes.schema`, `recipes.write.delete`,
+/// `recipes.fields.price`, `recipes.immutable.kind`, `default`), where in the op (a JSON
+/// Pointer below the op: `/data/title`, `/type`) and what is wrong, for people.
+public struct RuleRefusal: Error, Equatable, Sendable {
+    public let rule: String
+    public let pointer: String
+    public let detail: String
+
+    public init(rule: String, pointer: String, detail: String) {
+        self.rule = rule
+        self.pointer = pointer
+        self.detail = detail
+    }
+}
+
+extension Rules {
+    /// What the op and the writer's role decide, before any record is read (the gateway at
+    /// intake, a client at the call): the collection's default, the op type's right, and
+    /// the data's shape. What needs the stored record (the author, immutable fields, rights
+    /// on fields) waits for `judge`.
+    public func screen(_ op: Op, role: SpaceRole) -> RuleRefusal? {
+        guard let collection = collections[op.collection] else {
+            return allowsUnnamed ? nil : RuleRefusal(
+                rule: "default", pointer: "/collection",
+                detail: "the rules name no collection '\(op.collection)' and refuse the others")
+        }
+        if collection.right(for: op.type).decision(for: role, isAuthor: nil) == .refused {
+            return collection.writeRefusal(op.type, role: role)
+        }
+        guard let schema = collection.schema, let data = op.data else { return nil }
+        switch op.type {
+        case .upsert:
+            return schema.violation(of: .object(data)).map { collection.schemaRefusal($0) }
+        case .patch:
+            for (name, value) in data {
+                let pointer = "/" + RulesError.escaped(name)
+                if value.isNull {
+                    if schema.required.contains(name) {
+                        return collection.schemaRefusal(SchemaViolation(pointer: pointer, message: "is required and cannot be removed"))
+                    }
+                    continue
+                }
+                switch schema.schema(ofProperty: name) {
+                case nil:
+                    return collection.schemaRefusal(SchemaViolation(pointer: pointer, message: "is not a field of this schema"))
+                case .some(nil):
+                    continue
+                case .some(let property?):
+                    if let violation = property.violation(of: value, at: pointer) { return collection.schemaRefusal(violation) }
+                }
+            }
+            return nil
+        default:
+            return nil
+        }
+    }
+
+    /// Everything the rules say about the op, when it is applied under the record's lock:
+    /// what `screen` checks (the rules may have changed since intake), then what needs the
+    /// record as stored: the op type's right for an author, fields fixed at creation, and who may change which
+    /// field. `user` pushed the op; `record` is the record before it (nil: none);
+    /// `copied` is what a fork copies into the record. A field is changed when the op
+    /// would give it another value than it holds (or remove it); writing the value it
+    /// already has changes nothing.
+    public func judge(_ op: Op, record: StoredRecord?, role: SpaceRole, user: UserID, copied: [String: JSONValue]? = nil) -> RuleRefusal? {
+        if let refusal = screen(op, role: role) { return refusal }
+        guard let collection = collections[op.collection] else { return nil }
+        let live = record?.state.hasData == true
+        // A record with no data yet becomes its writer's: they would be its author.
+        let isAuthor = record?.creator.map { $0 == user } ?? !live
+        if collection.right(for: op.type).decision(for: role, isAuthor: isAuthor) != .allowed {
+            return collection.writeRefusal(op.type, role: role)
+        }
+        if op.type == .fork, let schema = collection.schema, let copied, let violation = schema.violation(of: .object(copied)) {
+            return collection.schemaRefusal(violation)
+        }
+        guard op.type == .upsert || op.type == .patch || op.type == .fork else { return nil }
+        guard !collection.immutable.isEmpty || !collection.fields.isEmpty else { return nil }
+        let before = live ? record?.state.fields ?? [:] : [:]
+        func after(_ field: String) -> JSONValue? {
+            switch op.type {
+            case .patch:
+                guard let value = op.data?[field] else { return before[field] }
+                return value.isNull ? nil : value
+            case .fork: return copied?[field]
+            default: return op.data?[field]
+            }
+        }
+        func changes(_ field: String) -> Bool {
+            switch (before[field], after(field)) {
+            case (nil, nil): return false
+            case (let old?, let new?): return !DataSchema.equal(old, new)
+            default: return true
+            }
+        }
+        if live {
+            for field in collection.immutable.sorted() where changes(field) {
+                return RuleRefusal(
+                    rule: "\(collection.name).immutable.\(field)", pointer: "/data/" + RulesError.escaped(field),
+                    detail: "'\(field)' is set when the record is created and never changed after")
+            }
+        }
+        for (field, roles) in collection.fields.sorted(by: { $0.key < $1.key })
+        where roles.decision(for: role, isAuthor: isAuthor) != .allowed && changes(field) {
+            return RuleRefusal(
+                rule: "\(collection.name).fields.\(field)", pointer: "/data/" + RulesError.escaped(field),
+                detail: "'\(field)' may be changed only by \(roles.names)")
+        }
+        return nil
+    }
+}
+
+extension Rules.CollectionRules {
+    func right(for type: OpType) -> RoleSet { write[type] ?? .writers }
+
+    func writeRefusal(_ type: OpType, role: SpaceRole) -> RuleRefusal {
+        let roles = right(for: type)
+        return RuleRefusal(
+            rule: "\(name).write.\(type.rawValue)", pointer: "/type",
+            detail: roles.isEmpty ? "no one may \(type.rawValue) in \(name)"
+                : "in \(name), only \(roles.names) may \(type.rawValue); this writer is \(role == .owner ? "an" : "a") \(role.rawValue)")
+    }
+
+    func schemaRefusal(_ violation: SchemaViolation) -> RuleRefusal {
+        let field = violation.pointer.isEmpty ? "data" : String(violation.pointer.dropFirst())
+        return RuleRefusal(rule: "\(name).schema", pointer: "/data" + violation.pointer, detail: "\(field) \(violation.message)")
+    }
+}
+
+extension RoleSet {
+    /// "owner or author", for people.
+    var names: String {
+        let names = [(RoleSet.owner, "owner"), (.editor, "editor"), (.author, "the record's author")].filter { contains($0.0) }.map(\.1)
+        return names.isEmpty ? "no one" : names.joined(separator: " or ")
+    }
+}

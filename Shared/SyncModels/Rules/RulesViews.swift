@@ -1,0 +1,31 @@
+/// One stored version of the rules, as `syncctl rules history` and the admin API list it.
+public struct RulesVersion: Codable, Sendable, Equatable {
+    public var version: Int64
+    public var appliedBy: String
+    public var appliedAt: String
+    /// The collections the document names.
+    public var collections: [String]
+
+    public init(version: Int64, appliedBy: String, appliedAt: String, collections: [String]) {
+        self.version = version
+        self.appliedBy = appliedBy
+        self.appliedAt = appliedAt
+        self.collections = collections
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case version, appliedBy = "applied_by", appliedAt = "applied_at", collections
+    }
+}
+
+extension Rules {
+    /// The document with its `version`: what `GET /v1/rules` and `GET /v1/admin/rules` answer.
+    public var versionedDocument: JSONValue {
+        var fields = document.objectValue ?? [:]
+        fields["version"] = .int(version)
+        return .object(fields)
+    }
+
+    /// The strong validator of `versionedDocument`: one version, one document.
+    public var entityTag: String { "\"rules-\(version)\"" }
+}
