@@ -288,7 +288,7 @@ let package = Package(
             name: "UnitTests",
             dependencies: [
                 "Telemetry", "SyncModels", "SynclineClient", "SynclineTesting", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", "HTTPSupport", "BrokerTopology",
-                "Worker", "Fanout", "Persistence", "TestSupport",
+                "Worker", "Fanout", "Persistence", "Operations", "TestSupport",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
