@@ -40,7 +40,7 @@ public struct RulesStore: Sendable {
                 """).first
             guard let version = try row?.decode(Int64.self, at: 0) else { throw UnexpectedAnswer("the rules insert returned no version") }
             try connection.execute("""
-                INSERT INTO admin_audit (actor, action, target, count) VALUES (\(actor), 'rules.apply', \("version \(version)"), 1)
+                INSERT INTO admin_audit (actor, action, target, count) VALUES (\(actor), 'rules_apply', \("version \(version)"), 1)
                 """)
             return version
         }

@@ -193,6 +193,15 @@ struct ContractTests {
                 Example(operation: "POST /v1/admin/dead-letters/replay") { try await $0.json("POST", "/v1/admin/dead-letters/replay", token: admin, ["user_id": user, "dry_run": true]) },
                 Example(operation: "POST /v1/admin/dead-letters/replay") { try await $0.json("POST", "/v1/admin/dead-letters/replay", token: admin, ["dry_run": true]) },
                 Example(operation: "GET /v1/admin/audit") { try await $0.request("GET", "/v1/admin/audit?limit=5", token: admin) },
+                Example(operation: "GET /v1/rules") { try await $0.request("GET", "/v1/rules", token: token) },
+                Example(operation: "GET /v1/rules") { try await $0.request("GET", "/v1/rules", token: token, headers: ["If-None-Match": "*"]) },
+                Example(operation: "GET /v1/admin/rules") { try await $0.request("GET", "/v1/admin/rules", token: admin) },
+                Example(operation: "GET /v1/admin/rules") { try await $0.request("GET", "/v1/admin/rules", token: token) },
+                // Only refused documents here: the rules are the whole deployment's, and this
+                // database is every test's (RulesTests apply theirs to a database of their own).
+                Example(operation: "PUT /v1/admin/rules") { try await $0.json("PUT", "/v1/admin/rules", token: admin, ["default": "never"]) },
+                Example(operation: "PUT /v1/admin/rules") { try await $0.request("PUT", "/v1/admin/rules", token: admin, body: Data("x".utf8), headers: ["Content-Type": "text/plain"]) },
+                Example(operation: "GET /v1/admin/rules/history") { try await $0.request("GET", "/v1/admin/rules/history", token: admin) },
                 Example(operation: "GET /v1/admin/queues") { try await $0.request("GET", "/v1/admin/queues", token: admin) },
                 Example(operation: "GET /v1/admin/job-rates") { try await $0.request("GET", "/v1/admin/job-rates?minutes=5", token: admin) },
                 Example(operation: "DELETE /v1/me") { try await $0.request("DELETE", "/v1/me", token: leaver) },

@@ -254,7 +254,7 @@ struct RulesTests {
                 #expect(lines.count == 2 && lines[0].hasPrefix("2\t") && lines[0].contains("\tops\t"), "\(history.output)")
                 try? FileManager.default.removeItem(atPath: file)
                 let audit = try await api.request("GET", "/v1/admin/audit", token: await E2E.token("rules-admin", admin: true))
-                #expect((audit.json["items"] as? [[String: Any]])?.filter { $0["action"] as? String == "rules.apply" }.count == 2)
+                #expect((audit.json["items"] as? [[String: Any]])?.filter { $0["action"] as? String == "rules_apply" }.count == 2)
             }
         }
     }

@@ -43,6 +43,9 @@ public struct Rules: Sendable {
         guard let root = document.objectValue else { throw RulesError(path: "", "the rules document must be an object") }
         // `version` is what `GET` adds: a document read back can be applied again as it is.
         try RulesError.refuseUnknownKeys(root, allowed: ["default", "collections", "version"], at: "")
+        if let version = root["version"], (version.intValue ?? -1) < 0 {
+            throw RulesError(path: "/version", "version, when given, must be a whole number, 0 or more (it is ignored: applying makes the next one)")
+        }
         var allowsUnnamed = true
         if let policy = root["default"] {
             switch policy.stringValue {
