@@ -144,6 +144,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ],
             path: "Shared/ServiceSupport", swiftSettings: strict),
         // Traces out over OTLP/HTTP, configured by the standard OTEL_* variables: for the
@@ -211,7 +212,11 @@ let package = Package(
         .target(
             name: "Worker",
             dependencies: [
-                "SyncModels", "HTTPSupport", "BrokerTopology", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport",
+                "SyncModels", "HTTPSupport", "BrokerTopology", "PQBridge", "AMQPBridge", "Persistence", "ServiceSupport", "Auth",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),

@@ -148,7 +148,7 @@ struct WebhookDispatcher: Service {
                 return
             }
             if !configuration.allowPrivateWebhooks, let host = URL(string: hook.url)?.host,
-               await Self.resolvesToPrivate(host) {
+               await WebhookAddresses.resolvesToPrivateOffThePool(host: host) {
                 await park(message, delivery: delivery, reason: .privateAddress,
                            error: "\(host) is a private or loopback address (ALLOW_PRIVATE_WEBHOOKS is off)", attempts: attempt)
                 return
@@ -244,12 +244,6 @@ struct WebhookDispatcher: Service {
         }
     }
 
-    /// DNS resolution blocks: done on NIO's shared thread pool, never on an event loop or
-    /// the cooperative pool (and not on a new thread per check). A pool that is shutting
-    /// down answers "private", which refuses the delivery.
-    static func resolvesToPrivate(_ host: String) async -> Bool {
-        (try? await NIOThreadPool.singleton.runIfActive { WebhookAddresses.resolvesToPrivate(host: host) }) ?? true
-    }
 }
 
 /// Which devices of a user have webhooks, remembered for a few seconds: every job event

@@ -30,6 +30,7 @@ func buildWorker(
         logger: logger)
 
     let announcer = EventAnnouncer(publisher: publisher, logger: logger)
+    let hookClient = HookCaller.makeClient()
     let rulesStore = RulesStore(pool: pool)
     let rules = RulesCache(
         interval: configuration.rulesRefresh, logger: logger, version: rulesStore.currentVersion, load: rulesStore.current)
@@ -45,13 +46,15 @@ func buildWorker(
         services: observability + [
             pool,
             ResourceCloser { await publisher.shutdown() },
+            ResourceCloser { try? await hookClient.shutdown() },
             // Stopped in reverse order: the consumer first, then the announcer publishes
             // the last events, then the publisher and pool close.
             announcer,
             StatisticsWarmup(statistics: FirstStatistics(pool: pool), logger: logger),
             rules,
             JobConsumer(
-                jobs: jobs, exhausted: exhausted, database: pool, store: ApplyStore(pool: pool), rules: rules, deadLetters: DeadLetterStore(pool: pool),
+                jobs: jobs, exhausted: exhausted, database: pool, store: ApplyStore(pool: pool), rules: rules,
+                hooks: HookCaller(client: hookClient, allowPrivate: configuration.allowPrivateWebhooks, logger: logger), deadLetters: DeadLetterStore(pool: pool),
                 accounts: AccountStore(pool: pool), publisher: publisher, announcer: announcer, configuration: configuration, settings: settings,
                 logger: logger),
         ],

@@ -30,6 +30,8 @@ struct JobConsumer: Service {
     let store: ApplyStore
     /// The app's rules, which judge every op when it is applied.
     let rules: RulesCache
+    /// Asks the app's backend about calls.
+    let hooks: HookCaller
     let deadLetters: DeadLetterStore
     let accounts: AccountStore
     let publisher: AMQPPublisher
@@ -127,7 +129,7 @@ struct JobConsumer: Service {
             case .applied?, .alreadyFinished?:
                 duplicates.increment()
                 jobs.ack(delivery)
-            case .unknownJob?, .unreadable?, nil:
+            case .unknownJob?, .unreadable?, .needsHooks?, nil:
                 await handleAlone(delivery)
             }
         }
@@ -200,7 +202,16 @@ struct JobConsumer: Service {
         }
 
         do {
-            switch try await applyRetryingDeadlocks(job, logger: logger) {
+            let rules = try await self.rules.rules()
+            var outcome = try await applyRetryingDeadlocks(job, rules: rules, logger: logger)
+            if case .needsHooks(let work) = outcome {
+                // Asked outside any transaction; the job is then applied with the answers.
+                let verdicts = try await hooks.verdicts(for: work, rules: rules)
+                outcome = try await applyRetryingDeadlocks(job, rules: rules, hookVerdicts: verdicts, logger: logger)
+            }
+            switch outcome {
+            case .needsHooks:
+                throw HookFailure(description: "the job still had unanswered calls")
             case .applied(let applied):
                 logger.debug("job applied", metadata: ["job.checkpoint": "\(applied.checkpoint)", "job.attempt": "\(attempt)"])
                 announcer.send(settleApplied(delivery, jobID: jobID, applied))
@@ -235,11 +246,15 @@ struct JobConsumer: Service {
     /// transaction to let another go on (two users forking each other's records at once,
     /// say) — is no fault of the job: it is tried again at once, up to
     /// `deadlocksPerAttempt` times, within the same attempt.
-    private func applyRetryingDeadlocks(_ job: JobRef, logger: Logger) async throws -> ApplyStore.Outcome {
+    private func applyRetryingDeadlocks(
+        _ job: JobRef, rules: Rules, hookVerdicts: [String: HookExchange.Verdict]? = nil, logger: Logger
+    ) async throws -> ApplyStore.Outcome {
         var deadlocks = 0
         while true {
             do {
-                return try await store.apply(jobs: [job], attempt: .begun, rules: try await rules.rules())[job.job] ?? .unknownJob
+                return try await store.apply(
+                    jobs: [job], attempt: .begun, rules: rules, hookVerdicts: hookVerdicts.map { [job.job: $0] } ?? [:]
+                )[job.job] ?? .unknownJob
             } catch where JobFailure.isDeadlock(error) && deadlocks < Self.deadlocksPerAttempt {
                 deadlocks += 1
                 deadlockRetries.increment()

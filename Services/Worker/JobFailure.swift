@@ -12,6 +12,7 @@ import PQBridge
 ///   deadlock, lock timeout, the broker failing us). Counts towards `MAX_ATTEMPTS` — except
 ///   a deadlock, which the worker first retries at once within the same attempt
 ///   (`isDeadlock`): PostgreSQL chose this transaction as the victim, not the job.
+///   A hook (the app's backend) that does not answer a job's calls is transient too.
 /// - `permanent`: another attempt cannot help (stored ops that cannot be read, any other
 ///   database error); dead-lettered at once with the reason.
 public enum JobFailure: Equatable, Sendable {
@@ -39,6 +40,8 @@ public enum JobFailure: Equatable, Sendable {
             }
         case is UnreadableJob:
             return .permanent(reason: "invalid_payload")
+        case is HookFailure:
+            return .transient(reason: "hook")
         case let error as PGError:
             if error.isUnavailable { return .outage(reason: "database_unavailable") }
             if let conflict = error.conflict { return .transient(reason: conflict.rawValue) }

@@ -45,6 +45,26 @@ public struct ApplyStore: Sendable {
         case unknownJob
         /// Its stored ops cannot be read: no attempt can apply it.
         case unreadable
+        /// It holds calls: its hooks must answer them first (outside any transaction), then
+        /// it is applied again with their verdicts. Nothing was written for it.
+        case needsHooks(HookWork)
+    }
+
+    /// A job's calls, as its hooks are asked about them.
+    public struct HookWork: Sendable, Equatable {
+        public let jobID: String
+        public let space: String
+        public let user: UserID
+        /// The pusher's role in the space; nil when they are no longer a member (then no
+        /// hook is asked: every op is refused).
+        public let role: SpaceRole?
+        /// The calls not already refused, in order, each with its record as it stands.
+        public let calls: [Call]
+
+        public struct Call: Sendable, Equatable {
+            public let op: Op
+            public let record: RecordView?
+        }
     }
 
     /// What applying one job left: enough for its events and metrics.
@@ -73,7 +93,11 @@ public struct ApplyStore: Sendable {
     /// one by one, so that a job that fails cannot fail the others.
     ///
     /// `rules`: the app's rules, which judge every op (their version is stored with each job).
-    public func apply(jobs refs: [JobRef], attempt: Attempt, rules: Rules = .none) async throws -> [JobID: Outcome] {
+    /// `hookVerdicts`: per job, what its hooks answered each call, its ops' ids and clocks
+    /// given; a job with calls and no verdicts comes back as `needsHooks`.
+    public func apply(
+        jobs refs: [JobRef], attempt: Attempt, rules: Rules = .none, hookVerdicts: [JobID: [String: HookExchange.Verdict]] = [:]
+    ) async throws -> [JobID: Outcome] {
         var seen = Set<JobRef>()
         let unique = refs.filter { seen.insert($0).inserted }
         let unknown = Dictionary(refs.map { ($0.job, Outcome.unknownJob) }, uniquingKeysWith: { first, _ in first })
@@ -86,7 +110,8 @@ public struct ApplyStore: Sendable {
             func flush() throws {
                 guard !together.isEmpty else { return }
                 for (id, applied) in try Self.applyTogether(
-                    connection, together, counters: &counters, purgeClocks: locked.purgeClocks, attempt: attempt, rules: rules) {
+                    connection, together, counters: &counters, purgeClocks: locked.purgeClocks, attempt: attempt, rules: rules,
+                    hookVerdicts: hookVerdicts) {
                     if let job = JobID(id) { outcomes[job] = .applied(applied) }
                 }
                 together = []
@@ -96,7 +121,10 @@ public struct ApplyStore: Sendable {
                 if job.status.isTerminal {
                     outcomes[ref.job] = .alreadyFinished(job.status)
                 } else if let ops = Op.decodeStored(job.ops) {
-                    if Self.readsOnlyItsRecords(ops) {
+                    let calls = ops.filter { $0.type == .call && $0.rejected == nil }
+                    if !calls.isEmpty, hookVerdicts[ref.job] == nil {
+                        outcomes[ref.job] = .needsHooks(try Self.hookWork(connection, job, calls: calls))
+                    } else if Self.readsOnlyItsRecords(ops) {
                         together.append((job, ops))
                     } else {
                         try flush()
@@ -125,9 +153,10 @@ public struct ApplyStore: Sendable {
     /// `apply`). Advances `counters`; returns each job's outcome.
     static func applyTogether(
         _ connection: PGConnection, _ jobs: [(job: LockedJob, ops: [Op])], counters: inout [String: Int64],
-        purgeClocks: [String: Stamp], attempt: Attempt, rules: Rules
+        purgeClocks: [String: Stamp], attempt: Attempt, rules: Rules, hookVerdicts: [JobID: [String: HookExchange.Verdict]] = [:]
     ) throws -> [String: Applied] {
-        let (reads, sources) = try stateReads(connection, jobs)
+        let verdicts = Dictionary(uniqueKeysWithValues: hookVerdicts.map { ($0.key.description, $0.value) })
+        let (reads, sources) = try stateReads(connection, jobs, hookVerdicts: verdicts)
         var states = try loadState(connection, reads)
         var writes = StateWrites(rulesVersion: rules.version)
         var referencedBefore: [SpaceKey: Set<String>] = [:]
@@ -149,7 +178,8 @@ public struct ApplyStore: Sendable {
                 ops: ops, records: consume records, knownOpIDs: state.known, counter: counters[job.space] ?? 0,
                 deviceID: job.deviceID, publicIDOwners: owners, purgeClock: purgeClocks[job.space],
                 forkSources: sources[job.id] ?? [:],
-                judge: state.members[job.user].map { RulesJudge(rules: rules, user: job.user, role: $0) })
+                judge: state.members[job.user].map { RulesJudge(rules: rules, user: job.user, role: $0) },
+                hookVerdicts: verdicts[job.id] ?? [:])
             state.records = outcome.records
             state.known.formUnion(outcome.remembered)
             states[job.space] = state
@@ -170,7 +200,7 @@ public struct ApplyStore: Sendable {
     /// What the jobs read, after the counter locks: their fork sources first, then the
     /// records, op_ids and members (a statement after the lock sees every earlier commit).
     static func stateReads(
-        _ connection: PGConnection, _ jobs: [(job: LockedJob, ops: [Op])]
+        _ connection: PGConnection, _ jobs: [(job: LockedJob, ops: [Op])], hookVerdicts: [String: [String: HookExchange.Verdict]]
     ) throws -> (StateReads, sources: [String: [String: ForkSource]]) {
         var sources: [String: [String: ForkSource]] = [:]
         var reads = StateReads()
@@ -178,13 +208,36 @@ public struct ApplyStore: Sendable {
             let jobSources = try forkSources(connection, space: job.space, ops: ops)
             sources[job.id] = jobSources
             reads.spaces.insert(job.space)
-            for op in ops {
+            var answered: [Op] = []
+            for case .ops(let derived) in (hookVerdicts[job.id] ?? [:]).values { answered += derived }
+            for op in ops + answered {
                 reads.opIDs.append((job.space, op.opID))
                 reads.keys.insert(SpaceKey(space: job.space, key: RecordKey(collection: op.collection, id: op.id)))
             }
             for case .own(let key) in jobSources.values { reads.keys.insert(SpaceKey(space: job.space, key: key)) }
         }
         return (reads, sources)
+    }
+
+    /// What the hooks of a job with calls are asked: the pusher's role and each call's
+    /// record as it stands now.
+    static func hookWork(_ connection: PGConnection, _ job: LockedJob, calls: [Op]) throws -> HookWork {
+        let role = try connection.execute(
+            "SELECT role FROM space_members WHERE space_id = \(job.space)::uuid AND user_id = \(job.user)"
+        ).first.flatMap { SpaceRole(rawValue: try $0.decode(String.self, at: 0)) }
+        let keys = calls.map { RecordKey(collection: $0.collection, id: $0.id) }
+        var records: [RecordKey: RecordView] = [:]
+        for row in try connection.execute("""
+            SELECT \(sql: RecordRow.selection) FROM records r
+            JOIN unnest(\(keys.map(\.collection)), \(keys.map(\.id))) AS k(collection, record_id) USING (collection, record_id)
+            WHERE r.space_id = \(job.space)::uuid
+            """) {
+            let record = try row.decode(as: RecordRow.self).stored()
+            records[record.key] = record.view
+        }
+        return HookWork(
+            jobID: job.id, space: job.space, user: job.user, role: role,
+            calls: calls.map { HookWork.Call(op: $0, record: records[RecordKey(collection: $0.collection, id: $0.id)]) })
     }
 
     /// The job's ops as its pusher may apply them. Membership is checked again here

@@ -170,7 +170,7 @@ public struct JobStore: Sendable {
     /// refused whole (no job), naming the first such op. After the keys: a push accepted
     /// before the rules changed, sent again, still answers with its job.
     static func screenByRules(_ intakes: [Intake], roles: [SpaceRole?], outcomes: inout [IntakeOutcome?]) {
-        for (index, intake) in intakes.enumerated() where outcomes[index] == nil && intake.rules.refusesAnything {
+        for (index, intake) in intakes.enumerated() where outcomes[index] == nil && intake.rules.mustScreen(intake.ops) {
             guard let role = roles[index] else { continue }
             for (position, op) in intake.ops.enumerated() where op.rejected == nil {
                 if let refusal = intake.rules.screen(op, role: role) {

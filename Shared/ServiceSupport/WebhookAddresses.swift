@@ -1,4 +1,5 @@
 import Foundation
+import NIOPosix
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -28,6 +29,13 @@ public enum WebhookAddresses {
             cursor = info.pointee.ai_next
         }
         return false
+    }
+
+    /// `resolvesToPrivate` on NIO's shared thread pool, never on an event loop or the
+    /// cooperative pool (and not on a new thread per check). A pool that is shutting down
+    /// answers "private", which refuses the request.
+    public static func resolvesToPrivateOffThePool(host: String) async -> Bool {
+        (try? await NIOThreadPool.singleton.runIfActive { resolvesToPrivate(host: host) }) ?? true
     }
 
     static func address(_ text: String) -> [UInt8]? {

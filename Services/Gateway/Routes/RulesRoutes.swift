@@ -39,7 +39,7 @@ struct RulesRoutes: Sendable {
         headers[.eTag] = rules.entityTag
         headers[.cacheControl] = "no-cache"
         if request.ifNoneMatch(rules.entityTag) { return Response(status: .notModified, headers: headers) }
-        return Self.document(rules, headers: headers)
+        return Self.document(rules.clientDocument, headers: headers)
     }
 
     /// The stored current version, read from the database (not this gateway's copy).
@@ -48,7 +48,7 @@ struct RulesRoutes: Sendable {
         var headers = HTTPFields()
         headers[.eTag] = rules.entityTag
         headers[.cacheControl] = "no-store"
-        return Self.document(rules, headers: headers)
+        return Self.document(rules.versionedDocument, headers: headers)
     }
 
     @Sendable func apply(_ request: Request, context: SignedInRequestContext) async throws -> Response {
@@ -89,10 +89,10 @@ struct RulesRoutes: Sendable {
         }
     }
 
-    static func document(_ rules: Rules, headers: HTTPFields) -> Response {
+    static func document(_ document: JSONValue, headers: HTTPFields) -> Response {
         var headers = headers
         headers[.contentType] = "application/json"
-        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: JSONWriter.bytes(rules.versionedDocument))))
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: JSONWriter.bytes(document))))
     }
 
     struct AppliedRules: Encodable {

@@ -110,11 +110,11 @@ public struct JobApplier {
     public static func apply(
         ops: [Op], records: consuming [RecordKey: StoredRecord], knownOpIDs: Set<String>, counter: Int64,
         deviceID: String?, publicIDOwners: [String: RecordKey?] = [:], purgeClock: Stamp? = nil,
-        forkSources: [String: ForkSource] = [:], judge: RulesJudge? = nil
+        forkSources: [String: ForkSource] = [:], judge: RulesJudge? = nil, hookVerdicts: [String: HookExchange.Verdict] = [:]
     ) -> Outcome {
         var run = Run(
             owners: publicIDOwners, records: records, known: knownOpIDs, counter: counter, deviceID: deviceID,
-            purgeClock: purgeClock, forkSources: forkSources, judge: judge)
+            purgeClock: purgeClock, forkSources: forkSources, judge: judge, hookVerdicts: hookVerdicts)
         run.results.reserveCapacity(ops.count)
         for op in ops { run.apply(op) }
         return Outcome(
@@ -133,6 +133,8 @@ public struct JobApplier {
         let forkSources: [String: ForkSource]
         /// The rules and the pusher (who becomes the author of the records they create).
         let judge: RulesJudge?
+        /// What the hooks answered each call, their ops' ids and clocks given.
+        let hookVerdicts: [String: HookExchange.Verdict]
         var changed: [RecordKey: StoredRecord] = [:]
         var remembered: [String] = []
         var results: [OpResult] = []
@@ -146,20 +148,25 @@ public struct JobApplier {
         }
 
         mutating func apply(_ op: Op) {
+            results.append(outcome(of: op, judged: true))
+        }
+
+        /// Applies one op; `judged`: whether the rules judge it (a hook's ops are the
+        /// backend's word, not a member's).
+        mutating func outcome(of op: Op, judged: Bool) -> OpResult {
             let key = RecordKey(collection: op.collection, id: op.id)
             let copied: Copied?
             switch screen(op, key: key) {
             case .decided(let result):
-                results.append(result)
-                return
+                return result
             case .admitted(let copying):
                 copied = copying
             }
-            if let judge, judge.rules.refusesAnything, let refusal = judge.rules.judge(
+            if judged, let judge, judge.rules.mustScreen([op]), let refusal = judge.rules.judge(
                 op, record: records[key], role: judge.role, user: judge.user, copied: copied?.document) {
-                results.append(OpResult(opID: op.opID, status: .rejected, reason: RejectReason.rule, rule: refusal.rule))
-                return
+                return OpResult(opID: op.opID, status: .rejected, reason: RejectReason.rule, rule: refusal.rule)
             }
+            if op.type == .call { return call(op) }
             known.insert(op.opID)
             remembered.append(op.opID)
 
@@ -168,12 +175,34 @@ public struct JobApplier {
                 let current: Int64 = (record.state.exists && !record.state.deleted) ? record.version : 0
                 if current != expected {
                     let view: RecordView? = record.state.exists ? record.view : nil
-                    results.append(OpResult(opID: op.opID, status: .conflict, version: current, current: view))
-                    return
+                    return OpResult(opID: op.opID, status: .conflict, version: current, current: view)
                 }
             }
-            write(op, copying: copied, to: &record)
+            let result = write(op, copying: copied, to: &record)
             records[key] = record
+            return result
+        }
+
+        /// A call: what its hook answered, applied. Its ops each take effect once (their
+        /// ids derive from the call's); the call is `applied` with the last version any of
+        /// them took, or `superseded` when none changed anything.
+        mutating func call(_ op: Op) -> OpResult {
+            switch hookVerdicts[op.opID] {
+            case nil:
+                return OpResult(opID: op.opID, status: .rejected, reason: RejectReason.hook("unanswered"))
+            case .reject(let reason)?:
+                return OpResult(opID: op.opID, status: .rejected, reason: RejectReason.hook(reason))
+            case .ops(let answered)?:
+                known.insert(op.opID)
+                remembered.append(op.opID)
+                var version: Int64?
+                for derived in answered {
+                    let result = outcome(of: derived, judged: false)
+                    if result.status == .applied { version = result.version }
+                }
+                return version.map { OpResult(opID: op.opID, status: .applied, version: $0) }
+                    ?? OpResult(opID: op.opID, status: .superseded)
+            }
         }
 
         /// Refused (missing clock, stale after a purge, public id taken, fork source
@@ -199,7 +228,7 @@ public struct JobApplier {
 
         /// Merges the op (or the fork's copy) into the record: a meaningful change takes the
         /// space's next version, anything else is superseded.
-        mutating func write(_ op: Op, copying copied: Copied?, to record: inout StoredRecord) {
+        mutating func write(_ op: Op, copying copied: Copied?, to record: inout StoredRecord) -> OpResult {
             let before = record.state
             if let copied {
                 record.state.fork(copied.document, from: copied.namedID, at: op.stamp)
@@ -216,11 +245,11 @@ public struct JobApplier {
                 counter += 1
                 record.version = counter
                 record.updatedBy = deviceID
-                results.append(OpResult(opID: op.opID, status: .applied, version: counter))
                 changed[record.key] = record
+                return OpResult(opID: op.opID, status: .applied, version: counter)
             } else {
-                results.append(OpResult(opID: op.opID, status: .superseded))
                 if record.state != before { changed[record.key] = record }
+                return OpResult(opID: op.opID, status: .superseded)
             }
         }
     }

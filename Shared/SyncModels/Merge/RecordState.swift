@@ -153,7 +153,7 @@ public struct RecordState: Sendable, Equatable {
         case .delete: delete(at: op.stamp)
         case .publish: setVisibility(publicID: op.publicID, canFork: op.canFork ?? true, listed: op.listed ?? true, at: op.stamp)
         case .unpublish: setVisibility(publicID: nil, canFork: false, at: op.stamp)
-        case .fork: break
+        case .fork, .call: break
         }
     }
 

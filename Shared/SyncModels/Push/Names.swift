@@ -23,6 +23,13 @@ public enum Names {
             || b == UInt8(ascii: ":") || b == UInt8(ascii: "-")
     }
 
+    /// A server mutator's name in a `call` op: `^[A-Za-z][A-Za-z0-9_.:-]{0,63}$`.
+    public static func isValidCallName(_ name: String) -> Bool {
+        let bytes = Array(name.utf8)
+        guard (1...64).contains(bytes.count), isLower(bytes[0]) || isUpper(bytes[0]) else { return false }
+        return bytes.allSatisfy(isRecordIDByte)
+    }
+
     /// `^[a-z0-9][a-z0-9-]{2,127}$`
     public static func isValidPublicID(_ id: String) -> Bool {
         let bytes = Array(id.utf8)

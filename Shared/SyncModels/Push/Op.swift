@@ -1,5 +1,7 @@
 public enum OpType: String, Codable, Sendable, CaseIterable {
     case upsert, patch, delete, publish, unpublish, fork
+    /// A server mutator: the worker asks the collection's hook, and applies what it answers.
+    case call
 }
 
 /// One operation of a push, as stored in the job row: `hlc` is always set by then
@@ -17,13 +19,19 @@ public struct Op: Codable, Sendable, Hashable {
     public var canFork: Bool?
     /// `publish` only: false publishes the record unlisted (readable by its public id only).
     public var listed: Bool?
+    /// `call` only: the mutator's name and its arguments (any JSON).
+    public var name: String?
+    public var args: JSONValue?
     public var rejected: String?
 
     public init(
         opID: String, type: OpType, collection: String, id: String,
         data: [String: JSONValue]? = nil, hlc: String? = nil, ifVersion: Int64? = nil,
-        publicID: String? = nil, canFork: Bool? = nil, listed: Bool? = nil, rejected: String? = nil
+        publicID: String? = nil, canFork: Bool? = nil, listed: Bool? = nil, name: String? = nil, args: JSONValue? = nil,
+        rejected: String? = nil
     ) {
+        self.name = name
+        self.args = args
         self.opID = opID
         self.type = type
         self.collection = collection
@@ -39,7 +47,7 @@ public struct Op: Codable, Sendable, Hashable {
 
     enum CodingKeys: String, CodingKey {
         case opID = "op_id", type, collection, id, data, hlc
-        case ifVersion = "if_version", publicID = "public_id", canFork = "can_fork", listed, rejected
+        case ifVersion = "if_version", publicID = "public_id", canFork = "can_fork", listed, name, args, rejected
     }
 
     /// The stored form, written without Codable (see `JSONWriter`).
@@ -53,6 +61,8 @@ public struct Op: Codable, Sendable, Hashable {
         if let publicID { fields["public_id"] = .string(publicID) }
         if let canFork { fields["can_fork"] = .bool(canFork) }
         if let listed { fields["listed"] = .bool(listed) }
+        if let name { fields["name"] = .string(name) }
+        if let args { fields["args"] = args }
         if let rejected { fields["rejected"] = .string(rejected) }
         return .object(fields)
     }
@@ -67,7 +77,8 @@ public struct Op: Codable, Sendable, Hashable {
             opID: opID, type: type, collection: collection, id: id, data: fields["data"]?.objectValue,
             hlc: fields["hlc"]?.stringValue, ifVersion: fields["if_version"]?.intValue,
             publicID: fields["public_id"]?.stringValue, canFork: fields["can_fork"]?.boolValue,
-            listed: fields["listed"]?.boolValue, rejected: fields["rejected"]?.stringValue)
+            listed: fields["listed"]?.boolValue, name: fields["name"]?.stringValue, args: fields["args"],
+            rejected: fields["rejected"]?.stringValue)
     }
 
     /// Ops as stored in a job row.
@@ -210,4 +221,8 @@ public enum RejectReason {
     public static let forbidden = "forbidden"
     /// The app's rules refuse the op; the result's `rule` names which.
     public static let rule = "rule"
+
+    /// A call the app's backend refused (`hook:out_of_stock`, `hook:http_403`), or could
+    /// not be asked about (`hook:unanswered`).
+    public static func hook(_ reason: String) -> String { "hook:\(reason)" }
 }

@@ -125,6 +125,23 @@ public enum PushValidation {
             guard type == .publish else { break }
             op.canFork = try optionalBool(fields, "can_fork")
             op.listed = try optionalBool(fields, "listed")
+        case .call:
+            if let data = fields["data"], !data.isNull { throw OpProblem(text: "call takes no data; its arguments are args", field: "data") }
+            guard let name = fields["name"]?.stringValue, Names.isValidCallName(name) else {
+                throw OpProblem(text: "name must match ^[A-Za-z][A-Za-z0-9_.:-]{0,63}$", field: "name")
+            }
+            op.name = name
+            let args = fields["args"] ?? .null
+            if args.containsNUL { throw OpProblem(text: "args must not contain the NUL character (\\u0000)", field: "args") }
+            if args.nests(deeperThan: Limits.maxDataDepth) {
+                throw OpProblem(
+                    text: "args nest more than \(Limits.maxDataDepth) levels of objects and arrays", field: "args", limit: Limits.maxDataDepth)
+            }
+            let size = JSONWriter.bytes(args).count
+            guard size <= Limits.maxDataBytes else {
+                throw OpProblem(text: "args are \(size) bytes, more than \(Limits.maxDataBytes)", field: "args", limit: Limits.maxDataBytes)
+            }
+            op.args = args
         }
         return op
     }

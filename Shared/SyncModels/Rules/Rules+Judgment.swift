@@ -20,10 +20,13 @@ extension Rules {
     /// on fields) waits for `judge`.
     public func screen(_ op: Op, role: SpaceRole) -> RuleRefusal? {
         guard let collection = collections[op.collection] else {
-            return allowsUnnamed ? nil : RuleRefusal(
-                rule: "default", pointer: "/collection",
-                detail: "the rules name no collection '\(op.collection)' and refuse the others")
+            if !allowsUnnamed {
+                return RuleRefusal(
+                    rule: "default", pointer: "/collection", detail: "the rules name no collection '\(op.collection)' and refuse the others")
+            }
+            return op.type == .call ? Self.noHook(op.collection) : nil
         }
+        if op.type == .call, collection.hook == nil { return Self.noHook(op.collection) }
         if collection.right(for: op.type).decision(for: role, isAuthor: nil) == .refused {
             return collection.writeRefusal(op.type, role: role)
         }
@@ -107,6 +110,18 @@ extension Rules {
                 detail: "'\(field)' may be changed only by \(roles.names)")
         }
         return nil
+    }
+}
+
+extension Rules {
+    static func noHook(_ collection: String) -> RuleRefusal {
+        RuleRefusal(rule: "\(collection).hook", pointer: "/collection", detail: "the rules give \(collection) no hook to answer calls")
+    }
+
+    /// Whether `screen` must see these ops even when the rules refuse nothing else: a call
+    /// needs a hook, which no rules mean none.
+    public func mustScreen(_ ops: [Op]) -> Bool {
+        refusesAnything || ops.contains { $0.type == .call }
     }
 }
 

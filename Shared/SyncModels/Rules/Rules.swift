@@ -35,6 +35,19 @@ public struct Rules: Sendable {
         public let fields: [String: RoleSet]
         /// Fields set at creation and never changed after.
         public let immutable: Set<String>
+        /// The app's backend that answers this collection's `call` ops.
+        public let hook: Hook?
+    }
+
+    /// A server mutator's endpoint: where the worker posts a job's calls, and the secret
+    /// their signature is made with.
+    public struct Hook: Sendable, Equatable {
+        public let url: String
+        public let secret: String
+        /// How long an answer may take before the attempt fails (default 5 s).
+        public let timeout: Double
+
+        public static let minimumSecretBytes = 16
     }
 
     /// Compiles a document (already parsed from JSON or YAML) as `version`; a wrong document
@@ -74,7 +87,7 @@ public struct Rules: Sendable {
 
     private static func compileCollection(_ name: String, _ value: JSONValue, at path: String) throws(RulesError) -> CollectionRules {
         guard let fields = value.objectValue else { throw RulesError(path: path, "a collection's rules must be an object") }
-        try RulesError.refuseUnknownKeys(fields, allowed: ["schema", "write", "immutable"], at: path)
+        try RulesError.refuseUnknownKeys(fields, allowed: ["schema", "write", "immutable", "hook"], at: path)
         var schema: DataSchema?
         if let raw = fields["schema"] {
             let compiled = try DataSchema.compile(raw, at: path + "/schema")
@@ -113,7 +126,28 @@ public struct Rules: Sendable {
                 immutable.insert(field)
             }
         }
-        return CollectionRules(name: name, schema: schema, write: write, fields: fieldRights, immutable: immutable)
+        let hook = try fields["hook"].map { (raw) throws(RulesError) in try compileHook(raw, at: path + "/hook") }
+        return CollectionRules(name: name, schema: schema, write: write, fields: fieldRights, immutable: immutable, hook: hook)
+    }
+
+    private static func compileHook(_ value: JSONValue, at path: String) throws(RulesError) -> Hook {
+        guard let fields = value.objectValue else { throw RulesError(path: path, "a hook is an object: url, secret, timeout") }
+        try RulesError.refuseUnknownKeys(fields, allowed: ["url", "secret", "timeout"], at: path)
+        guard let url = fields["url"]?.stringValue, let components = URLComponents(string: url),
+              let scheme = components.scheme?.lowercased(), scheme == "https" || scheme == "http",
+              let host = components.host, !host.isEmpty, Names.isPlainText(url)
+        else { throw RulesError(path: path + "/url", "url must be an https (or http) URL") }
+        guard let secret = fields["secret"]?.stringValue, secret.utf8.count >= Hook.minimumSecretBytes, Names.isPlainText(secret) else {
+            throw RulesError(path: path + "/secret", "secret must be text of at least \(Hook.minimumSecretBytes) bytes")
+        }
+        var timeout = 5.0
+        if let raw = fields["timeout"] {
+            guard let seconds = Durations.parse(raw.stringValue ?? ""), (0.1...60).contains(seconds) else {
+                throw RulesError(path: path + "/timeout", "timeout must be a duration from 100ms to 60s, such as 5s")
+            }
+            timeout = seconds
+        }
+        return Hook(url: url, secret: secret, timeout: timeout)
     }
 }
 

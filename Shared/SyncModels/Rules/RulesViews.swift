@@ -26,6 +26,21 @@ extension Rules {
         return .object(fields)
     }
 
+    /// What clients are given (`GET /v1/rules`): the document without its hooks, whose
+    /// addresses and secrets are the app's backend's.
+    public var clientDocument: JSONValue {
+        guard case .object(var fields) = versionedDocument, case .object(var collections)? = fields["collections"] else {
+            return versionedDocument
+        }
+        for (name, rules) in collections {
+            guard case .object(var entries) = rules, entries["hook"] != nil else { continue }
+            entries["hook"] = nil
+            collections[name] = .object(entries)
+        }
+        fields["collections"] = .object(collections)
+        return .object(fields)
+    }
+
     /// The strong validator of `versionedDocument`: one version, one document.
     public var entityTag: String { "\"rules-\(version)\"" }
 }
