@@ -111,7 +111,8 @@ struct JobConsumer: Service {
         do {
             let jobs = try await resolve(deliveries.map { SynclineTopology.job(inMessage: $0.body) })
             named = Array(zip(deliveries, jobs))
-            outcomes = try await store.apply(jobs: jobs.compactMap { $0 }, attempt: .countedInCommit, rules: try await rules.rules())
+            outcomes = try await store.apply(
+                jobs: jobs.compactMap { $0 }, attempt: .countedInCommit, rules: try await rules.rules(), adopt: rules.adopt)
         } catch {
             batchFallbacks.increment()
             logger.info("batch rolled back; applying its jobs one by one", metadata: [
@@ -202,12 +203,12 @@ struct JobConsumer: Service {
         }
 
         do {
-            let rules = try await self.rules.rules()
-            var outcome = try await applyRetryingDeadlocks(job, rules: rules, logger: logger)
+            var outcome = try await applyRetryingDeadlocks(job, logger: logger)
             if case .needsHooks(let work) = outcome {
-                // Asked outside any transaction; the job is then applied with the answers.
-                let verdicts = try await hooks.verdicts(for: work, rules: rules)
-                outcome = try await applyRetryingDeadlocks(job, rules: rules, hookVerdicts: verdicts, logger: logger)
+                // Asked outside any transaction (by the rules the apply just read); the job is
+                // then applied with the answers.
+                let verdicts = try await hooks.verdicts(for: work, rules: try await rules.rules())
+                outcome = try await applyRetryingDeadlocks(job, hookVerdicts: verdicts, logger: logger)
             }
             switch outcome {
             case .needsHooks:
@@ -247,13 +248,14 @@ struct JobConsumer: Service {
     /// say) — is no fault of the job: it is tried again at once, up to
     /// `deadlocksPerAttempt` times, within the same attempt.
     private func applyRetryingDeadlocks(
-        _ job: JobRef, rules: Rules, hookVerdicts: [String: HookExchange.Verdict]? = nil, logger: Logger
+        _ job: JobRef, hookVerdicts: [String: HookExchange.Verdict]? = nil, logger: Logger
     ) async throws -> ApplyStore.Outcome {
         var deadlocks = 0
         while true {
             do {
                 return try await store.apply(
-                    jobs: [job], attempt: .begun, rules: rules, hookVerdicts: hookVerdicts.map { [job.job: $0] } ?? [:]
+                    jobs: [job], attempt: .begun, rules: try await rules.rules(),
+                    hookVerdicts: hookVerdicts.map { [job.job: $0] } ?? [:], adopt: rules.adopt
                 )[job.job] ?? .unknownJob
             } catch where JobFailure.isDeadlock(error) && deadlocks < Self.deadlocksPerAttempt {
                 deadlocks += 1

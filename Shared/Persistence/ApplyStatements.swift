@@ -17,16 +17,17 @@ extension ApplyStore {
     }
 
     /// Locks the job rows (in id order), then — for the jobs not finished — their spaces'
-    /// counter rows (in space order), created on first use (no missed changes); one statement. Every
-    /// lock is held until commit. A space deleted since intake gets no counter (a deletion
+    /// counter rows (in space order), created on first use (no missed changes); one statement,
+    /// which also reads the current version of the rules. Every lock is held until commit. A space deleted since intake gets no counter (a deletion
     /// committing meanwhile makes the insert fail on the foreign key: the jobs are then
     /// applied one by one, and each finds the space gone); its jobs find no members.
     static func lock(_ connection: PGConnection, jobs refs: [JobRef]) throws
-        -> (jobs: [String: LockedJob], counters: [String: Int64], purgeClocks: [String: Stamp])
+        -> (jobs: [String: LockedJob], counters: [String: Int64], purgeClocks: [String: Stamp], rulesVersion: Int64?)
     {
         var jobs: [String: LockedJob] = [:]
         var counters: [String: Int64] = [:]
         var purgeClocks: [String: Stamp] = [:]
+        var rulesVersion: Int64?
         for row in try connection.execute("""
             WITH job AS (
               SELECT job_id, user_id, space_id, device_id, status, ops, author_name FROM jobs
@@ -40,11 +41,12 @@ extension ApplyStore {
               ON CONFLICT (space_id) DO UPDATE SET space_id = EXCLUDED.space_id
               RETURNING space_id, counter, purge_clock)
             SELECT job.job_id, job.user_id, job.space_id, job.device_id, job.status, job.ops, job.author_name,
-                   counter.counter, counter.purge_clock
+                   counter.counter, counter.purge_clock, (SELECT coalesce(max(version), 0) FROM rules)
             FROM job LEFT JOIN counter USING (space_id)
             """) {
-            let (id, user, space, device, status, ops, author, counter, purgeClock) =
-                try row.decode((String, UserID, String, String, String, String, String?, Int64?, String?).self)
+            let (id, user, space, device, status, ops, author, counter, purgeClock, rules) =
+                try row.decode((String, UserID, String, String, String, String, String?, Int64?, String?, Int64).self)
+            rulesVersion = rules
             guard let status = JobStatus(rawValue: status) else {
                 throw UnexpectedAnswer("job \(id) has status \(status)")
             }
@@ -52,7 +54,7 @@ extension ApplyStore {
             if let counter { counters[space] = counter }
             if let clock = purgeClock.flatMap(Stamp.init(stored:)) { purgeClocks[space] = clock }
         }
-        return (jobs, counters, purgeClocks)
+        return (jobs, counters, purgeClocks, rulesVersion)
     }
 
     /// Who holds each public id the job's publish ops name: a record of this space, or

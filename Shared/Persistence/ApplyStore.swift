@@ -92,11 +92,14 @@ public struct ApplyStore: Sendable {
     /// Any database error rolls back every job and is thrown: the caller then applies them
     /// one by one, so that a job that fails cannot fail the others.
     ///
-    /// `rules`: the app's rules, which judge every op (their version is stored with each job).
-    /// `hookVerdicts`: per job, what its hooks answered each call, its ops' ids and clocks
-    /// given; a job with calls and no verdicts comes back as `needsHooks`.
+    /// `rules`: the app's rules as the caller last knew them. The transaction reads the
+    /// current version under its locks, and a newer one is loaded there and handed to
+    /// `adopt`: every job is judged by the version current when it is applied (stored with
+    /// it). `hookVerdicts`: per job, what its hooks answered each call, its ops' ids and
+    /// clocks given; a job with calls and no verdicts comes back as `needsHooks`.
     public func apply(
-        jobs refs: [JobRef], attempt: Attempt, rules: Rules = .none, hookVerdicts: [JobID: [String: HookExchange.Verdict]] = [:]
+        jobs refs: [JobRef], attempt: Attempt, rules known: Rules = .none,
+        hookVerdicts: [JobID: [String: HookExchange.Verdict]] = [:], adopt: @escaping @Sendable (Rules) -> Void = { _ in }
     ) async throws -> [JobID: Outcome] {
         var seen = Set<JobRef>()
         let unique = refs.filter { seen.insert($0).inserted }
@@ -105,6 +108,11 @@ public struct ApplyStore: Sendable {
         return try await pool.transaction { connection in
             var outcomes = unknown
             let locked = try Self.lock(connection, jobs: unique)
+            var rules = known
+            if let current = locked.rulesVersion, current != known.version {
+                rules = try RulesStore.current(connection)
+                adopt(rules)
+            }
             var counters = locked.counters
             var together: [(LockedJob, [Op])] = []
             func flush() throws {

@@ -17,7 +17,12 @@ public struct RulesStore: Sendable {
     /// The current rules, compiled; `Rules.none` before any document. A stored document
     /// that no longer compiles (written by a newer release) is an error, never ignored.
     public func current() async throws -> Rules {
-        guard let row = try await pool.execute("SELECT version, document FROM rules ORDER BY version DESC LIMIT 1").first else {
+        try await pool.withConnection { try Self.current($0) }
+    }
+
+    /// The current rules as `connection` sees them (inside a transaction: under its snapshot).
+    static func current(_ connection: PGConnection) throws -> Rules {
+        guard let row = try connection.execute("SELECT version, document FROM rules ORDER BY version DESC LIMIT 1").first else {
             return .none
         }
         let (version, document) = try row.decode((Int64, PGJSON).self)

@@ -6,8 +6,9 @@ import SyncModels
 
 /// The rules a process judges by: loaded at start, then the current version looked up
 /// every `interval` (one indexed read) and the new document loaded and compiled when it
-/// changed, so every gateway and worker follows an applied document within seconds,
-/// without a restart. A failed look keeps the rules it has.
+/// changed, so every gateway follows an applied document within seconds, without a
+/// restart (a worker's apply also reads the version under its locks and hands a newer one
+/// to `adopt`). A failed look keeps the rules it has.
 public final class RulesCache: Service, Sendable {
     public typealias Load = @Sendable () async throws -> Rules
     public typealias Version = @Sendable () async throws -> Int64
@@ -35,20 +36,27 @@ public final class RulesCache: Service, Sendable {
         return box.withLockedValue { $0 } ?? .none
     }
 
-    /// Loads the current version when it differs from the one held (and at once after
-    /// this process applied a document itself).
-    public func refresh() async throws {
-        if let known = box.withLockedValue({ $0?.version }), try await version() == known { return }
-        let rules = try await load()
+    /// Takes rules loaded elsewhere (a worker's apply reads the version under its locks)
+    /// when they are newer than the ones held.
+    public func adopt(_ rules: Rules) {
         let replaced = box.withLockedValue { held -> Bool in
             if let held, held.version >= rules.version { return false }
             held = rules
             return true
         }
-        if replaced {
-            gauge.record(rules.version)
-            logger.info("rules loaded", metadata: ["rules.version": "\(rules.version)"])
-        }
+        if replaced { loaded(rules) }
+    }
+
+    private func loaded(_ rules: Rules) {
+        gauge.record(rules.version)
+        logger.info("rules loaded", metadata: ["rules.version": "\(rules.version)"])
+    }
+
+    /// Loads the current version when it differs from the one held (and at once after
+    /// this process applied a document itself).
+    public func refresh() async throws {
+        if let known = box.withLockedValue({ $0?.version }), try await version() == known { return }
+        adopt(try await load())
     }
 
     public func run() async throws {

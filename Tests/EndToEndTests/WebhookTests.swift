@@ -4,8 +4,8 @@ import NIOConcurrencyHelpers
 import Testing
 import TestSupport
 
-/// A tiny HTTP server for webhook tests: records each request and answers with the
-/// status `respond` picks (after `delay` seconds), one connection per request.
+/// A tiny HTTP server for webhook and hook tests: records each request and answers with the
+/// status (and body) `reply` picks for it (after `delay` seconds), one connection per request.
 final class WebhookReceiver: @unchecked Sendable {
     // @unchecked: `listener` is set once; requests sit behind a lock.
     struct Received: Sendable {
@@ -17,12 +17,20 @@ final class WebhookReceiver: @unchecked Sendable {
     let port: Int
     private let listener: Int32
     private let received = NIOLockedValueBox<[Received]>([])
-    private let respond: @Sendable (Int) -> (status: Int, delay: Double)
+
+    /// What a request is answered with: its status, after how long, and the body.
+    typealias Reply = @Sendable (_ index: Int, _ body: [UInt8]) -> (status: Int, delay: Double, body: [UInt8])
 
     /// `headers` adds response header lines (e.g. a redirect's `Location`); with
     /// `trickledBody`, the answer's body has that many bytes, sent one every two seconds.
-    init(headers: String = "", trickledBody: Int = 0, respond: @escaping @Sendable (Int) -> (status: Int, delay: Double)) throws {
-        self.respond = respond
+    convenience init(headers: String = "", trickledBody: Int = 0, respond: @escaping @Sendable (Int) -> (status: Int, delay: Double)) throws {
+        try self.init(headers: headers, trickledBody: trickledBody) { index, _ in
+            let answer = respond(index)
+            return (answer.status, answer.delay, [])
+        }
+    }
+
+    init(headers: String = "", trickledBody: Int = 0, reply: @escaping Reply) throws {
         listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
         var yes: Int32 = 1
         setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
@@ -39,7 +47,7 @@ final class WebhookReceiver: @unchecked Sendable {
         }
         port = Int(UInt16(bigEndian: address.sin_port))
         guard listen(listener, 64) == 0 else { throw StackError(description: "listen failed") }
-        let received = self.received, respond = self.respond
+        let received = self.received, respond = reply
         Thread.detachNewThread {
             while true {
                 let connection = Loopback.accept(listener)
@@ -56,7 +64,7 @@ final class WebhookReceiver: @unchecked Sendable {
 
     private static func serve(
         _ fd: Int32, index: Int, received: NIOLockedValueBox<[Received]>, headers extra: String, trickledBody: Int,
-        respond: (Int) -> (status: Int, delay: Double)
+        respond: Reply
     ) {
         defer { Glibc.close(fd) }
         var data: [UInt8] = []
@@ -82,11 +90,14 @@ final class WebhookReceiver: @unchecked Sendable {
             let pair = line.split(separator: ":", maxSplits: 1)
             if pair.count == 2 { headers[pair[0].lowercased()] = pair[1].trimmingCharacters(in: .whitespaces) }
         }
-        let answer = respond(index)
+        let body = Array(data[end..<(end + contentLength)])
+        let answer = respond(index, body)
         if answer.delay > 0 { usleep(UInt32(answer.delay * 1_000_000)) }
-        received.withLockedValue { $0.append(Received(at: Date(), headers: headers, body: Array(data[end..<(end + contentLength)]))) }
-        let response = "HTTP/1.1 \(answer.status) X\r\n\(extra)Content-Length: \(trickledBody)\r\nConnection: close\r\n\r\n"
+        received.withLockedValue { $0.append(Received(at: Date(), headers: headers, body: body)) }
+        let length = trickledBody > 0 ? trickledBody : answer.body.count
+        let response = "HTTP/1.1 \(answer.status) X\r\n\(extra)Content-Length: \(length)\r\nConnection: close\r\n\r\n"
         _ = response.withCString { send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+        if !answer.body.isEmpty { _ = answer.body.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } }
         for _ in 0..<trickledBody {
             sleep(2)
             var byte = UInt8(ascii: "x")
