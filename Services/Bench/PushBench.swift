@@ -21,6 +21,8 @@ struct PushBench: AsyncParsableCommand {
     @Option(help: "Pushes per second in total; 0 pushes as fast as possible.") var rate = 0.0
     @Option(help: "Leading part of the run left out of the latency figures (connections, prepared statements and caches warm up).") var warmup = "2s"
     @Option(help: "Connections pushing in parallel (each waits for its answer before the next push).") var concurrency = 16
+    @Flag(help: "Push each record as a call to the collection's hook (which must answer it with the record's upsert: scripts/bench-hook).")
+    var calls = false
 
     struct Sample: Sendable {
         let jobID: String
@@ -44,7 +46,7 @@ struct PushBench: AsyncParsableCommand {
         }
         print("bench: \(users) users × \(devices) devices, \(ops) ops/push, \(rate > 0 ? "\(rate) pushes/s" : "as fast as possible (\(concurrency) in flight)") for \(duration)")
 
-        let opsPerPush = ops, targets = clients
+        let opsPerPush = ops, targets = clients, asCalls = calls
         guard let base = URL(string: url), let host = base.host else { throw ValidationError("bad --url") }
         let cpuBefore = Processes.cpuSeconds(Self.stackProcesses)
         let started = Date()
@@ -53,7 +55,8 @@ struct PushBench: AsyncParsableCommand {
             seconds: seconds
         ) { connection, index in
             let target = targets[index % targets.count]
-            return try PushBench.push(connection, target.token, target.device, user: target.user, ops: opsPerPush, sequence: index)
+            return try PushBench.push(
+                connection, target.token, target.device, user: target.user, ops: opsPerPush, sequence: index, asCalls: asCalls)
         }
         let pushSeconds = Date().timeIntervalSince(started)
         let totalOps = samples.count * ops
@@ -233,10 +236,13 @@ extension PushBench {
     }
 
     static func push(
-        _ connection: RawHTTPConnection, _ token: String, _ device: String, user: String, ops: Int, sequence: Int, space: String? = nil
+        _ connection: RawHTTPConnection, _ token: String, _ device: String, user: String, ops: Int, sequence: Int, space: String? = nil,
+        asCalls: Bool = false
     ) throws -> Sample {
         let list = (0..<ops).map { index in
-            #"{"op_id":"\#(UUID().uuidString.lowercased())","type":"upsert","collection":"bench","id":"p\#(sequence)-\#(index)","data":{"title":"item \#(index)","done":false,"n":\#(index)}}"#
+            let record = #"{"title":"item \#(index)","done":false,"n":\#(index)}"#
+            let op = asCalls ? #""type":"call","name":"save","args":\#(record)"# : #""type":"upsert","data":\#(record)"#
+            return #"{"op_id":"\#(UUID().uuidString.lowercased())",\#(op),"collection":"bench","id":"p\#(sequence)-\#(index)"}"#
         }.joined(separator: ",")
         let scope = space.map { #","space_id":"\#($0)""# } ?? ""
         let body = Array(#"{"device_id":"\#(device)"\#(scope),"ops":[\#(list)]}"#.utf8)
