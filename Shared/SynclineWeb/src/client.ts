@@ -6,7 +6,8 @@ import { checkQuery, type PlainQuery, type QueryOptions, type Uninferred, type W
 import { Collection } from "./collection.js";
 import type { SyncEventMap, SyncEventName, SyncEvents } from "./events.js";
 import type { Schema } from "./schema.js";
-import { checkOp } from "./validation.js";
+import { HeldRules } from "./heldrules.js";
+import { checkOp, InvalidOpError } from "./validation.js";
 import type { EngineHost, SyncEngine, SyncState } from "./engine.js";
 import type { Invitation, Member, Role, Space } from "./spaces.js";
 import { Observers, type ObservedQuery } from "./observers.js";
@@ -131,6 +132,9 @@ export class SyncClient {
         return;
       case "changedAll":
         this.#observers.rereadAll();
+        return;
+      case "rulesChanged":
+        this.#rulesHeld = null;
         return;
       case "event":
         this.events.dispatchEvent(new CustomEvent(message.name, { detail: message.detail }));
@@ -265,6 +269,10 @@ export class SyncClient {
     const op: Op = { op_id: crypto.randomUUID(), ...fields };
     if (op.if_version === undefined) delete op.if_version;
     checkOp(op);
+    const refusal = (await this.#rules()).screen(op);
+    if (refusal) {
+      throw new InvalidOpError(`${refusal.detail} (rule ${refusal.rule})`, refusal.pointer.split("/")[1] ?? "data", null, refusal.rule);
+    }
     if (await this.#store.meta<boolean>("gone")) throw new SpaceGoneError();  // a space that is gone takes no more writes
     let stored: { op: Op; row: ShownRecord | null };
     try {
@@ -280,6 +288,16 @@ export class SyncClient {
     this.#state.writesWaiting = true;
     this.#wakeUp();
     return stored.op.op_id;
+  }
+
+  /**
+   * The app's rules as this device last fetched them (kept in the database, so they hold
+   * offline), with its role in the space: read once, again after the engine fetched a new
+   * version.
+   */
+  #rulesHeld: Promise<HeldRules> | null = null;
+  #rules(): Promise<HeldRules> {
+    return this.#rulesHeld ??= HeldRules.read(this.#store, this.options.spaceID);
   }
 
   /** The HLC node of this device's ops: chosen locally on first use, so writes work before the server was ever reached. */
@@ -459,6 +477,7 @@ export class SyncClient {
       fanoutURL: this.options.fanoutURL, pollInterval: this.options.pollInterval, pushDelay: this.options.pushDelay, deviceName: this.options.deviceName,
       running: () => this.#running, leader: () => this.#tabs.leader,
       emit: (name, detail) => this.#emit(name, detail), changed: (changes) => this.#changed(changes), changedAll: () => this.#changedAll(),
+      rulesChanged: () => { this.#rulesHeld = null; this.#tell({ type: "rulesChanged" }); },
     };
     return this.#engine = new (await import("./engine.js")).SyncEngine(host);
   });

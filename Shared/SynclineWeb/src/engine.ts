@@ -5,7 +5,7 @@ import { Backoff } from "./backoff.js";
 import { halved, maxOpsPerPush, maxPushBytes, traceparent } from "./batching.js";
 import type { SyncEventMap, SyncEventName } from "./events.js";
 import { Gateway, Retry, spaceParameter } from "./http.js";
-import type { RecordView } from "./op.js";
+import type { Op, RecordView } from "./op.js";
 import { liveJobWait, SyncSchedule, type HeardJob, type PassOutcome } from "./schedule.js";
 import type { LocalSync } from "./local.js";
 import { SpaceGoneError, type Batch, type Changed, type LocalStore } from "./store.js";
@@ -13,6 +13,10 @@ import type { DeviceView, JobView, OpResult, Problem, PullPage, PushAccepted, St
 import { SyncSteps } from "./syncsteps.js";
 import { Transfers } from "./transfers.js";
 import { TakingTurns } from "./turns.js";
+import { HeldRules, ruleReason, type StoredRules } from "./heldrules.js";
+
+/** How often the rules are looked up when no answer named a newer version (ms). */
+const rulesLookupInterval = 60_000;
 
 /** What a pass ended with, for everyone it served. */
 type PassServed = { jobsInFlight: boolean } | { error: unknown };
@@ -53,6 +57,8 @@ export interface EngineHost {
   emit<K extends SyncEventName>(name: K, detail: SyncEventMap[K]): void;
   changed(changes: Changed[]): void;
   changedAll(): void;
+  /** A new version of the app's rules is kept: the client reads it again. */
+  rulesChanged(): void;
 }
 
 /** A problem's op: its `op_index` member (the detail is for people, never parsed). */
@@ -87,6 +93,9 @@ export class SyncEngine {
   #heardJobs = new Map<string, HeardJob>();
   /** What the next pass does and how long the loop waits after it. */
   readonly #schedule: SyncSchedule;
+  /** When the rules were last looked up (ms), and whether the server named a newer version since. */
+  #rulesCheckedAt = -Infinity;
+  #rulesStale = false;
 
   /** `local`: the device's database (IndexedDB unless given: tests give their own). */
   constructor(readonly host: EngineHost, local: LocalSync = new SyncSteps(host.store)) {
@@ -228,6 +237,7 @@ export class SyncEngine {
     if (await this.#local.meta<boolean>("gone")) throw new SpaceGoneError();
     const device = await this.registeredDevice();
     if (this.host.leader()) void this.#openStream(device);
+    await this.#refreshRules();
     const uploadFailure = await this.#uploadPending();
     // While the server's Retry-After runs, nothing is pushed, whoever asks for the pass.
     const asked = this.#notBefore - Date.now();
@@ -238,6 +248,49 @@ export class SyncEngine {
     if (uploadFailure) throw new Retry(uploadFailure);
     if (asked > 0) throw new Retry(this.#state.lastError ?? "the server asked to wait", asked / 1000);
     return jobsInFlight;
+  }
+
+  /**
+   * Looks the app's rules up (at most once a minute, or at once after the server named a
+   * newer version) with the kept ETag; a new version is kept, with this device's role in
+   * its space, and the ops waiting to be sent that it refuses are set aside with the rule's
+   * name, never dropped. A lookup that fails leaves the rules kept: the server judges anyway.
+   */
+  async #refreshRules(): Promise<void> {
+    if (!this.#rulesStale && Date.now() - this.#rulesCheckedAt < rulesLookupInterval) return;
+    this.#rulesCheckedAt = Date.now();
+    this.#rulesStale = false;
+    try {
+      const before = await this.#local.meta<StoredRules>("rules");
+      const answer = await this.gateway.send("GET", "/v1/rules", undefined, before?.etag ? { "If-None-Match": before.etag } : {});
+      if (answer.status !== 200 || !answer.json) return;
+      const spaceID = this.host.spaceID;
+      if (spaceID) {
+        const spaces = await this.gateway.send("GET", "/v1/spaces");
+        const items = (spaces.json as { items?: { space_id?: string; role?: string }[] } | null)?.items ?? [];
+        const role = items.find((item) => item.space_id === spaceID)?.role;
+        if (role) await this.#local.setMeta("role", role);
+      }
+      const kept: StoredRules = { document: answer.json, etag: answer.headers.get("ETag") };
+      await this.#local.setMeta("rules", kept);
+      const held = await HeldRules.read(this.#local, spaceID);
+      const aside = await this.#local.setAsideRefused((op: Op) => {
+        const refusal = held.screen(op);
+        return refusal ? ruleReason(refusal.rule) : null;
+      });
+      for (const { opID, reason } of aside) this.host.emit("setAside", { opID, reason });
+      if (aside.length > 0) this.host.changedAll();
+      this.host.rulesChanged();
+    } catch (error) {
+      if (!(error instanceof Retry)) throw error;
+    }
+  }
+
+  /** Whether an answer names a rules version newer than the one kept: the next pass looks them up. */
+  async #noteRulesVersion(version: unknown): Promise<void> {
+    if (typeof version !== "number") return;
+    const kept = await HeldRules.read(this.#local, this.host.spaceID);
+    if (version > kept.version) this.#rulesStale = true;
   }
 
   /** Uploads the files waiting (and sets aside the ops of files refused); returns the first failure. */
@@ -271,7 +324,10 @@ export class SyncEngine {
       if (typeof accepted?.job_id === "string") {
         await this.#local.batchAccepted(batch, accepted.job_id);
       } else if (answer.status === 400 || answer.status === 422 || (answer.status === 403 && spaceID)) {
-        await this.#refused(batch, answer.status === 403 ? null : problemOpIndex(answer.problem), answer.detail);
+        const rule = answer.problem.rule;
+        if (typeof rule === "string") await this.#noteRulesVersion(answer.problem.rules_version);
+        await this.#refused(
+          batch, answer.status === 403 ? null : problemOpIndex(answer.problem), typeof rule === "string" ? ruleReason(rule) : answer.detail);
       } else if (answer.status === 409 && answer.problem.code === "blob_missing") {
         // The server lacks a file an op references: sent again when this browser holds it, else the op is set aside.
         const sha = typeof answer.problem.sha256 === "string" ? answer.problem.sha256 : null;
@@ -336,7 +392,7 @@ export class SyncEngine {
       if (answer.status !== 200) throw new Retry(`job status answered ${answer.status}`, answer.retryAfter);
       const job = answer.json as JobView;
       if (job.status === "succeeded") {
-        await this.#jobSucceeded(jobID, Number(job.checkpoint ?? 0), job.results ?? []);
+        await this.#jobSucceeded(jobID, Number(job.checkpoint ?? 0), job.results ?? [], job.rules_version);
       } else if (job.status === "dead" || job.status === "discarded") {
         const opIDs = await this.#local.jobDead(jobID, `job ${job.status}: ${job.last_error ?? "no error recorded"}`);
         this.host.emit("jobDead", { jobID, opIDs });
@@ -350,9 +406,12 @@ export class SyncEngine {
   }
 
   /** A job of this device's succeeded: its refused ops are reported, the others wait for the pull that shows them. */
-  async #jobSucceeded(jobID: string, checkpoint: number, results: OpResult[]): Promise<void> {
+  async #jobSucceeded(jobID: string, checkpoint: number, results: OpResult[], rulesVersion?: unknown): Promise<void> {
     this.#reachedCursor = Math.max(this.#reachedCursor, checkpoint);
-    const gone = await this.#local.jobSucceeded(jobID, checkpoint, results);
+    // An op the rules refused is set aside with the rule's name.
+    const named = results.map((result) => result.reason === "rule" && typeof result.rule === "string" ? { ...result, reason: ruleReason(result.rule) } : result);
+    if (named.some((result, index) => result !== results[index])) await this.#noteRulesVersion(rulesVersion);
+    const gone = await this.#local.jobSucceeded(jobID, checkpoint, named);
     for (const result of gone) {
       const name = result.status === "conflict" ? "conflict" : "rejected";
       this.host.emit(name, { opID: result.op_id, reason: result.reason, current: result.current as RecordView | undefined });

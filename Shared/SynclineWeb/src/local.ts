@@ -1,5 +1,5 @@
 import type { BlobRef } from "./blobs.js";
-import type { RecordView } from "./op.js";
+import type { Op, RecordView } from "./op.js";
 import type { Batch, Changed, LocalBlob } from "./store.js";
 
 /** An op's result as a job reports it. */
@@ -31,6 +31,8 @@ export interface LocalSync {
   batchRefused(batch: Batch, index: number | null, reason: string): Promise<string[]>;
   /** Takes a batch apart without setting anything aside (to form smaller ones). */
   batchDissolved(batch: Batch): Promise<void>;
+  /** Sets aside every op still waiting to be sent that `refuse` gives a reason for (new rules refuse it); returns them. */
+  setAsideRefused(refuse: (op: Op) => string | null): Promise<{ opID: string; reason: string }[]>;
 
   // Jobs
   /** Jobs sent and not yet finished. */

@@ -2,7 +2,7 @@ import { batchSize, pushBody } from "./batching.js";
 import type { BlobRef } from "./blobs.js";
 import { request } from "./idb.js";
 import type { LocalSync, ReportedResult } from "./local.js";
-import type { RecordView } from "./op.js";
+import type { Op, RecordView } from "./op.js";
 import { OutboxWriter, unconfirmed, type OutboxEntry } from "./outbox.js";
 import { all, LocalStore, type Batch, type Changed, type Key, type LocalBlob, type RecordRow, type ServerCopy } from "./store.js";
 
@@ -90,6 +90,23 @@ export class SyncSteps implements LocalSync {
       }
       tx.objectStore("batches").delete(batch.batch_id);
       await this.store.refreshOps(tx, entries.filter((entry) => aside.includes(entry.op_id)));
+      return aside;
+    });
+  }
+
+  async setAsideRefused(refuse: (op: Op) => string | null): Promise<{ opID: string; reason: string }[]> {
+    return this.store.run(all, "readwrite", async (tx) => {
+      const waiting = (await request(tx.objectStore("outbox").index("state").getAll("pending"))) as OutboxEntry[];
+      const aside: { opID: string; reason: string }[] = [];
+      const refused: OutboxEntry[] = [];
+      for (const entry of waiting) {
+        const reason = refuse(entry.op);
+        if (reason === null) continue;
+        OutboxWriter.of(tx).put(entry, { ...entry, state: "set_aside", reason, batch_id: null });
+        aside.push({ opID: entry.op_id, reason });
+        refused.push(entry);
+      }
+      await this.store.refreshOps(tx, refused);
       return aside;
     });
   }

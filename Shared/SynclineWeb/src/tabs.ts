@@ -4,12 +4,13 @@ import type { Changed } from "./store.js";
 export type TabMessage =
   | { type: "changed"; keys: Changed[] }
   | { type: "changedAll" }
+  | { type: "rulesChanged" }
   | { type: "event"; name: string; detail: unknown }
   | { type: "sync"; id: string; timeout: number }
   | { type: "synced"; id: string; error?: string };
 
-/** Another tab's news for the client: records changed, or an event for the app. */
-export type TabNews = Extract<TabMessage, { type: "changed" | "changedAll" | "event" }>;
+/** Another tab's news for the client: records changed, the rules changed, or an event for the app. */
+export type TabNews = Extract<TabMessage, { type: "changed" | "changedAll" | "rulesChanged" | "event" }>;
 
 /** What the tabs need of their client. */
 export interface TabsHost {

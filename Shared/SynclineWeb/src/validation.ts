@@ -8,12 +8,14 @@ export const maxDataDepth = 64;
 const maxIfVersion = 9_000_000_000_000_000;
 
 /**
- * A write the server would refuse, refused at the call: nothing was stored or queued.
+ * A write the server would refuse, refused at the call: nothing was stored or queued —
+ * by the gateway's own checks, or by the app's rules for this device's role (`rule`).
  * `field` is the op's field at fault (`collection`, `id`, `data`, `public_id`, `if_version`),
  * `limit` the limit it broke, when there is one; the message names the place (`data.rating`).
  */
 export class InvalidOpError extends Error {
-  constructor(message: string, readonly field: string, readonly limit: number | null = null) {
+  /** `rule`: the app's rule that refuses the write (`recipes.schema`), when the rules refuse it. */
+  constructor(message: string, readonly field: string, readonly limit: number | null = null, readonly rule: string | null = null) {
     super(message);
     this.name = "InvalidOpError";
   }

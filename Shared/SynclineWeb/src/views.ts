@@ -14,6 +14,9 @@ export interface Problem {
   /** `blob_missing`: the file the server lacks. */
   sha256?: string;
   limit?: number;
+  /** The app's rule that refused the op (`recipes.schema`), and the rules' version. */
+  rule?: string;
+  rules_version?: number;
 }
 
 /** `201` to `POST /v1/devices`. */
@@ -31,6 +34,8 @@ export interface OpResult {
   op_id: string;
   status: string;
   reason?: string;
+  /** With reason `rule`: the rule that refused the op. */
+  rule?: string;
   current?: unknown;
 }
 
@@ -41,6 +46,8 @@ export interface JobView {
   checkpoint?: string | null;
   results?: OpResult[];
   last_error?: string | null;
+  /** The version of the app's rules that judged the job. */
+  rules_version?: number | null;
 }
 
 /** `200` to `GET /v1/sync/pull`. */

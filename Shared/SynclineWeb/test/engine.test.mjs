@@ -20,7 +20,7 @@ test("a sync registers the device, pushes the outbox under its key, follows the 
   await sync.sync(5);
 
   assert.deepEqual(requests.map((request) => `${request.method} ${request.path}`), [
-    "POST /v1/devices", "POST /v1/sync/push", "GET /v1/sync/jobs/job-1", "GET /v1/sync/pull",
+    "POST /v1/devices", "GET /v1/rules", "POST /v1/sync/push", "GET /v1/sync/jobs/job-1", "GET /v1/sync/pull",
   ]);
   const [push] = pushes(requests);
   assert.deepEqual(push.body.ops.map((op) => op.op_id), [first, second]);
@@ -145,7 +145,7 @@ test("a shared space that is gone is forgotten, and the edits it never confirmed
   const { engine: sync, events } = engine(local, { spaceID: "space-1" });
   await assert.rejects(sync.sync(5), SpaceGoneError);
 
-  assert.deepEqual(requests.map((request) => `${request.method} ${request.path}`), ["POST /v1/sync/push", "GET /v1/sync/pull"]);
+  assert.deepEqual(requests.map((request) => `${request.method} ${request.path}`), ["GET /v1/rules", "POST /v1/sync/push", "GET /v1/sync/pull"]);
   assert.equal(await local.meta("gone"), true);
   assert.equal(local.outbox.length, 0);
   assert.deepEqual(events.map((event) => event.name), ["editsLost", "spaceGone"]);
@@ -174,4 +174,77 @@ test("syncs asked for at once take turns: passes never overlap, and the batch is
   assert.equal(local.outbox.length, 0);
   const pulls = answered.filter((request) => request.path === "/v1/sync/pull").length;
   assert.equal(pulls, 1, "the passes after the first found nothing more to pull");
+});
+
+const recipesRules = {
+  version: 2, default: "allow",
+  collections: { recipes: { schema: { type: "object", required: ["title"], properties: { title: { type: "string" } } } } },
+};
+
+test("a new version of the rules sets aside the waiting ops it refuses, with the rule's name, and pushes the rest", async () => {
+  const local = new MemoryLocal();
+  await local.setMeta("device_id", "device-1");
+  const untitled = local.enqueue("recipes", "r1", { minutes: 5 });
+  const titled = local.enqueue("recipes", "r2", { title: "Soup" });
+  const usual = usualServer();
+  const requests = gateway((request) =>
+    request.path === "/v1/rules" ? { status: 200, json: recipesRules, headers: { ETag: '"rules-2"' } } : usual(request));
+  const { engine: sync, events, host } = engine(local);
+  await sync.sync(5);
+
+  assert.deepEqual(local.inState("set_aside"), [untitled]);
+  assert.equal(local.outbox.find((entry) => entry.op_id === untitled).reason, "rule:recipes.schema");
+  assert.deepEqual(events.filter((event) => event.name === "setAside").map((event) => event.detail), [{ opID: untitled, reason: "rule:recipes.schema" }]);
+  assert.deepEqual(pushes(requests)[0].body.ops.map((pushed) => pushed.op_id), [titled]);
+  assert.deepEqual(await local.meta("rules"), { document: recipesRules, etag: '"rules-2"' });
+  assert.equal(host.rulesChanges, 1);
+
+  // Within the minute the rules are not asked for again.
+  await sync.sync(5);
+  assert.equal(requests.filter((request) => request.path === "/v1/rules").length, 1);
+});
+
+test("a push the rules refuse sets the op aside with the rule's name, and the rules are looked up again with their ETag", async () => {
+  const local = new MemoryLocal();
+  await local.setMeta("device_id", "device-1");
+  await local.setMeta("rules", { document: { ...recipesRules, version: 1, collections: {} }, etag: '"rules-1"' });
+  const refused = local.enqueue("recipes", "r1", { minutes: 5 });
+  const kept = local.enqueue("recipes", "r2", { title: "Soup" });
+  let pushesSeen = 0;
+  const usual = usualServer({
+    push: () => (++pushesSeen === 1
+      ? { status: 422, json: { code: "invalid_request", op_index: 0, pointer: "/ops/0/data/title", rule: "recipes.schema", rules_version: 2, detail: "…" } }
+      : undefined),
+  });
+  let rulesAsked = 0;
+  const requests = gateway((request) => {
+    if (request.path !== "/v1/rules") return usual(request);
+    return ++rulesAsked === 1 ? { status: 304, headers: { ETag: '"rules-1"' } } : { status: 200, json: recipesRules, headers: { ETag: '"rules-2"' } };
+  });
+  const { engine: sync, events } = engine(local);
+  await sync.sync(5);
+  assert.equal(requests.find((request) => request.path === "/v1/rules").headers["If-None-Match"], '"rules-1"');
+  assert.equal(local.outbox.find((entry) => entry.op_id === refused).reason, "rule:recipes.schema");
+  assert.ok(events.some((event) => event.name === "setAside" && event.detail.reason === "rule:recipes.schema"));
+  assert.ok(!local.inState("set_aside").includes(kept));
+
+  await sync.sync(5);
+  assert.equal(rulesAsked, 2, "the 422 named a newer version: looked up on the next pass");
+  assert.equal((await local.meta("rules")).etag, '"rules-2"');
+});
+
+test("an op the rules refused when its job was applied is reported with the rule's name", async () => {
+  const local = new MemoryLocal();
+  await local.setMeta("device_id", "device-1");
+  const opID = local.enqueue("recipes", "pie", { kind: "main" });
+  const usual = usualServer();
+  gateway((request) => {
+    if (request.path.startsWith("/v1/sync/jobs/")) {
+      return { status: 200, json: { status: "succeeded", checkpoint: "1", rules_version: 0, results: [{ op_id: opID, status: "rejected", reason: "rule", rule: "recipes.immutable.kind" }] } };
+    }
+    return usual(request);
+  });
+  const { engine: sync, events } = engine(local);
+  await sync.sync(5);
+  assert.deepEqual(events.filter((event) => event.name === "rejected").map((event) => event.detail.reason), ["rule:recipes.immutable.kind"]);
 });

@@ -19,9 +19,9 @@ test("a file is uploaded before the op that references it is pushed", async () =
   const { engine: sync, events } = engine(local);
   await sync.sync(5);
 
-  assert.deepEqual(paths(requests).slice(0, 2), [`PUT /v1/blobs/${sha("a")}`, "POST /v1/sync/push"]);
-  assert.equal(requests[0].headers["Content-Type"], "image/png");
-  assert.equal(await requests[0].body.text(), "a picture");
+  assert.deepEqual(paths(requests).slice(0, 3), ["GET /v1/rules", `PUT /v1/blobs/${sha("a")}`, "POST /v1/sync/push"]);
+  assert.equal(requests[1].headers["Content-Type"], "image/png");
+  assert.equal(await requests[1].body.text(), "a picture");
   assert.equal(local.files.get(sha("a")).state, "stored");
   assert.ok(events.some((event) => event.name === "uploaded" && event.detail.sha256 === sha("a")));
   assert.equal(local.outbox.length, 0);
@@ -65,8 +65,8 @@ test("a file the server no longer holds (409 blob_missing) is uploaded again, th
   const { engine: sync } = engine(local);
   await sync.sync(5);
 
-  assert.deepEqual(paths(requests).slice(0, 3), ["POST /v1/sync/push", `PUT /v1/blobs/${sha("c")}`, "POST /v1/sync/push"]);
-  assert.deepEqual(requests[2].body.ops.map((pushed) => pushed.op_id), [op]);
+  assert.deepEqual(paths(requests).slice(0, 4), ["GET /v1/rules", "POST /v1/sync/push", `PUT /v1/blobs/${sha("c")}`, "POST /v1/sync/push"]);
+  assert.deepEqual(requests[3].body.ops.map((pushed) => pushed.op_id), [op]);
   assert.equal(local.outbox.length, 0);
 });
 

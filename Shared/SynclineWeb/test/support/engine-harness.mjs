@@ -69,6 +69,17 @@ export class MemoryLocal {
     return aside;
   }
 
+  async setAsideRefused(refuse) {
+    const aside = [];
+    for (const entry of this.outbox.filter((entry) => entry.state === "pending")) {
+      const reason = refuse(entry.op);
+      if (reason === null) continue;
+      Object.assign(entry, { state: "set_aside", reason, batch_id: null });
+      aside.push({ opID: entry.op_id, reason });
+    }
+    return aside;
+  }
+
   async batchDissolved(batch) {
     for (const entry of this.#ofBatch(batch)) Object.assign(entry, { state: "pending", batch_id: null });
     this.batches.delete(batch.batch_id);
@@ -197,8 +208,9 @@ export function engine(local, { spaceID } = {}) {
     pollInterval: null, pushDelay: 0, deviceName: "node", identity: {},
     state: { lastSyncAt: null, lastError: null, lastPushTraceID: null, live: false, pullWanted: false, writesWaiting: false },
     running: () => true, leader: () => false, emit: (name, detail) => events.push({ name, detail }), changed: () => {}, changedAll: () => {},
+    rulesChanged: () => { host.rulesChanges += 1; }, rulesChanges: 0,
   };
-  return { engine: new SyncEngine(host, local), events, state: host.state };
+  return { engine: new SyncEngine(host, local), events, state: host.state, host };
 }
 
 /** The usual answers: a device registered, every push a job that succeeded at `checkpoint`, and a page of `changes`. */

@@ -1,0 +1,83 @@
+// The app's rules as the web client holds them (src/rules.ts, src/heldrules.ts): what the
+// gateway's intake refuses for a role, refused at the call by the same checks.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { ClientRules } from "../dist/rules.js";
+import { HeldRules, ruleReason } from "../dist/heldrules.js";
+
+const document = {
+  version: 3, default: "deny",
+  collections: {
+    recipes: {
+      schema: {
+        type: "object", required: ["title"],
+        properties: {
+          title: { type: "string", minLength: 1, maxLength: 20, pattern: "^[A-Z]" },
+          minutes: { type: "integer", minimum: 0 },
+          kind: { enum: ["main", "dessert"] },
+          photo: { type: "file", contentTypes: ["image/*"], maxSize: 1000 },
+        },
+      },
+      write: { delete: ["owner", "author"], publish: ["owner"], fields: { price: ["owner"] } },
+      immutable: ["kind"],
+    },
+    notes: { schema: { type: "object", additionalProperties: false, properties: { text: { type: "string" } } } },
+  },
+};
+const rules = ClientRules.compile(document);
+const op = (type, data, collection = "recipes") => ({ op_id: "o1", type, collection, id: "r1", ...(data ? { data } : {}) });
+
+test("an upsert must match the whole schema, and the refusal names the rule and the field", () => {
+  assert.equal(rules.version, 3);
+  assert.equal(rules.screen(op("upsert", { title: "Soup" }), "editor"), null);
+  assert.deepEqual(rules.screen(op("upsert", { minutes: 5 }), "editor"), {
+    rule: "recipes.schema", pointer: "/data/title", detail: "title is required",
+  });
+  assert.equal(rules.screen(op("upsert", { title: "soup" }), "editor").pointer, "/data/title");
+  assert.equal(rules.screen(op("upsert", { title: "Soup", minutes: 1.5 }), "editor").pointer, "/data/minutes");
+  assert.equal(rules.screen(op("upsert", { title: "Soup", kind: "starter" }), "editor").pointer, "/data/kind");
+  const photo = (type, size) => ({ $blob: { sha256: "a".repeat(64), size, content_type: type } });
+  assert.equal(rules.screen(op("upsert", { title: "Soup", photo: photo("image/png", 10) }), "editor"), null);
+  assert.equal(rules.screen(op("upsert", { title: "Soup", photo: photo("text/html", 10) }), "editor").pointer, "/data/photo");
+  assert.equal(rules.screen(op("upsert", { title: "Soup", photo: photo("image/png", 5000) }), "editor").pointer, "/data/photo");
+});
+
+test("a patch checks the fields it sets, and may not remove a required one", () => {
+  assert.equal(rules.screen(op("patch", { minutes: 3 }), "editor"), null);
+  assert.equal(rules.screen(op("patch", { minutes: null }), "editor"), null);
+  assert.equal(rules.screen(op("patch", { title: null }), "editor").detail, "title is required and cannot be removed");
+  assert.equal(rules.screen(op("patch", { colour: "red" }, "notes"), "editor").pointer, "/data/colour");
+});
+
+test("op type rights follow the role; what an author may do waits for the server", () => {
+  assert.equal(rules.screen(op("publish"), "editor").rule, "recipes.write.publish");
+  assert.equal(rules.screen(op("publish"), "owner"), null);
+  assert.equal(rules.screen(op("delete"), "editor"), null);
+  assert.equal(rules.screen(op("upsert", { title: "Soup" }), "viewer").rule, "recipes.write.upsert");
+  // A role not known yet: only what no role decides.
+  assert.equal(rules.screen(op("publish"), null), null);
+});
+
+test("a collection the rules do not name follows their default", () => {
+  assert.deepEqual(rules.screen(op("upsert", { a: 1 }, "todos"), "owner"), {
+    rule: "default", pointer: "/collection", detail: "the rules name no collection 'todos' and refuse the others",
+  });
+  assert.equal(ClientRules.compile({ version: 1, collections: {} }).screen(op("upsert", { a: 1 }, "todos"), "owner"), null);
+  assert.equal(ClientRules.compile("not a document"), null);
+});
+
+test("held rules read what the database keeps: a personal space's writer is its owner", async () => {
+  const meta = new Map([["rules", { document, etag: '"rules-3"' }]]);
+  const store = { meta: async (key) => meta.get(key) };
+  const personal = await HeldRules.read(store, undefined);
+  assert.equal(personal.role, "owner");
+  assert.equal(personal.version, 3);
+  assert.equal(personal.screen(op("publish")), null);
+  const shared = await HeldRules.read(store, "space-1");
+  assert.equal(shared.role, null);
+  meta.set("role", "editor");
+  assert.equal((await HeldRules.read(store, "space-1")).screen(op("publish")).rule, "recipes.write.publish");
+  const none = await HeldRules.read({ meta: async () => undefined }, undefined);
+  assert.equal(none.screen(op("upsert", { anything: true }, "todos")), null);
+  assert.equal(ruleReason("recipes.schema"), "rule:recipes.schema");
+});
