@@ -1,4 +1,4 @@
-import type { Op } from "./op.js";
+import { wireOp, type Op } from "./op.js";
 
 /** The most ops a push may carry. */
 export const maxOpsPerPush = 500;
@@ -9,7 +9,8 @@ const encoder = new TextEncoder();
 
 /** The push body for `ops`, as it is stored with its batch before it is sent. */
 export function pushBody(deviceID: string, ops: Op[], spaceID?: string): string {
-  return JSON.stringify(spaceID ? { device_id: deviceID, ops, space_id: spaceID } : { device_id: deviceID, ops });
+  const sent = ops.map(wireOp);
+  return JSON.stringify(spaceID ? { device_id: deviceID, ops: sent, space_id: spaceID } : { device_id: deviceID, ops: sent });
 }
 
 /**
@@ -22,7 +23,7 @@ export function batchSize(deviceID: string, ops: Op[], maxBytes = maxPushBytes, 
   let bytes = overhead;
   let count = 0;
   for (const op of ops.slice(0, maxOps)) {
-    const size = encoder.encode(JSON.stringify(op)).length + (count > 0 ? 1 : 0);
+    const size = encoder.encode(JSON.stringify(wireOp(op))).length + (count > 0 ? 1 : 0);
     if (count > 0 && bytes + size > maxBytes) break;
     bytes += size;
     count += 1;

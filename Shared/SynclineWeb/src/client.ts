@@ -1,6 +1,6 @@
 import { Backoff } from "./backoff.js";
 import { blobRefOf, isContentType, sha256Hex, type BlobRef } from "./blobs.js";
-import type { JSONObject } from "./json.js";
+import type { JSONObject, JSONValue } from "./json.js";
 import type { Op, OpType } from "./op.js";
 import { checkQuery, type PlainQuery, type QueryOptions, type Uninferred, type Where } from "./query.js";
 import { Collection } from "./collection.js";
@@ -257,6 +257,16 @@ export class SyncClient {
 
   fork(collection: string, id: string, publicID: string): Promise<string> {
     return this.#write({ type: "fork", collection, id, public_id: publicID });
+  }
+
+  /**
+   * Asks the app's backend (the collection's hook) to run `name` with `args` on the record.
+   * `guess` is shown at once, as a patch would be, and replaced by what the backend
+   * answers once the job's changes are pulled; a refusal comes as a `rejected` event
+   * (`hook:<reason>`), and the guess goes with the op.
+   */
+  call(collection: string, id: string, name: string, args: JSONValue = null, options: { guess?: JSONObject } = {}): Promise<string> {
+    return this.#write({ type: "call", collection, id, name, args, ...(options.guess ? { guess: options.guess } : {}) });
   }
 
   /**

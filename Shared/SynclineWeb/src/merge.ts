@@ -135,6 +135,8 @@ export class RecordState {
       case "publish": return this.setVisibility(op.public_id ?? null, op.can_fork ?? true, op.listed ?? true, stamp);
       case "unpublish": return this.setVisibility(null, false, true, stamp);
       case "fork": return;
+      // The device's guess at a call's outcome, shown until the backend's answer is pulled.
+      case "call": return op.guess ? this.patch(op.guess, stamp) : undefined;
     }
   }
 

@@ -1,6 +1,6 @@
-import type { JSONObject } from "./json.js";
+import type { JSONObject, JSONValue } from "./json.js";
 
-export type OpType = "upsert" | "patch" | "delete" | "publish" | "unpublish" | "fork";
+export type OpType = "upsert" | "patch" | "delete" | "publish" | "unpublish" | "fork" | "call";
 
 /** An op as the push body carries it. */
 export interface Op {
@@ -14,6 +14,21 @@ export interface Op {
   public_id?: string;
   can_fork?: boolean;
   listed?: boolean;
+  /** `call`: the server mutator's name and its arguments. */
+  name?: string;
+  args?: JSONValue;
+  /**
+   * `call`: what this device shows meanwhile (applied locally as a patch would be, never
+   * sent); the backend's answer replaces it when the job's changes are pulled.
+   */
+  guess?: JSONObject;
+}
+
+/** An op as the server is sent it: without what only this device uses (a call's guess). */
+export function wireOp(op: Op): Op {
+  if (op.guess === undefined) return op;
+  const { guess: _guess, ...sent } = op;
+  return sent;
 }
 
 /** A record as a pull carries it. */

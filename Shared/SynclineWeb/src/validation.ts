@@ -24,6 +24,7 @@ export class InvalidOpError extends Error {
 const collectionPattern = /^[a-z][a-z0-9_]{0,63}$/;
 const recordIDPattern = /^[A-Za-z0-9_.:-]{1,128}$/;
 const publicIDPattern = /^[a-z0-9][a-z0-9-]{2,127}$/;
+const callNamePattern = /^[A-Za-z][A-Za-z0-9_.:-]{0,63}$/;
 const loneSurrogate = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 const utf8 = new TextEncoder();
 
@@ -40,6 +41,18 @@ export function checkOp(op: Op): void {
     if (typeof op.public_id !== "string" || !publicIDPattern.test(op.public_id)) {
       throw new InvalidOpError("public_id must match ^[a-z0-9][a-z0-9-]{2,127}$", "public_id");
     }
+  }
+  if (op.type === "call") {
+    if (typeof op.name !== "string" || !callNamePattern.test(op.name)) {
+      throw new InvalidOpError("name must match ^[A-Za-z][A-Za-z0-9_.:-]{0,63}$", "name");
+    }
+    const bytes = encodedSize(op.args ?? null, "args", 1);
+    if (bytes > maxDataBytes) throw new InvalidOpError(`args are ${bytes} bytes, more than ${maxDataBytes}`, "args", maxDataBytes);
+    if (op.guess !== undefined) {
+      if (!isPlainObject(op.guess)) throw new InvalidOpError("guess must be an object", "guess");
+      encodedSize(op.guess, "guess", 1);
+    }
+    return;
   }
   if (op.type !== "upsert" && op.type !== "patch") return;
   const data: unknown = op.data;

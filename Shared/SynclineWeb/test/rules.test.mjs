@@ -81,3 +81,20 @@ test("held rules read what the database keeps: a personal space's writer is its 
   assert.equal(none.screen(op("upsert", { anything: true }, "todos")), null);
   assert.equal(ruleReason("recipes.schema"), "rule:recipes.schema");
 });
+
+test("a call is checked at the call, shows its guess as a patch would, and is sent without it", async () => {
+  const { checkOp, InvalidOpError } = await import("../dist/validation.js");
+  const { pushBody } = await import("../dist/batching.js");
+  const { RecordState } = await import("../dist/merge.js");
+  const call = { op_id: "00000000-0000-4000-8000-000000000001", type: "call", collection: "items", id: "rope", name: "reserve", args: { qty: 2 }, guess: { reserved: 2 }, hlc: "1763800000000-00001-d" };
+  checkOp(call);
+  assert.throws(() => checkOp({ ...call, name: "bad name" }), (error) => error instanceof InvalidOpError && error.field === "name");
+  assert.throws(() => checkOp({ ...call, args: { n: NaN } }), InvalidOpError);
+  assert.throws(() => checkOp({ ...call, guess: [1] }), (error) => error.field === "guess");
+  const sent = JSON.parse(pushBody("device-1", [call]));
+  assert.equal(sent.ops[0].guess, undefined);
+  assert.deepEqual(sent.ops[0].args, { qty: 2 });
+  const state = new RecordState();
+  state.apply(call);
+  assert.deepEqual(Object.fromEntries(state.fields), { reserved: 2 });
+});
