@@ -6,7 +6,7 @@ import SyncModels
 struct RulesCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "rules", abstract: "The app's rules: schemas and write rights per collection.",
-        subcommands: [Apply.self, Show.self, History.self])
+        subcommands: [Apply.self, Show.self, History.self, Types.self])
 
     struct Apply: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -25,7 +25,7 @@ struct RulesCommand: AsyncParsableCommand {
                 guard let data = FileManager.default.contents(atPath: file) else { throw ValidationError("cannot read \(file)") }
                 text = String(decoding: data, as: UTF8.self)
             }
-            let format: RulesBook.Format = file == "-" || file.hasSuffix(".yaml") || file.hasSuffix(".yml") ? .yaml : .json
+            let format = RulesCommand.format(of: file)
             let rules: Rules
             switch Result(catching: { () throws(RulesError) in try RulesBook.read(text, format: format) }) {
             case .success(let read): rules = read
@@ -37,6 +37,39 @@ struct RulesCommand: AsyncParsableCommand {
             }
             let version = try await withPool { pool, _ in try await RulesBook(pool: pool).apply(text, format: format, actor: actor) }
             print("applied rules version \(version)")
+        }
+    }
+
+    /// `.yaml`/`.yml` and standard input (`-`) are YAML; anything else is JSON.
+    static func format(of file: String) -> RulesBook.Format {
+        file == "-" || file.hasSuffix(".yaml") || file.hasSuffix(".yml") ? .yaml : .json
+    }
+
+    struct Types: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print the record types the rules' schemas describe: Swift SyncRecord structs or SynclineWeb schema values.")
+
+        @Flag(help: "Swift (SynclineClient).") var swift = false
+        @Flag(help: "TypeScript (SynclineWeb).") var typescript = false
+        @Argument(help: "A rules document (YAML or JSON); without one, the current stored version.") var file: String?
+
+        func validate() throws {
+            guard swift != typescript else { throw ValidationError("give one of --swift and --typescript") }
+        }
+
+        func run() async throws {
+            let rules: Rules
+            if let file {
+                guard let data = FileManager.default.contents(atPath: file) else { throw ValidationError("cannot read \(file)") }
+                let text = String(decoding: data, as: UTF8.self)
+                switch Result(catching: { () throws(RulesError) in try RulesBook.read(text, format: RulesCommand.format(of: file)) }) {
+                case .success(let read): rules = read
+                case .failure(let error): throw ValidationError("\(file) is not a valid rules document: \(error)")
+                }
+            } else {
+                rules = try await withPool { pool, _ in try await RulesBook(pool: pool).current() }
+            }
+            print(swift ? RecordTypes.swift(rules) : RecordTypes.typescript(rules), terminator: "")
         }
     }
 

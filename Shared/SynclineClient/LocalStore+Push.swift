@@ -81,6 +81,21 @@ extension LocalStore {
         }
     }
 
+    /// Sets aside every op still waiting to be sent that `refuse` gives a reason for (a new
+    /// version of the rules refuses it); returns them with their reasons.
+    func setAsideRefused(_ refuse: (Op) -> String?) throws -> [(opID: String, reason: String)] {
+        try database.write { db in
+            var aside: [(opID: String, reason: String)] = []
+            for row in try Self.rows(db, sql: "SELECT op_id, op FROM outbox WHERE state = 'pending' ORDER BY seq") {
+                guard let op = (try? JSONParser.parse(row["op"] as String)).flatMap(Op.init(stored:)), let reason = refuse(op) else { continue }
+                try Self.run(db, sql: "UPDATE outbox SET state = 'set_aside', reason = ? WHERE op_id = ?", arguments: [reason, op.opID])
+                aside.append((op.opID, reason))
+            }
+            try Self.refresh(db, ops: aside.map(\.opID))
+            return aside
+        }
+    }
+
     /// Takes a batch apart without setting anything aside (to form smaller ones).
     func batchDissolved(_ batch: Batch) throws {
         try database.write { db in

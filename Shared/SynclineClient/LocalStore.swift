@@ -85,6 +85,9 @@ final class LocalStore: @unchecked Sendable {
                 CREATE TABLE outbox_blobs (op_id TEXT NOT NULL, sha256 TEXT NOT NULL, PRIMARY KEY (op_id, sha256));
                 """)
         }
+        migrator.registerMigration("v4: calls' guesses") { db in
+            try db.execute(sql: "ALTER TABLE outbox ADD COLUMN guess TEXT")
+        }
         try migrator.migrate(database)
         let scope = space ?? "personal"
         try database.write { db in
@@ -178,7 +181,8 @@ final class LocalStore: @unchecked Sendable {
 
     /// Stamps the op with the device's clock, stores it in the outbox and applies it to the
     /// local record, in one transaction.
-    func enqueue(_ op: Op, device: String, now: Date) throws -> Op {
+    /// `guess`: a call's guess at its outcome, shown as a patch would be and never sent.
+    func enqueue(_ op: Op, guess: [String: JSONValue]? = nil, device: String, now: Date) throws -> Op {
         try database.write { db in
             var clock = try Self.clock(db)
             let hlc = clock.next(now: Int64(now.timeIntervalSince1970 * 1000), node: device)
@@ -187,9 +191,12 @@ final class LocalStore: @unchecked Sendable {
             op.hlc = hlc.description
             let text = JSONWriter.string(op.jsonValue)
             try Self.run(db, sql: """
-                INSERT INTO outbox (op_id, collection, record_id, op, size, state, created_at)
-                VALUES (?, ?, ?, ?, ?, 'pending', ?)
-                """, arguments: [op.opID, op.collection, op.id, text, text.utf8.count, now.timeIntervalSince1970])
+                INSERT INTO outbox (op_id, collection, record_id, op, size, state, created_at, guess)
+                VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)
+                """, arguments: [
+                    op.opID, op.collection, op.id, text, text.utf8.count, now.timeIntervalSince1970,
+                    guess.map { JSONWriter.string(.object($0)) },
+                ])
             for sha256 in op.data?.referencedBlobs ?? [] {
                 try Self.run(db, sql: "INSERT OR IGNORE INTO outbox_blobs (op_id, sha256) VALUES (?, ?)", arguments: [op.opID, sha256])
             }
@@ -204,10 +211,18 @@ final class LocalStore: @unchecked Sendable {
             db, sql: "SELECT * FROM server_records WHERE collection = ? AND id = ?", arguments: [key.collection, key.id]
         ).map(serverView)
         let rows = try Self.rows(db, sql: """
-            SELECT op, state, reason FROM outbox WHERE collection = ? AND record_id = ? AND state IN \(activeStates)
+            SELECT op, guess, state, reason FROM outbox WHERE collection = ? AND record_id = ? AND state IN \(activeStates)
             ORDER BY seq
             """, arguments: [key.collection, key.id])
-        let ops = rows.compactMap { try? JSONParser.parse($0["op"] as String) }.compactMap(Op.init(stored:))
+        let ops = rows.compactMap { row -> Op? in
+            guard var op = (try? JSONParser.parse(row["op"] as String)).flatMap(Op.init(stored:)) else { return nil }
+            // A call shows its guess as a patch would, until the backend's answer is pulled.
+            if op.type == .call, let guess = (row["guess"] as String?).flatMap({ try? JSONParser.parse($0) })?.objectValue {
+                op.type = .patch
+                op.data = guess
+            }
+            return op
+        }
         // Confirmed ops still shape what shows (until the pull brings their effect), but
         // they are no longer pending: the same definition as `status().pendingOps`.
         let unconfirmed = rows.contains { OpState(rawValue: $0["state"]).map(Self.unconfirmed.contains) == true }

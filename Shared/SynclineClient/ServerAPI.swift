@@ -24,6 +24,9 @@ struct ServerAPI: Sendable {
         /// file it names.
         var problemOpIndex: Int? { json?.objectValue?["op_index"]?.intValue.map { Int($0) } }
         var problemSHA256: String? { json?.objectValue?["sha256"]?.stringValue }
+        /// The app's rule that refused an op, and the rules' version.
+        var problemRule: String? { json?.objectValue?["rule"]?.stringValue }
+        var problemRulesVersion: Int64? { json?.objectValue?["rules_version"]?.intValue }
         /// Seconds from `Retry-After` (delta-seconds form).
         var retryAfter: Double? { header("Retry-After").flatMap(Double.init) }
 
@@ -116,6 +119,10 @@ public enum ClientError: Error, Sendable, Equatable, CustomStringConvertible {
     /// server would refuse it (a bad collection or id, oversized data, NaN or infinity…).
     /// `detail` names the field.
     case invalidOp(detail: String)
+    /// The write was refused on the device because the app's rules refuse it for this
+    /// device's role in its space: `rule` names the rule (`recipes.schema`), `detail` what
+    /// is wrong. Nothing was stored or sent.
+    case refusedByRule(rule: String, detail: String)
     /// `retry` or `drop` named an op that is not set aside (unknown, or already resolved).
     case notSetAside(opID: String)
     /// `sync()` did not finish: the server could not be reached, refused for now (429,
@@ -130,6 +137,7 @@ public enum ClientError: Error, Sendable, Equatable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .invalidOp(let detail): return "refused on the device: \(detail)"
+        case .refusedByRule(let rule, let detail): return "refused on the device by the rule \(rule): \(detail)"
         case .notSetAside(let opID): return "no op \(opID) is set aside"
         case .invalidQuery(let detail): return "invalid query: \(detail)"
         case .undecodable(let collection, let id, let detail): return "\(collection)/\(id) does not decode: \(detail)"

@@ -152,6 +152,7 @@ extension SyncClient {
         if store.spaceGone { throw ClientError.spaceGone }
         try store.checkpointIfLarge()
         let device = try await registeredDevice()
+        await refreshRules()
         let uploadFailure = try await uploadPending()
         try await pushAll(device: device)
         let jobsInFlight = try await followJobs()
@@ -202,7 +203,12 @@ extension SyncClient {
                 }
                 try store.batchAccepted(batch, jobID: jobID)
             case 400, 422:
-                try setAside(batch, index: answer.problemOpIndex, reason: answer.detail)
+                if let rule = answer.problemRule {
+                    noteRulesVersion(answer.problemRulesVersion)
+                    try setAside(batch, index: answer.problemOpIndex, reason: HeldRules.reason(rule))
+                } else {
+                    try setAside(batch, index: answer.problemOpIndex, reason: answer.detail)
+                }
             case 409 where answer.json?.objectValue?["code"]?.stringValue == "blob_missing":
                 // The server lacks a file an op references (purged, or never sent): sent
                 // again when this device holds it, else the op is set aside.
@@ -230,6 +236,47 @@ extension SyncClient {
                 throw Retry(reason: "push answered \(answer.status): \(answer.detail)", after: answer.retryAfter)
             }
         }
+    }
+
+    /// Looks the app's rules up (at most once a minute, or at once after an answer named a
+    /// newer version) with the kept ETag. A new version is kept with this device's role in
+    /// its space, and the ops waiting to be sent that it refuses are set aside with the
+    /// rule's name, never dropped. A lookup that fails keeps the rules held: the server
+    /// judges anyway.
+    func refreshRules() async {
+        if !rulesStale, let checked = rulesCheckedAt, configuration.now().timeIntervalSince(checked) < Self.rulesLookupInterval { return }
+        rulesCheckedAt = configuration.now()
+        rulesStale = false
+        do {
+            let kept = try store.meta("rules").flatMap { try? JSONCoding.decode(HeldRules.Stored.self, from: Data($0.utf8)) }
+            let answer = try await api.send("GET", "/v1/rules", headers: kept?.etag.map { ["If-None-Match": $0] } ?? [:])
+            guard answer.status == 200, answer.json != nil else { return }
+            if let space = configuration.spaceID {
+                let spaces = try await api.send("GET", "/v1/spaces")
+                let items = spaces.json?.objectValue?["items"]?.arrayValue ?? []
+                if let role = items.first(where: { $0.objectValue?["space_id"]?.stringValue == space })?.objectValue?["role"]?.stringValue {
+                    try store.setMeta("role", role)
+                }
+            }
+            let stored = HeldRules.Stored(document: String(decoding: answer.body, as: UTF8.self), etag: answer.header("ETag"))
+            try store.setMeta("rules", String(decoding: try JSONCoding.encode(stored), as: UTF8.self))
+            rulesHeld = nil
+            let held = try heldRules()
+            let aside = try store.setAsideRefused { op in held.screen(op).map { HeldRules.reason($0.rule) } }
+            for (opID, reason) in aside { eventSink.yield(.setAside(opID: opID, reason: reason)) }
+            if !aside.isEmpty { notifyAll() }
+        } catch {
+            return
+        }
+    }
+
+    /// How often the rules are looked up when no answer named a newer version (seconds).
+    static let rulesLookupInterval: TimeInterval = 60
+
+    /// An answer named a rules version: newer than the one held, the next pass looks them up.
+    func noteRulesVersion(_ version: Int64?) {
+        guard let version, version > ((try? heldRules())?.version ?? 0) else { return }
+        rulesStale = true
     }
 
     /// Sets aside what the server refused in `batch` (op `index`, or all of it when nil)
@@ -280,6 +327,7 @@ extension SyncClient {
             }
             switch job.status {
             case .succeeded:
+                if job.results.contains(where: { $0.reason == RejectReason.rule }) { noteRulesVersion(job.rulesVersion) }
                 try jobSucceeded(jobID, checkpoint: Int64(job.checkpoint ?? "0") ?? 0, results: job.results)
             case .dead, .discarded:
                 let opIDs = try store.jobDead(jobID, reason: "job \(job.status.rawValue): \(job.lastError ?? "no error recorded")")
@@ -297,7 +345,14 @@ extension SyncClient {
     /// the pull that shows them.
     func jobSucceeded(_ jobID: String, checkpoint: Int64, results: [OpResult]) throws {
         reachedCursor = max(reachedCursor, checkpoint)
-        let events = try store.jobSucceeded(jobID, checkpoint: checkpoint, results: results)
+        // An op the rules refused is set aside with the rule's name.
+        let named = results.map { result -> OpResult in
+            guard result.reason == RejectReason.rule, let rule = result.rule else { return result }
+            var named = result
+            named.reason = HeldRules.reason(rule)
+            return named
+        }
+        let events = try store.jobSucceeded(jobID, checkpoint: checkpoint, results: named)
         // In the same turn as the outbox changed: no status shows the ops confirmed
         // without the sync that confirmed them.
         lastSyncAt = configuration.now()

@@ -51,6 +51,11 @@ public actor SyncClient {
     /// Outcomes of this device's jobs heard on the stream, until the jobs are settled (the
     /// stream may tell before the push's 202 is stored).
     var heardJobs: [String: HeardJob] = [:]
+    /// The app's rules as held (nil: not read yet), when they were last looked up, and
+    /// whether an answer named a newer version since.
+    var rulesHeld: HeldRules?
+    var rulesCheckedAt: Date?
+    var rulesStale = false
     /// What the next pass does and how long the loop waits after it.
     var schedule: SyncSchedule
     /// The furthest the server has shown this space to be (a succeeded job's checkpoint, a
@@ -156,18 +161,37 @@ public actor SyncClient {
         try write(Op(opID: Self.newID(), type: .fork, collection: collection, id: id, publicID: publicID))
     }
 
+    /// Asks the app's backend (the collection's hook) to run `name` with `args` on the
+    /// record. `guess` shows at once, as a patch would, until the backend's answer is pulled;
+    /// a refusal comes as a `rejected` event (`hook:<reason>`).
+    @discardableResult
+    public func call(_ collection: String, id: String, name: String, args: JSONValue = .null, guess: [String: JSONValue]? = nil) throws -> String {
+        try write(Op(opID: Self.newID(), type: .call, collection: collection, id: id, name: name, args: args), guess: guess)
+    }
+
+    /// The app's rules as this device holds them, read from the store once and again after
+    /// a lookup kept a new version.
+    func heldRules() throws -> HeldRules {
+        if let held = rulesHeld { return held }
+        let held = try HeldRules.read(store, space: configuration.spaceID)
+        rulesHeld = held
+        return held
+    }
+
     /// Durable in the outbox and applied locally when this returns; returns the op_id.
     /// A space that is gone takes no more writes. An op the server would refuse is refused
     /// here (`ClientError.invalidOp`), before it is stored: it never reaches the outbox,
     /// so it can never hold up the ops around it.
-    func write(_ op: Op) throws -> String {
+    func write(_ op: Op, guess: [String: JSONValue]? = nil) throws -> String {
         if store.spaceGone { throw ClientError.spaceGone }
         do {
             try PushValidation.check(op)
+            if let guess { try PushValidation.check(Op(opID: op.opID, type: .patch, collection: op.collection, id: op.id, data: guess)) }
         } catch {
             throw ClientError.invalidOp(detail: error.detail)
         }
-        let stored = try store.enqueue(op, device: try node(), now: configuration.now())
+        if let refusal = try heldRules().screen(op) { throw ClientError.refusedByRule(rule: refusal.rule, detail: refusal.detail) }
+        let stored = try store.enqueue(op, guess: guess, device: try node(), now: configuration.now())
         notify([RecordKey(collection: stored.collection, id: stored.id)])
         wake()
         return stored.opID
