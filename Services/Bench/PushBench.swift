@@ -239,7 +239,7 @@ extension PushBench {
         _ connection: RawHTTPConnection, _ token: String, _ device: String, user: String, ops: Int, sequence: Int, space: String? = nil,
         asCalls: Bool = false
     ) throws -> Sample {
-        let list = (0..<ops).map { index in
+        let list = (0..<ops).map { index -> String in
             let record = #"{"title":"item \#(index)","done":false,"n":\#(index)}"#
             let op = asCalls ? #""type":"call","name":"save","args":\#(record)"# : #""type":"upsert","data":\#(record)"#
             return #"{"op_id":"\#(UUID().uuidString.lowercased())",\#(op),"collection":"bench","id":"p\#(sequence)-\#(index)"}"#
