@@ -253,6 +253,55 @@ struct WebClientTests {
         }
     }
 
+    /// The app's rules in the browser (on a database of the test's own: the rules are the
+    /// deployment's): a write they refuse is refused at the call with the rule's name, and
+    /// an op written while the rules changed is set aside by the page that opens next,
+    /// before it is sent.
+    @Test func theAppsRulesAreRefusedAtTheCallAndAWaitingOpTheyRefuseIsSetAside() async throws {
+        try await OwnDatabase.with { database in
+            try await Self.withPage(environment: database.environment) { page in
+                let (stack, browser, user, token) = (page.stack, page.browser, page.user, page.token)
+                try await HookTests.applyRules(stack.client, ClientRulesTests.rules(titleRequired: false))
+                let name = "rules-\(UUID().uuidString.prefix(8))"
+                let open = """
+                    syncline.createClient({gatewayURL: \(Browser.quoted(stack.client.base)), databaseName: '\(name)',
+                      tokenProvider: async () => \(Browser.quoted(token)), pollInterval: null})
+                    """
+                let first = try browser.evaluate("""
+                    (async () => {
+                      const client = await \(open);
+                      await client.upsert('recipes', 'r0', {title: 'Soup'});
+                      await client.sync(30);
+                      let refused = null;
+                      try { await client.upsert('recipes', 'r1', {title: 'x'.repeat(41)}); }
+                      catch (error) { refused = [error instanceof syncline.InvalidOpError, error.rule, error.field]; }
+                      window.untitled = await client.upsert('recipes', 'r2', {minutes: 5});
+                      await client.upsert('recipes', 'r3', {title: 'Pie'});
+                      const r1 = await client.record('recipes', 'r1');
+                      await client.stop();
+                      client.close();
+                      return syncline.canonicalJSON({refused, r1});
+                    })()
+                    """) as? String
+                #expect(first == #"{"r1":null,"refused":[true,"recipes.schema","data"]}"#)
+                try await HookTests.applyRules(stack.client, ClientRulesTests.rules(titleRequired: true))
+                let second = try browser.evaluate("""
+                    (async () => {
+                      const client = await \(open);
+                      const events = [];
+                      client.events.addEventListener('setAside', (event) => events.push(event.detail.reason));
+                      await client.sync(30);
+                      const aside = await client.setAside();
+                      return syncline.canonicalJSON({aside: aside.map((op) => [op.opID === window.untitled, op.reason]), events,
+                        shown: (await client.record('recipes', 'r2')).setAsideReason});
+                    })()
+                    """) as? String
+                #expect(second == #"{"aside":[[true,"rule:recipes.schema"]],"events":["rule:recipes.schema"],"shown":"rule:recipes.schema"}"#)
+                #expect(Set(try await ClientTests.server(stack, user, "recipes").keys) == ["r0", "r3"], "the refused op never reached the server")
+            }
+        }
+    }
+
     /// A file reference the server refuses: no space holds a file of this hash.
     static let absentFile = #"{sha256: '\#(String(repeating: "0f", count: 32))', size: 5, content_type: 'image/png'}"#
 
