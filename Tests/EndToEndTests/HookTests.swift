@@ -123,7 +123,7 @@ struct HookTests {
         }
     }
 
-    @Test func aFailingOrSlowHookRetriesThenDeadLettersAndAReplayAppliesOnce() async throws {
+    @Test func aFailingSlowOrDownHookRetriesThenDeadLettersAndAReplayAppliesOnce() async throws {
         let mode = NIOLockedValueBox(Mode.fail(status: 500))
         let backend = try Self.backend(mode)
         defer { backend.close() }
@@ -155,11 +155,27 @@ struct HookTests {
                     #expect(replayed["status"] as? String == "succeeded")
                     #expect((replayed["results"] as? [[String: Any]])?.first?["status"] as? String == "applied")
                 }
+                // A hook that is down (nothing listens at its address): the same, until it is back.
+                let closed = try WebhookReceiver { _, _ in (200, 0, []) }
+                let downPort = closed.port
+                closed.close()
+                try await Self.applyRules(api, Self.rules(hookPort: downPort, timeout: "1s"))
+                let pushed = try await RulesTests.push(api, owner, space, [Self.call("reserve", args: ["qty": 3])])
+                let downJob = try #require(pushed.json["job_id"] as? String)
+                let dead = try await api.awaitJob(owner.token, downJob, within: 30)
+                // Refused connections are retried by the HTTP client until the deadline: either may end an attempt.
+                let said = dead["last_error"] as? String ?? ""
+                #expect(dead["status"] as? String == "dead" && (said.contains("could not be reached") || said.contains("did not answer")), "\(dead)")
+                mode.withLockedValue { $0 = .answer }
+                try await Self.applyRules(api, Self.rules(hookPort: backend.port, timeout: "1s"))
+                #expect(try await api.request("POST", "/v1/admin/dead-letters/\(downJob)/replay", token: admin).status == 202)
+                let back = try await api.awaitJob(owner.token, downJob, within: 15)
+                #expect((back["results"] as? [[String: Any]])?.first?["status"] as? String == "applied")
                 // Each call's two ops applied once: the call and its ops remembered, nothing twice.
                 let pool = PGPool(url: database.url, size: 1, logger: E2E.logger)
                 let remembered = try await pool.value("SELECT count(*) FROM op_ids WHERE space_id = \(space)::uuid")
                 await pool.shutdown()
-                #expect(remembered == 6)
+                #expect(remembered == 9)
             }
         }
     }

@@ -165,7 +165,8 @@ final class ServiceProcess: @unchecked Sendable {
             }
             if ready { return process }
             let output = (try? String(contentsOfFile: process.logPath, encoding: .utf8)) ?? ""
-            guard fixed == nil, attempt < 3, output.contains("Address already in use") else {
+            // The service says so itself ("port N is already in use"); an older build let the bind's error through.
+            guard fixed == nil, attempt < 3, output.contains("is already in use") || output.contains("Address already in use") else {
                 let said = output.split(separator: "\n").first { $0.contains("Fatal error") } ?? ""
                 throw StackError(description: "\(executable) exited before it was ready: \(said) … \(process.logTail())")
             }
