@@ -302,6 +302,40 @@ struct WebClientTests {
         }
     }
 
+    /// A call from the browser: its guess shows at once and is never sent; the backend's
+    /// answer replaces it once the job's changes are pulled.
+    @Test func aCallsGuessShowsUntilTheBackendsAnswerReplacesIt() async throws {
+        let backend = try WebhookReceiver { _, body in
+            let request = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any] ?? [:]
+            let calls = (request["calls"] as? [[String: Any]] ?? []).map { call -> [String: Any] in
+                ["op_id": call["op_id"] ?? "", "ops": [["type": "patch", "collection": "items", "id": call["id"] ?? "", "data": ["reserved": 2, "by": "backend"]]]]
+            }
+            return (200, 0.3, Array(try! JSONSerialization.data(withJSONObject: ["calls": calls])))
+        }
+        defer { backend.close() }
+        try await OwnDatabase.with { database in
+            try await Self.withPage(environment: database.environment.merging(["ALLOW_PRIVATE_WEBHOOKS": "true"]) { $1 }) { page in
+                try await HookTests.applyRules(page.stack.client, ClientRulesTests.rules(titleRequired: false, hookPort: backend.port))
+                let result = try page.browser.evaluate("""
+                    (async () => {
+                      const client = await syncline.createClient({gatewayURL: \(Browser.quoted(page.stack.client.base)),
+                        databaseName: 'calls-\(UUID().uuidString.prefix(8))', tokenProvider: async () => \(Browser.quoted(page.token)), pollInterval: null});
+                      await client.upsert('items', 'rope', {name: 'Rope'});
+                      await client.call('items', 'rope', 'reserve', {qty: 2}, {guess: {reserved: 2, by: 'guess'}});
+                      const guessed = (await client.record('items', 'rope')).data;
+                      await client.sync(30);
+                      const answered = (await client.record('items', 'rope')).data;
+                      return syncline.canonicalJSON({guessed, answered, status: (await client.status()).pendingOps});
+                    })()
+                    """) as? String
+                #expect(result == #"{"answered":{"by":"backend","name":"Rope","reserved":2},"guessed":{"by":"guess","name":"Rope","reserved":2},"status":0}"#)
+                let request = try #require(backend.requests.first)
+                let sent = try JSONSerialization.jsonObject(with: Data(request.body)) as? [String: Any]
+                #expect((sent?["calls"] as? [[String: Any]])?.first?["args"] as? [String: Int] == ["qty": 2])
+            }
+        }
+    }
+
     /// A file reference the server refuses: no space holds a file of this hash.
     static let absentFile = #"{sha256: '\#(String(repeating: "0f", count: 32))', size: 5, content_type: 'image/png'}"#
 
