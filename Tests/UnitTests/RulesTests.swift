@@ -1,3 +1,4 @@
+import Foundation
 import Operations
 import SyncModels
 import Testing
@@ -138,6 +139,18 @@ struct RulesDocumentTests {
         let json = try RulesBook.read(#"{"collections": {"r": {"write": {"delete": ["owner"]}, "immutable": ["kind"]}}}"#, format: .json)
         let yaml = try RulesBook.read("collections:\n  r:\n    write:\n      delete: [owner]\n    immutable: [kind]\n", format: .yaml)
         #expect(json.document == yaml.document)
+    }
+
+    /// The worked examples of docs/RULES.md are documents the server takes as written.
+    @Test func theDocumentedExamplesCompile() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let page = try String(contentsOf: root.appendingPathComponent("docs/RULES.md"), encoding: .utf8)
+        let blocks = page.components(separatedBy: "```yaml\n").dropFirst().map { $0.components(separatedBy: "```")[0] }
+        #expect(blocks.count == 2, "the meal planner's and the sailing app's rules")
+        for block in blocks {
+            let rules = try RulesBook.read(block, format: .yaml)
+            #expect(rules.refusesAnything)
+        }
     }
 
     @Test func duplicateYamlKeysAreRefused() {
