@@ -174,14 +174,7 @@ struct WebhookDispatcher: Service {
     }
 
     private func post(_ delivery: WebhookDelivery, to hook: DeviceStore.Webhook, with client: HTTPClient) async throws -> Int {
-        let body = delivery.pokeBody
-        var request = HTTPClientRequest(url: hook.url)
-        request.method = .POST
-        request.headers.add(name: "Content-Type", value: "application/json")
-        request.headers.add(
-            name: "Syncline-Signature",
-            value: WebhookSignature.header(secret: hook.secret, timestamp: Int64(Date().timeIntervalSince1970), body: body))
-        request.body = .bytes(ByteBuffer(bytes: body))
+        let request = HTTPClientRequest.signedPost(to: hook.url, body: delivery.pokeBody, secret: hook.secret)
         let response = try await client.execute(request, timeout: .milliseconds(Int64(limits.timeout * 1000)))
         // The receiver's answer is not read, only drained (up to 64 KiB) so that its connection is kept.
         _ = try? await response.body.collect(upTo: 1 << 16)

@@ -32,6 +32,7 @@ func buildWorker(
     let announcer = EventAnnouncer(publisher: publisher, logger: logger)
     let hookClient = HookCaller.makeClient()
     let rulesStore = RulesStore(pool: pool)
+    // Not polled: every apply transaction reads the current version and hands a newer one to the cache.
     let rules = RulesCache(
         interval: configuration.rulesRefresh, logger: logger, version: rulesStore.currentVersion, load: rulesStore.current)
 
@@ -51,7 +52,6 @@ func buildWorker(
             // the last events, then the publisher and pool close.
             announcer,
             StatisticsWarmup(statistics: FirstStatistics(pool: pool), logger: logger),
-            rules,
             JobConsumer(
                 jobs: jobs, exhausted: exhausted, database: pool, store: ApplyStore(pool: pool), rules: rules,
                 hooks: HookCaller(client: hookClient, allowPrivate: configuration.allowPrivateWebhooks, logger: logger), deadLetters: DeadLetterStore(pool: pool),

@@ -73,13 +73,7 @@ struct HookCaller: Sendable {
         let (status, answer): (Int, ByteBuffer)
         do {
             (status, answer) = try await withDeadline(seconds: hook.timeout) { [client] in
-                var request = HTTPClientRequest(url: hook.url)
-                request.method = .POST
-                request.headers.add(name: "Content-Type", value: "application/json")
-                request.headers.add(
-                    name: "Syncline-Signature",
-                    value: WebhookSignature.header(secret: hook.secret, timestamp: Int64(Date().timeIntervalSince1970), body: body))
-                request.body = .bytes(ByteBuffer(bytes: body))
+                let request = HTTPClientRequest.signedPost(to: hook.url, body: body, secret: hook.secret)
                 let response = try await client.execute(request, timeout: .milliseconds(Int64(hook.timeout * 1000)))
                 return (Int(response.status.code), try await response.body.collect(upTo: Self.maxAnswerBytes))
             }

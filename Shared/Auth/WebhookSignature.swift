@@ -1,4 +1,7 @@
+import AsyncHTTPClient
 import Crypto
+import Foundation
+import NIOCore
 import SyncModels
 
 /// The signature on a webhook: `t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`.
@@ -21,5 +24,20 @@ public enum WebhookSignature {
 
     private static func mac(secret: String, timestamp: Int64, body: [UInt8]) -> HMAC<SHA256>.MAC {
         HMAC<SHA256>.authenticationCode(for: Array("\(timestamp).".utf8) + body, using: SymmetricKey(data: Array(secret.utf8)))
+    }
+}
+
+extension HTTPClientRequest {
+    /// A signed `POST` of a JSON `body` to `url`, as webhooks and hooks are sent:
+    /// `Syncline-Signature` over the body with `secret`, stamped now.
+    public static func signedPost(to url: String, body: [UInt8], secret: String) -> HTTPClientRequest {
+        var request = HTTPClientRequest(url: url)
+        request.method = .POST
+        request.headers.add(name: "Content-Type", value: "application/json")
+        request.headers.add(
+            name: "Syncline-Signature",
+            value: WebhookSignature.header(secret: secret, timestamp: Int64(Date().timeIntervalSince1970), body: body))
+        request.body = .bytes(ByteBuffer(bytes: body))
+        return request
     }
 }

@@ -81,7 +81,8 @@ public struct Configuration: Sendable {
     /// The identity provider's key set (`JWT_JWKS_URL`) and what its tokens must say.
     public var jwksURL: String?
     public var tokenPolicy: TokenPolicy
-    /// `RULES_REFRESH`: how often a gateway or worker looks for a new version of the rules.
+    /// `RULES_REFRESH`: how often a gateway looks for a new version of the rules (a worker
+    /// reads the version in every apply instead).
     public var rulesRefresh: Duration = .seconds(2)
 
     public struct Invalid: Error, CustomStringConvertible {

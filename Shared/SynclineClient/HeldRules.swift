@@ -10,8 +10,6 @@ struct HeldRules: Sendable {
     /// nil: not known yet (a shared space before the first lookup): only what no role decides is checked.
     let role: SpaceRole?
 
-    static let none = HeldRules(rules: nil, role: .owner)
-
     /// What the store keeps (meta `rules`): the document as the server answered it, and its ETag.
     struct Stored: Codable {
         let document: String

@@ -57,14 +57,20 @@ struct ClientRulesTests {
         }
     }
 
-    @Test func aCallShowsItsGuessUntilTheBackendsAnswerReplacesIt() async throws {
-        let backend = try WebhookReceiver { _, body in
+    /// The app's backend for calls: each call reserves two of its item, by the backend's word
+    /// (after 0.3 s, so that a guess shows meanwhile).
+    static func reservingBackend() throws -> WebhookReceiver {
+        try WebhookReceiver { _, body in
             let request = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any] ?? [:]
             let calls = (request["calls"] as? [[String: Any]] ?? []).map { call -> [String: Any] in
                 ["op_id": call["op_id"] ?? "", "ops": [["type": "patch", "collection": "items", "id": call["id"] ?? "", "data": ["reserved": 2, "by": "backend"]]]]
             }
             return (200, 0.3, Array(try! JSONSerialization.data(withJSONObject: ["calls": calls])))
         }
+    }
+
+    @Test func aCallShowsItsGuessUntilTheBackendsAnswerReplacesIt() async throws {
+        let backend = try Self.reservingBackend()
         defer { backend.close() }
         try await OwnDatabase.with { database in
             try await Stack.with(workers: 1, environment: database.environment.merging(["ALLOW_PRIVATE_WEBHOOKS": "true"]) { $1 }) { stack in

@@ -305,13 +305,7 @@ struct WebClientTests {
     /// A call from the browser: its guess shows at once and is never sent; the backend's
     /// answer replaces it once the job's changes are pulled.
     @Test func aCallsGuessShowsUntilTheBackendsAnswerReplacesIt() async throws {
-        let backend = try WebhookReceiver { _, body in
-            let request = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any] ?? [:]
-            let calls = (request["calls"] as? [[String: Any]] ?? []).map { call -> [String: Any] in
-                ["op_id": call["op_id"] ?? "", "ops": [["type": "patch", "collection": "items", "id": call["id"] ?? "", "data": ["reserved": 2, "by": "backend"]]]]
-            }
-            return (200, 0.3, Array(try! JSONSerialization.data(withJSONObject: ["calls": calls])))
-        }
+        let backend = try ClientRulesTests.reservingBackend()
         defer { backend.close() }
         try await OwnDatabase.with { database in
             try await Self.withPage(environment: database.environment.merging(["ALLOW_PRIVATE_WEBHOOKS": "true"]) { $1 }) { page in

@@ -162,7 +162,7 @@ public struct JobApplier {
             case .admitted(let copying):
                 copied = copying
             }
-            if judged, let judge, judge.rules.mustScreen([op]), let refusal = judge.rules.judge(
+            if judged, let judge, judge.rules.refusesAnything || op.type == .call, let refusal = judge.rules.judge(
                 op, record: records[key], role: judge.role, user: judge.user, copied: copied?.document) {
                 return OpResult(opID: op.opID, status: .rejected, reason: RejectReason.rule, rule: refusal.rule)
             }
