@@ -47,6 +47,9 @@ func buildFanout(
             logger: logger),
         devices: DeviceStore(pool: pool), deadLetters: DeadLetterStore(pool: pool), publisher: publisher,
         configuration: configuration, limits: settings.webhooks, logger: logger)
+    let feeds = FeedDelivery(
+        feeds: FeedStore(pool: pool), configuration: configuration, settings: settings.feeds, timeout: settings.webhooks.timeout,
+        logger: logger)
     let routes = StreamRoutes(
         auth: Authenticator(verifier: verifier, allowQueryToken: true), devices: DeviceStore(pool: pool),
         pulls: PullStore(pool: pool), spaces: SpaceStore(pool: pool), hub: hub, limiter: RateLimiter(settings.streamRateLimit))
@@ -67,7 +70,7 @@ func buildFanout(
         logger: logger)
     let closer = ResourceCloser { await publisher.shutdown() }
     return ServiceGroup(configuration: .init(
-        services: observability + [pool, closer, background, app, webhooks, hub], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        services: observability + [pool, closer, background, app, webhooks, feeds, hub], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
 }
 
 /// The HTTP routes: the stream (a WebSocket upgrade is decided before the router) and the

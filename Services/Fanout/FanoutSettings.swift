@@ -11,6 +11,8 @@ struct FanoutSettings: Sendable {
     var streamsPerUser: Int
     /// Webhook deliveries' deadline and places.
     var webhooks: WebhookLimits
+    /// How the record feeds are delivered.
+    var feeds: FeedSettings
 
     init(_ reader: EnvironmentReader) throws {
         http = try HTTPServerSettings(reader)
@@ -20,5 +22,6 @@ struct FanoutSettings: Sendable {
         webhooks = WebhookLimits(
             timeout: try reader.duration("WEBHOOK_TIMEOUT", "5s"), perUser: try reader.int("WEBHOOKS_PER_USER", 4),
             perHost: try reader.int("WEBHOOKS_PER_HOST", 8))
+        feeds = try FeedSettings(reader)
     }
 }

@@ -108,6 +108,9 @@ func gatewayRouter(
     if let filesOrigin = settings.publicFilesOrigin {
         router.add(middleware: PublicFilesOriginMiddleware(filesOrigin: filesOrigin))
     }
+    // The data API takes service tokens, never users' (and the other routes never service tokens).
+    let services = router.group().add(middleware: ServiceAuthenticationMiddleware(tokens: ServiceTokenStore(pool: parts.pool)))
+        .group(context: ServiceRequestContext.self)
     let signedIn = router.group().add(middleware: AuthenticationMiddleware(parts.auth)).group(context: SignedInRequestContext.self)
     let admins = signedIn.group().add(middleware: AdminOnlyMiddleware())
     let pool = parts.pool, publisher = parts.publisher
@@ -123,14 +126,14 @@ func gatewayRouter(
     OperationsRoutes(pool: pool, publisher: publisher, openAPIDocument: try resource("openapi", "yaml")).register(on: router)
     signedIn.addRoutes(
         DeviceRoutes(devices: DeviceStore(pool: pool), publisher: publisher, allowPrivateWebhooks: configuration.allowPrivateWebhooks).routes)
-    signedIn.addRoutes(SyncRoutes(
+    let sync = SyncRoutes(
         jobs: parts.jobs, pulls: PullStore(reads: parts.reads), spaces: spaces,
         intake: IntakeBatcher(
             jobs: parts.jobs, publisher: publisher, marks: parts.marks, slots: settings.intakeConcurrency,
             background: parts.background, logger: logger),
         maxClockSkewMilliseconds: Int64(settings.maxClockSkew * 1000), rules: parts.rules,
-        limiter: parts.pushLimiter, publicIDLimiter: RateLimiter(settings.publicIDRateLimit)
-    ).routes)
+        limiter: parts.pushLimiter, publicIDLimiter: RateLimiter(settings.publicIDRateLimit))
+    signedIn.addRoutes(sync.routes)
     signedIn.addRoutes(blobs.routes)
     signedIn.addRoutes(uploads.routes)
     signedIn.addRoutes(SpaceRoutes(
@@ -144,6 +147,9 @@ func gatewayRouter(
     signedIn.addRoutes(rules.routes)
     admins.addRoutes(admin.routes)
     admins.addRoutes(rules.adminRoutes)
+    admins.addRoutes(BackendAdminRoutes(access: BackendAccess(pool: pool, allowPrivate: configuration.allowPrivateWebhooks)).routes)
+    services.addRoutes(ServiceRoutes(
+        sync: sync, records: BackendRecordStore(reads: parts.reads), spaces: spaces, publisher: publisher).routes)
     methods.load(from: router)
     return router
 }

@@ -13,6 +13,8 @@ struct GatewayRequestContext: IdentifiedRequestContext, RemoteAddressRequestCont
     let channel: any Channel
     /// Set by `AuthenticationMiddleware` in front of the signed-in routes.
     var identity: Claims?
+    /// Set by `ServiceAuthenticationMiddleware` in front of the data API.
+    var service: ServicePrincipal?
 
     init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)

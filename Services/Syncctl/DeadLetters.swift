@@ -75,11 +75,16 @@ struct DeadLetters: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List dead letters, newest first.")
         @OptionGroup var filter: Filter
         @Option(help: "How many.") var limit = 50
+        @Option(help: "The queue: sync (jobs), notify (webhooks) or feed (record feeds).") var queue = "sync"
         @Flag(help: "Print JSON.") var json = false
+
+        func validate() throws {
+            guard ["sync", "notify", "feed"].contains(queue) else { throw ValidationError("--queue must be sync, notify or feed") }
+        }
 
         func run() async throws {
             let page = try await withOffice { office in
-                try await office.list(filter: filter.filter, limit: limit, cursor: nil)
+                try await office.list(queue: queue, filter: filter.filter, limit: limit, cursor: nil)
             }
             if json { return try printJSON(page) }
             print("JOB_ID                                USER                 SPACE                                 REASON            ATTEMPTS  OPS  DEAD_AT                   LAST_ERROR")

@@ -1,6 +1,7 @@
 import Auth
 import Hummingbird
 import Logging
+import SyncModels
 
 /// Bearer-token authentication (used by `AuthenticationMiddleware`). Every failure is the
 /// same 401 to the client; the reason goes to the log.
@@ -24,12 +25,21 @@ public struct Authenticator: Sendable {
         } else {
             throw APIError.unauthorized("A bearer token is required.")
         }
+        if token.hasPrefix(ServicePrincipal.tokenPrefix) {
+            throw APIError.forbidden("A service token is accepted only by the data API (/v1/service/…).")
+        }
+        let claims: Claims
         do {
-            return try await verifier.verify(token)
+            claims = try await verifier.verify(token)
         } catch {
             context.logger.debug("token refused", metadata: ["reason": "\(error)"])
             throw APIError.unauthorized("The token is invalid or expired.")
         }
+        // Ids of that form are the app's backend's: no user may speak as one.
+        guard !claims.sub.hasPrefix(ServicePrincipal.userPrefix) else {
+            throw APIError.forbidden("A user id may not start with \"\(ServicePrincipal.userPrefix)\".")
+        }
+        return claims
     }
 
 }

@@ -67,6 +67,8 @@ public struct DeadLetterOffice: Sendable {
             try await publisher.publish([SynclineTopology.webhookDeliveryMessage(body: Array(message.utf8), attempt: 0)])
             try await deadLetters.remove(id: id)
             return .replayed(jobID: id.description)
+        case .resumedFeed(let feedID):
+            return .replayed(jobID: feedID)
         case .replayed(let job, let traceID):
             do {
                 try await publisher.publish([SynclineTopology.jobMessage(job, traceID: traceID)])

@@ -159,6 +159,8 @@ extension ApplyStore {
     /// What a set of jobs reads before they are applied.
     struct StateReads {
         var spaces = Set<String>()
+        /// The services among the jobs' pushers (`ServicePrincipal.user`).
+        var services = Set<UserID>()
         var opIDs: [(space: String, opID: String)] = []
         var keys = Set<SpaceKey>()
     }
@@ -175,8 +177,8 @@ extension ApplyStore {
     /// What a set of jobs writes: the records (with the author's name and user of the job
     /// that last changed each), the op_ids to remember, each space's counter, each job's results.
     struct StateWrites {
-        /// A record written, with the author's name and user of the job that last changed it.
-        typealias Record = (record: StoredRecord, author: String?, user: UserID)
+        /// A record written, with the author's name, user and id of the job that last changed it.
+        typealias Record = (record: StoredRecord, author: String?, user: UserID, job: String)
 
         /// The version of the rules that judged the jobs (0: none).
         let rulesVersion: Int64
@@ -201,7 +203,7 @@ extension ApplyStore {
         mutating func add(_ outcome: JobApplier.Outcome, of job: LockedJob) throws {
             for (key, record) in outcome.changed {
                 let spaceKey = SpaceKey(space: job.space, key: key)
-                records[spaceKey] = (record, job.author, job.user)
+                records[spaceKey] = (record, job.author, job.user, job.id)
                 if record.state.fields.values.contains(where: \.mayHoldBlobReference) { mayReference.insert(spaceKey) }
             }
             counters[job.space] = outcome.counter
@@ -277,7 +279,14 @@ extension ApplyStore {
         if let row = try connection.execute("""
             SELECT m.spaces, m.users, m.roles, o.spaces, o.op_ids
             FROM (SELECT array_agg(space_id) AS spaces, array_agg(user_id) AS users, array_agg(role) AS roles
-                  FROM space_members WHERE space_id = ANY(\(Array(reads.spaces))::uuid[])) m,
+                  FROM (SELECT space_id, user_id, role FROM space_members WHERE space_id = ANY(\(Array(reads.spaces))::uuid[])
+                        UNION ALL
+                        -- A service writes where its token, not revoked nor read-only, reaches.
+                        SELECT s.space_id, \(ServicePrincipal.userPrefix) || t.token_id, \(SpaceRole.service)
+                        FROM service_tokens t CROSS JOIN unnest(\(Array(reads.spaces))::uuid[]) AS s(space_id)
+                        WHERE \(ServicePrincipal.userPrefix) || t.token_id = ANY(\(Array(reads.services)))
+                          AND t.revoked_at IS NULL AND NOT t.read_only
+                          AND (t.spaces IS NULL OR s.space_id = ANY(t.spaces))) m) m,
                  (SELECT array_agg(o.space_id) AS spaces, array_agg(o.op_id) AS op_ids
                   FROM op_ids o JOIN unnest(\(reads.opIDs.map(\.space))::uuid[], \(reads.opIDs.map(\.opID))::uuid[]) AS k(space_id, op_id)
                     USING (space_id, op_id)) o

@@ -216,6 +216,7 @@ public struct ApplyStore: Sendable {
             let jobSources = try forkSources(connection, space: job.space, ops: ops)
             sources[job.id] = jobSources
             reads.spaces.insert(job.space)
+            if job.user.text.hasPrefix(ServicePrincipal.userPrefix) { reads.services.insert(job.user) }
             var answered: [Op] = []
             for case .ops(let derived) in (hookVerdicts[job.id] ?? [:]).values { answered += derived }
             for op in ops + answered {

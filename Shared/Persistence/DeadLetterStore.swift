@@ -123,6 +123,8 @@ public struct DeadLetterStore: Sendable {
         case replayed(JobRef, traceID: String?)
         /// A webhook delivery: publish its message again (attempts reset), then `remove` it.
         case redeliver(id: DeadLetterID, message: String)
+        /// A record feed's stopped position delivers again from where it stopped.
+        case resumedFeed(feedID: String)
         case notFound
         /// The dead letter names no job that could run (not a job message, or an unknown job).
         case namesNoJob
@@ -140,6 +142,12 @@ public struct DeadLetterStore: Sendable {
                 // Kept until the caller has published it again (`remove`): never lost in between.
                 return .redeliver(id: id, message: payload)
             }
+            if queue == "feed" {
+                let letter = try JSONCoding.decode(FeedDeadLetter.self, from: payload)
+                try Self.resumeFeed(connection, letter, skipping: false)
+                try connection.execute("DELETE FROM dead_letters WHERE dead_letter_id = \(id)")
+                return .resumedFeed(feedID: letter.feedID)
+            }
             guard let jobID else { return .namesNoJob }
             let job = try connection.execute("""
                 UPDATE jobs SET status = \(JobStatus.queued), attempts = 0, published_at = NULL, finished_at = NULL, last_error = NULL
@@ -153,6 +161,17 @@ public struct DeadLetterStore: Sendable {
         }
     }
 
+    /// Starts a feed's stopped position again: from where it stopped, or (`skipping`, a
+    /// discard) past the changes of the batch that failed.
+    static func resumeFeed(_ connection: PGConnection, _ letter: FeedDeadLetter, skipping: Bool) throws {
+        guard let feed = FeedID(letter.feedID), let space = SpaceID(letter.spaceID) else { return }
+        try connection.execute("""
+            UPDATE feed_positions SET dead = false, attempts = 0, next_attempt_at = clock_timestamp(), leased_until = NULL,
+              last_error = NULL, version = CASE WHEN \(skipping) THEN greatest(version, \(letter.throughVersion)) ELSE version END
+            WHERE feed_id = \(feed) AND space_id = \(space)
+            """)
+    }
+
     /// Takes a dead letter off the list once it has been sent again.
     public func remove(id: DeadLetterID) async throws {
         try await pool.execute("DELETE FROM dead_letters WHERE dead_letter_id = \(id)")
@@ -162,8 +181,11 @@ public struct DeadLetterStore: Sendable {
     public func discard(id: DeadLetterID) async throws -> Bool {
         try await pool.transaction { connection in
             guard let letter = try connection.execute(
-                "DELETE FROM dead_letters WHERE dead_letter_id = \(id) RETURNING job_id"
+                "DELETE FROM dead_letters WHERE dead_letter_id = \(id) RETURNING job_id, queue, payload"
             ).first else { return false }
+            if try letter.decode(String.self, at: 1) == "feed" {
+                try Self.resumeFeed(connection, try JSONCoding.decode(FeedDeadLetter.self, from: try letter.decode(String.self, at: 2)), skipping: true)
+            }
             if let jobID = try letter.decode(UUID?.self, at: 0) {
                 try connection.execute("""
                     UPDATE jobs SET status = \(JobStatus.discarded), finished_at = clock_timestamp()

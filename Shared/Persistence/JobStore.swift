@@ -22,6 +22,10 @@ public struct JobStore: Sendable {
         public var spaceID: SpaceID?
         /// The app's rules, which screen the ops by the pusher's role in the space.
         public var rules: Rules
+        /// The app's backend pushes (`user` is its `ServicePrincipal.user`, `deviceID` its
+        /// token's id, `spaceID` set, its scope checked by the caller): no device, no
+        /// membership, the `service` role.
+        public var asService = false
 
         public init(user: UserID, deviceID: DeviceID, ops: [Op], idempotencyKey: String?, requestHash: String, traceID: String?, maxClockSkewMilliseconds: Int64, authorName: String? = nil, spaceID: SpaceID? = nil, rules: Rules = .none) {
             self.rules = rules
@@ -149,7 +153,13 @@ public struct JobStore: Sendable {
                 roles[Member(space: space, user: user)] = SpaceRole(rawValue: role)
             }
         }
+        let services = intakes.filter(\.asService).compactMap(\.spaceID)
+        let serviceSpaces = services.isEmpty ? [] : Set(try connection.execute(
+            "SELECT space_id FROM spaces WHERE space_id = ANY(\(services))").map { try $0.decode(SpaceID.self, at: 0) })
         let outcomes = intakes.map { (intake: Intake) -> IntakeOutcome? in
+            if intake.asService {
+                return intake.spaceID.map(serviceSpaces.contains) == true ? nil : .spaceNotFound
+            }
             switch devices[intake.deviceID] {
             case let device? where device.user == intake.user:
                 if !device.active { return .deviceRevoked }
@@ -163,7 +173,9 @@ public struct JobStore: Sendable {
             default: return nil
             }
         }
-        return (outcomes, intakes.map { intake in intake.spaceID.map { roles[Member(space: $0, user: intake.user)] } ?? .owner })
+        return (outcomes, intakes.map { intake in
+            intake.asService ? .service : intake.spaceID.map { roles[Member(space: $0, user: intake.user)] } ?? .owner
+        })
     }
 
     /// The pushes still undecided whose ops the app's rules refuse for the pusher's role:

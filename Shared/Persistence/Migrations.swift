@@ -517,6 +517,61 @@ public enum Migrations {
             ALTER TABLE records ADD COLUMN created_by text;
             ALTER TABLE jobs ADD COLUMN rules_version bigint;
             """),
+        Migration(version: 21, name: "the app's backend", sql: """
+            -- Tokens of the app's own servers: never members, never devices. Only a digest of
+            -- the token is kept; `spaces` NULL means every space.
+            CREATE TABLE service_tokens (
+              token_id    uuid PRIMARY KEY,
+              name        text NOT NULL,
+              token_hash  text NOT NULL UNIQUE,
+              spaces      uuid[],
+              read_only   boolean NOT NULL,
+              created_by  text NOT NULL,
+              created_at  timestamptz NOT NULL DEFAULT now(),
+              revoked_at  timestamptz
+            );
+            -- Who and which job last changed a record: what the record feed and exports say.
+            ALTER TABLE records ADD COLUMN changed_by text;
+            ALTER TABLE records ADD COLUMN changed_job uuid;
+            -- Record feeds: each endpoint's filter, and per space how far it was delivered.
+            CREATE TABLE feeds (
+              feed_id     uuid PRIMARY KEY,
+              url         text NOT NULL,
+              secret      text NOT NULL,
+              spaces      uuid[],
+              collections text[],
+              created_by  text NOT NULL,
+              created_at  timestamptz NOT NULL DEFAULT now()
+            );
+            CREATE TABLE feed_positions (
+              feed_id         uuid NOT NULL REFERENCES feeds ON DELETE CASCADE,
+              space_id        uuid NOT NULL REFERENCES spaces ON DELETE CASCADE,
+              version         bigint NOT NULL,      -- delivered up to and including
+              attempts        integer NOT NULL DEFAULT 0,
+              next_attempt_at timestamptz NOT NULL DEFAULT now(),
+              leased_until    timestamptz,
+              dead            boolean NOT NULL DEFAULT false,
+              last_error      text,
+              PRIMARY KEY (feed_id, space_id)
+            );
+            ALTER TABLE dead_letters DROP CONSTRAINT dead_letters_queue_check;
+            ALTER TABLE dead_letters ADD CONSTRAINT dead_letters_queue_check CHECK (queue IN ('sync', 'notify', 'feed'));
+            -- The deployment's generation: a new one after each restore from a backup. The
+            -- versions a restore lost are never handed out again: each space's counter jumps
+            -- past them, and a cursor inside a gap must pull from the start.
+            CREATE TABLE deployment (
+              singleton  boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+              generation bigint NOT NULL,
+              changed_at timestamptz NOT NULL DEFAULT now()
+            );
+            INSERT INTO deployment (generation) VALUES (1);
+            CREATE TABLE cursor_gaps (
+              space_id uuid NOT NULL REFERENCES spaces ON DELETE CASCADE,
+              after    bigint NOT NULL,   -- the counter when the restore was made
+              before   bigint NOT NULL,   -- where the counter went on from
+              PRIMARY KEY (space_id, after)
+            );
+            """),
     ]
 
     /// Applies every migration not yet applied. Safe to run from many processes at once.

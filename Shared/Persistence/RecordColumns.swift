@@ -154,6 +154,8 @@ extension ApplyStore {
                 WrittenColumn("forked_from", .copied, states.map { $0.fork?.publicID }),
                 WrittenColumn("fork_clock", .copied, states.map { $0.fork?.clock.description }),
                 WrittenColumn("created_by", .copied, records.map { $0.creator?.text }),
+                WrittenColumn("changed_by", .copied, rows.map(\.value.user.text)),
+                WrittenColumn("changed_job", .copied, rows.map(\.value.job), cast: "::uuid[]"),
                 WrittenColumn("author", .input, rows.map(\.value.author)),
                 WrittenColumn("author_user", .input, rows.map(\.value.user)),
                 WrittenColumn(

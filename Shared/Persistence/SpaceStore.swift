@@ -169,29 +169,7 @@ extension SpaceStore {
             guard let mine = try Self.lock(connection, space: id, user: user) else { return (.notFound, nil) }
             guard !mine.personal else { return (.forbidden, nil) }
             guard mine.role == .owner || (role == nil && member == user) else { return (.forbidden, nil) }
-            guard let target = try connection.execute(
-                "SELECT role FROM space_members WHERE space_id = \(id) AND user_id = \(member)").first
-            else { return (.notFound, nil) }
-            if try target.decode(String.self, at: 0) == SpaceRole.owner.rawValue && role != .owner {
-                let owners = try connection.execute(
-                    "SELECT count(*) FROM space_members WHERE space_id = \(id) AND role = \(SpaceRole.owner)"
-                ).first?.decode(Int64.self, at: 0) ?? 0
-                if owners <= 1 { return (.lastOwner, nil) }
-            }
-            // Batches being applied in the space commit first; the ones after read the change.
-            let version = try Self.lockCounters(connection, spaces: [id])[id]
-            if let role {
-                try connection.execute(
-                    "UPDATE space_members SET role = \(role) WHERE space_id = \(id) AND user_id = \(member)")
-            } else {
-                try connection.execute("DELETE FROM space_members WHERE space_id = \(id) AND user_id = \(member)")
-            }
-            // Only an owner may invite: a member who is no longer one loses their open invitations.
-            if role != .owner {
-                try connection.execute(
-                    "DELETE FROM space_invitations WHERE space_id = \(id) AND created_by = \(member) AND used_at IS NULL")
-            }
-            return (.done, version)
+            return try Self.setMember(connection, space: id, member: member, to: role, mayAdd: false)
         }
     }
 }
@@ -306,5 +284,40 @@ extension SpaceStore {
                 """)
             return revoked.affectedRows == 1 ? .done : .notFound
         }
+    }
+}
+
+extension SpaceStore {
+    /// Sets `member`'s role (adding them when `mayAdd`), or removes them (nil), in a space
+    /// whose row the caller locked. The last owner is kept. Takes the counter lock, so the
+    /// version answered divides the member's ops judged by the old role from the new.
+    static func setMember(
+        _ connection: PGConnection, space id: SpaceID, member: UserID, to role: SpaceRole?, mayAdd: Bool
+    ) throws -> (change: Change, version: Int64?) {
+        let target = try connection.execute(
+            "SELECT role FROM space_members WHERE space_id = \(id) AND user_id = \(member)").first
+        guard target != nil || (mayAdd && role != nil) else { return (.notFound, nil) }
+        if let target, try target.decode(String.self, at: 0) == SpaceRole.owner.rawValue && role != .owner {
+            let owners = try connection.execute(
+                "SELECT count(*) FROM space_members WHERE space_id = \(id) AND role = \(SpaceRole.owner)"
+            ).first?.decode(Int64.self, at: 0) ?? 0
+            if owners <= 1 { return (.lastOwner, nil) }
+        }
+        // Batches being applied in the space commit first; the ones after read the change.
+        let version = try Self.lockCounters(connection, spaces: [id])[id]
+        if let role {
+            try connection.execute("""
+                INSERT INTO space_members (space_id, user_id, role) VALUES (\(id), \(member), \(role))
+                ON CONFLICT (space_id, user_id) DO UPDATE SET role = EXCLUDED.role
+                """)
+        } else {
+            try connection.execute("DELETE FROM space_members WHERE space_id = \(id) AND user_id = \(member)")
+        }
+        // Only an owner may invite: a member who is no longer one loses their open invitations.
+        if role != .owner {
+            try connection.execute(
+                "DELETE FROM space_invitations WHERE space_id = \(id) AND created_by = \(member) AND used_at IS NULL")
+        }
+        return (.done, version)
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import NIOPosix
+import SyncModels
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -7,6 +8,17 @@ import Glibc
 /// Where webhooks may go: never to private, loopback or link-local addresses unless
 /// `ALLOW_PRIVATE_WEBHOOKS=true` (a device's push_url must not reach into our network).
 public enum WebhookAddresses {
+    /// Why `text` cannot be where webhooks (or a record feed) go, for the person who gave
+    /// it; nil when it can: an http(s) URL of at most 2,048 characters whose host is no
+    /// private literal (unless `allowPrivate`). Names are resolved again at each delivery.
+    public static func problem(with text: String, allowPrivate: Bool) -> String? {
+        guard text.unicodeScalars.count <= 2048, Names.isPlainText(text),
+              let url = URL(string: text), url.scheme == "https" || url.scheme == "http", let host = url.host, !host.isEmpty
+        else { return "must be an http(s) URL" }
+        if !allowPrivate, isPrivateLiteral(host: host) { return "must not point to a private or loopback address" }
+        return nil
+    }
+
     /// Literal addresses and `localhost`, checked at registration without a DNS lookup.
     public static func isPrivateLiteral(host: String) -> Bool {
         let host = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]")).lowercased()

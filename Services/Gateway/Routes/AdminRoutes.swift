@@ -47,7 +47,7 @@ struct AdminRoutes: Sendable {
     @Sendable func list(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         let query = request.uri.queryParameters
         let queue = query["queue"].map(String.init) ?? "sync"
-        guard queue == "sync" || queue == "notify" else { throw APIError.badRequest("queue must be sync or notify.") }
+        guard ["sync", "notify", "feed"].contains(queue) else { throw APIError.badRequest("queue must be sync, notify or feed.") }
         let limit = try request.integerParameter("limit", in: 1...500, default: 50)
         var cursor: PageCursor?
         if let text = query["cursor"].map(String.init) {

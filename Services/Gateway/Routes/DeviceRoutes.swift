@@ -62,11 +62,9 @@ struct DeviceRegistration {
         }
         var pushURL: String?
         if let raw = fields["push_url"], !raw.isNull {
-            guard let text = raw.stringValue, text.unicodeScalars.count <= 2048, Names.isPlainText(text), let url = URL(string: text),
-                  url.scheme == "https" || url.scheme == "http", url.host != nil
-            else { throw .unprocessable("push_url must be an http(s) URL.") }
-            if !allowPrivateWebhooks, let host = url.host, WebhookAddresses.isPrivateLiteral(host: host) {
-                throw .unprocessable("push_url must not point to a private or loopback address.")
+            guard let text = raw.stringValue else { throw .unprocessable("push_url must be an http(s) URL.") }
+            if let problem = WebhookAddresses.problem(with: text, allowPrivate: allowPrivateWebhooks) {
+                throw .unprocessable("push_url \(problem).")
             }
             pushURL = text
         }

@@ -40,7 +40,7 @@ struct SpaceRoutes: Sendable {
     }
 
     static func role(_ value: JSONValue?) throws -> SpaceRole {
-        guard let text = value?.stringValue, let role = SpaceRole(rawValue: text) else {
+        guard let text = value?.stringValue, let role = SpaceRole(rawValue: text), SpaceRole.memberRoles.contains(role) else {
             throw APIError.unprocessable("role must be owner, editor or viewer.")
         }
         return role

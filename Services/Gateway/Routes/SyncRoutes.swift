@@ -63,19 +63,23 @@ struct SyncRoutes: Sendable {
         // The device and the role in the space are checked by the intake, under the
         // user's clock lock.
         refuseNamingOpsBeyondBudget(&push.ops, user: context.user)
-        let key = request.headers[.idempotencyKey]
-        if let key, !(1...255).contains(key.utf8.count) || !key.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) {
-            throw APIError.badRequest("Idempotency-Key must be 1 to 255 visible ASCII characters.")
-        }
-        let traceID = Traces.traceparent() ?? TraceParent.random()
+        let key = try Self.idempotencyKey(request)
         // An id that is no UUID names no device: answered as the intake answers an unknown one.
         guard let device = DeviceID(push.deviceID) else { throw APIError.notFound("No such device.") }
         let rules = try await self.rules.rules()
         let outcome = try await intake.submit(JobStore.Intake(
             user: context.user, deviceID: device, ops: push.ops,
-            idempotencyKey: key, requestHash: Digests.sha256Hex(body), traceID: traceID,
+            idempotencyKey: key, requestHash: Digests.sha256Hex(body), traceID: Traces.traceparent() ?? TraceParent.random(),
             maxClockSkewMilliseconds: maxClockSkewMilliseconds, authorName: context.identity.name,
             spaceID: push.spaceID, rules: rules))
+        return try answer(outcome, rules: rules, space: push.spaceID) { "/v1/sync/jobs/\($0)" + ($1.map { "?space_id=\($0)" } ?? "") }
+    }
+
+    /// The answer to an intake's outcome: 202 with the job (`location` gives its status's
+    /// address from its id and space), or the problem that refused it.
+    func answer(
+        _ outcome: JobStore.IntakeOutcome, rules: Rules, space: SpaceID?, location: (String, SpaceID?) -> String
+    ) throws -> Response {
         switch outcome {
         case .keyReused:
             throw APIError.unprocessable("This Idempotency-Key was used with a different body.")
@@ -98,17 +102,24 @@ struct SyncRoutes: Sendable {
         case .ruleRefused(let op, let refusal):
             throw APIError.ruleRefused(refusal, op: op, version: rules.version)
         case .existing(let jobID, let status, let ops):
-            return try accepted(PushAccepted(jobID: jobID, status: status, ops: ops), space: push.spaceID)
+            return try accepted(PushAccepted(jobID: jobID, status: status, ops: ops), location: location(jobID, space))
         case .created(let job, let ops):
             pushes.increment()
             pushedOps.increment(by: ops)
-            return try accepted(PushAccepted(jobID: job.job.description, status: .queued, ops: ops), space: job.space)
+            return try accepted(
+                PushAccepted(jobID: job.job.description, status: .queued, ops: ops), location: location(job.job.description, job.space))
         }
+    }
+
+    /// The Idempotency-Key header: 1 to 255 visible ASCII characters, or none.
+    static func idempotencyKey(_ request: Request) throws -> String? {
+        let key = try Self.idempotencyKey(request)
+        return key
     }
 
     /// Takes a token of the user's public-id budget for each publish and fork op, in
     /// order; the ops it has no token for are rejected as `rate_limited`.
-    private func refuseNamingOpsBeyondBudget(_ ops: inout [Op], user: UserID) {
+    func refuseNamingOpsBeyondBudget(_ ops: inout [Op], user: UserID) {
         let naming = ops.indices.filter { ops[$0].type == .publish || ops[$0].type == .fork }
         guard !naming.isEmpty else { return }
         let allowed = publicIDLimiter.take(user.text, upTo: naming.count)
@@ -118,11 +129,11 @@ struct SyncRoutes: Sendable {
             .increment(by: naming.count - allowed)
     }
 
-    /// 202 with the job, and its status's address; with the space when it is known, so
-    /// that the status is read from that space alone.
-    private func accepted(_ body: PushAccepted, space: SpaceID?) throws -> Response {
+    /// 202 with the job, and its status's address (with the space when it is known, so
+    /// that the status is read from that space alone).
+    private func accepted(_ body: PushAccepted, location: String) throws -> Response {
         var headers = HTTPFields()
-        headers[.location] = "/v1/sync/jobs/\(body.jobID)" + (space.map { "?space_id=\($0)" } ?? "")
+        headers[.location] = location
         return try jsonResponse(body, status: .accepted, headers: headers)
     }
 

@@ -1,11 +1,23 @@
 // Spaces as their members see them (`/v1/spaces…`, `/v1/invitations…`).
 
-/// A member's role in a space.
+/// A member's role in a space; `service` is the app's backend writing with a service
+/// token, which is never a member (no request can give it to anyone).
 public enum SpaceRole: String, Sendable, Codable, CaseIterable {
-    case owner, editor, viewer
+    case owner, editor, viewer, service
 
     /// Whether the role may push.
     public var canWrite: Bool { self != .viewer }
+
+    /// The roles a member can hold.
+    public static let memberRoles: [SpaceRole] = [.owner, .editor, .viewer]
+
+    public init(from decoder: any Decoder) throws {
+        let text = try decoder.singleValueContainer().decode(String.self)
+        guard let role = SpaceRole(rawValue: text), role != .service else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "a role is owner, editor or viewer"))
+        }
+        self = role
+    }
 }
 
 /// A space as its member sees it.

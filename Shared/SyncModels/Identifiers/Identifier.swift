@@ -53,3 +53,11 @@ public enum DeadLetterKind {}
 /// A dead letter's id (`dead_letter_id`): its job's id, or one derived from the message
 /// that named no job.
 public typealias DeadLetterID = Identifier<DeadLetterKind>
+
+public enum ServiceTokenKind {}
+/// A service token's id (`token_id`): the app's backend speaking through one token.
+public typealias ServiceTokenID = Identifier<ServiceTokenKind>
+
+public enum FeedKind {}
+/// A record feed's id (`feed_id`).
+public typealias FeedID = Identifier<FeedKind>

@@ -19,7 +19,9 @@ public enum ValidationFailure: Error, Equatable, Sendable {
 public enum PushValidation {
     /// Parses and validates a push body. Ops keep the client's `hlc` (possibly nil);
     /// the gateway stamps the rest.
-    public static func parse(_ body: Data) throws(ValidationFailure) -> PushRequest {
+    /// `byService`: the data API's push, which names neither a device nor a space (the
+    /// path names the space); the request's `deviceID` is then empty.
+    public static func parse(_ body: Data, byService: Bool = false) throws(ValidationFailure) -> PushRequest {
         let root: JSONValue
         do {
             root = try JSONParser.parse(body)
@@ -27,8 +29,16 @@ public enum PushValidation {
             throw .notJSON("The request body is not valid JSON.")
         }
         guard let object = root.objectValue else { throw .invalid("The body must be a JSON object.") }
-        guard let deviceID = object["device_id"]?.stringValue, !deviceID.isEmpty else {
-            throw .invalid("device_id must be a non-empty string.", pointer: "/device_id")
+        var deviceID = ""
+        if byService {
+            for name in ["device_id", "space_id"] where object[name] != nil {
+                throw .invalid("The data API's push names no \(name): the path names the space.", pointer: "/\(name)")
+            }
+        } else {
+            guard let id = object["device_id"]?.stringValue, !id.isEmpty else {
+                throw .invalid("device_id must be a non-empty string.", pointer: "/device_id")
+            }
+            deviceID = id
         }
         guard case .array(let rawOps)? = object["ops"] else { throw .invalid("ops must be an array.", pointer: "/ops") }
         guard (1...Limits.maxOpsPerPush).contains(rawOps.count) else {

@@ -145,7 +145,7 @@ extension Rules.CollectionRules {
 extension RoleSet {
     /// "owner or author", for people.
     var names: String {
-        let names = [(RoleSet.owner, "owner"), (.editor, "editor"), (.author, "the record's author")].filter { contains($0.0) }.map(\.1)
+        let names = [(RoleSet.owner, "owner"), (.editor, "editor"), (.author, "the record's author"), (.service, "the app's backend")].filter { contains($0.0) }.map(\.1)
         return names.isEmpty ? "no one" : names.joined(separator: " or ")
     }
 }

@@ -160,12 +160,15 @@ public struct RoleSet: OptionSet, Sendable, Hashable {
     public static let owner = RoleSet(rawValue: 1)
     public static let editor = RoleSet(rawValue: 2)
     public static let author = RoleSet(rawValue: 4)
+    /// The app's backend (a service token). A right that does not name it lets it write
+    /// as an owner may.
+    public static let service = RoleSet(rawValue: 8)
     /// Who may write when no rule says otherwise.
     public static let writers: RoleSet = [.owner, .editor]
 
     static func compile(_ value: JSONValue, at path: String) throws(RulesError) -> RoleSet {
         guard let names = value.arrayValue else {
-            throw RulesError(path: path, "a write rule is an array of roles (owner, editor, author)")
+            throw RulesError(path: path, "a write rule is an array of roles (owner, editor, author, service)")
         }
         var roles = RoleSet()
         for (index, name) in names.enumerated() {
@@ -173,10 +176,11 @@ public struct RoleSet: OptionSet, Sendable, Hashable {
             case "owner": roles.insert(.owner)
             case "editor": roles.insert(.editor)
             case "author": roles.insert(.author)
+            case "service": roles.insert(.service)
             case "viewer":
                 throw RulesError(path: "\(path)/\(index)", "a viewer never writes: rules only narrow what roles allow")
             default:
-                throw RulesError(path: "\(path)/\(index)", "a role must be owner, editor or author")
+                throw RulesError(path: "\(path)/\(index)", "a role must be owner, editor, author or service")
             }
         }
         return roles
@@ -188,6 +192,7 @@ public struct RoleSet: OptionSet, Sendable, Hashable {
         switch role {
         case .viewer: return .refused
         case .owner where contains(.owner), .editor where contains(.editor): return .allowed
+        case .service where contains(.service) || contains(.owner): return .allowed
         default:
             guard contains(.author) else { return .refused }
             switch isAuthor {
