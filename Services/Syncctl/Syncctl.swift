@@ -18,6 +18,7 @@ struct Syncctl: AsyncParsableCommand {
         abstract: "Operate a Syncline deployment.",
         subcommands: [
             Migrate.self, Token.self, Jobs.self, DeadLetters.self, Queues.self, Users.self, Topology.self, Blobs.self, RulesCommand.self,
+            ServiceTokens.self, Feeds.self, Export.self, Import.self, Restored.self,
         ])
 }
 

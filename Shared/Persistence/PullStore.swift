@@ -46,7 +46,9 @@ public struct PullStore: Sendable {
         user: UserID, space: String?, since: Int64, limit: Int, collections: [String]?, minCursor: Int64? = nil
     ) async throws -> Outcome {
         try await reads.read(acceptable: { outcome in
-            guard let minCursor, case .page(let page) = outcome, !page.hasMore else { return true }
+            // A replica behind the cursor would send the device to the start: the primary decides.
+            guard case .page(let page) = outcome else { return false }
+            guard let minCursor, !page.hasMore else { return true }
             return (Int64(page.cursor) ?? 0) >= minCursor
         }) { pool in
             try await pull(pool, user: user, space: space, since: since, limit: limit, collections: collections)
@@ -60,10 +62,11 @@ public struct PullStore: Sendable {
         // record of a page cut short by the limit or the budget knows more follows. The
         // window runs over at most `limit + 1` rows, in the order the index gives them.
         let rows = try await pool.execute("""
-            SELECT u.counter, u.horizon, r.next, r.collection, r.record_id, r.version, r.deleted, r.data,
+            SELECT u.counter, u.horizon, u.lost, r.next, r.collection, r.record_id, r.version, r.deleted, r.data,
                    r.updated_at, r.updated_by, r.write_clock, r.other_clock, r.visibility, r.public_id, r.can_fork, r.published_at, r.forked_from
             FROM (SELECT coalesce(\(space)::uuid, (SELECT space_id FROM spaces WHERE personal_of = \(user))) AS id) s
-            CROSS JOIN LATERAL (SELECT coalesce(max(counter), 0) AS counter, coalesce(max(purge_horizon), 0) AS horizon
+            CROSS JOIN LATERAL (SELECT coalesce(max(counter), 0) AS counter, coalesce(max(purge_horizon), 0) AS horizon,
+                  EXISTS (SELECT 1 FROM cursor_gaps g WHERE g.space_id = s.id AND \(since) > g.after AND \(since) < g.before) AS lost
                   FROM space_counters WHERE space_id = s.id) u
             LEFT JOIN LATERAL (
               SELECT * FROM (
@@ -85,8 +88,10 @@ public struct PullStore: Sendable {
             ) r ON true
             """)
         guard let first = rows.first else { throw UnexpectedAnswer("the pull returned no row") }
-        let (counter, horizon) = try first.decode((Int64, Int64).self)
-        if since > 0 && since < horizon { return .resyncRequired }
+        let (counter, horizon, lost) = try first.decode((Int64, Int64, Bool).self)
+        // Older than what purge kept, lost by a restore from a backup, or ahead of anything
+        // this space holds (its data was restored to an earlier point): pull from the start.
+        if (since > 0 && since < horizon) || lost || since > counter { return .resyncRequired }
         let records = first.isNull(at: Self.record + 2) ? rows.prefix(0) : rows.prefix(limit)
         // The answer's size, known before writing it: the data as stored and what a record's
         // other fields take at most, usually (so a page of large records is one allocation).
@@ -96,13 +101,13 @@ public struct PullStore: Sendable {
         for row in records { try page.append(row, from: Self.record) }
         // More follows when the limit or the budget cut the page short.
         let last = records.last
-        let hasMore = last.map { rows.count > limit || !$0.isNull(at: 2) } ?? false
+        let hasMore = last.map { rows.count > limit || !$0.isNull(at: 3) } ?? false
         let cursor = hasMore ? try last?.decode(Int64.self, at: Self.record + 2) ?? since : max(since, counter)
         return .page(page.finish(cursor: String(cursor), hasMore: hasMore))
     }
 
     /// The column a page's record starts at.
-    private static let record = 3
+    private static let record = 4
 
     /// Where a stream starts: the cursor of each space it covers.
     public struct StreamStart: Sendable, Equatable {
