@@ -48,6 +48,17 @@ public struct SpaceImport: Sendable {
     /// bytes are, one per hash.
     public func run(files: URL?, next: () throws -> String?) async throws -> Imported {
         var imported = Imported()
+        do {
+            return try await load(files: files, next: next, into: &imported)
+        } catch {
+            // Nothing of a refused or failed import stays: its spaces go with all they hold.
+            let created = imported.spaces.values.compactMap(SpaceID.init)
+            try? await pool.transaction { connection in try SpaceStore.erase(connection, spaces: created) }
+            throw error
+        }
+    }
+
+    private func load(files: URL?, next: () throws -> String?, into imported: inout Imported) async throws -> Imported {
         var current: Current?
         var number = 0
         var ended = false

@@ -38,7 +38,7 @@ public struct SpaceStore: Sendable {
     /// Their counter rows are locked first, in space order, as a worker applying a job
     /// locks them: a job being applied commits before the deletion reads, so its records
     /// are erased here; a job applied after it finds no members and writes nothing.
-    static func erase(_ connection: PGConnection, spaces ids: [SpaceID]) throws {
+    public static func erase(_ connection: PGConnection, spaces ids: [SpaceID]) throws {
         guard !ids.isEmpty else { return }
         _ = try lockCounters(connection, spaces: ids)
         try connection.execute("DELETE FROM forks WHERE source_space_id = ANY(\(ids))")

@@ -113,7 +113,10 @@ struct SyncRoutes: Sendable {
 
     /// The Idempotency-Key header: 1 to 255 visible ASCII characters, or none.
     static func idempotencyKey(_ request: Request) throws -> String? {
-        let key = try Self.idempotencyKey(request)
+        let key = request.headers[.idempotencyKey]
+        if let key, !(1...255).contains(key.utf8.count) || !key.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) {
+            throw APIError.badRequest("Idempotency-Key must be 1 to 255 visible ASCII characters.")
+        }
         return key
     }
 
