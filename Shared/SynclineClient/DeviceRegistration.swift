@@ -32,6 +32,12 @@ actor DeviceRegistration {
         return task
     }
 
+    /// The server no longer knows `id` (its database was restored from a backup made
+    /// before the device registered): the next client to need an id registers again.
+    func forget(_ id: String) {
+        if deviceID == id { deviceID = nil }
+    }
+
     /// A client whose own store already holds the id (a registration from before it was
     /// shared) makes it the device's.
     func adopt(_ id: String) {

@@ -182,6 +182,12 @@ extension SyncClient {
         return device
     }
 
+    /// Drops the device id the server does not know, so that the next pass registers anew.
+    func forgetDevice(_ device: String) async throws {
+        await registration.forget(device)
+        if try store.meta("device_id") == device { try store.setMeta("device_id", nil) }
+    }
+
     /// Sends batches until the outbox holds none, setting aside what the server refuses.
     func pushAll(device: String) async throws {
         while let batch = try store.nextBatch(
@@ -221,9 +227,13 @@ extension SyncClient {
             case 403 where configuration.spaceID != nil:
                 // A viewer's edits: the server will not take them while the role lasts.
                 try setAside(batch, index: nil, reason: answer.detail)
-            case 404 where configuration.spaceID != nil:
-                // The space may be gone: the pull tells (a 404 there drops it).
-                try await pullAll()
+            case 404:
+                // The space may be gone: the pull tells (a 404 there drops it). A space still
+                // there (or none named) means the server does not know this device — its
+                // database was restored from before the device registered: it registers again.
+                if configuration.spaceID != nil { try await pullAll() }
+                try await forgetDevice(device)
+                try store.batchDissolved(batch)
                 throw Retry(reason: "push answered 404: \(answer.detail)", after: nil)
             case 413:
                 if batch.opIDs.count == 1 {
