@@ -171,7 +171,9 @@ struct FeedSettings: Sendable, Equatable {
     var batch: Int
     var concurrency: Int
     var perFeed: Int
-    var discoverEvery: Double = 10
+    /// How often spaces a feed may have missed are looked for (a new space normally gets
+    /// its position when it is made).
+    var discoverEvery: Double = 30
 
     init(_ reader: EnvironmentReader) throws {
         poll = try reader.duration("FEED_POLL", "500ms")

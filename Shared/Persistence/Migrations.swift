@@ -554,6 +554,17 @@ public enum Migrations {
               last_error      text,
               PRIMARY KEY (feed_id, space_id)
             );
+            -- A space made after a feed for every space starts at 0 in it, from the moment
+            -- it exists (the fanout also looks for spaces missed by a feed made meanwhile).
+            CREATE FUNCTION syncline_feed_positions_of_new_space() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+              INSERT INTO feed_positions (feed_id, space_id, version)
+              SELECT feed_id, NEW.space_id, 0 FROM feeds WHERE spaces IS NULL
+              ON CONFLICT DO NOTHING;
+              RETURN NEW;
+            END $$;
+            CREATE TRIGGER spaces_feed_positions AFTER INSERT ON spaces
+              FOR EACH ROW EXECUTE FUNCTION syncline_feed_positions_of_new_space();
             ALTER TABLE dead_letters DROP CONSTRAINT dead_letters_queue_check;
             ALTER TABLE dead_letters ADD CONSTRAINT dead_letters_queue_check CHECK (queue IN ('sync', 'notify', 'feed'));
             -- The deployment's generation: a new one after each restore from a backup. The

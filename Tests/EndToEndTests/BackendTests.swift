@@ -335,5 +335,66 @@ struct BackendTests {
         let spaces = try await api.request("GET", "/v1/spaces", token: member.token).json["items"] as? [[String: Any]] ?? []
         return try #require(spaces.first { $0["personal"] as? Bool == true }?["space_id"] as? String)
     }
+
+    @Test func aDeadReceiverIsDeadLetteredAndReplayedWithoutDelayingAnotherFeed() async throws {
+        let dead = NIOLockedValueBox(true)
+        let failing = try WebhookReceiver { _, _ in (dead.withLockedValue { $0 } ? 500 : 200, 0, []) }
+        let slow = try WebhookReceiver { _, _ in (200, 3, []) }
+        let prompt = try WebhookReceiver { _, _ in (200, 0, []) }
+        defer { [failing, slow, prompt].forEach { $0.close() } }
+        try await OwnDatabase.with { database in
+            let environment = database.environment.merging(["ALLOW_PRIVATE_WEBHOOKS": "true", "FEED_POLL": "100ms"]) { $1 }
+            try await Stack.with(workers: 1, fanouts: 1, environment: environment) { stack in
+                let api = stack.client
+                let alice = try await Member.make(api, "alice")
+                var feeds: [String] = []
+                for receiver in [failing, slow, prompt] {
+                    let created = try await api.json("POST", "/v1/admin/feeds", token: await Self.admin(), ["url": "http://127.0.0.1:\(receiver.port)/"])
+                    try #require(created.status == 201, "\(created.text)")
+                    feeds.append(try #require((created.json["feed"] as? [String: Any])?["feed_id"] as? String))
+                }
+                // Changes in many spaces at once: the slow receiver holds only its own places.
+                for index in 0..<12 {
+                    let member = try await Member.make(api, "writer\(index)")
+                    let pushed = try await api.push(member.token, device: member.device, ops: [
+                        ["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": "n\(index)", "data": ["i": index]],
+                    ])
+                    _ = try await api.awaitJob(member.token, try #require(pushed.json["job_id"] as? String))
+                }
+                let pushed = try await api.push(alice.token, device: alice.device, ops: [
+                    ["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": "last", "data": ["a": 1]],
+                ])
+                _ = try await api.awaitJob(alice.token, try #require(pushed.json["job_id"] as? String))
+                let written = Date()
+                try await eventually(within: 10, "the prompt feed's last change") {
+                    prompt.requests.contains { String(decoding: $0.body, as: UTF8.self).contains(#""id":"last""#) } ? true : nil
+                }
+                let latency = Date().timeIntervalSince(written)
+                print("prompt feed: the last change arrived \(latency) s after it was applied, beside a slow and a dead receiver")
+                #expect(latency < 5)
+
+                // The dead receiver's positions stop after MAX_ATTEMPTS, each a dead letter of the feed queue.
+                let letters = try await eventually(within: 30, "the feed's dead letters") {
+                    let page = try await api.request("GET", "/v1/admin/dead-letters?queue=feed", token: await Self.admin()).json
+                    let items = page["items"] as? [[String: Any]] ?? []
+                    return items.count >= 13 ? items : nil
+                }
+                #expect(letters.allSatisfy { $0["queue"] as? String == "feed" && $0["reason"] as? String == "max_attempts" })
+                // Back up, and replayed: everything arrives.
+                dead.withLockedValue { $0 = false }
+                let before = failing.requests.count
+                for letter in letters {
+                    let id = try #require(letter["job_id"] as? String)
+                    let replayed = try await api.request("POST", "/v1/admin/dead-letters/\(id)/replay", token: await Self.admin())
+                    #expect(replayed.status == 202, "\(replayed.text)")
+                }
+                try await eventually(within: 30, "the replayed feed") {
+                    failing.requests.dropFirst(before).contains { String(decoding: $0.body, as: UTF8.self).contains(#""id":"last""#) } ? true : nil
+                }
+                let remaining = try await api.request("GET", "/v1/admin/dead-letters?queue=feed", token: await Self.admin()).json
+                #expect((remaining["items"] as? [[String: Any]])?.isEmpty == true)
+            }
+        }
+    }
 }
 
