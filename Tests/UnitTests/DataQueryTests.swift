@@ -59,6 +59,7 @@ struct DataQueryTests {
             (["collection": "a", "where": [["field": "x", "op": "=", "value": "a\u{0}b"]]], "/where/0/value"),
             (["collection": "a", "where": [["field": "x", "op": "=", "value": 1, "extra": true]]], "/where/0"),
             (["collection": "a", "order": [["field": "x", "direction": "up"]]], "/order/0/direction"),
+            (["collection": "a", "order": [["field": "x", "direction": [:]]]], "/order/0/direction"),
             (["collection": "a", "order": [["field": "a"], ["field": "b"], ["field": "c"], ["field": "d"]]], "/order"),
             (["collection": "a", "select": ["x"]], "/select"),
         ]

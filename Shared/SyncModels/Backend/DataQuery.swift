@@ -137,8 +137,8 @@ public struct DataQuery: Sendable, Equatable {
                 throw Invalid(pointer: at, message: "an ordering is {\"field\", \"direction\": \"asc\"|\"desc\"}")
             }
             let field = try field(object["field"], at: "\(at)/field")
-            let direction = object["direction"]?.stringValue ?? "asc"
-            guard object["direction"] == nil || direction == "asc" || direction == "desc" else {
+            let direction = object["direction"].map { $0.stringValue ?? "" } ?? "asc"
+            guard direction == "asc" || direction == "desc" else {
                 throw Invalid(pointer: "\(at)/direction", message: "direction must be asc or desc")
             }
             order.append(Ordering(field: field, descending: direction == "desc"))
