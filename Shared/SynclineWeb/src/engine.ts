@@ -338,9 +338,13 @@ export class SyncEngine {
         } else {
           await this.#refused(batch, problemOpIndex(answer.problem), answer.detail);
         }
-      } else if (answer.status === 404 && spaceID) {
-        // The space may be gone: the pull tells (a 404 there drops it).
-        await this.#pullAll();
+      } else if (answer.status === 404) {
+        // The space may be gone: the pull tells (a 404 there drops it). A space still there
+        // (or none named) means the server does not know this device — its database was
+        // restored from before the device registered: it registers again.
+        if (spaceID) await this.#pullAll();
+        if ((await this.#local.meta<string>("device_id")) === device) await this.#local.setMeta("device_id", null);
+        await this.#local.batchDissolved(batch);
         throw new Retry(`push answered 404: ${answer.detail}`);
       } else if (answer.status === 413 && batch.op_ids.length > 1) {
         this.#maxBytes = halved(this.#maxBytes);

@@ -248,3 +248,21 @@ test("an op the rules refused when its job was applied is reported with the rule
   await sync.sync(5);
   assert.deepEqual(events.filter((event) => event.name === "rejected").map((event) => event.detail.reason), ["rule:recipes.immutable.kind"]);
 });
+
+test("a device the server no longer knows (a restore from before it registered) registers again and pushes its ops", async () => {
+  const local = new MemoryLocal();
+  await local.setMeta("device_id", "device-lost");
+  const op = local.enqueue("todos", "a", { title: "written offline" });
+  const requests = gateway(usualServer({
+    push: (request) => (request.body.device_id === "device-lost" ? { status: 404, json: { code: "not_found", detail: "No such device." } } : undefined),
+  }));
+  const { engine: sync } = engine(local);
+  await assert.rejects(sync.sync(5));
+  await sync.sync(5);
+
+  const sent = pushes(requests);
+  assert.deepEqual(sent.map((push) => push.body.device_id), ["device-lost", "device-1"]);
+  assert.deepEqual(sent[1].body.ops.map((entry) => entry.op_id), [op]);
+  assert.equal(await local.meta("device_id"), "device-1");
+  assert.equal(local.outbox.length, 0);
+});
