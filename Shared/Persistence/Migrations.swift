@@ -552,7 +552,7 @@ public enum Migrations {
               leased_until    timestamptz,
               dead            boolean NOT NULL DEFAULT false,
               last_error      text,
-              PRIMARY KEY (feed_id, space_id)
+              PRIMARY KEY (space_id, feed_id)
             );
             -- A space made after a feed for every space starts at 0 in it, from the moment
             -- it exists (the fanout also looks for spaces missed by a feed made meanwhile).

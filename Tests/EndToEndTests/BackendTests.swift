@@ -175,12 +175,12 @@ struct BackendTests {
         }
     }
 
-    /// The batches a receiver took (answered 2xx), by space, in the order they arrived.
-    static func accepted(_ receiver: WebhookReceiver, answered: NIOLockedValueBox<[Int: Int]>) -> [String: [[String: Any]]] {
+    /// The batches a receiver took (answered 2xx), by space, in the order they were answered
+    /// (`answered`: each request's status and body, recorded as it is answered).
+    static func accepted(_ answered: NIOLockedValueBox<[(status: Int, body: [UInt8])]>) -> [String: [[String: Any]]] {
         var batches: [String: [[String: Any]]] = [:]
-        let statuses = answered.withLockedValue { $0 }
-        for (index, request) in receiver.requests.enumerated() where (200..<300).contains(statuses[index] ?? 0) {
-            guard let batch = try? JSONSerialization.jsonObject(with: Data(request.body)) as? [String: Any],
+        for (status, body) in answered.withLockedValue({ $0 }) where (200..<300).contains(status) {
+            guard let batch = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
                   let space = batch["space_id"] as? String else { continue }
             batches[space, default: []].append(batch)
         }
@@ -189,12 +189,13 @@ struct BackendTests {
 
     @Test func aFeedDeliversEveryChangeInOrderThroughAnOutageOfItsReceiverAndAKilledWorker() async throws {
         let down = NIOLockedValueBox(false)
-        let answered = NIOLockedValueBox<[Int: Int]>([:])
+        let answered = NIOLockedValueBox<[(status: Int, body: [UInt8])]>([])
         let secret = NIOLockedValueBox("")
         let badSignatures = NIOLockedValueBox(0)
-        let receiver = try WebhookReceiver { index, body in
+        let receiver = try WebhookReceiver { _, body in
+            // One space's batches come one at a time: the order they are answered in is theirs.
             let status = down.withLockedValue { $0 } ? 503 : 200
-            answered.withLockedValue { $0[index] = status }
+            answered.withLockedValue { $0.append((status, body)) }
             return (status, 0, [])
         }
         defer { receiver.close() }
@@ -261,7 +262,7 @@ struct BackendTests {
                     let view = try await api.awaitJob(token, job, within: 60)
                     #expect(view["status"] as? String == "succeeded")
                 }
-                #expect(answered.withLockedValue { $0.values.contains(503) }, "the receiver was down while changes waited")
+                #expect(answered.withLockedValue { $0.contains { $0.status == 503 } }, "the receiver was down while changes waited")
 
                 // Every space's changes, as pulled, arrive in version order, nothing missing:
                 // each batch starts where the one before it ended.
@@ -276,7 +277,7 @@ struct BackendTests {
                         let version = positions.first { $0["space_id"] as? String == space }?["version"] as? Int
                         return version.map(String.init) == pulled.cursor ? true : nil
                     }
-                    let batches = Self.accepted(receiver, answered: answered)[space] ?? []
+                    let batches = Self.accepted(answered)[space] ?? []
                     var reached = 0
                     var delivered: [[String: Any]] = []
                     for batch in batches {

@@ -141,6 +141,18 @@ struct ContractTests {
                     "Upload-Length": String(tusFile.count), "Upload-Metadata": "sha256 \(Data(tusSHA.utf8).base64EncodedString())"]) { $1 })
             }
             let upload = try #require(try await createUpload(api).header("Location"))
+            // The app's backend: a token for the shared space, one for every space, and a feed.
+            let scoped = try await api.json("POST", "/v1/admin/service-tokens", token: admin, ["name": "contract", "spaces": [space]])
+            let serviceToken = try #require(scoped.json["token"] as? String)
+            let serviceTokenID = try #require((scoped.json["service_token"] as? [String: Any])?["token_id"] as? String)
+            let everywhere = try #require(
+                try await api.json("POST", "/v1/admin/service-tokens", token: admin, ["name": "contract-all"]).json["token"] as? String)
+            let servicePush = try await api.json("POST", "/v1/service/spaces/\(space)/push", token: serviceToken, ["ops": [
+                ["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": "s1", "data": ["by": "backend"]],
+            ]])
+            let serviceJob = try #require(servicePush.json["job_id"] as? String)
+            let feed = try await api.json("POST", "/v1/admin/feeds", token: admin, ["url": "https://feed.example.invalid/in", "spaces": [space]])
+            let feedID = try #require((feed.json["feed"] as? [String: Any])?["feed_id"] as? String)
             let unknownSHA = String(repeating: "0", count: 64)
             let examples: [Example] = [
                 Example(operation: "PUT /v1/blobs/{sha256}") { try await $0.request("PUT", "/v1/blobs/\(sha)", token: token, body: picture, headers: ["Content-Type": "image/png"]) },
@@ -229,6 +241,35 @@ struct ContractTests {
                 Example(operation: "PATCH /v1/spaces/{space_id}/members/{user_id}") { try await $0.json("PATCH", "/v1/spaces/\(space)/members/\(user)", token: token, ["role": "viewer"]) },
                 Example(operation: "DELETE /v1/spaces/{space_id}/members/{user_id}") { try await $0.request("DELETE", "/v1/spaces/\(space)/members/\(guestUser)", token: guest) },
                 Example(operation: "DELETE /v1/spaces/{space_id}/members/{user_id}") { try await $0.request("DELETE", "/v1/spaces/\(space)/members/\(guestUser)", token: guest) },
+                Example(operation: "GET /v1/sync/pull") { try await $0.request("GET", "/v1/sync/pull?since=999999", token: token) },
+                Example(operation: "POST /v1/admin/service-tokens") { try await $0.json("POST", "/v1/admin/service-tokens", token: admin, ["name": "contract-reader", "read_only": true]) },
+                Example(operation: "POST /v1/admin/service-tokens") { try await $0.json("POST", "/v1/admin/service-tokens", token: admin, ["name": "x", "spaces": [UUID().uuidString]]) },
+                Example(operation: "GET /v1/admin/service-tokens") { try await $0.request("GET", "/v1/admin/service-tokens", token: admin) },
+                Example(operation: "POST /v1/service/spaces/{space_id}/query") { try await $0.json("POST", "/v1/service/spaces/\(space)/query", token: serviceToken, [
+                    "collection": "notes", "where": [["field": "by", "op": "=", "value": "backend"]], "order": [["field": "by"]], "limit": 1]) },
+                Example(operation: "POST /v1/service/spaces/{space_id}/query") { try await $0.json("POST", "/v1/service/spaces/\(space)/query", token: serviceToken, ["collection": "Notes"]) },
+                Example(operation: "POST /v1/service/spaces/{space_id}/query") { try await $0.json("POST", "/v1/service/spaces/\(UUID())/query", token: serviceToken, ["collection": "notes"]) },
+                Example(operation: "POST /v1/service/spaces/{space_id}/query") { try await $0.json("POST", "/v1/service/spaces/\(space)/query", token: token, ["collection": "notes"]) },
+                Example(operation: "POST /v1/service/spaces/{space_id}/push") { try await $0.json("POST", "/v1/service/spaces/\(space)/push", token: serviceToken, ["ops": [
+                    ["op_id": newOpID(), "type": "patch", "collection": "notes", "id": "s1", "data": ["seen": true]]]]) },
+                Example(operation: "POST /v1/service/spaces/{space_id}/push") { try await $0.json("POST", "/v1/service/spaces/\(space)/push", token: serviceToken, ["device_id": device, "ops": []]) },
+                Example(operation: "GET /v1/service/spaces/{space_id}/jobs/{job_id}") { try await $0.request("GET", "/v1/service/spaces/\(space)/jobs/\(serviceJob)", token: serviceToken) },
+                Example(operation: "GET /v1/service/spaces/{space_id}/jobs/{job_id}") { try await $0.request("GET", "/v1/service/spaces/\(space)/jobs/\(job)", token: serviceToken) },
+                Example(operation: "GET /v1/service/spaces/{space_id}/members") { try await $0.request("GET", "/v1/service/spaces/\(space)/members", token: serviceToken) },
+                Example(operation: "PUT /v1/service/spaces/{space_id}/members/{user_id}") { try await $0.json("PUT", "/v1/service/spaces/\(space)/members/contract-extra", token: serviceToken, ["role": "viewer"]) },
+                Example(operation: "PUT /v1/service/spaces/{space_id}/members/{user_id}") { try await $0.json("PUT", "/v1/service/spaces/\(space)/members/\(user)", token: serviceToken, ["role": "editor"]) },
+                Example(operation: "DELETE /v1/service/spaces/{space_id}/members/{user_id}") { try await $0.request("DELETE", "/v1/service/spaces/\(space)/members/contract-extra", token: serviceToken) },
+                Example(operation: "DELETE /v1/service/spaces/{space_id}/members/{user_id}") { try await $0.request("DELETE", "/v1/service/spaces/\(space)/members/nobody", token: serviceToken) },
+                Example(operation: "POST /v1/service/spaces") { try await $0.json("POST", "/v1/service/spaces", token: everywhere, ["name": "Made by the backend", "owner": user]) },
+                Example(operation: "POST /v1/service/spaces") { try await $0.json("POST", "/v1/service/spaces", token: serviceToken, ["name": "Not allowed", "owner": user]) },
+                Example(operation: "GET /v1/admin/feeds") { try await $0.request("GET", "/v1/admin/feeds", token: admin) },
+                Example(operation: "POST /v1/admin/feeds") { try await $0.json("POST", "/v1/admin/feeds", token: admin, ["url": "http://127.0.0.1/in"]) },
+                Example(operation: "POST /v1/admin/feeds/{feed_id}/replay") { try await $0.json("POST", "/v1/admin/feeds/\(feedID)/replay", token: admin, ["from_version": 0]) },
+                Example(operation: "POST /v1/admin/feeds/{feed_id}/replay") { try await $0.json("POST", "/v1/admin/feeds/\(UUID())/replay", token: admin, [:]) },
+                Example(operation: "DELETE /v1/admin/feeds/{feed_id}") { try await $0.request("DELETE", "/v1/admin/feeds/\(feedID)", token: admin) },
+                Example(operation: "DELETE /v1/admin/feeds/{feed_id}") { try await $0.request("DELETE", "/v1/admin/feeds/\(feedID)", token: admin) },
+                Example(operation: "DELETE /v1/admin/service-tokens/{token_id}") { try await $0.request("DELETE", "/v1/admin/service-tokens/\(serviceTokenID)", token: admin) },
+                Example(operation: "DELETE /v1/admin/service-tokens/{token_id}") { try await $0.request("DELETE", "/v1/admin/service-tokens/\(UUID())", token: admin) },
                 Example(operation: "DELETE /v1/spaces/{space_id}") { try await $0.request("DELETE", "/v1/spaces/\(space)", token: guest) },
                 Example(operation: "DELETE /v1/spaces/{space_id}") { try await $0.request("DELETE", "/v1/spaces/\(space)", token: token) },
                 Example(operation: "GET /v1/sync/pull") { try await $0.request("GET", "/v1/sync/pull?space_id=\(UUID())", token: token) },
