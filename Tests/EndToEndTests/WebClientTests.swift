@@ -658,6 +658,46 @@ struct WebClientTests {
         }
     }
 
+    /// A stream that goes silent (the fanout stopped, its connection left open) is noticed
+    /// within two heartbeats and opened again once the fanout answers; a follower tab of the
+    /// same database shows the leader's `live` throughout.
+    @Test func aSilentStreamIsNoticedAndAFollowerTabIsAsLiveAsTheLeader() async throws {
+        try await Self.withPage(fanouts: 1, environment: ["STREAM_HEARTBEAT": "1s"]) { page in
+            let (stack, browser, token) = (page.stack, page.browser, page.token)
+            let fanout = try #require(stack.fanouts.first)
+            _ = try browser.evaluate("""
+                (async () => {
+                  const options = {gatewayURL: \(Browser.quoted(stack.client.base)), fanoutURL: 'http://127.0.0.1:\(fanout.port)',
+                    databaseName: 'watched', tokenProvider: async () => \(Browser.quoted(token)), pollInterval: null, heartbeatInterval: 1};
+                  window.client = await syncline.createClient(options);
+                  window.seen = {};
+                  client.observe('items', (records) => { for (const r of records) window.seen[r.id] = r.data.title; });
+                  client.start();
+                  window.follower = await syncline.createClient(options);  // another tab of the same database
+                  follower.start();
+                  window.states = async () => [(await client.status()).live, (await follower.status()).live, (await follower.status()).leader];
+                  return true;
+                })()
+                """)
+            try browser.waitFor("states().then(s => window.s = s) && window.s && window.s[0] && window.s[1] && !window.s[2]", within: 15)
+            fanout.signal(SIGSTOP)
+            defer { fanout.signal(SIGCONT) }
+            let stopped = Date()
+            try browser.waitFor("states().then(s => window.s = s) && window.s && !window.s[0] && !window.s[1]", within: 10)
+            let noticed = Date().timeIntervalSince(stopped)
+            print("a silent stream was noticed after \(noticed) s (heartbeat 1 s)")
+            #expect(noticed < 6)
+            fanout.signal(SIGCONT)
+            try browser.waitFor("states().then(s => window.s = s) && window.s && window.s[0] && window.s[1]", within: 30)
+            let phone = try await stack.client.registerDevice(token, name: "phone")
+            let push = try await stack.client.push(token, device: phone, ops: [
+                ["op_id": newOpID(), "type": "upsert", "collection": "items", "id": "after", "data": ["title": "after the outage"]],
+            ])
+            #expect(push.status == 202)
+            try browser.waitFor("window.seen.after === 'after the outage'", within: 10)
+        }
+    }
+
     /// With the stream live, the device hears each of its jobs' outcomes there and never
     /// asks for a job: ten writes, each synced, make ten jobs and no `GET /v1/sync/jobs`.
     @Test func aLiveClientHearsItsJobsOutcomesAndNeverPollsThem() async throws {

@@ -29,6 +29,8 @@ export interface ClientOptions {
   fanoutURL?: string;
   /** Pull this often, in seconds, while no stream is live (absent: 30; null: never poll). */
   pollInterval?: number | null;
+  /** The fanout's heartbeat interval (`STREAM_HEARTBEAT`), in seconds: a stream silent for twice this is reconnected (absent: 30). */
+  heartbeatInterval?: number;
   deviceName?: string;
   /**
    * Indexes for the queries the app runs often (in every collection): a field, or fields in
@@ -138,6 +140,13 @@ export class SyncClient {
         return;
       case "event":
         this.events.dispatchEvent(new CustomEvent(message.name, { detail: message.detail }));
+        return;
+      case "live":
+        // The leader's stream serves every tab: a follower is as live as it is.
+        if (!this.#tabs.leader) this.#state.live = message.live;
+        return;
+      case "liveAsk":
+        if (this.#tabs.leader) this.#tell({ type: "live", live: this.#state.live });
         return;
     }
   }
@@ -456,7 +465,12 @@ export class SyncClient {
     if (this.#running) return;
     this.#running = true;
     this.#loop = this.#tabs.follow();
+    this.#tell({ type: "liveAsk" });
+    globalThis.addEventListener?.("online", this.#online);
   }
+
+  /** The browser's `online` event: the leader's stream reconnects at once. */
+  readonly #online = (): void => this.#engine?.networkBack();
 
   /** Leads until `stop()`: loads the sync engine (waiting out a failure to load it, offline) and runs its loop. */
   async #lead(): Promise<void> {
@@ -485,6 +499,7 @@ export class SyncClient {
       store: this.#store, state: this.#state, identity: this.#identity,
       gatewayURL: this.options.gatewayURL, tokenProvider: this.options.tokenProvider, spaceID: this.options.spaceID,
       fanoutURL: this.options.fanoutURL, pollInterval: this.options.pollInterval, pushDelay: this.options.pushDelay, deviceName: this.options.deviceName,
+      heartbeatInterval: this.options.heartbeatInterval, liveChanged: (live) => this.#tell({ type: "live", live }),
       running: () => this.#running, leader: () => this.#tabs.leader,
       emit: (name, detail) => this.#emit(name, detail), changed: (changes) => this.#changed(changes), changedAll: () => this.#changedAll(),
       rulesChanged: () => { this.#rulesHeld = null; this.#tell({ type: "rulesChanged" }); },
@@ -494,6 +509,7 @@ export class SyncClient {
 
   async stop(): Promise<void> {
     this.#running = false;
+    globalThis.removeEventListener?.("online", this.#online);
     this.#tabs.abandon();
     this.#wakeUp(true);
     await this.#loop;

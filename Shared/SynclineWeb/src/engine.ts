@@ -48,6 +48,10 @@ export interface EngineHost {
   readonly pollInterval: number | null | undefined;
   readonly pushDelay: number | undefined;
   readonly deviceName: string | undefined;
+  /** The fanout's heartbeat interval, in seconds: a stream silent for twice this is dead (absent: 30). */
+  readonly heartbeatInterval: number | undefined;
+  /** The live stream came up or went down: the other tabs of this database hear it. */
+  liveChanged(live: boolean): void;
   /** The device's identity, kept in memory too, so a database deleted from outside gets it back. */
   readonly identity: { device?: string; node?: string };
   /** Whether the client still syncs (`start()` until `stop()`). */
@@ -89,6 +93,10 @@ export class SyncEngine {
   #streamSpace: string | null = null;
   #streamBackoff = new Backoff();
   #streamRetry: ReturnType<typeof setTimeout> | null = null;
+  /** Ends a stream that stays silent past two heartbeats (a half-open connection never errors). */
+  #streamWatchdog: ReturnType<typeof setTimeout> | null = null;
+  /** The device the stream is opened for. */
+  #streamDevice: string | null = null;
   /** Outcomes of this device's jobs heard on the stream, until the jobs are settled (the stream may tell before the push's 202 is stored). */
   #heardJobs = new Map<string, HeardJob>();
   /** What the next pass does and how long the loop waits after it. */
@@ -484,19 +492,56 @@ export class SyncEngine {
     const space = spaceParameter(this.host.spaceID, "&");
     const source = new EventSource(`${this.host.fanoutURL}/v1/stream?device_id=${encodeURIComponent(device)}&access_token=${encodeURIComponent(token)}${space}`);
     this.#stream = source;
+    this.#streamDevice = device;
+    this.#armWatchdog(source, device);
     source.onmessage = (event: MessageEvent) => {
+      this.#armWatchdog(source, device);
       if (!this.#state.live) {
-        this.#state.live = true;
+        this.#setLive(true);
         this.#streamBackoff.reset();
       }
       try { void this.#streamMessage(JSON.parse(event.data)); } catch { /* not JSON: ignored */ }
     };
-    source.onerror = () => {
-      this.#closeStream();
-      this.#state.pullWanted = true;  // pokes may have been missed while it was down
-      this.wakeUp();
-      this.#retryStream(device);
-    };
+    source.onerror = () => this.#streamLost(device);
+  }
+
+  /** The stream failed or went silent: closed, a pull asked for, opened again after the backoff. */
+  #streamLost(device: string): void {
+    this.#closeStream();
+    this.#state.pullWanted = true;  // pokes may have been missed while it was down
+    this.wakeUp();
+    this.#retryStream(device);
+  }
+
+  /** Gives `source` two heartbeat intervals for its next message (fanout sends one at least every interval). */
+  #armWatchdog(source: EventSource, device: string): void {
+    if (this.#streamWatchdog) clearTimeout(this.#streamWatchdog);
+    const interval = this.host.heartbeatInterval ?? 30;
+    this.#streamWatchdog = interval > 0 ? setTimeout(() => {
+      this.#streamWatchdog = null;
+      if (this.#stream === source) this.#streamLost(device);
+    }, interval * 2000) : null;
+  }
+
+  #setLive(live: boolean): void {
+    if (this.#state.live === live) return;
+    this.#state.live = live;
+    this.host.liveChanged(live);
+  }
+
+  /**
+   * The browser says the network is back (its `online` event): a stream that is down opens
+   * now, not after its backoff, and the next pass pulls what was missed.
+   */
+  networkBack(): void {
+    this.#streamBackoff.reset();
+    this.#state.pullWanted = true;
+    if (!this.#stream && this.#streamRetry && this.#streamDevice) {
+      clearTimeout(this.#streamRetry);
+      this.#streamRetry = null;
+      void this.#openStream(this.#streamDevice);
+    }
+    this.wakeUp();
   }
 
   /** Opens the stream again after the backoff's next wait, while this client still syncs. */
@@ -511,7 +556,9 @@ export class SyncEngine {
   #closeStream(): void {
     this.#stream?.close();
     this.#stream = null;
-    this.#state.live = false;
+    if (this.#streamWatchdog) clearTimeout(this.#streamWatchdog);
+    this.#streamWatchdog = null;
+    this.#setLive(false);
     if (this.#streamRetry) clearTimeout(this.#streamRetry);
     this.#streamRetry = null;
   }

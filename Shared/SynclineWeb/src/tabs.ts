@@ -6,11 +6,13 @@ export type TabMessage =
   | { type: "changedAll" }
   | { type: "rulesChanged" }
   | { type: "event"; name: string; detail: unknown }
+  | { type: "live"; live: boolean }
+  | { type: "liveAsk" }
   | { type: "sync"; id: string; timeout: number }
   | { type: "synced"; id: string; error?: string };
 
-/** Another tab's news for the client: records changed, the rules changed, or an event for the app. */
-export type TabNews = Extract<TabMessage, { type: "changed" | "changedAll" | "rulesChanged" | "event" }>;
+/** Another tab's news for the client: records changed, the rules changed, an event for the app, the leader's stream up or down (or asked about). */
+export type TabNews = Extract<TabMessage, { type: "changed" | "changedAll" | "rulesChanged" | "event" | "live" | "liveAsk" }>;
 
 /** What the tabs need of their client. */
 export interface TabsHost {

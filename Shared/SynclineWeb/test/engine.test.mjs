@@ -266,3 +266,45 @@ test("a device the server no longer knows (a restore from before it registered) 
   assert.equal(await local.meta("device_id"), "device-1");
   assert.equal(local.outbox.length, 0);
 });
+
+test("a stream silent for two heartbeats is closed and opened again, at once when the browser says it is online", async () => {
+  const sources = [];
+  globalThis.EventSource = class {
+    constructor(url) { this.url = url; this.closed = false; sources.push(this); }
+    close() { this.closed = true; }
+  };
+  const random = Math.random;
+  Math.random = () => 0.99;  // the stream's backoff waits its whole first step (0.25 s)
+  const local = new MemoryLocal();
+  gateway(usualServer());
+  const { engine: sync, state, host } = engine(local);
+  try {
+    Object.assign(host, { fanoutURL: "http://fanout.test", leader: () => true, heartbeatInterval: 0.1 });
+    await sync.sync(5);
+    assert.equal(sources.length, 1);
+    sources[0].onmessage({ data: JSON.stringify({ type: "hello", cursor: "1", space_id: "s" }) });
+    assert.equal(state.live, true);
+    // Heartbeats keep it: one every 0.1 s for 0.5 s.
+    for (let i = 0; i < 5; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      sources[0].onmessage({ data: JSON.stringify({ type: "heartbeat" }) });
+    }
+    assert.equal(state.live, true);
+    assert.equal(sources[0].closed, false);
+    // Then silence (a fanout stopped, a half-open connection): closed after two intervals.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.equal(sources[0].closed, true);
+    assert.equal(state.live, false);
+    assert.equal(state.pullWanted, true, "what was missed meanwhile is pulled");
+    assert.deepEqual(host.liveChanges, [true, false], "the other tabs hear it");
+    assert.equal(sources.length, 1, "the next try waits for the backoff");
+    sync.networkBack();
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.equal(sources.length, 2, "online: opened again at once");
+  } finally {
+    Math.random = random;
+    Object.assign(host, { running: () => false });
+    await new Promise((resolve) => setTimeout(resolve, 250));  // its watchdog and retry find the client stopped
+    delete globalThis.EventSource;
+  }
+});
