@@ -150,8 +150,10 @@ final class Browser: @unchecked Sendable {
     }
 
     /// Evaluates JavaScript in the page and returns its (JSON-able) value.
-    func evaluate(_ expression: String) throws -> Any? {
-        let result = try send("Runtime.evaluate", ["expression": expression, "returnByValue": true, "awaitPromise": true])
+    /// Runs `expression` in the page and answers its value; `timeout`: how long the page may
+    /// take (a script of thousands of IndexedDB writes takes several times longer on a loaded machine).
+    func evaluate(_ expression: String, timeout: Double = 20) throws -> Any? {
+        let result = try send("Runtime.evaluate", ["expression": expression, "returnByValue": true, "awaitPromise": true], timeout: timeout)
         if let exception = result["exceptionDetails"] { throw StackError(description: "page script failed: \(exception)") }
         return (result["result"] as? [String: Any])?["value"]
     }

@@ -80,7 +80,7 @@ struct WebClientTests {
         defer { browser.quit() }
         try browser.open("\(site.base)/index.html")
         try browser.waitFor("window.syncline")
-        return try browser.evaluate(script)
+        return try browser.evaluate(script, timeout: 120)
     }
 
     /// The code that talks to the server loads apart from the core: a page whose sync engine
