@@ -28,11 +28,8 @@ struct FeedDelivery: Service {
     var lease: Double { timeout * 2 + 10 }
 
     func run() async throws {
-        var client = HTTPClient.Configuration(
-            redirectConfiguration: .disallow,
-            timeout: .init(connect: .milliseconds(Int64(timeout * 1000)), read: .milliseconds(Int64(timeout * 1000))))
-        client.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: settings.perFeed)
-        let http = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: client)
+        // Made as webhooks' is: no redirect followed (it could lead to a private address), the deadline.
+        let http = WebhookDispatcher.makeClient(WebhookLimits(timeout: timeout, perUser: settings.perFeed, perHost: settings.perFeed))
         await cancelWhenGracefulShutdown {
             await deliverUntilCancelled(with: http)
         }

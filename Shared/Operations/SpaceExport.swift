@@ -102,7 +102,7 @@ public struct SpaceExport: Sendable {
         try connection.execute("""
             DECLARE export_records NO SCROLL CURSOR FOR
             SELECT json_build_object('type', 'record', 'space_id', r.space_id, \(sql: fields))::text
-            FROM records r WHERE r.space_id = \(space) AND (r.write_clock IS NOT NULL OR r.delete_clock IS NOT NULL)
+            FROM records r WHERE r.space_id = \(space) AND \(sql: BackendRecordStore.holdsData)
             ORDER BY r.version
             """)
         while true {

@@ -31,8 +31,9 @@ public struct BackendRecordStore: Sendable {
             data: try data.map { try JSONParser.parse($0.text) }, updatedAt: updatedAt, changedBy: changedBy, jobID: job)
     }
 
-    /// A record that a publish alone reached holds no data and is not a record to readers.
-    static let holdsData = "(r.write_clock IS NOT NULL OR r.delete_clock IS NOT NULL)"
+    /// A record that a publish alone reached holds no data and is not a record to readers
+    /// (over `records r`): what pulls, queries, feeds and exports leave out.
+    public static let holdsData = "(r.write_clock IS NOT NULL OR r.delete_clock IS NOT NULL)"
 
     /// One page of `query` over the space's records, in its order then by id. Values are
     /// compared as JSON: an order or range comparison holds only between values of one

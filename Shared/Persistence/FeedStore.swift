@@ -23,11 +23,7 @@ public struct FeedStore: Sendable {
     ) async throws -> FeedView? {
         let id = FeedID.random()
         let created = try await pool.transaction { connection -> Bool in
-            if let spaces, !spaces.isEmpty {
-                let known = try connection.execute("SELECT count(*) FROM spaces WHERE space_id = ANY(\(spaces))")
-                    .first?.decode(Int64.self, at: 0) ?? 0
-                guard known == Set(spaces).count else { return false }
-            }
+            if let spaces, !(try SpaceStore.allExist(connection, spaces)) { return false }
             try connection.execute("""
                 INSERT INTO feeds (feed_id, url, secret, spaces, collections, created_by)
                 VALUES (\(id), \(url), \(secret), \(spaces.map { Array(Set($0)).sorted() }), \(collections), \(actor))

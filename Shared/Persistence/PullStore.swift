@@ -77,7 +77,7 @@ public struct PullStore: Sendable {
                          can_fork, published_at, forked_from, data_bytes
                   FROM records r
                   WHERE r.space_id = s.id AND r.version > \(since) AND NOT (\(since) > 0 AND \(since) < u.horizon)
-                    AND (r.write_clock IS NOT NULL OR r.delete_clock IS NOT NULL)
+                    AND \(sql: BackendRecordStore.holdsData)
                     AND (\(collections == nil) OR r.collection = ANY(\(collections ?? [])))
                   ORDER BY r.version LIMIT \(limit + 1)
                 ) r

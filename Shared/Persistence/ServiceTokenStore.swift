@@ -27,11 +27,7 @@ public struct ServiceTokenStore: Sendable {
         token: String, name: String, spaces: [SpaceID]?, readOnly: Bool, actor: String
     ) async throws -> ServiceTokenView? {
         try await pool.transaction { connection in
-            if let spaces, !spaces.isEmpty {
-                let known = try connection.execute("SELECT count(*) FROM spaces WHERE space_id = ANY(\(spaces))")
-                    .first?.decode(Int64.self, at: 0) ?? 0
-                guard known == Set(spaces).count else { return nil }
-            }
+            if let spaces, !(try SpaceStore.allExist(connection, spaces)) { return nil }
             guard let row = try connection.execute("""
                 INSERT INTO service_tokens (token_id, name, token_hash, spaces, read_only, created_by)
                 VALUES (\(ServiceTokenID.random()), \(name), encode(sha256(convert_to(\(token), 'UTF8')), 'hex'),

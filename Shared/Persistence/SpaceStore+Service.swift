@@ -4,14 +4,15 @@ import SyncModels
 /// Spaces as the app's backend manages them: it is no member, so it names the owner of a
 /// space it creates and sets members directly (no invitation).
 extension SpaceStore {
-    /// A shared space owned by `owner`.
-    public func create(name: String, owner: UserID) async throws -> SpaceView {
-        try await create(user: owner, name: name)
-    }
-
     /// Whether the space exists (a service sees every space in its scope).
     public func exists(_ space: SpaceID) async throws -> Bool {
         try await pool.execute("SELECT 1 FROM spaces WHERE space_id = \(space)").count > 0
+    }
+
+    /// Whether every space of `ids` exists (what a service token's or a feed's scope names).
+    static func allExist(_ connection: PGConnection, _ ids: [SpaceID]) throws -> Bool {
+        let known = try connection.execute("SELECT count(*) FROM spaces WHERE space_id = ANY(\(ids))").first?.decode(Int64.self, at: 0) ?? 0
+        return known == Set(ids).count
     }
 
     /// The members of a space; nil when it does not exist.

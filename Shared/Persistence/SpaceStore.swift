@@ -148,13 +148,7 @@ extension SpaceStore {
 
     public func members(user: UserID, space id: SpaceID) async throws -> [MemberView]? {
         guard try await role(user: user, space: id) != nil else { return nil }
-        return try await pool.execute("""
-            SELECT user_id, role, syncline_rfc3339(joined_at) FROM space_members
-            WHERE space_id = \(id) ORDER BY joined_at, user_id
-            """).map { row in
-            let (member, role, joinedAt) = try row.decode((String, String, String).self)
-            return MemberView(userID: member, role: SpaceRole(rawValue: role) ?? .viewer, joinedAt: joinedAt)
-        }
+        return try await members(of: id)
     }
 
     /// The owner changes a member's role (`role`), or removes them (nil); any member may

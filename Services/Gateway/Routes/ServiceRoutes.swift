@@ -107,7 +107,7 @@ struct ServiceRoutes: Sendable {
         else {
             throw APIError.unprocessable("owner must be the id of the user who will own the space.")
         }
-        return try jsonResponse(try await spaces.create(name: name, owner: UserID(owner)), status: .created)
+        return try jsonResponse(try await spaces.create(user: UserID(owner), name: name), status: .created)
     }
 
     @Sendable func members(_ request: Request, context: ServiceRequestContext) async throws -> Response {
