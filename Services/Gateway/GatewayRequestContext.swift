@@ -35,7 +35,7 @@ struct SignedInRequestContext: ChildRequestContext {
     let identity: Claims
 
     init(context: GatewayRequestContext) throws {
-        guard let identity = context.identity else { throw APIError.unauthorized("A bearer token is required.") }
+        guard let identity = context.identity else { throw APIError.unauthorized("A bearer token is required.", token: .missing) }
         coreContext = context.coreContext
         channel = context.channel
         self.identity = identity

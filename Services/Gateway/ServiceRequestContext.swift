@@ -15,7 +15,7 @@ struct ServiceAuthenticationMiddleware: RouterMiddleware {
         _ request: Request, context: GatewayRequestContext, next: (Request, GatewayRequestContext) async throws -> Response
     ) async throws -> Response {
         guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else {
-            throw APIError.unauthorized("A service token is required.")
+            throw APIError.unauthorized("A service token is required.", token: .missing)
         }
         let token = String(header.dropFirst("Bearer ".count))
         guard token.hasPrefix(ServicePrincipal.tokenPrefix), token.utf8.count <= 200 else {
@@ -23,7 +23,7 @@ struct ServiceAuthenticationMiddleware: RouterMiddleware {
         }
         let use = "\(request.method.rawValue) \(request.uri.path.prefix(512))"
         guard let service = try await tokens.authenticate(token: token, use: use) else {
-            throw APIError.unauthorized("The service token is unknown or revoked.")
+            throw APIError.unauthorized("The service token is unknown or revoked.", token: .invalid)
         }
         var context = context
         context.service = service
@@ -38,7 +38,7 @@ struct ServiceRequestContext: ChildRequestContext {
     let service: ServicePrincipal
 
     init(context: GatewayRequestContext) throws {
-        guard let service = context.service else { throw APIError.unauthorized("A service token is required.") }
+        guard let service = context.service else { throw APIError.unauthorized("A service token is required.", token: .missing) }
         coreContext = context.coreContext
         self.service = service
     }

@@ -3,8 +3,9 @@ import Hummingbird
 import Logging
 import SyncModels
 
-/// Bearer-token authentication (used by `AuthenticationMiddleware`). Every failure is the
-/// same 401 to the client; the reason goes to the log.
+/// Bearer-token authentication (used by `AuthenticationMiddleware`). A failure is a 401
+/// that says whether the token was missing, expired (its signature held) or invalid; the
+/// reason it was invalid goes to the log.
 public struct Authenticator: Sendable {
     let verifier: TokenVerifier
     /// Browsers cannot set headers on an EventSource or WebSocket: streams also take the
@@ -23,7 +24,7 @@ public struct Authenticator: Sendable {
         } else if allowQueryToken, let query = request.uri.queryParameters["access_token"], !query.isEmpty {
             token = String(query)
         } else {
-            throw APIError.unauthorized("A bearer token is required.")
+            throw APIError.unauthorized("A bearer token is required.", token: .missing)
         }
         if token.hasPrefix(ServicePrincipal.tokenPrefix) {
             throw APIError.forbidden("A service token is accepted only by the data API (/v1/service/…).")
@@ -31,9 +32,11 @@ public struct Authenticator: Sendable {
         let claims: Claims
         do {
             claims = try await verifier.verify(token)
+        } catch .expired {
+            throw APIError.unauthorized("The token expired.", token: .expired)
         } catch {
             context.logger.debug("token refused", metadata: ["reason": "\(error)"])
-            throw APIError.unauthorized("The token is invalid or expired.")
+            throw APIError.unauthorized("The token is invalid.", token: .invalid)
         }
         // Ids of that form are the app's backend's: no user may speak as one.
         guard !claims.sub.hasPrefix(ServicePrincipal.userPrefix) else {

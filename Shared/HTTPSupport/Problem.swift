@@ -42,6 +42,15 @@ public struct APIError: HTTPResponseError, Sendable {
     /// The app's rule that refused an op (`recipes.schema`), and the rules' version.
     public var rule: String?
     public var rulesVersion: Int64?
+    /// Why a 401 refused the bearer token (`missing`, `expired`, `invalid`): a client tells
+    /// "sign in again" from anything else without reading `detail`. `expired` is said only
+    /// of a token whose signature held.
+    public var token: TokenRefusal?
+
+    /// What was wrong with a refused bearer token.
+    public enum TokenRefusal: String, Sendable {
+        case missing, expired, invalid
+    }
 
     public init(status: HTTPResponse.Status, code: Code, detail: String, retryAfterSeconds: Int? = nil) {
         self.status = status
@@ -52,7 +61,11 @@ public struct APIError: HTTPResponseError, Sendable {
 
     public static func badRequest(_ detail: String) -> APIError { APIError(status: .badRequest, code: .invalidRequest, detail: detail) }
     public static func unprocessable(_ detail: String) -> APIError { APIError(status: .unprocessableContent, code: .invalidRequest, detail: detail) }
-    public static func unauthorized(_ detail: String) -> APIError { APIError(status: .unauthorized, code: .unauthorized, detail: detail) }
+    public static func unauthorized(_ detail: String, token: TokenRefusal) -> APIError {
+        var error = APIError(status: .unauthorized, code: .unauthorized, detail: detail)
+        error.token = token
+        return error
+    }
     public static func forbidden(_ detail: String) -> APIError { APIError(status: .forbidden, code: .forbidden, detail: detail) }
     public static func notFound(_ detail: String = "No such resource.") -> APIError { APIError(status: .notFound, code: .notFound, detail: detail) }
     /// 429 with `Retry-After`; `limit`: how many the limit allows (per second for a rate,
@@ -122,9 +135,10 @@ public struct APIError: HTTPResponseError, Sendable {
         let limit: Int64?
         let rule: String?
         let rulesVersion: Int64?
+        let token: String?
 
         enum CodingKeys: String, CodingKey {
-            case type, title, status, detail, code, opIndex = "op_index", pointer, sha256, limit, rule, rulesVersion = "rules_version"
+            case type, title, status, detail, code, opIndex = "op_index", pointer, sha256, limit, rule, rulesVersion = "rules_version", token
         }
     }
 
@@ -138,7 +152,8 @@ public struct APIError: HTTPResponseError, Sendable {
         var headers = HTTPFields()
         headers[.contentType] = "application/problem+json"
         if let retryAfterSeconds { headers[.retryAfter] = String(retryAfterSeconds) }
-        if status == .unauthorized { headers[.wwwAuthenticate] = "Bearer" }
+        // RFC 6750: a token that was sent and refused is an `invalid_token`.
+        if status == .unauthorized { headers[.wwwAuthenticate] = token == nil || token == .missing ? "Bearer" : "Bearer error=\"invalid_token\"" }
         if let allow { headers[.allow] = allow }
         return headers
     }
@@ -148,7 +163,7 @@ public struct APIError: HTTPResponseError, Sendable {
         let body = Body(
             type: "https://syncline.dev/problems/\(code.rawValue)", title: status.reasonPhrase,
             status: status.code, detail: detail, code: code.rawValue,
-            opIndex: opIndex, pointer: pointer, sha256: sha256, limit: limit, rule: rule, rulesVersion: rulesVersion)
+            opIndex: opIndex, pointer: pointer, sha256: sha256, limit: limit, rule: rule, rulesVersion: rulesVersion, token: token?.rawValue)
         return ByteBuffer(bytes: (try? JSONCoding.encode(body)) ?? Data())
     }
 }

@@ -340,6 +340,13 @@ struct ContractTests {
                 if status == 422 { #expect((result.json["detail"] as? String)?.isEmpty == false) }
                 document.check("POST /v1/sync/push", result)
             }
+            // A 401 says why in its `token` member: a client tells "sign in again" from
+            // anything else without reading the detail.
+            for (credential, reason) in [("", "missing"), (expired, "expired"), (algNone, "invalid"), (otherKey, "invalid")] {
+                let result = try await api.push(credential, device: device, ops: [op([:])])
+                #expect(result.json["token"] as? String == reason, "\(reason): \(result.text)")
+                #expect(result.header("WWW-Authenticate") == (reason == "missing" ? "Bearer" : #"Bearer error="invalid_token""#), "\(reason)")
+            }
             // The op refused is named by members a client reads, not in the detail's words.
             let refused = try await api.push(token, device: device, ops: [op([:]), op(["id": "bad id"])])
             #expect(refused.json["op_index"] as? Int == 1 && refused.json["pointer"] as? String == "/ops/1/id", "\(refused.text)")
