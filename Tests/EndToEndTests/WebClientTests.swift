@@ -1,3 +1,4 @@
+import Auth
 import Foundation
 import PQBridge
 import SyncModels
@@ -773,6 +774,83 @@ struct WebClientTests {
             _ = try browser.evaluate("window.offline = false; true")
             try browser.waitFor("client.status().then(s => window.live = s.live) && window.live", within: 30)
             #expect(try browser.evaluate("JSON.stringify(window.unhandled)") as? String == "[]")
+        }
+    }
+
+    /// A refused sign-in is an `unauthorized` event with its reason, and `status().auth` is
+    /// `refused` — not a sentence in `lastError` to tell from "offline"; once the app has a
+    /// good token again, it is taken, and the provider is asked once for it, not once per
+    /// request.
+    @Test func aRefusedSignInIsTypedAndTheTokenIsAskedForOncePerToken() async throws {
+        try await Self.withPage { page in
+            let (stack, browser) = (page.stack, page.browser)
+            let expired = try await TokenMinter(secret: E2E.secret).sign(Claims(sub: page.user, exp: Int64(Date().timeIntervalSince1970) - 120))
+            _ = try browser.evaluate("""
+                (async () => {
+                  window.asked = 0;
+                  window.refusals = [];
+                  window.token = \(Browser.quoted(expired));
+                  window.client = await syncline.createClient({gatewayURL: \(Browser.quoted(stack.client.base)), databaseName: 'auth',
+                    pollInterval: null, tokenProvider: async () => { window.asked += 1; return window.token; }});
+                  client.on('unauthorized', (detail) => window.refusals.push(detail));
+                  await client.upsert('notes', 'a', {text: 'written while signed out'});
+                  client.start();
+                  return true;
+                })()
+                """)
+            try browser.waitFor("client.status().then(s => window.auth = s.auth) && window.auth === 'refused'", within: 15)
+            #expect(try browser.evaluate("JSON.stringify(window.refusals)") as? String == #"[{"reason":"expired","detail":"The token expired."}]"#)
+            #expect((try browser.evaluate("client.status().then(s => s.lastError)") as? String)?.contains("expired") == true)
+            // The user signs in again.
+            _ = try browser.evaluate("""
+                (async () => {
+                  window.token = \(Browser.quoted(page.token));
+                  window.asked = 0;
+                  await client.sync(20);
+                  return true;
+                })()
+                """, timeout: 30)
+            let status = try browser.evaluate("client.status().then(s => JSON.stringify({auth: s.auth, pending: s.pendingOps}))") as? String
+            #expect(status == #"{"auth":"accepted","pending":0}"#)
+            #expect(try browser.evaluate("window.asked") as? Int == 1, "one token for the device's registration, rules, push, job and pull")
+            #expect(try browser.evaluate("window.refusals.length") as? Int == 1)
+            _ = try browser.evaluate("client.stop().then(() => true)")
+        }
+    }
+
+    /// Signing out with `wipe` (a shared computer): every tab of the database hears it and
+    /// stops, the database is deleted — records, outbox and the device's identity — and no
+    /// client of it can be used again; the edits the server never had are counted.
+    @Test func signingOutWithWipeDeletesTheDatabaseInEveryTab() async throws {
+        try await Self.withPage { page in
+            let (stack, browser, token) = (page.stack, page.browser, page.token)
+            let result = try browser.evaluate("""
+                (async () => {
+                  const options = {gatewayURL: \(Browser.quoted(stack.client.base)), databaseName: 'shared-computer',
+                    tokenProvider: async () => \(Browser.quoted(token)), pollInterval: null};
+                  window.client = await syncline.createClient(options);
+                  window.other = await syncline.createClient(options);  // another tab of the same database
+                  window.heard = [];
+                  client.on('signedOut', (detail) => heard.push('this tab, wiped: ' + detail.wiped));
+                  other.on('signedOut', (detail) => heard.push('other tab, wiped: ' + detail.wiped));
+                  client.start();
+                  await client.upsert('notes', 'synced', {text: 'on the server'});
+                  await client.sync(20);
+                  await client.stop();
+                  await client.upsert('notes', 'unsent', {text: 'never sent'});
+                  const before = (await indexedDB.databases()).some((d) => d.name === 'shared-computer');
+                  const signedOut = await client.signOut({wipe: true});
+                  for (let i = 0; i < 50 && heard.length < 2; i++) await new Promise((r) => setTimeout(r, 100));
+                  const after = (await indexedDB.databases()).some((d) => d.name === 'shared-computer');
+                  const refused = await other.upsert('notes', 'later', {text: 'x'}).then(() => 'written', (e) => e.name);
+                  let restart = 'started';
+                  try { client.start(); } catch (e) { restart = e.name; }
+                  return JSON.stringify({unsent: signedOut.unsentOps, before, after, heard: heard.sort(), refused, restart});
+                })()
+                """, timeout: 40) as? String
+            #expect(result == #"{"unsent":1,"before":true,"after":false,"heard":["other tab, wiped: true","this tab, wiped: true"],"#
+                + #""refused":"SignedOutError","restart":"SignedOutError"}"#)
+            #expect(try await ClientTests.server(stack, page.user, "notes").keys.sorted() == ["synced"])
         }
     }
 

@@ -1,12 +1,13 @@
 // SynclineWeb's benchmark, run in a browser by scripts/bench-web against a running stack:
-// bench.html?gateway=…&fanout=…&token=…&records=100000&ops=10000. Results go to the page
-// and to window.benchResult (lines of text), or window.benchError.
+// bench.html?gateway=…&fanout=…&token=…&records=100000&ops=10000&burst=10000. Results go to
+// the page and to window.benchResult (lines of text), or window.benchError. It ends with
+// the client's figures against their targets, each beside its floor from the same run.
 import { createClient } from "../dist/index.js";
 import { floorDrain, floorPull, floorWrite, openFloor } from "./floor.js";
 
 const params = new URLSearchParams(location.search);
 const gateway = params.get("gateway"), fanout = params.get("fanout"), token = params.get("token");
-const records = Number(params.get("records") ?? 100000), ops = Number(params.get("ops") ?? 10000);
+const records = Number(params.get("records") ?? 100000), ops = Number(params.get("ops") ?? 10000), burst = Number(params.get("burst") ?? 10000);
 const run = Math.random().toString(36).slice(2, 8);
 const lines = [];
 const say = (line) => { lines.push(line); document.querySelector("#log").textContent += line + "\n"; };
@@ -32,6 +33,9 @@ async function api(method, path, body, headers = {}) {
 const options = (name, extra = {}) => ({ gatewayURL: gateway, fanoutURL: fanout, tokenProvider: async () => token,
   databaseName: `bench-${run}-${name}`, pollInterval: null, ...extra });
 const item = (n) => ({ name: `item ${n}`, category: n % 50, n });
+const verdicts = [];
+/** A figure against its target: `ratio` of the client's to its floor's (or seconds), at most `target`. */
+const against = (what, value, target, unit = "×") => verdicts.push(`${value <= target ? "within" : "OVER  "} ${what}: ${value.toFixed(2)}${unit} (target ≤ ${target}${unit})`);
 
 async function main() {
   let started;
@@ -59,6 +63,7 @@ async function main() {
   await floorDrain(floor, api, floorDevice, sleep);
   const floorDrained = now() - started;
   say(`  floor (bare IndexedDB, same calls): ${floorDrained.toFixed(2)} s; the client takes ${(drained / floorDrained).toFixed(2)}×`);
+  against("drain against its floor", drained / floorDrained, 1.2);
 
   // The server's records, pushed by another device of the user, 500 per push.
   const device = (await api("POST", "/v1/devices", { name: "filler", platform: "bench" })).json.device_id;
@@ -88,6 +93,7 @@ async function main() {
   const floorStored = await floorPull(floorSync, api);
   const floorSynced = now() - started;
   say(`  floor (bare IndexedDB, same pages): ${floorStored} records in ${floorSynced.toFixed(2)} s; the client takes ${(synced / floorSynced).toFixed(2)}×`);
+  against("initial sync against its floor", synced / floorSynced, 1.2);
   started = now();
   for (let cursor = null, more = true; more;) {
     const page = (await api("GET", `/v1/sync/pull?limit=1000${cursor ? `&since=${cursor}` : ""}`)).json;
@@ -103,6 +109,7 @@ async function main() {
   say(`indexed query (category == 7 by n, limit 20) over ${count}: ${figures(queries)}`);
 
   // Local writes, with no observer and with 10 observed queries.
+  const writeP50 = {};
   for (const observed of [0, 10]) {
     const stops = [];
     for (let k = 0; k < observed; k++) stops.push(reader.observe({ collection: "items", where: { category: { eq: k } }, orderBy: ["n"], limit: 50 }, () => {}));
@@ -118,6 +125,7 @@ async function main() {
     }
     profileEnd(title);
     stops.forEach((stop) => stop());
+    writeP50[observed] = percentile(writes, 0.5);
     say(`local write over ${count} records, ${observed} observed queries: ${figures(writes)}`);
   }
   const floorWrites = [];
@@ -128,6 +136,7 @@ async function main() {
     floorWrites.push(now() - started);
   }
   say(`  floor (bare IndexedDB, the write's transaction): ${figures(floorWrites)}`);
+  against("write p50 with 10 observed queries against its floor", writeP50[10] / percentile(floorWrites, 0.5), 1.5);
 
   // A change on the server → the observe callback of another device's page, over the stream.
   const live = await createClient(options("live"));
@@ -148,6 +157,52 @@ async function main() {
   }
   await live.stop();
   say(`remote change (push on another device) → observe callback here, over the stream: ${figures(latencies)}`);
+
+  // A burst of writes while online and live, one list observing them all; then sync(): how
+  // long after the server finished the last job does it return? The jobs are those the
+  // client's pushes were answered with.
+  const jobsOfBurst = [];
+  const fetched = window.fetch;
+  window.fetch = async (...args) => {
+    const response = await fetched(...args);
+    if (String(args[0]).endsWith("/v1/sync/push") && response.status === 202) {
+      response.clone().json().then((body) => jobsOfBurst.push(body.job_id), () => {});
+    }
+    return response;
+  };
+  const online = await createClient(options("burst"));
+  online.observe({ collection: "burst" }, () => {});
+  online.start();
+  for (let i = 0; i < 100 && !(await online.status()).live; i++) await sleep(0.1);
+  // The IndexedDB transactions the burst took, by stores and mode.
+  const transactions = new Map();
+  const opened = IDBDatabase.prototype.transaction;
+  IDBDatabase.prototype.transaction = function (stores, mode) {
+    const kind = `${[stores].flat().join(",")} ${mode ?? "readonly"}`;
+    transactions.set(kind, (transactions.get(kind) ?? 0) + 1);
+    return opened.call(this, stores, mode);
+  };
+  const burstWrites = [];
+  started = now();
+  for (let n = 0; n < burst; n++) {
+    const began = now();
+    await online.upsert("burst", `b${n}`, item(n));
+    burstWrites.push(now() - began);
+  }
+  const written = now() - started;
+  await online.sync(600);
+  const returned = Date.now();
+  window.fetch = fetched;
+  await online.stop();
+  let lastFinished = 0;
+  for (const job of jobsOfBurst) lastFinished = Math.max(lastFinished, Date.parse((await api("GET", `/v1/sync/jobs/${job}`)).json.finished_at));
+  const lag = (returned - lastFinished) / 1000;
+  IDBDatabase.prototype.transaction = opened;
+  say(`online writes, the sync running: ${figures(burstWrites)}`);
+  for (const [kind, count] of [...transactions].sort((a, b) => b[1] - a[1])) say(`  ${count} transactions over ${kind}`);
+  say(`online burst: ${burst} writes in ${written.toFixed(2)} s, pushed as ${jobsOfBurst.length} jobs; sync() returned ${lag.toFixed(2)} s after the server finished the last`);
+  against("sync() after an online burst, after the server's last job", lag, 2, " s");
+  for (const verdict of verdicts) say(verdict);
 }
 
 main().then(() => { window.benchResult = lines.join("\n"); }, (error) => { window.benchError = String(error?.stack ?? error); });

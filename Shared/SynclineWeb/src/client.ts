@@ -12,14 +12,20 @@ import type { EngineHost, SyncEngine, SyncState } from "./engine.js";
 import type { Invitation, Member, Role, Space } from "./spaces.js";
 import { Observers, type ObservedQuery } from "./observers.js";
 import { shown, type LocalRecord } from "./records.js";
+import { SignedOutError } from "./database.js";
 import { LocalStore, SpaceGoneError, type Changed, type OutboxEntry, type ShownRecord } from "./store.js";
+import { SignIn, type AuthState } from "./signin.js";
 import { Tabs, type TabMessage, type TabNews } from "./tabs.js";
 
 export type { LocalRecord } from "./records.js";
 
 export interface ClientOptions {
   gatewayURL: string;
-  /** Supplies a bearer token; `refresh` is true after the server answered 401. */
+  /**
+   * Supplies a bearer token; `refresh` is true after the server answered 401. The client
+   * keeps the token until 30 s before it expires (a JWT's `exp`; an opaque token until a
+   * 401), so the provider is asked once per token, not once per request.
+   */
   tokenProvider: (refresh: boolean) => Promise<string>;
   /** The IndexedDB database of this client (one per space). */
   databaseName: string;
@@ -66,6 +72,13 @@ export interface SyncStatus {
   setAsideOps: number;
   live: boolean;
   leader: boolean;
+  /**
+   * Whether the server takes this device's token: `unknown` until it answers, `refused`
+   * once it refused a fresh one (the `unauthorized` event tells why: sign the user in
+   * again), `accepted` otherwise. Offline is not refused: `lastError` says the server
+   * cannot be reached.
+   */
+  auth: AuthState;
   /** Files of this device waiting to be uploaded, and their bytes. */
   pendingUploads: number;
   pendingUploadBytes: number;
@@ -108,9 +121,15 @@ export class SyncClient {
   /** The device's identity, kept in memory too, so a database deleted from outside gets it back. */
   readonly #identity: { device?: string; node?: string } = {};
   readonly #store: LocalStore;
+  /** The app's token, kept until it expires, and whether the server takes it. */
+  readonly #signIn: SignIn;
 
   private constructor(readonly options: ClientOptions, store: LocalStore) {
     this.#store = store;
+    this.#signIn = new SignIn(options.tokenProvider, (reason, detail) => {
+      this.#state.lastError = `the server refused the sign-in (${reason}): ${detail}`;
+      this.#emit("unauthorized", { reason, detail });
+    });
     this.#observers = new Observers(async (query) => (await store.query(query.collection, query)).map((row) => shown(row)));
     store.onReset = () => void this.#storageReset();
     this.#tabs = new Tabs(`syncline:${options.databaseName}`, {
@@ -139,6 +158,7 @@ export class SyncClient {
         this.#rulesHeld = null;
         return;
       case "event":
+        if (message.name === "unauthorized") this.#signIn.heardRefused();
         this.events.dispatchEvent(new CustomEvent(message.name, { detail: message.detail }));
         return;
       case "live":
@@ -147,6 +167,9 @@ export class SyncClient {
         return;
       case "liveAsk":
         if (this.#tabs.leader) this.#tell({ type: "live", live: this.#state.live });
+        return;
+      case "signedOut":
+        void this.#signedOut(message.wiped);
         return;
     }
   }
@@ -167,7 +190,7 @@ export class SyncClient {
 
   // MARK: - Spaces (online: loaded on first use)
 
-  readonly #spaces = onFirstUse(async () => new (await import("./spaces.js")).Spaces(this.options.gatewayURL, this.options.tokenProvider));
+  readonly #spaces = onFirstUse(async () => new (await import("./spaces.js")).Spaces(this.options.gatewayURL, this.#signIn));
 
   /** The user's spaces, the personal one first. */
   async spaces(): Promise<Space[]> {
@@ -292,10 +315,10 @@ export class SyncClient {
     if (refusal) {
       throw new InvalidOpError(`${refusal.detail} (rule ${refusal.rule})`, refusal.pointer.split("/")[1] ?? "data", null, refusal.rule);
     }
-    if (await this.#store.meta<boolean>("gone")) throw new SpaceGoneError();  // a space that is gone takes no more writes
-    let stored: { op: Op; row: ShownRecord | null };
+    let stored: { op: Op; row: ShownRecord | null; node: string };
     try {
-      stored = await this.#store.enqueue(op, await this.#node(), Date.now());
+      stored = await this.#store.enqueue(op, this.#identity.node, Date.now());
+      this.#identity.node = stored.node;
     } catch (error) {
       if ((error as DOMException)?.name === "QuotaExceededError") {
         this.#state.lastError = "the browser's storage for this site is full: the edit was not saved";
@@ -317,17 +340,6 @@ export class SyncClient {
   #rulesHeld: Promise<HeldRules> | null = null;
   #rules(): Promise<HeldRules> {
     return this.#rulesHeld ??= HeldRules.read(this.#store, this.options.spaceID);
-  }
-
-  /** The HLC node of this device's ops: chosen locally on first use, so writes work before the server was ever reached. */
-  async #node(): Promise<string> {
-    let node = await this.#store.meta<string>("node");
-    if (!node) {
-      node = this.#identity.node ?? crypto.randomUUID();
-      await this.#store.setMeta("node", node);
-    }
-    this.#identity.node = node;
-    return node;
   }
 
   // MARK: - Reads
@@ -396,7 +408,7 @@ export class SyncClient {
     return {
       pendingOps: counts.pending, oldestPendingAge: counts.oldest === null ? null : (Date.now() - counts.oldest) / 1000,
       lastSyncAt: this.#state.lastSyncAt, lastError: this.#state.lastError, lastPushTraceID: this.#state.lastPushTraceID, setAsideOps: counts.setAside,
-      live: this.#state.live, leader: this.#tabs.leader,
+      live: this.#state.live, leader: this.#tabs.leader, auth: this.#signIn.state,
       pendingUploads: uploads.count, pendingUploadBytes: uploads.bytes,
     };
   }
@@ -462,6 +474,7 @@ export class SyncClient {
    * closes, another takes over at once.
    */
   start(): void {
+    if (this.#wiped) throw new SignedOutError();
     if (this.#running) return;
     this.#running = true;
     this.#loop = this.#tabs.follow();
@@ -497,7 +510,7 @@ export class SyncClient {
   readonly #engineReady = onFirstUse(async () => {
     const host: EngineHost = {
       store: this.#store, state: this.#state, identity: this.#identity,
-      gatewayURL: this.options.gatewayURL, tokenProvider: this.options.tokenProvider, spaceID: this.options.spaceID,
+      gatewayURL: this.options.gatewayURL, signIn: this.#signIn, spaceID: this.options.spaceID,
       fanoutURL: this.options.fanoutURL, pollInterval: this.options.pollInterval, pushDelay: this.options.pushDelay, deviceName: this.options.deviceName,
       heartbeatInterval: this.options.heartbeatInterval, liveChanged: (live) => this.#tell({ type: "live", live }),
       running: () => this.#running, leader: () => this.#tabs.leader,
@@ -514,6 +527,37 @@ export class SyncClient {
     this.#wakeUp(true);
     await this.#loop;
     this.#loop = null;
+  }
+
+  /**
+   * Signs this device out, in every tab of this database: syncing stops and the token kept
+   * is forgotten (`start()` after the next sign-in resumes). With `wipe` (a shared
+   * computer), the device's data goes too — records, the outbox, files and the device's
+   * identity: the database is deleted, and this client and the other tabs' can no longer be
+   * used (`SignedOutError`); the next sign-in creates a new client, a new device. Every
+   * tab hears `signedOut`. Resolves with how many edits the server had not confirmed: with
+   * `wipe` they are lost (`await client.sync()` first sends them).
+   */
+  async signOut(options: { wipe?: boolean } = {}): Promise<{ unsentOps: number }> {
+    const unsentOps = (await this.status()).pendingOps;
+    const wiped = options.wipe === true;
+    this.#tell({ type: "signedOut", wiped });
+    await this.#signedOut(wiped);
+    return { unsentOps };
+  }
+
+  #wiped = false;
+
+  /** This tab's part of signing out (the tab that signed out, or another told of it). */
+  async #signedOut(wiped: boolean): Promise<void> {
+    await this.stop();
+    this.#signIn.forget();
+    if (wiped) {
+      this.#wiped = true;
+      this.#tabs.close();
+      await this.#store.wipe();
+    }
+    this.events.dispatchEvent(new CustomEvent("signedOut", { detail: { wiped } }));
   }
 
   /** Closes the database and the channel (after `stop()`). */

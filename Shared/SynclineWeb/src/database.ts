@@ -50,6 +50,14 @@ export class StorageBlockedError extends Error {
  * The connection to the device's database, with an index over the records for each
  * declared list of fields.
  */
+/** The client signed out and wiped this device's data: a new sign-in makes a new client. */
+export class SignedOutError extends Error {
+  constructor() {
+    super("this client signed out and its data was wiped: create a new client after the next sign-in");
+    this.name = "SignedOutError";
+  }
+}
+
 export class Database {
   #db: IDBDatabase | null;
   /** Called when the database had to be created anew while in use: deleted or evicted from outside. */
@@ -175,6 +183,7 @@ export class Database {
    * says so.
    */
   async #connection(): Promise<IDBDatabase> {
+    if (this.#wiped) throw new SignedOutError();
     if (!this.#db) {
       this.#reopening ??= Database.ready(this.name, this.indexed).then(({ db, created }) => {
         this.#watch(db);
@@ -192,6 +201,22 @@ export class Database {
   }
 
   #reopening: Promise<IDBDatabase> | null = null;
+  /** The database was deleted on signing out: it is never opened again by this client. */
+  #wiped = false;
+
+  /**
+   * Deletes the database (signing out with `wipe`): this connection closes for good, and
+   * the deletion waits for other tabs' connections, which close when it asks them to.
+   */
+  async wipe(): Promise<void> {
+    this.#wiped = true;
+    this.close();
+    await new Promise<void>((resolve, reject) => {
+      const deletion = indexedDB.deleteDatabase(this.name);
+      deletion.onsuccess = () => resolve();
+      deletion.onerror = () => reject(deletion.error);
+    });
+  }
 
   /** One transaction; a connection the browser closed under it is opened again, once. */
   async run<T>(stores: string[], mode: IDBTransactionMode, body: (tx: IDBTransaction) => Promise<T>): Promise<T> {

@@ -7,9 +7,10 @@ import type { SyncEventMap, SyncEventName } from "./events.js";
 import { Gateway, Retry, spaceParameter } from "./http.js";
 import type { Op, RecordView } from "./op.js";
 import { liveJobWait, SyncSchedule, type HeardJob, type PassOutcome } from "./schedule.js";
-import type { LocalSync } from "./local.js";
+import type { JobOutcome, LocalSync } from "./local.js";
+import type { SignIn } from "./signin.js";
 import { SpaceGoneError, type Batch, type Changed, type LocalStore } from "./store.js";
-import type { DeviceView, JobView, OpResult, Problem, PullPage, PushAccepted, StreamMessage } from "./views.js";
+import type { DeviceView, JobView, Problem, PullPage, PushAccepted, StreamMessage } from "./views.js";
 import { SyncSteps } from "./syncsteps.js";
 import { Transfers } from "./transfers.js";
 import { TakingTurns } from "./turns.js";
@@ -17,6 +18,10 @@ import { HeldRules, ruleReason, type StoredRules } from "./heldrules.js";
 
 /** How often the rules are looked up when no answer named a newer version (ms). */
 const rulesLookupInterval = 60_000;
+
+/** How many jobs' outcomes are asked for at once, and the most settled in one step. */
+const jobsAskedAtOnce = 8;
+const settledAtOnce = 500;
 
 /** What a pass ended with, for everyone it served. */
 type PassServed = { jobsInFlight: boolean } | { error: unknown };
@@ -41,7 +46,8 @@ export interface SyncState {
 export interface EngineHost {
   readonly store: LocalStore;
   readonly gatewayURL: string;
-  readonly tokenProvider: (refresh: boolean) => Promise<string>;
+  /** The app's token, kept until it expires, and whether the server takes it. */
+  readonly signIn: SignIn;
   readonly state: SyncState;
   readonly spaceID: string | undefined;
   readonly fanoutURL: string | undefined;
@@ -108,7 +114,7 @@ export class SyncEngine {
   /** `local`: the device's database (IndexedDB unless given: tests give their own). */
   constructor(readonly host: EngineHost, local: LocalSync = new SyncSteps(host.store)) {
     this.#local = local;
-    this.gateway = new Gateway(host.gatewayURL, host.tokenProvider);
+    this.gateway = new Gateway(host.gatewayURL, host.signIn);
     this.transfers = new Transfers(local, this.gateway, host.spaceID, host);
     this.#schedule = new SyncSchedule(host.pollInterval === undefined ? 30 : host.pollInterval);
   }
@@ -249,8 +255,8 @@ export class SyncEngine {
     const uploadFailure = await this.#uploadPending();
     // While the server's Retry-After runs, nothing is pushed, whoever asks for the pass.
     const asked = this.#notBefore - Date.now();
-    if (asked <= 0) await this.#pushAll(device);
-    const jobsInFlight = await this.#followJobs();
+    const pushLeft = asked <= 0 && await this.#pushAll(device);
+    const jobsInFlight = await this.#followJobs() || pushLeft;
     if (this.#state.pullWanted) await this.#pullAll();
     // The ops waiting for a file that could not be sent wait for the next pass.
     if (uploadFailure) throw new Retry(uploadFailure);
@@ -319,12 +325,18 @@ export class SyncEngine {
     return this.host.identity.device = view.device_id;
   }
 
-  /** Sends batches until the outbox holds none, setting aside what the server refuses. */
-  async #pushAll(device: string): Promise<void> {
+  /**
+   * Sends batches until the outbox holds none, setting aside what the server refuses.
+   * When writes came during a push, it stops there (returns true): the pass settles the
+   * jobs and pulls, and the next pass gathers those writes into one batch, rather than
+   * each push carrying the few written while the last was on its way.
+   */
+  async #pushAll(device: string): Promise<boolean> {
     const spaceID = this.host.spaceID;
+    this.#state.writesWaiting = false;  // what was written so far goes now
     for (;;) {
       const batch = await this.#local.nextBatch(device, maxOpsPerPush, this.#maxBytes, spaceID);
-      if (!batch) return;
+      if (!batch) return false;
       const trace = traceparent(batch.key);
       this.#state.lastPushTraceID = trace.traceID;
       const answer = await this.gateway.send("POST", "/v1/sync/push", batch.body, { "Idempotency-Key": batch.key, traceparent: trace.header });
@@ -362,6 +374,7 @@ export class SyncEngine {
       } else {
         throw new Retry(`push answered ${answer.status}: ${answer.detail}`, answer.retryAfter);
       }
+      if (this.#state.writesWaiting) return true;
     }
   }
 
@@ -377,59 +390,80 @@ export class SyncEngine {
    * each job's outcome, and a job is asked for only when the outcome was troubled (its
    * results say which ops were refused) or may have been missed (no stream was live since
    * the job was sent). A shared space's jobs are asked for with their space, so the server
-   * reads that space alone.
+   * reads that space alone. Outcomes are settled together, up to `settledAtOnce` in one
+   * step, and the app hears once what they changed.
    */
   async #followJobs(): Promise<boolean> {
     let running = false;
-    const scope = spaceParameter(this.host.spaceID);
+    const outcomes: JobOutcome[] = [];
+    const asked: string[] = [];
     for (const jobID of await this.#local.sentJobs()) {
       const heard = this.#heardJobs.get(jobID);
       const followUp = this.#schedule.followUp(heard, this.#state.live);
       if (followUp === "wait") {
         running = true;
-        continue;
-      }
-      this.#heardJobs.delete(jobID);
-      if (followUp === "settle") {
-        await this.#jobSucceeded(jobID, Number(heard?.checkpoint ?? 0), []);
-        continue;
-      }
-      const answer = await this.gateway.send("GET", `/v1/sync/jobs/${jobID}${scope}`);
-      if (answer.status === 404) {
-        // Its ops are back in the queue: another pass sends them.
-        await this.#local.jobForgotten(jobID);
-        running = true;
-        continue;
-      }
-      if (answer.status !== 200) throw new Retry(`job status answered ${answer.status}`, answer.retryAfter);
-      const job = answer.json as JobView;
-      if (job.status === "succeeded") {
-        await this.#jobSucceeded(jobID, Number(job.checkpoint ?? 0), job.results ?? [], job.rules_version);
-      } else if (job.status === "dead" || job.status === "discarded") {
-        const opIDs = await this.#local.jobDead(jobID, `job ${job.status}: ${job.last_error ?? "no error recorded"}`);
-        this.host.emit("jobDead", { jobID, opIDs });
-        this.host.changedAll();
+      } else if (followUp === "settle") {
+        this.#heardJobs.delete(jobID);
+        outcomes.push({ jobID, status: "succeeded", checkpoint: Number(heard?.checkpoint ?? 0), results: [] });
       } else {
-        running = true;
+        this.#heardJobs.delete(jobID);
+        asked.push(jobID);
       }
+    }
+    try {
+      for (let start = 0; start < asked.length; start += jobsAskedAtOnce) {
+        const jobs = await Promise.all(asked.slice(start, start + jobsAskedAtOnce).map((jobID) => this.#askJob(jobID)));
+        for (const job of jobs) {
+          if (job === null) running = true;
+          else outcomes.push(job);
+          if (job?.status === "forgotten") running = true;  // its ops are back in the queue: another pass sends them
+        }
+        if (outcomes.length >= settledAtOnce) await this.#settle(outcomes.splice(0));
+      }
+    } finally {
+      // What was learned before a failure is kept.
+      if (outcomes.length > 0) await this.#settle(outcomes);
     }
     this.#schedule.jobsFollowed(this.#state.live);
     return running;
   }
 
-  /** A job of this device's succeeded: its refused ops are reported, the others wait for the pull that shows them. */
-  async #jobSucceeded(jobID: string, checkpoint: number, results: OpResult[], rulesVersion?: unknown): Promise<void> {
-    this.#reachedCursor = Math.max(this.#reachedCursor, checkpoint);
-    // An op the rules refused is set aside with the rule's name.
-    const named = results.map((result) => result.reason === "rule" && typeof result.rule === "string" ? { ...result, reason: ruleReason(result.rule) } : result);
-    if (named.some((result, index) => result !== results[index])) await this.#noteRulesVersion(rulesVersion);
-    const gone = await this.#local.jobSucceeded(jobID, checkpoint, named);
-    for (const result of gone) {
+  /** A job's outcome as the server tells it (null: still running). */
+  async #askJob(jobID: string): Promise<JobOutcome | null> {
+    const answer = await this.gateway.send("GET", `/v1/sync/jobs/${jobID}${spaceParameter(this.host.spaceID)}`);
+    if (answer.status === 404) return { jobID, status: "forgotten" };
+    if (answer.status !== 200) throw new Retry(`job status answered ${answer.status}`, answer.retryAfter);
+    const job = answer.json as JobView;
+    if (job.status === "succeeded") {
+      const results = job.results ?? [];
+      // An op the rules refused is set aside with the rule's name.
+      const named = results.map((result) => result.reason === "rule" && typeof result.rule === "string" ? { ...result, reason: ruleReason(result.rule) } : result);
+      if (named.some((result, index) => result !== results[index])) await this.#noteRulesVersion(job.rules_version);
+      return { jobID, status: "succeeded", checkpoint: Number(job.checkpoint ?? 0), results: named };
+    }
+    if (job.status === "dead" || job.status === "discarded") {
+      return { jobID, status: "dead", reason: `job ${job.status}: ${job.last_error ?? "no error recorded"}` };
+    }
+    return null;
+  }
+
+  /**
+   * Takes jobs' outcomes in, in one step: a succeeded job's refused ops are reported, the
+   * others wait for the pull that shows them; a dead job's are set aside and reported.
+   */
+  async #settle(outcomes: JobOutcome[]): Promise<void> {
+    const settled = await this.#local.jobsSettled(outcomes);
+    for (const outcome of outcomes) {
+      if (outcome.status !== "succeeded") continue;
+      this.#reachedCursor = Math.max(this.#reachedCursor, outcome.checkpoint);
+      this.#state.pullWanted = true;
+    }
+    for (const result of settled.refused) {
       const name = result.status === "conflict" ? "conflict" : "rejected";
       this.host.emit(name, { opID: result.op_id, reason: result.reason, current: result.current as RecordView | undefined });
     }
-    this.#state.pullWanted = true;
-    this.host.changedAll();
+    for (const { jobID, opIDs } of settled.dead) this.host.emit("jobDead", { jobID, opIDs });
+    this.host.changed(settled.changed);
   }
 
   /** Pulls until `has_more` is false; a 410 starts a resync that keeps unpushed ops. */
@@ -480,7 +514,7 @@ export class SyncEngine {
     if (!this.host.fanoutURL || this.#stream || this.#streamRetry || !this.host.leader() || !this.host.running()) return;
     let token: string;
     try {
-      token = await this.gateway.tokenProvider(false);
+      token = await this.gateway.signIn.token(false);
     } catch (error) {
       // An app opened offline, or a provider that fails: reported like any failure, and
       // tried again with backoff, as a dropped stream is.

@@ -1,4 +1,5 @@
 import type { RecordView } from "./op.js";
+import type { TokenRefusal } from "./signin.js";
 
 /** What each of `client.events` says, by name (each is a `CustomEvent` whose `detail` is this). */
 export interface SyncEventMap {
@@ -22,6 +23,14 @@ export interface SyncEventMap {
   editsLost: { spaceID: string | undefined; opIDs: string[] };
   /** The space was deleted, or this user removed from it: its local data went with it. */
   spaceGone: { spaceID: string | undefined };
+  /**
+   * The server refused this device's token, a fresh one too: the app should sign the user
+   * in again (`reason`: `expired`, `invalid` or `missing`). Told once, until a token is
+   * taken again; `status().auth` is `refused` meanwhile.
+   */
+  unauthorized: { reason: TokenRefusal; detail: string };
+  /** This device signed out, in this tab or another (`wiped`: its data was deleted, and the client can no longer be used). */
+  signedOut: { wiped: boolean };
   uploaded: { sha256: string };
   uploadRefused: { sha256: string; reason: string };
   uploadProgress: { sha256: string; sent: number; total: number };

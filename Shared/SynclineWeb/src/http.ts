@@ -1,4 +1,5 @@
 import { retryAfterSeconds } from "./backoff.js";
+import type { SignIn } from "./signin.js";
 import type { Problem } from "./views.js";
 
 /** A failure worth retrying after a pause (network, 429, 5xx, auth); `after`: the server's `Retry-After`, in seconds. */
@@ -29,12 +30,15 @@ export function spaceParameter(spaceID: string | undefined, separator: "?" | "&"
 
 /** The gateway, reached with the app's bearer token. */
 export class Gateway {
-  constructor(readonly url: string, readonly tokenProvider: (refresh: boolean) => Promise<string>) {}
+  constructor(readonly url: string, readonly signIn: SignIn) {}
 
-  /** A request with the bearer token (asked again once after a 401); a JSON body unless `Content-Type` says otherwise. */
+  /**
+   * A request with the bearer token (asked again once after a 401); a JSON body unless
+   * `Content-Type` says otherwise. A 401 to the fresh token tells the sign-in it was refused.
+   */
   async fetch(method: string, path: string, body?: string | Blob, headers: Record<string, string> = {}): Promise<Response> {
     for (let refresh = false; ; refresh = true) {
-      const token = await this.tokenProvider(refresh);
+      const token = await this.signIn.token(refresh);
       let response: Response;
       try {
         response = await fetch(this.url + path, {
@@ -43,7 +47,14 @@ export class Gateway {
       } catch (error) {
         throw new Retry(`cannot reach the server: ${error instanceof Error ? error.message : String(error)}`);
       }
-      if (response.status !== 401 || refresh) return response;
+      if (response.status !== 401) {
+        this.signIn.accepted();
+        return response;
+      }
+      if (refresh) {
+        this.signIn.refusedBy((await response.clone().json().catch(() => ({}))) as Problem);
+        return response;
+      }
     }
   }
 

@@ -10,6 +10,20 @@ export interface ReportedResult {
   current?: unknown;
 }
 
+/** What became of one of this device's jobs, as the server (or its stream) told. */
+export type JobOutcome =
+  | { jobID: string; status: "succeeded"; checkpoint: number; results: ReportedResult[] }
+  | { jobID: string; status: "dead"; reason: string }
+  /** The server no longer knows the job. */
+  | { jobID: string; status: "forgotten" };
+
+/** What settling jobs did: the ops that left (refused), each dead job's ops set aside, and what shows now for the records touched. */
+export interface SettledJobs {
+  refused: ReportedResult[];
+  dead: { jobID: string; opIDs: string[] }[];
+  changed: Changed[];
+}
+
 /**
  * The device's database as the sync engine and the file transfers use it: each method is
  * one step that reads what to send or takes a server's answer in, all or nothing (in the
@@ -37,12 +51,12 @@ export interface LocalSync {
   // Jobs
   /** Jobs sent and not yet finished. */
   sentJobs(): Promise<string[]>;
-  /** A job succeeded; returns the ops that left the outbox (refused as conflicts or rejected), with their results. */
-  jobSucceeded(jobID: string, checkpoint: number, results: ReportedResult[]): Promise<ReportedResult[]>;
-  /** A job was dead-lettered (or discarded): its ops are set aside; returns them. */
-  jobDead(jobID: string, reason: string): Promise<string[]>;
-  /** The server no longer knows the job: its ops go back to the queue. */
-  jobForgotten(jobID: string): Promise<void>;
+  /**
+   * Jobs whose outcome is known, settled together (one step): a succeeded job's ops wait
+   * for the pull (its conflicting and rejected ones leave), a dead one's are set aside, a
+   * forgotten one's go back to the queue.
+   */
+  jobsSettled(outcomes: JobOutcome[]): Promise<SettledJobs>;
 
   // Pull
   /** Starts a resync from the beginning. */

@@ -45,16 +45,19 @@ export class Observers {
    */
   changed(changes: Changed[]): void {
     for (const observer of this.#observers) {
-      // While an update is under way its result is not known yet: every change of the collection counts.
-      const relevant = changes.filter((change) => change.collection === observer.query.collection && (
-        observer.reading || observer.records === null || observer.ids.has(change.id) || change.row === undefined
-        || (change.row !== null && matches(change.row.id, change.row.data, observer.query.where))));
-      if (relevant.length === 0) continue;
-      for (const change of relevant) {
+      let woken = false;
+      for (const change of changes) {
+        if (change.collection !== observer.query.collection) continue;
+        // While an update is under way its result is not known yet: every change of the
+        // collection counts; so does a record already changed since (its row may go again).
+        const relevant = observer.reading || observer.records === null || observer.ids.has(change.id) || change.row === undefined
+          || observer.changes?.has(change.id) === true || (change.row !== null && matches(change.row.id, change.row.data, observer.query.where));
+        if (!relevant) continue;
+        woken = true;
         if (change.row === undefined) observer.changes = null;
         observer.changes?.set(change.id, change);
       }
-      void this.#deliver(observer);
+      if (woken) void this.#deliver(observer);
     }
   }
 
@@ -84,14 +87,19 @@ export class Observers {
         await new Promise((resolve) => setTimeout(resolve, 0));
         const changes = observer.changes;
         observer.changes = new Map();
-        const records = (changes && observer.records && updated(observer.query, observer.records, changes))
-          ?? await this.read(observer.query);
+        const update = changes && observer.records ? updated(observer.query, observer.records, changes) : null;
+        if (update && !update.changed) continue;
+        const records = update?.records ?? await this.read(observer.query);
         if (!this.#observers.has(observer)) return;
         observer.records = records;
         observer.ids = new Set(records.map((record) => record.id));
-        const text = canonicalJSON(records as unknown as JSONObject[]);
-        if (text === observer.last) continue;
-        observer.last = text;
+        if (update) {
+          observer.last = null;  // known to differ; a later read compares with nothing
+        } else {
+          const text = canonicalJSON(records as unknown as JSONObject[]);
+          if (text === observer.last) continue;
+          observer.last = text;
+        }
         observer.callback(records);
       } while (observer.again);
     } finally {
@@ -101,22 +109,50 @@ export class Observers {
 }
 
 /**
- * The query's result after `changes`, from its previous result and the changed rows, or
- * null when those cannot tell it: with an offset, or when a limited result lost rows and
- * rows beyond its end (never read) might move up.
+ * The query's result after `changes`, from its previous result and the changed rows (and
+ * whether it differs), or null when those cannot tell it: with an offset, or when a
+ * limited result lost rows and rows beyond its end (never read) might move up. Only the
+ * changed records are compared and placed (by binary search): a write costs the same
+ * whether the result holds ten records or twenty thousand.
  */
-export function updated(query: ObservedQuery, previous: LocalRecord[], changes: Map<string, Changed>): LocalRecord[] | null {
+export function updated(query: ObservedQuery, previous: LocalRecord[], changes: Map<string, Changed>): { records: LocalRecord[]; changed: boolean } | null {
   if (query.offset) return null;
   const order = recordOrder(query);
-  const rows = new Map(previous.map((record) => [record.id, record]));
+  const replaced = new Map<string, LocalRecord | null>();
   for (const change of changes.values()) {
     if (change.collection !== query.collection) continue;
-    rows.delete(change.id);
-    if (change.row && matches(change.row.id, change.row.data, query.where)) rows.set(change.id, shown(change.row));
+    replaced.set(change.id, change.row && matches(change.row.id, change.row.data, query.where) ? shown(change.row) : null);
   }
-  const sorted = [...rows.values()].sort(order);
-  if (query.limit === undefined) return sorted;
-  const last = previous[previous.length - 1];
-  if (previous.length >= query.limit && sorted.filter((record) => order(record, last) <= 0).length < query.limit) return null;
-  return sorted.slice(0, query.limit);
+  const before = new Map<string, LocalRecord>();
+  const records = previous.filter((record) => {
+    if (!replaced.has(record.id)) return true;
+    before.set(record.id, record);
+    return false;
+  });
+  for (const record of replaced.values()) {
+    if (record) records.splice(insertionIndex(records, record, order), 0, record);
+  }
+  if (query.limit !== undefined) {
+    const last = previous[previous.length - 1];
+    if (previous.length >= query.limit && records.filter((record) => order(record, last) <= 0).length < query.limit) return null;
+    records.length = Math.min(records.length, query.limit);
+  }
+  const kept = query.limit === undefined ? null : new Set(records.map((record) => record.id));
+  const changed = [...replaced].some(([id, record]) => {
+    const old = before.get(id);
+    const now = record && (kept === null || kept.has(id)) ? record : undefined;
+    return old === undefined || now === undefined ? old !== now : canonicalJSON(old as unknown as JSONObject) !== canonicalJSON(now as unknown as JSONObject);
+  });
+  return { records: changed ? records : previous, changed };
+}
+
+/** Where `record` goes in `sorted` (by `order`, which is total: ties end on the id). */
+function insertionIndex(sorted: LocalRecord[], record: LocalRecord, order: (a: LocalRecord, b: LocalRecord) => number): number {
+  let low = 0, high = sorted.length;
+  while (low < high) {
+    const middle = (low + high) >>> 1;
+    if (order(sorted[middle], record) < 0) low = middle + 1;
+    else high = middle;
+  }
+  return low;
 }

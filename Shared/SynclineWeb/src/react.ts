@@ -82,7 +82,7 @@ export function useSyncStatus(client: SyncClient, interval = 1): SyncStatus | nu
     }, () => {});
     read();
     const timer = setInterval(read, interval * 1000);
-    const stops = (["pulled", "setAside", "jobDead", "storageFull", "storageReset"] as const).map((name) => client.on(name, read));
+    const stops = (["pulled", "setAside", "jobDead", "storageFull", "storageReset", "unauthorized"] as const).map((name) => client.on(name, read));
     return () => {
       mounted = false;
       clearInterval(timer);

@@ -1,5 +1,6 @@
 // Managing spaces: calls that need the server, so this module is loaded on their first use.
 import { Gateway } from "./http.js";
+import type { SignIn } from "./signin.js";
 import type { InvitationView, ItemsPage, JoinedView, MemberView, SpaceView } from "./views.js";
 
 export type Role = "owner" | "editor" | "viewer";
@@ -33,8 +34,8 @@ const space = (view: SpaceView): Space => ({ spaceID: view.space_id, name: view.
 export class Spaces {
   readonly gateway: Gateway;
 
-  constructor(gatewayURL: string, tokenProvider: (refresh: boolean) => Promise<string>) {
-    this.gateway = new Gateway(gatewayURL, tokenProvider);
+  constructor(gatewayURL: string, signIn: SignIn) {
+    this.gateway = new Gateway(gatewayURL, signIn);
   }
 
   async list(): Promise<Space[]> {

@@ -138,6 +138,11 @@ export class LocalStore {
     this.#database.close();
   }
 
+  /** Deletes the device's database; every later step fails with `SignedOutError`. */
+  wipe(): Promise<void> {
+    return this.#database.wipe();
+  }
+
   // MARK: - Meta
 
   async meta<T>(key: string): Promise<T | undefined> {
@@ -160,11 +165,22 @@ export class LocalStore {
 
   // MARK: - Local writes
 
-  /** Stamps the op with the device's clock, stores it in the outbox and shows it, in one transaction. */
-  async enqueue(op: Op, node: string, now: number): Promise<{ op: Op; row: ShownRecord | null }> {
+  /**
+   * Stamps the op with the device's clock, stores it in the outbox and shows it: one
+   * transaction, the whole of a local write. A space that is gone takes no more writes
+   * (`SpaceGoneError`, nothing stored). The clock's node is the database's, chosen on the
+   * first write (`node`: the one this device had, when its database was deleted under it).
+   */
+  async enqueue(op: Op, node: string | undefined, now: number): Promise<{ op: Op; row: ShownRecord | null; node: string }> {
     return this.run(all, "readwrite", async (tx) => {
-      const [clock, known] = await Promise.all([LocalStore.clock(tx), LocalStore.recordState(tx, op)]);
-      const stamped: Op = { ...op, hlc: clock.next(now, node) };
+      const meta = tx.objectStore("meta");
+      const [gone, kept, clock, known] = await Promise.all([
+        request(meta.get("gone")), request(meta.get("node")) as Promise<string | undefined>, LocalStore.clock(tx), LocalStore.recordState(tx, op),
+      ]);
+      if (gone) throw new SpaceGoneError();
+      const ownNode = kept ?? node ?? crypto.randomUUID();
+      if (!kept) meta.put(ownNode, "node");
+      const stamped: Op = { ...op, hlc: clock.next(now, ownNode) };
       LocalStore.saveClock(tx, clock);
       const entry: OutboxEntry = {
         op_id: stamped.op_id, collection: stamped.collection, id: stamped.id, op: stamped,
@@ -173,7 +189,7 @@ export class LocalStore {
       const blobs = referencedBlobs(stamped.data);
       if (blobs.length > 0) entry.blobs = blobs;
       OutboxWriter.of(tx).add(entry);
-      return { op: stamped, row: this.show(tx, op, known.server, [...known.entries, entry]) };
+      return { op: stamped, row: this.show(tx, op, known.server, [...known.entries, entry]), node: ownNode };
     });
   }
 
@@ -227,10 +243,10 @@ export class LocalStore {
     return shown;
   }
 
-  /** Refreshes the records of `entries`, each once, their reads issued together. */
-  async refreshOps(tx: IDBTransaction, entries: OutboxEntry[]): Promise<void> {
-    const records = new Map(entries.map((entry) => [JSON.stringify([entry.collection, entry.id]), entry]));
-    await Promise.all([...records.values()].map((entry) => this.refresh(tx, entry)));
+  /** Refreshes the records of `entries`, each once, their reads issued together; returns what shows for each now. */
+  async refreshOps(tx: IDBTransaction, entries: OutboxEntry[]): Promise<Changed[]> {
+    const records = new Map(entries.map((entry) => [JSON.stringify([entry.collection, entry.id]), { collection: entry.collection, id: entry.id }]));
+    return Promise.all([...records.values()].map(async (key) => ({ ...key, row: await this.refresh(tx, key) })));
   }
 
   // MARK: - Reads

@@ -1,7 +1,7 @@
 import { batchSize, pushBody } from "./batching.js";
 import type { BlobRef } from "./blobs.js";
 import { request } from "./idb.js";
-import type { LocalSync, ReportedResult } from "./local.js";
+import type { JobOutcome, LocalSync, SettledJobs } from "./local.js";
 import type { Op, RecordView } from "./op.js";
 import { OutboxWriter, unconfirmed, type OutboxEntry } from "./outbox.js";
 import { all, LocalStore, type Batch, type Changed, type Key, type LocalBlob, type RecordRow, type ServerCopy } from "./store.js";
@@ -132,58 +132,52 @@ export class SyncSteps implements LocalSync {
   }
 
   /**
-   * A job succeeded: applied, superseded and duplicate ops wait for a pull to reach the
-   * checkpoint; conflicting and rejected ones leave (the server did not apply them). An op
-   * the results do not name was applied (an untroubled job's outcome heard on the stream
-   * comes without results). Returns the ops that left, with their results.
+   * Jobs whose outcome is known, in one transaction. A succeeded job's applied, superseded
+   * and duplicate ops wait for a pull to reach the checkpoint; its conflicting and rejected
+   * ones leave (the server did not apply them); an op the results do not name was applied
+   * (an untroubled job's outcome heard on the stream comes without results). A dead (or
+   * discarded) job's ops are set aside; a forgotten job's go back to the queue (applied ones
+   * answer `duplicate` next time). Each job's batch is no longer one to send or poll.
    */
-  async jobSucceeded(jobID: string, checkpoint: number, results: ReportedResult[]): Promise<ReportedResult[]> {
+  async jobsSettled(outcomes: JobOutcome[]): Promise<SettledJobs> {
     return this.store.run(all, "readwrite", async (tx) => {
       const outbox = OutboxWriter.of(tx);
-      const entries = (await request(tx.objectStore("outbox").index("job_id").getAll(jobID))) as OutboxEntry[];
-      const byOp = new Map(results.map((result) => [result.op_id, result]));
-      const gone: ReportedResult[] = [];
-      for (const entry of entries) {
-        const result = byOp.get(entry.op_id);
-        if (result && (result.status === "conflict" || result.status === "rejected")) {
-          gone.push(result);
-          outbox.delete(entry);
-        } else if (entry.state === "sent") {
-          outbox.put(entry, { ...entry, state: "confirmed", checkpoint });
+      const byJob = tx.objectStore("outbox").index("job_id");
+      const [batches, ...entriesOfJobs] = await Promise.all([
+        request(tx.objectStore("batches").getAll()) as Promise<Batch[]>,
+        ...outcomes.map((outcome) => request(byJob.getAll(outcome.jobID)) as Promise<OutboxEntry[]>),
+      ]);
+      const settled: SettledJobs = { refused: [], dead: [], changed: [] };
+      const touched: OutboxEntry[] = [];
+      outcomes.forEach((outcome, index) => {
+        const entries = entriesOfJobs[index];
+        if (outcome.status === "succeeded") {
+          const byOp = new Map(outcome.results.map((result) => [result.op_id, result]));
+          for (const entry of entries) {
+            const result = byOp.get(entry.op_id);
+            if (result && (result.status === "conflict" || result.status === "rejected")) {
+              settled.refused.push(result);
+              outbox.delete(entry);
+            } else if (entry.state === "sent") {
+              outbox.put(entry, { ...entry, state: "confirmed", checkpoint: outcome.checkpoint });
+            }
+          }
+          touched.push(...entries);
+        } else if (outcome.status === "dead") {
+          const sent = entries.filter((entry) => entry.state === "sent");
+          for (const entry of sent) outbox.put(entry, { ...entry, state: "set_aside", reason: outcome.reason });
+          settled.dead.push({ jobID: outcome.jobID, opIDs: sent.map((entry) => entry.op_id) });
+          touched.push(...sent);
+        } else {
+          for (const entry of entries) {
+            if (entry.state === "sent") outbox.put(entry, { ...entry, state: "pending", job_id: null, batch_id: null });
+          }
         }
-      }
-      await SyncSteps.dropBatches(tx, jobID);
-      await this.store.refreshOps(tx, entries);
-      return gone;
-    });
-  }
-
-  /** The job ended (or the server forgot it): its batch is no longer one to send or poll. */
-  private static async dropBatches(tx: IDBTransaction, jobID: string): Promise<void> {
-    const batches = tx.objectStore("batches");
-    for (const batch of (await request(batches.getAll())) as Batch[]) {
-      if (batch.job_id === jobID) batches.delete(batch.batch_id);
-    }
-  }
-
-  /** A job was dead-lettered (or discarded): its ops are set aside. */
-  async jobDead(jobID: string, reason: string): Promise<string[]> {
-    return this.store.run(all, "readwrite", async (tx) => {
-      const entries = ((await request(tx.objectStore("outbox").index("job_id").getAll(jobID))) as OutboxEntry[]).filter((entry) => entry.state === "sent");
-      for (const entry of entries) OutboxWriter.of(tx).put(entry, { ...entry, state: "set_aside", reason });
-      await SyncSteps.dropBatches(tx, jobID);
-      await this.store.refreshOps(tx, entries);
-      return entries.map((entry) => entry.op_id);
-    });
-  }
-
-  /** The server no longer knows the job: its ops go back to the queue (applied ones answer `duplicate` next time). */
-  async jobForgotten(jobID: string): Promise<void> {
-    await this.store.run(["outbox", "batches"], "readwrite", async (tx) => {
-      for (const entry of (await request(tx.objectStore("outbox").index("job_id").getAll(jobID))) as OutboxEntry[]) {
-        if (entry.state === "sent") OutboxWriter.of(tx).put(entry, { ...entry, state: "pending", job_id: null, batch_id: null });
-      }
-      await SyncSteps.dropBatches(tx, jobID);
+      });
+      const jobs = new Set(outcomes.map((outcome) => outcome.jobID));
+      for (const batch of batches) if (batch.job_id !== null && jobs.has(batch.job_id)) tx.objectStore("batches").delete(batch.batch_id);
+      settled.changed = await this.store.refreshOps(tx, touched);
+      return settled;
     });
   }
 

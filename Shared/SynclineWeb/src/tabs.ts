@@ -8,11 +8,12 @@ export type TabMessage =
   | { type: "event"; name: string; detail: unknown }
   | { type: "live"; live: boolean }
   | { type: "liveAsk" }
+  | { type: "signedOut"; wiped: boolean }
   | { type: "sync"; id: string; timeout: number }
   | { type: "synced"; id: string; error?: string };
 
 /** Another tab's news for the client: records changed, the rules changed, an event for the app, the leader's stream up or down (or asked about). */
-export type TabNews = Extract<TabMessage, { type: "changed" | "changedAll" | "rulesChanged" | "event" | "live" | "liveAsk" }>;
+export type TabNews = Extract<TabMessage, { type: "changed" | "changedAll" | "rulesChanged" | "event" | "live" | "liveAsk" | "signedOut" }>;
 
 /** What the tabs need of their client. */
 export interface TabsHost {

@@ -17,6 +17,8 @@ export interface Problem {
   /** The app's rule that refused the op (`recipes.schema`), and the rules' version. */
   rule?: string;
   rules_version?: number;
+  /** A 401's reason: no token was sent, it `expired`, or it is `invalid`. */
+  token?: string;
 }
 
 /** `201` to `POST /v1/devices`. */

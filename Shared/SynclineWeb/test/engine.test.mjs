@@ -111,6 +111,33 @@ test("a job the server no longer knows sends its ops again, and a dead job sets 
   assert.deepEqual(events.find((event) => event.name === "jobDead").detail, { jobID: "job-2", opIDs: [forgotten] });
 });
 
+test("the outcomes of many jobs are settled in one step, and the app is told once what they changed", async () => {
+  const local = new MemoryLocal();
+  await local.setMeta("device_id", "device-1");
+  for (let i = 0; i < 40; i++) {
+    local.enqueue("todos", `t${i}`, { title: `${i}` });
+    const batch = await local.nextBatch("device-1", 1, 1_000_000);
+    await local.batchAccepted(batch, `job-${i}`);
+  }
+  const requests = gateway((request) => {
+    const job = request.path.match(/^\/v1\/sync\/jobs\/job-(\d+)$/);
+    if (job && Number(job[1]) === 7) return { status: 200, json: { status: "succeeded", checkpoint: "40", results: [{ op_id: local.outbox[7].op_id, status: "rejected", reason: "forbidden" }] } };
+    if (job) return { status: 200, json: { status: "succeeded", checkpoint: String(Number(job[1]) + 1), results: [] } };
+    return usualServer({ checkpoint: 40 })(request);
+  });
+  const { engine: sync, events, host } = engine(local);
+  const told = [];
+  host.changed = (changes) => told.push(changes.length);
+  await sync.sync(5);
+
+  assert.equal(requests.filter((request) => request.path.startsWith("/v1/sync/jobs/")).length, 40);
+  assert.deepEqual(local.settleSteps, [40], "one step for all forty outcomes");
+  assert.equal(told[0], 40, "the app heard of the forty records at once");
+  assert.deepEqual(events.filter((event) => event.name === "rejected").map((event) => event.detail.reason), ["forbidden"]);
+  assert.equal(local.outbox.length, 0);
+  assert.equal(local.batches.size, 0);
+});
+
 test("a pull answered 410 starts a resync from the beginning, which drops what the server no longer holds", async () => {
   const local = new MemoryLocal();
   await local.setMeta("device_id", "device-1");

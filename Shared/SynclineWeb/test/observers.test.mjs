@@ -110,3 +110,57 @@ test("a burst of changes during a read makes one more delivery, and none after u
   await settled();
   assert.equal(all.calls.at(-1).length, 4, "no call after unsubscribing");
 });
+
+test("results updated from changed rows equal a fresh read, over random writes to limited, ordered and filtered queries", async () => {
+  let seed = 7;
+  const random = (n) => { seed = (seed * 1103515245 + 12345) % 2147483648; return (seed >>> 16) % n; };
+  const store = listStore(Array.from({ length: 30 }, (_, i) => row(`r${i}`, { n: random(10), done: random(2) === 0 })));
+  const observers = new Observers(store.read);
+  const queries = [
+    { collection: "todos", orderBy: ["n"] },
+    { collection: "todos", orderBy: ["-n"], limit: 5 },
+    { collection: "todos", where: { done: { eq: true } }, orderBy: ["n"], limit: 8 },
+    { collection: "todos", where: { n: { gte: 4 } } },
+  ];
+  const watched = queries.map((query) => {
+    const seen = { last: null, calls: 0 };
+    observers.add(query, (records) => { seen.last = records.map((record) => `${record.id}:${record.data.n}:${record.data.done}`); seen.calls += 1; });
+    return seen;
+  });
+  await settled();
+  for (let round = 0; round < 150; round++) {
+    const changes = [];
+    for (let k = random(6) + 1; k > 0; k--) {
+      const id = `r${random(36)}`;
+      if (random(5) === 0) {
+        store.rows = store.rows.filter((r) => r.id !== id);
+        changes.push({ collection: "todos", id, row: null });
+      } else {
+        changes.push(store.write(row(id, { n: random(10), done: random(2) === 0 })));
+      }
+    }
+    observers.changed(changes);
+    await settled();
+    for (const [index, query] of queries.entries()) {
+      const fresh = (await store.read(query)).map((record) => `${record.id}:${record.data.n}:${record.data.done}`);
+      assert.deepEqual(watched[index].last, fresh, `query ${index} after round ${round}`);
+    }
+  }
+});
+
+test("a write into a result of twenty thousand records is placed without sorting it, and an unchanged one calls nothing", async () => {
+  const store = listStore(Array.from({ length: 20_000 }, (_, i) => row(`r${String(i).padStart(5, "0")}`, { n: i % 1000 })));
+  const observers = new Observers(store.read);
+  const all = observe(observers, { collection: "todos", orderBy: ["n"] });
+  await settled();
+  assert.equal(all.calls.length, 1);
+  observers.changed([store.write(row("new", { n: 500 }))]);
+  await settled();
+  const result = all.calls.at(-1);
+  assert.equal(result.length, 20_001);
+  assert.deepEqual(result, (await store.read({ collection: "todos", orderBy: ["n"] })).map((record) => record.id));
+  observers.changed([store.write(row("new", { n: 500 }))]);
+  await settled();
+  assert.equal(all.calls.length, 2, "the same record again changes nothing");
+  assert.equal(store.reads, 2, "one read at the start, one to check; the writes were placed from their rows");
+});

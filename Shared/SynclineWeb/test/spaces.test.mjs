@@ -2,6 +2,7 @@
 // app's names, and an unexpected answer thrown with the server's detail.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { SignIn } from "../dist/signin.js";
 import { Spaces } from "../dist/spaces.js";
 
 /** A gateway answering `routes["METHOD /path"]` (`[status, json]`); every request is kept. */
@@ -16,7 +17,7 @@ function serve(routes) {
   return seen;
 }
 
-const spaces = () => new Spaces("http://gateway.test", async () => "token");
+const spaces = () => new Spaces("http://gateway.test", new SignIn(async () => "token", () => {}));
 
 test("spaces, invitations and members are read into the app's names", async () => {
   const seen = serve({

@@ -4,6 +4,7 @@
 // would hear.
 import { batchSize, pushBody } from "../../dist/batching.js";
 import { SyncEngine } from "../../dist/engine.js";
+import { SignIn } from "../../dist/signin.js";
 import { unconfirmed } from "../../dist/outbox.js";
 
 /** The device's database in memory: the outbox's states and the batches as IndexedDB keeps them (outbox.ts, syncsteps.ts). */
@@ -89,34 +90,38 @@ export class MemoryLocal {
     return [...new Set([...this.batches.values()].map((batch) => batch.job_id).filter(Boolean))];
   }
 
-  async jobSucceeded(jobID, checkpoint, results) {
-    const byOp = new Map(results.map((result) => [result.op_id, result]));
-    const gone = [];
-    for (const entry of this.#ofJob(jobID)) {
-      const result = byOp.get(entry.op_id);
-      if (result && (result.status === "conflict" || result.status === "rejected")) {
-        gone.push(result);
-        this.outbox.splice(this.outbox.indexOf(entry), 1);
-      } else if (entry.state === "sent") {
-        Object.assign(entry, { state: "confirmed", checkpoint });
+  /** Every step the engine took that settled jobs, with how many outcomes each held. */
+  settleSteps = [];
+
+  async jobsSettled(outcomes) {
+    this.settleSteps.push(outcomes.length);
+    const settled = { refused: [], dead: [], changed: [] };
+    for (const outcome of outcomes) {
+      const entries = this.#ofJob(outcome.jobID);
+      if (outcome.status === "succeeded") {
+        const byOp = new Map(outcome.results.map((result) => [result.op_id, result]));
+        for (const entry of entries) {
+          const result = byOp.get(entry.op_id);
+          if (result && (result.status === "conflict" || result.status === "rejected")) {
+            settled.refused.push(result);
+            this.outbox.splice(this.outbox.indexOf(entry), 1);
+          } else if (entry.state === "sent") {
+            Object.assign(entry, { state: "confirmed", checkpoint: outcome.checkpoint });
+          }
+        }
+      } else if (outcome.status === "dead") {
+        const sent = entries.filter((entry) => entry.state === "sent");
+        for (const entry of sent) Object.assign(entry, { state: "set_aside", reason: outcome.reason });
+        settled.dead.push({ jobID: outcome.jobID, opIDs: sent.map((entry) => entry.op_id) });
+      } else {
+        for (const entry of entries) {
+          if (entry.state === "sent") Object.assign(entry, { state: "pending", job_id: null, batch_id: null });
+        }
       }
+      settled.changed.push(...entries.map((entry) => ({ collection: entry.collection, id: entry.id })));
+      this.#dropBatches(outcome.jobID);
     }
-    this.#dropBatches(jobID);
-    return gone;
-  }
-
-  async jobDead(jobID, reason) {
-    const entries = this.#ofJob(jobID).filter((entry) => entry.state === "sent");
-    for (const entry of entries) Object.assign(entry, { state: "set_aside", reason });
-    this.#dropBatches(jobID);
-    return entries.map((entry) => entry.op_id);
-  }
-
-  async jobForgotten(jobID) {
-    for (const entry of this.#ofJob(jobID)) {
-      if (entry.state === "sent") Object.assign(entry, { state: "pending", job_id: null, batch_id: null });
-    }
-    this.#dropBatches(jobID);
+    return settled;
   }
 
   async beginResync() {
@@ -201,10 +206,11 @@ export function gateway(answer) {
 }
 
 /** An engine over `local`, for a device syncing its personal space (or `spaceID`); events kept in `events`. */
-export function engine(local, { spaceID } = {}) {
+export function engine(local, { spaceID, tokenProvider = async () => "token" } = {}) {
   const events = [];
   const host = {
-    store: null, gatewayURL: "http://gateway.test", tokenProvider: async () => "token", spaceID, fanoutURL: undefined,
+    store: null, gatewayURL: "http://gateway.test", spaceID, fanoutURL: undefined,
+    signIn: new SignIn(tokenProvider, (reason, detail) => events.push({ name: "unauthorized", detail: { reason, detail } })),
     pollInterval: null, pushDelay: 0, deviceName: "node", identity: {},
     state: { lastSyncAt: null, lastError: null, lastPushTraceID: null, live: false, pullWanted: false, writesWaiting: false },
     running: () => true, leader: () => false, emit: (name, detail) => events.push({ name, detail }), changed: () => {}, changedAll: () => {},
