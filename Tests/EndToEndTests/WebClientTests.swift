@@ -103,6 +103,10 @@ struct WebClientTests {
               await client.upsert('items', 'a1', {title: 'milk'});
               await client.upsert('items', 'a2', {title: 'eggs'});
               const found = (await client.query('items', {where: {title: {eq: 'milk'}}})).map(r => [r.id, r.hasPendingEdits]);
+              // Another space's client opens and takes writes without the engine too.
+              const kitchen = await client.clientFor('kitchen-space', 'no-engine-kitchen');
+              await kitchen.upsert('items', 'k1', {title: 'salt'});
+              const inSpace = (await kitchen.records('items')).map(r => r.id);
               let status = await client.status();
               for (let i = 0; i < 100 && !status.lastError; i++) {
                 await new Promise(r => setTimeout(r, 50));
@@ -110,11 +114,11 @@ struct WebClientTests {
               }
               const started = Date.now();
               await client.stop();
-              return syncline.canonicalJSON({found, pending: status.pendingOps, leader: status.leader,
+              return syncline.canonicalJSON({found, inSpace, pending: status.pendingOps, leader: status.leader,
                 why: status.lastError?.startsWith('cannot load the sync engine') ?? status.lastError, stoppedAtOnce: Date.now() - started < 1000});
             })()
             """) as? String
-        #expect(result == #"{"found":[["a1",true]],"leader":true,"pending":2,"stoppedAtOnce":true,"why":true}"#)
+        #expect(result == #"{"found":[["a1",true]],"inSpace":["k1"],"leader":true,"pending":2,"stoppedAtOnce":true,"why":true}"#)
     }
 
     /// With the gateway down, a page writes, is reloaded, and still shows its edits; once
@@ -777,6 +781,62 @@ struct WebClientTests {
         }
     }
 
+    /// The example app (`Shared/SynclineWeb/example`) and the package's built modules, served as a site.
+    static func serveExample() async throws -> StaticFileServer {
+        let package = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Shared/SynclineWeb").path
+        #expect(Shell.run("tsc -p \(package)") == 0)
+        let site = try await StaticFileServer()
+        for folder in ["dist", "example"] {
+            try FileManager.default.createDirectory(atPath: "\(site.directory)/\(folder)", withIntermediateDirectories: true)
+            for file in try FileManager.default.contentsOfDirectory(atPath: "\(package)/\(folder)") where file.hasSuffix(".js") || file.hasSuffix(".html") {
+                try site.write("\(folder)/\(file)", try String(contentsOfFile: "\(package)/\(folder)/\(file)", encoding: .utf8))
+            }
+        }
+        return site
+    }
+
+    /// Opened once online, the example app — its service worker precaching the app and the
+    /// package's modules, those loaded on first use too — opens again with its static
+    /// server and the Syncline server both stopped: it shows what it holds, loads its sync
+    /// engine, and takes and queues a new item; the server is what it cannot reach.
+    @Test func theExampleAppOpensWithItsServersStopped() async throws {
+        let site = try await Self.serveExample()
+        defer { site.stop() }
+        try await Stack.with(workers: 1, fanouts: 1, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
+            let token = await E2E.token("offline-\(UUID().uuidString.prefix(6))")
+            let browser = try Browser(width: 420, height: 640)
+            defer { browser.quit() }
+            let url = "\(site.base)/example/index.html?gateway=\(stack.client.base)&fanout=http://127.0.0.1:\(stack.fanouts[0].port)&token=\(token)"
+            try browser.open(url)
+            try browser.waitFor("window.shoppingList")
+            try browser.waitFor("navigator.serviceWorker.controller !== null", within: 20)
+            try browser.click("#name")
+            try browser.type(into: "#name", "milk")
+            try browser.click("#add-button")
+            try browser.waitFor("document.querySelector('#status').textContent.startsWith('up to date')", within: 15)
+
+            site.stop()
+            _ = stack.gateway.stop(within: 1)
+            _ = stack.fanouts[0].stop(within: 1)
+            let requestsOnline = site.requestedPaths.count
+            try browser.navigate(url)  // as a user opening it again (a reload that skips caches would skip the service worker)
+            try browser.waitFor("window.shoppingList", within: 20)
+            let names = "[...document.querySelectorAll('#items .name')].map(e => e.textContent).join(',')"
+            try browser.waitFor("\(names) === 'milk'", within: 10)
+            try browser.click("#name")
+            try browser.type(into: "#name", "eggs")
+            try browser.click("#add-button")
+            try browser.waitFor("\(names) === 'eggs,milk'", within: 10)
+            try browser.waitFor("document.querySelector('#status').textContent.startsWith('1 change waiting to sync')", within: 10)
+            // The sync engine loaded from the cache: what fails is reaching the server.
+            try browser.waitFor("shoppingList.status().then(s => window.failure = s.lastError) && (window.failure || '').includes('cannot reach the server')", within: 20)
+            #expect(site.requestedPaths.count == requestsOnline, "the static server, stopped, was asked nothing more")
+            let output = E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()
+            try browser.screenshot(to: "\(output)/web-example-offline.png")
+        }
+    }
+
     /// A refused sign-in is an `unauthorized` event with its reason, and `status().auth` is
     /// `refused` — not a sentence in `lastError` to tell from "offline"; once the app has a
     /// good token again, it is taken, and the provider is asked once for it, not once per
@@ -1106,17 +1166,8 @@ struct WebClientTests {
     /// devices of one user: what one adds shows on the other, what the other ticks shows on
     /// the first, and both end with the same list. Screenshots go to test-output.
     @Test func theExampleAppSyncsBetweenTwoDevices() async throws {
-        let package = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("Shared/SynclineWeb").path
-        #expect(Shell.run("tsc -p \(package)") == 0)
-        let site = try await StaticFileServer()
+        let site = try await Self.serveExample()
         defer { site.stop() }
-        for folder in ["dist", "example"] {
-            try FileManager.default.createDirectory(atPath: "\(site.directory)/\(folder)", withIntermediateDirectories: true)
-            for file in try FileManager.default.contentsOfDirectory(atPath: "\(package)/\(folder)") where file.hasSuffix(".js") || file.hasSuffix(".html") {
-                try site.write("\(folder)/\(file)", try String(contentsOfFile: "\(package)/\(folder)/\(file)", encoding: .utf8))
-            }
-        }
         try await Stack.with(workers: 1, fanouts: 1, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
             let token = await E2E.token("shopper-\(UUID().uuidString.prefix(6))")
             let url = "\(site.base)/example/index.html?gateway=\(stack.client.base)&fanout=http://127.0.0.1:\(stack.fanouts[0].port)&token=\(token)"

@@ -26,7 +26,7 @@ struct WebReactTests {
     static let reactModule = """
         const React = window.React;
         export default React;
-        export const { useEffect, useState, useSyncExternalStore, useMemo, useRef, useCallback, createElement, Fragment } = React;
+        export const { useEffect, useState, useSyncExternalStore, useMemo, useRef, useCallback, createElement, Fragment, createContext, useContext, Suspense } = React;
         """
 
     static func withReactPage(_ body: (WebClientTests.Page) async throws -> Void) async throws {
@@ -139,6 +139,86 @@ struct WebReactTests {
             let server = try await ClientTests.server(page.stack, page.user, "items")
             #expect(Set(server.keys) == ["a", "c", "d"], "the deleted record is gone, the rest arrived: \(server)")
             #expect(server["a"]?["done"] == .bool(true))
+        }
+    }
+
+    /// Under a `SynclineProvider`, `useCollection` and `useSuspenseQuery` render through
+    /// `<Suspense>`: the fallback until the first result, then the records, following
+    /// writes; two components asking the same query share one observed result, which
+    /// stops 10 s after the last unmounts; a query that is not one reaches the error
+    /// boundary; `useClient` outside a provider says what is missing.
+    @Test func aProviderAndSuspenseRenderTheStore() async throws {
+        try await Self.withReactPage { page in
+            let result = try page.browser.evaluate("""
+                (async () => {
+                  const { createClient, hooks } = syncline;
+                  const client = await createClient({gatewayURL: \(Browser.quoted(page.stack.client.base)),
+                    databaseName: 'suspense-\(UUID().uuidString.prefix(8))', tokenProvider: async () => \(Browser.quoted(page.token)), pollInterval: null});
+                  await client.upsert('items', 'a', {title: 'apples'});
+                  let observing = 0;
+                  const observe = client.observe.bind(client);
+                  client.observe = (...args) => { const stop = observe(...args); observing += 1; return () => { observing -= 1; stop(); }; };
+                  const e = React.createElement;
+                  function List({ id }) {
+                    const items = hooks.useCollection('items');
+                    const records = hooks.useSuspenseQuery(items, {orderBy: ['title']});
+                    return e('ul', {id}, records.map((item) => e('li', {key: item.id}, item.data.title)));
+                  }
+                  function Misused() {
+                    hooks.useSuspenseQuery(hooks.useCollection('items'), {where: {title: {between: [1, 2]}}});
+                    return e('p', null, 'rendered');
+                  }
+                  class Boundary extends React.Component {
+                    constructor(props) { super(props); this.state = {error: null}; }
+                    static getDerivedStateFromError(error) { return {error}; }
+                    render() { return this.state.error ? e('p', {id: 'caught'}, this.state.error.name) : this.props.children; }
+                  }
+                  function App({ show }) {
+                    return e(hooks.SynclineProvider, {client},
+                      e(React.Suspense, {fallback: e('p', {id: 'fallback'}, 'loading')},
+                        show ? e(React.Fragment, null, e(List, {id: 'first'}), e(List, {id: 'second'})) : e('p', {id: 'gone'}, 'gone')),
+                      e(Boundary, null, e(Misused)));
+                  }
+                  const text = (id) => document.getElementById(id)?.textContent ?? null;
+                  const until = async (test, what) => {
+                    const end = Date.now() + 15000;
+                    while (!test()) {
+                      if (Date.now() > end) throw new Error(`timed out waiting for ${what}: ${document.getElementById('root').innerHTML}`);
+                      await new Promise((resolve) => setTimeout(resolve, 10));
+                    }
+                  };
+                  const seen = {};
+                  const root = ReactDOM.createRoot(document.getElementById('root'));
+                  root.render(e(App, {show: true}));
+                  seen.fallbackFirst = text('fallback');
+                  await until(() => text('first') === 'apples' && text('second') === 'apples', 'the first result');
+                  seen.caught = text('caught');
+                  seen.sharedObservers = observing;
+                  await client.upsert('items', 'b', {title: 'bread'});
+                  await until(() => text('first') === 'applesbread' && text('second') === 'applesbread', 'the write');
+                  root.render(e(App, {show: false}));
+                  await until(() => text('gone') === 'gone', 'the unmount');
+                  seen.keptAfterUnmount = observing;
+                  await new Promise((resolve) => setTimeout(resolve, 10500));
+                  seen.afterIdle = observing;
+                  root.unmount();
+                  let outside = null;
+                  function Lonely() { try { hooks.useClient(); } catch (error) { outside = error.message; } return null; }
+                  const other = ReactDOM.createRoot(document.createElement('div'));
+                  other.render(e(Lonely));
+                  await until(() => outside !== null, 'the lonely component');
+                  seen.outside = outside;
+                  other.unmount();
+                  client.close();
+                  return JSON.stringify(seen);
+                })()
+                """, timeout: 40) as? String
+            let seen = try JSONSerialization.jsonObject(with: Data((result ?? "{}").utf8)) as? [String: Any]
+            #expect(seen?["caught"] as? String == "QueryError", "\(result ?? "nil")")
+            #expect(seen?["sharedObservers"] as? Int == 1, "two components, one observed query")
+            #expect(seen?["keptAfterUnmount"] as? Int == 1)
+            #expect(seen?["afterIdle"] as? Int == 0)
+            #expect((seen?["outside"] as? String)?.contains("SynclineProvider") == true)
         }
     }
 }

@@ -2,6 +2,9 @@
 // Open it as index.html?gateway=…&fanout=…&token=… (a real app gets the token from its sign-in).
 import { createClient } from "../dist/index.js";
 
+// Its service worker keeps the app and the package's modules, so that it opens offline.
+navigator.serviceWorker?.register("./sw.js", { type: "module" });
+
 const params = new URLSearchParams(location.search);
 const client = await createClient({
   gatewayURL: params.get("gateway") ?? "http://localhost:8080",

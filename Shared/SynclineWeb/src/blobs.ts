@@ -20,8 +20,13 @@ export function isContentType(text: string): boolean {
   return parts.length === 2 && token.test(parts[0]) && token.test(parts[1]);
 }
 
-/** The value to put in record data for a file. */
-export function blobValue(ref: BlobRef): JSONValue {
+/** The value in record data that references a file (the type of a `schema.file()` field). */
+export interface BlobValue {
+  $blob: BlobRef;
+}
+
+/** The value to put in record data for a file: `{...recipe, photo: blobValue(await client.attach(file))}`. */
+export function blobValue(ref: BlobRef): BlobValue {
   return { $blob: { sha256: ref.sha256, size: ref.size, content_type: ref.content_type } };
 }
 

@@ -230,17 +230,23 @@ export class SyncClient {
 
   /**
    * The client of another space (null: the personal one) with the same server, sign-in and
-   * device id — one browser is one device in every space — and its own database.
+   * device id — one browser is one device in every space — and its own database. It opens
+   * offline too: the device id is copied when this client has one, else asked of this
+   * client when the new one first syncs.
    */
   async clientFor(spaceID: string | null, databaseName: string): Promise<SyncClient> {
     const options: ClientOptions = { ...this.options, databaseName };
     if (spaceID) options.spaceID = spaceID;
     else delete options.spaceID;
     const client = await SyncClient.create(options);
-    const device = await (await this.#engineReady()).registeredDevice();
-    if (!(await client.#store.meta<string>("device_id"))) await client.#store.setMeta("device_id", device);
+    const device = this.#identity.device ?? await this.#store.meta<string>("device_id");
+    if (device && !(await client.#store.meta<string>("device_id"))) await client.#store.setMeta("device_id", device);
+    client.#sharedDevice = async () => (await this.#engineReady()).registeredDevice();
     return client;
   }
+
+  /** Where the device id comes from when this client has none (`clientFor`: the client it was made from). */
+  #sharedDevice: (() => Promise<string>) | undefined;
 
   /** Calls `listener` with each `name` event's detail; returns a function that stops it. */
   on<K extends SyncEventName>(name: K, listener: (detail: SyncEventMap[K]) => void): () => void {
@@ -513,7 +519,7 @@ export class SyncClient {
       gatewayURL: this.options.gatewayURL, signIn: this.#signIn, spaceID: this.options.spaceID,
       fanoutURL: this.options.fanoutURL, pollInterval: this.options.pollInterval, pushDelay: this.options.pushDelay, deviceName: this.options.deviceName,
       heartbeatInterval: this.options.heartbeatInterval, liveChanged: (live) => this.#tell({ type: "live", live }),
-      running: () => this.#running, leader: () => this.#tabs.leader,
+      running: () => this.#running, leader: () => this.#tabs.leader, sharedDevice: () => this.#sharedDevice?.() ?? null,
       emit: (name, detail) => this.#emit(name, detail), changed: (changes) => this.#changed(changes), changedAll: () => this.#changedAll(),
       rulesChanged: () => { this.#rulesHeld = null; this.#tell({ type: "rulesChanged" }); },
     };

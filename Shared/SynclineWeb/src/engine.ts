@@ -60,6 +60,8 @@ export interface EngineHost {
   liveChanged(live: boolean): void;
   /** The device's identity, kept in memory too, so a database deleted from outside gets it back. */
   readonly identity: { device?: string; node?: string };
+  /** The device id of the client this one was made from (`clientFor`), asked for before registering anew. */
+  sharedDevice(): Promise<string> | null;
   /** Whether the client still syncs (`start()` until `stop()`). */
   running(): boolean;
   /** Whether this tab leads: only the leader opens the stream. */
@@ -107,6 +109,8 @@ export class SyncEngine {
   #heardJobs = new Map<string, HeardJob>();
   /** What the next pass does and how long the loop waits after it. */
   readonly #schedule: SyncSchedule;
+  /** The server did not know this device: it registers on its own, not under another client's id. */
+  #deviceForgotten = false;
   /** When the rules were last looked up (ms), and whether the server named a newer version since. */
   #rulesCheckedAt = -Infinity;
   #rulesStale = false;
@@ -318,6 +322,12 @@ export class SyncEngine {
   async registeredDevice(): Promise<string> {
     const known = await this.#local.meta<string>("device_id");
     if (known) return this.host.identity.device = known;
+    const shared = this.#deviceForgotten ? null : this.host.sharedDevice();
+    if (shared) {
+      const device = await shared;
+      await this.#local.setMeta("device_id", device);
+      return this.host.identity.device = device;
+    }
     const answer = await this.gateway.send("POST", "/v1/devices", JSON.stringify({ name: this.host.deviceName ?? "browser", platform: "web" }));
     const view = answer.status === 201 ? answer.json as Partial<DeviceView> | null : null;
     if (typeof view?.device_id !== "string") throw new Retry(`device registration answered ${answer.status}: ${answer.detail}`, answer.retryAfter);
@@ -364,6 +374,7 @@ export class SyncEngine {
         // restored from before the device registered: it registers again.
         if (spaceID) await this.#pullAll();
         if ((await this.#local.meta<string>("device_id")) === device) await this.#local.setMeta("device_id", null);
+        this.#deviceForgotten = true;
         await this.#local.batchDissolved(batch);
         throw new Retry(`push answered 404: ${answer.detail}`);
       } else if (answer.status === 413 && batch.op_ids.length > 1) {

@@ -14,6 +14,6 @@ export { InvalidOpError } from "./validation.js";
 export { SignedOutError, StorageBlockedError } from "./database.js";
 export { SpaceGoneError } from "./store.js";
 export { blobValue } from "./blobs.js";
-export type { BlobRef } from "./blobs.js";
+export type { BlobRef, BlobValue } from "./blobs.js";
 export type { JSONObject, JSONValue } from "./json.js";
 export type { OpType, RecordView } from "./op.js";

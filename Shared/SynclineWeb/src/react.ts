@@ -1,9 +1,31 @@
 // @syncline/web/react: React bindings. Each hook subscribes while its component is mounted
 // and stops when it unmounts (mid-sync too); nothing is called back after that.
-import { useEffect, useState } from "react";
+import { createContext, createElement, useContext, useEffect, useMemo, useState, useSyncExternalStore, type ReactElement, type ReactNode } from "react";
 import type { LocalRecord, SyncClient, SyncStatus } from "./client.js";
 import type { Collection } from "./collection.js";
+import type { JSONObject } from "./json.js";
 import type { QueryOptions } from "./query.js";
+import type { Schema } from "./schema.js";
+
+const ClientContext = createContext<SyncClient | null>(null);
+
+/** Makes `client` the one that `useClient` and `useCollection` give the components below. */
+export function SynclineProvider({ client, children }: { client: SyncClient; children?: ReactNode }): ReactElement {
+  return createElement(ClientContext.Provider, { value: client }, children);
+}
+
+/** The client of the nearest `SynclineProvider` (without one, an error that says so). */
+export function useClient(): SyncClient {
+  const client = useContext(ClientContext);
+  if (!client) throw new Error("useClient needs a <SynclineProvider client={…}> above this component");
+  return client;
+}
+
+/** A collection of the provider's client, typed (with `schema`, writes are checked against it); the same object while the name and schema are. */
+export function useCollection<T extends object = JSONObject>(name: string, schema?: Schema<T>): Collection<T> {
+  const client = useClient();
+  return useMemo(() => client.collection<T>(name, schema), [client, name, schema]);
+}
 
 export interface QueryResult<T> {
   /** The records, as of the last change (empty while loading). */
@@ -90,4 +112,88 @@ export function useSyncStatus(client: SyncClient, interval = 1): SyncStatus | nu
     };
   }, [client, interval]);
   return status;
+}
+
+/**
+ * The records `options` select from `collection`, for a component under `<Suspense>`: it
+ * suspends until the first result is read (no loading state to handle), then renders
+ * again whenever the result changes. A query that is not one throws its `QueryError` to
+ * the nearest error boundary. Components asking the same query of the same collection
+ * share one observed result, kept 10 s after the last of them unmounts (so a remount, or
+ * a render that suspended, finds it).
+ */
+export function useSuspenseQuery<T extends object>(collection: Collection<T>, options: QueryOptions<T> = {}): LocalRecord<T>[] {
+  const result = sharedResult(collection, JSON.stringify(options));
+  const records = useSyncExternalStore(result.subscribe, result.current);
+  if (result.error) throw result.error;
+  if (records === null) throw result.ready;
+  return records;
+}
+
+/** How long an observed result nobody subscribes to is kept (ms). */
+const keptIdle = 10_000;
+
+/** One observed query's result, shared by the components that ask for it. */
+class SharedResult<T extends object> {
+  records: LocalRecord<T>[] | null = null;
+  error: Error | null = null;
+  /** Resolves with the first result (or error): what a suspended render waits for. */
+  readonly ready: Promise<void>;
+  readonly #listeners = new Set<() => void>();
+  readonly #stop: () => void;
+  #idle: ReturnType<typeof setTimeout> | null = null;
+
+  constructor(collection: Collection<T>, options: QueryOptions<T>, readonly dropped: () => void) {
+    let first = () => {};
+    this.ready = new Promise<void>((resolve) => { first = resolve; });
+    let stop = () => {};
+    try {
+      stop = collection.observe(options, (records) => {
+        this.records = records;
+        first();
+        for (const listener of this.#listeners) listener();
+      });
+    } catch (error) {
+      this.error = error as Error;
+      first();
+    }
+    this.#stop = stop;
+    this.#dropWhenIdle();
+  }
+
+  readonly subscribe = (listener: () => void): (() => void) => {
+    this.#listeners.add(listener);
+    if (this.#idle) clearTimeout(this.#idle);
+    this.#idle = null;
+    return () => {
+      this.#listeners.delete(listener);
+      if (this.#listeners.size === 0) this.#dropWhenIdle();
+    };
+  };
+
+  readonly current = (): LocalRecord<T>[] | null => this.records;
+
+  #dropWhenIdle(): void {
+    if (this.#idle) clearTimeout(this.#idle);
+    this.#idle = setTimeout(() => {
+      this.#stop();
+      this.dropped();
+    }, keptIdle);
+  }
+}
+
+const sharedResults = new WeakMap<SyncClient, Map<string, SharedResult<object>>>();
+
+/** The shared result of `options` (JSON) over `collection`, observed on first use. */
+function sharedResult<T extends object>(collection: Collection<T>, options: string): SharedResult<T> {
+  let results = sharedResults.get(collection.client);
+  if (!results) sharedResults.set(collection.client, (results = new Map()));
+  const key = `${collection.name}\u0000${options}`;
+  let result = results.get(key) as SharedResult<T> | undefined;
+  if (!result) {
+    const made = new SharedResult<T>(collection, JSON.parse(options) as QueryOptions<T>, () => results!.delete(key));
+    results.set(key, made as unknown as SharedResult<object>);
+    result = made;
+  }
+  return result;
 }

@@ -1,4 +1,4 @@
-import { blobRefOf, type BlobRef } from "./blobs.js";
+import { blobRefOf, type BlobValue } from "./blobs.js";
 import type { JSONValue } from "./json.js";
 
 /**
@@ -74,7 +74,7 @@ export const schema = {
   }),
   object,
   /** A file reference, as `blobValue(await client.attach(file))` makes it. */
-  file: () => make<{ $blob: BlobRef }>((value, path) => expect(blobRefOf(value as JSONValue) !== null, path, "must be a file reference: blobValue(await client.attach(file))")),
+  file: () => make<BlobValue>((value, path) => expect(blobRefOf(value as JSONValue) !== null, path, "must be a file reference: blobValue(await client.attach(file))")),
   /** Any JSON value (the write's own checks still hold). */
   json: () => make<JSONValue>(() => {}),
   /** The value, or null. */

@@ -36,13 +36,13 @@ test("npm pack builds the package (prepack) and packs the built modules, their t
 test("the entry points export the public API and no internals", async () => {
   const core = await import(`${root}/dist/index.js`);
   assert.deepEqual(Object.keys(core).sort(), [
-    "InvalidOpError", "QueryError", "SchemaError", "SpaceGoneError", "StorageBlockedError", "blobValue", "createClient", "schema",
+    "InvalidOpError", "QueryError", "SchemaError", "SignedOutError", "SpaceGoneError", "StorageBlockedError", "blobValue", "createClient", "schema",
   ]);
-  assert.deepEqual(Object.keys(manifest.exports).sort(), [".", "./package.json", "./react"]);
+  assert.deepEqual(Object.keys(manifest.exports).sort(), [".", "./files", "./package.json", "./react"]);
   assert.deepEqual(Object.keys(manifest.peerDependencies ?? {}), ["react"]);
   assert.equal(manifest.dependencies, undefined, "no runtime dependencies");
   const react = readFileSync(`${root}/dist/react.js`, "utf8");
-  assert.deepEqual([...react.matchAll(/^export function (\w+)/gm)].map((match) => match[1]).sort(), ["useQuery", "useRecord", "useSyncStatus"]);
+  assert.deepEqual([...react.matchAll(/^export function (\w+)/gm)].map((match) => match[1]).sort(), ["SynclineProvider", "useClient", "useCollection", "useQuery", "useRecord", "useSuspenseQuery", "useSyncStatus"]);
   assert.deepEqual([...react.matchAll(/from "([^".][^"]*)"/g)].map((match) => match[1]), ["react"], "React is the one package it imports");
 });
 
@@ -60,4 +60,30 @@ test("a page loads the core alone first: the code that talks to the server comes
     assert.ok(!core.has(online), `${online} is loaded on demand, not with the entry point (core: ${[...core].join(", ")})`);
   }
   for (const local of ["client.js", "store.js", "validation.js", "merge.js", "query.js"]) assert.ok(core.has(local), `${local} is in the core`);
+});
+
+test("the files a service worker precaches are every module a page may load: the core's, and those loaded on first use", async () => {
+  const imports = (file, dynamic) => [...readFileSync(`${root}/dist/${file}`, "utf8")
+    .matchAll(dynamic ? /import\("\.\/([^"]+)"\)/g : /^(?:import|export) [^;]*? from "\.\/([^"]+)"/gm)].map((match) => match[1]);
+  const closure = (starts) => {
+    const found = new Set();
+    const walk = (file) => {
+      if (found.has(file)) return;
+      found.add(file);
+      for (const target of imports(file, false)) walk(target);
+    };
+    starts.forEach(walk);
+    return found;
+  };
+  const core = closure(["index.js"]);
+  const all = new Set(core);
+  for (let grew = true; grew;) {
+    grew = false;
+    for (const file of [...all]) {
+      for (const target of closure(imports(file, true))) if (!all.has(target)) (all.add(target), grew = true);
+    }
+  }
+  const { coreFiles, lazyFiles } = await import(`${root}/dist/files.js`);
+  assert.deepEqual([...coreFiles].sort(), [...core].sort());
+  assert.deepEqual([...lazyFiles].sort(), [...all].filter((file) => !core.has(file)).sort());
 });

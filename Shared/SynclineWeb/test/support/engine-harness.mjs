@@ -213,7 +213,7 @@ export function engine(local, { spaceID, tokenProvider = async () => "token" } =
     signIn: new SignIn(tokenProvider, (reason, detail) => events.push({ name: "unauthorized", detail: { reason, detail } })),
     pollInterval: null, pushDelay: 0, deviceName: "node", identity: {},
     state: { lastSyncAt: null, lastError: null, lastPushTraceID: null, live: false, pullWanted: false, writesWaiting: false },
-    running: () => true, leader: () => false, emit: (name, detail) => events.push({ name, detail }), changed: () => {}, changedAll: () => {},
+    running: () => true, leader: () => false, sharedDevice: () => null, emit: (name, detail) => events.push({ name, detail }), changed: () => {}, changedAll: () => {},
     rulesChanged: () => { host.rulesChanges += 1; }, rulesChanges: 0, heartbeatInterval: undefined, liveChanged: (live) => host.liveChanges.push(live), liveChanges: [],
   };
   return { engine: new SyncEngine(host, local), events, state: host.state, host };

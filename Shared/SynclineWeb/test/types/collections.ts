@@ -1,6 +1,6 @@
 // What TypeScript accepts and refuses of typed collections, queries and events: each
 // `@ts-expect-error` fails the compile when the line after it compiles.
-import { createClient, schema, type BlobRef, type Infer, type LocalRecord } from "@syncline/web";
+import { blobValue, createClient, schema, type BlobRef, type Infer, type LocalRecord, type TokenRefusal } from "@syncline/web";
 
 interface Recipe {
   title: string;
@@ -84,5 +84,16 @@ export async function typedCollections(): Promise<void> {
   await checked.upsert("r2", { title: "x", tags: [], level: "easy", minutes: "5" });
   // @ts-expect-error not one of the levels
   await checked.upsert("r2", { title: "x", tags: [], level: "medium" });
+  // A file attached goes into a file field as blobValue makes it, and nothing else does.
+  const photo = await client.attach(new Blob(["jpeg"], { type: "image/jpeg" }));
+  await checked.upsert("r3", { title: "x", tags: [], level: "easy", photo: blobValue(photo) });
+  await recipes.patch("r1", { photo: blobValue(photo) });
+  // @ts-expect-error a reference is not the file value
+  await checked.upsert("r3", { title: "x", tags: [], level: "easy", photo });
+  // auth and sign-out are typed too
+  const auth: "unknown" | "accepted" | "refused" = (await client.status()).auth;
+  client.on("unauthorized", (detail) => { const reason: TokenRefusal = detail.reason; void reason; });
+  const { unsentOps } = await client.signOut({ wipe: true });
+  void auth, unsentOps;
   void title, minutes, firstTitle;
 }
