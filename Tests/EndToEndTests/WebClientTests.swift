@@ -837,6 +837,41 @@ struct WebClientTests {
         }
     }
 
+    /// An app's own browser test on `@syncline/web/testing`: with the fake server installed
+    /// in the page, two real clients (IndexedDB and all) sync through it with no stack at
+    /// all, and the test drives a refusal, an outage and a paused worker.
+    @Test func anAppsOwnTestRunsOnTheFakeServer() async throws {
+        let result = try await Self.evaluateOffline("""
+            (async () => {
+              const { FakeSyncServer } = await import('./testing.js');
+              const server = new FakeSyncServer();
+              const undo = server.install();
+              const phone = await syncline.createClient(server.options('alice', 'fake-phone'));
+              const laptop = await syncline.createClient(server.options('alice', 'fake-laptop'));
+              await phone.upsert('todos', 'a', {title: 'bread'});
+              await phone.sync(10);
+              await laptop.sync(10);
+              const seen = {laptop: (await laptop.records('todos')).map((r) => r.data.title)};
+              server.refuse((op) => op.id === 'bad' ? {invalid: 'no bad ids'} : null);
+              await phone.upsert('todos', 'bad', {title: 'x'});
+              await phone.sync(10);
+              seen.setAside = (await phone.setAside()).map((op) => op.reason);
+              server.setOffline(true);
+              await phone.upsert('todos', 'b', {title: 'milk'});
+              seen.offline = await phone.sync(2).then(() => 'synced', (e) => e.message.includes('cannot reach the server') ? 'unreachable' : e.message);
+              server.setOffline(false);
+              server.pauseJobs();
+              seen.paused = await phone.sync(1).then(() => 'synced', (e) => e.message.includes('still running') ? 'running' : e.message);
+              server.resumeJobs();
+              await phone.sync(10);
+              seen.server = Object.keys(server.records('alice', 'todos')).sort();
+              undo();
+              return JSON.stringify(seen);
+            })()
+            """) as? String
+        #expect(result == #"{"laptop":["bread"],"setAside":["ops[0]: no bad ids"],"offline":"unreachable","paused":"running","server":["a","b"]}"#)
+    }
+
     /// A refused sign-in is an `unauthorized` event with its reason, and `status().auth` is
     /// `refused` — not a sentence in `lastError` to tell from "offline"; once the app has a
     /// good token again, it is taken, and the provider is asked once for it, not once per

@@ -30,7 +30,7 @@ test("npm pack builds the package (prepack) and packs the built modules, their t
   for (const entry of Object.values(manifest.exports)) {
     for (const target of typeof entry === "string" ? [entry] : Object.values(entry)) assert.ok(files.has(target.replace("./", "")), `${target} is packed`);
   }
-  assert.ok(packed.size < 200_000, `the tarball is ${packed.size} bytes`);
+  assert.ok(packed.size < 250_000, `the tarball is ${packed.size} bytes`);  // 208 KB with the fake server and source maps carrying their sources
 });
 
 test("the entry points export the public API and no internals", async () => {
@@ -38,7 +38,7 @@ test("the entry points export the public API and no internals", async () => {
   assert.deepEqual(Object.keys(core).sort(), [
     "InvalidOpError", "QueryError", "SchemaError", "SignedOutError", "SpaceGoneError", "StorageBlockedError", "blobValue", "createClient", "schema",
   ]);
-  assert.deepEqual(Object.keys(manifest.exports).sort(), [".", "./files", "./package.json", "./react"]);
+  assert.deepEqual(Object.keys(manifest.exports).sort(), [".", "./files", "./package.json", "./react", "./testing"]);
   assert.deepEqual(Object.keys(manifest.peerDependencies ?? {}), ["react"]);
   assert.equal(manifest.dependencies, undefined, "no runtime dependencies");
   const react = readFileSync(`${root}/dist/react.js`, "utf8");
