@@ -148,6 +148,15 @@ final class LocalStore: @unchecked Sendable {
         try database.writeWithoutTransaction { try $0.execute(sql: "PRAGMA wal_checkpoint(PASSIVE)") }
     }
 
+    /// Closes the database and deletes it with its WAL and its files: the store can no
+    /// longer be used (signing out with `wipe`).
+    func wipe() throws {
+        try database.close()
+        for file in [path, path + "-wal", path + "-shm", blobFolder.path] where FileManager.default.fileExists(atPath: file) {
+            try FileManager.default.removeItem(atPath: file)
+        }
+    }
+
     // MARK: - Meta
 
     func meta(_ key: String) throws -> String? {

@@ -133,6 +133,9 @@ public enum ClientError: Error, Sendable, Equatable, CustomStringConvertible {
     case invalidQuery(detail: String)
     /// A typed record could not be made from a record's data (`detail` names the field).
     case undecodable(collection: String, id: String, detail: String)
+    /// The client signed out and wiped the device's data (`signOut(wipe: true)`): make a
+    /// new client after the next sign-in.
+    case signedOut
 
     public var description: String {
         switch self {
@@ -144,6 +147,7 @@ public enum ClientError: Error, Sendable, Equatable, CustomStringConvertible {
         case .syncFailed(let reason, _): return "sync did not finish: \(reason)"
         case .server(let status, let detail): return "server answered \(status): \(detail)"
         case .stopped: return "the client is stopped"
+        case .signedOut: return "this client signed out and its data was wiped: make a new client after the next sign-in"
         case .spaceGone: return "the space is gone: deleted, or you are no longer a member"
         case .otherSpace(let held): return "this local store belongs to space \(held)"
         }

@@ -69,6 +69,8 @@ public actor SyncClient {
     var passTurns = TakingTurns<CheckedContinuation<PassTurn, Never>>()
     /// The space the stream's `hello` named: pokes of other spaces are not this client's.
     var streamSpace: String?
+    /// The device signed out and its data was deleted (`signOut(wipe: true)`).
+    var wiped = false
 
     public init(_ configuration: ClientConfiguration) throws {
         try self.init(configuration, registration: nil)
@@ -101,7 +103,7 @@ public actor SyncClient {
     /// Starts syncing in the background: registers the device on first launch (when the
     /// server can be reached), then pushes, pulls and listens until `stop()`.
     public func start() {
-        guard loop == nil else { return }
+        guard loop == nil, !wiped else { return }
         loop = Task { await self.runLoop() }
         if configuration.fanoutURL != nil { stream = Task { await self.runStream() } }
     }
@@ -116,6 +118,26 @@ public actor SyncClient {
         for task in tasks { await task.value }
         live = false
         statusChanged()
+    }
+
+    /// Signs this device out: syncing stops (`start()` after the next sign-in resumes). With
+    /// `wipe` (a shared device), its data goes too — the local store, its files and the
+    /// device's identity are deleted — and this client can no longer be used
+    /// (`ClientError.signedOut`; its live queries stop): the next sign-in makes a new
+    /// client, a new device. Returns how many edits the server had not confirmed: with
+    /// `wipe` they are lost (`try await sync()` first sends them).
+    @discardableResult
+    public func signOut(wipe: Bool = false) async throws -> Int {
+        if wiped { throw ClientError.signedOut }
+        let unsent = try store.status().pending
+        await stop()
+        guard wipe else { return unsent }
+        wiped = true
+        for observer in observers.values { observer.cancel() }
+        observers = [:]
+        statusWork.cancel()
+        try store.wipe()
+        return unsent
     }
 
     /// The id the server gave this device (nil until it was first reached).
@@ -183,6 +205,7 @@ public actor SyncClient {
     /// here (`ClientError.invalidOp`), before it is stored: it never reaches the outbox,
     /// so it can never hold up the ops around it.
     func write(_ op: Op, guess: [String: JSONValue]? = nil) throws -> String {
+        if wiped { throw ClientError.signedOut }
         if store.spaceGone { throw ClientError.spaceGone }
         do {
             try PushValidation.check(op)

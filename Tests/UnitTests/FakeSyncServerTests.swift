@@ -48,6 +48,28 @@ struct FakeSyncServerTests {
         deinit { task?.cancel() }
     }
 
+    /// Signing out keeps the data unless told to wipe it; a wipe (a shared device) deletes
+    /// the store, its WAL and its files, counts the edits the server never had, and leaves
+    /// a client that refuses to be used.
+    @Test func signingOutWithWipeDeletesTheDevicesData() async throws {
+        let server = try await FakeSyncServer.start()
+        let path = Self.path()
+        let phone = try SyncClient(server.configuration(user: "alice", databasePath: path))
+        await phone.start()
+        try await phone.save(Recipe(id: "r1", title: "Pancakes", minutes: 20))
+        try await phone.sync(timeout: 10)
+        #expect(try await phone.signOut() == 0)
+        #expect(try await phone.fetch(Recipe.self, id: "r1") != nil, "a plain sign-out keeps the data")
+        try await phone.save(Recipe(id: "r2", title: "Waffles", minutes: 15))
+        #expect(FileManager.default.fileExists(atPath: path))
+        #expect(try await phone.signOut(wipe: true) == 1, "the waffles never reached the server")
+        for file in [path, path + "-wal", path + "-shm", path + ".blobs"] { #expect(!FileManager.default.fileExists(atPath: file), "\(file)") }
+        await #expect(throws: ClientError.signedOut) { try await phone.save(Recipe(id: "r3", title: "Crêpes", minutes: 10)) }
+        await #expect(throws: ClientError.signedOut) { try await phone.signOut(wipe: true) }
+        #expect(server.records(of: "alice", in: "recipes").keys.sorted() == ["r1"])
+        try await server.shutdown()
+    }
+
     @Test func twoDevicesOfAUserSyncThroughItAndSeeEditsFromElsewhere() async throws {
         let server = try await FakeSyncServer.start()
         let phone = try SyncClient(server.configuration(user: "alice", databasePath: Self.path()))
