@@ -114,6 +114,8 @@ export class SyncClient {
   /** The sync engine, once loaded (`createClient` starts loading it): it talks to the server. */
   #engine: SyncEngine | null = null;
   #running = false;
+  /** Signed out with `wipe`: the database is gone and the client refuses to be used. */
+  #wiped = false;
   #loop: Promise<void> | null = null;
   readonly #observers: Observers;
   /** The tabs of this database: which leads, and what they tell each other. */
@@ -551,8 +553,6 @@ export class SyncClient {
     await this.#signedOut(wiped);
     return { unsentOps };
   }
-
-  #wiped = false;
 
   /** This tab's part of signing out (the tab that signed out, or another told of it). */
   async #signedOut(wiped: boolean): Promise<void> {
