@@ -194,19 +194,17 @@ extension SyncClient {
     }
 
     /// tus: the upload begun before (its URL is kept in the store) is asked where it
-    /// stands and resumed; else one is created. Pieces of 4 MiB, each a `PATCH`.
+    /// stands and resumed; else one is created. Pieces of 4 MiB, each a `PATCH`. A `PATCH`
+    /// answered 409 (the server holds another offset: an earlier piece arrived though its
+    /// answer was lost) or cut off asks `HEAD` where the upload stands and goes on from
+    /// there, as tus says, rather than starting again from byte 0.
     func uploadResumably(_ blob: LocalStore.LocalBlob, file: URL) async throws -> ServerAPI.Answer {
         let reference = blob.reference
         let tus = ["Tus-Resumable": "1.0.0"]
         var location = blob.uploadURL
         var offset: Int64 = 0
         if let known = location {
-            let head = try await api.send("HEAD", known, headers: tus)
-            if head.status == 200, let at = head.header("Upload-Offset").flatMap(Int64.init) {
-                offset = at
-            } else {
-                location = nil
-            }
+            if let at = try await uploadOffset(known) { offset = at } else { location = nil }
         }
         if location == nil {
             func base64(_ text: String) -> String { Data(text.utf8).base64EncodedString() }
@@ -223,11 +221,29 @@ extension SyncClient {
         defer { try? input.close() }
         try input.seek(toOffset: UInt64(offset))
         var last = ServerAPI.Answer(status: 204, headers: [:], body: Data())
+        var resyncs = 0
         while offset < reference.size {
             eventSink.yield(.uploadProgress(sha256: reference.sha256, sent: offset, total: reference.size))
             let piece = try input.read(upToCount: Self.uploadPieceBytes) ?? Data()
-            last = try await api.send("PATCH", location, body: piece, headers: tus.merging([
-                "Upload-Offset": String(offset), "Content-Type": "application/offset+octet-stream"]) { $1 })
+            do {
+                last = try await api.send("PATCH", location, body: piece, headers: tus.merging([
+                    "Upload-Offset": String(offset), "Content-Type": "application/offset+octet-stream"]) { $1 })
+            } catch is CancellationError {
+                throw CancellationError()
+            } catch {
+                // Cut off: the piece may have arrived. Where the upload stands says.
+                guard resyncs < Self.uploadResyncs, let at = try? await uploadOffset(location) else { throw error }
+                resyncs += 1
+                offset = at
+                try input.seek(toOffset: UInt64(offset))
+                continue
+            }
+            if last.status == 409, resyncs < Self.uploadResyncs, let at = try await uploadOffset(location) {
+                resyncs += 1
+                offset = at
+                try input.seek(toOffset: UInt64(offset))
+                continue
+            }
             guard last.status == 204, let at = last.header("Upload-Offset").flatMap(Int64.init) else {
                 if last.status == 404 || last.status == 409 { try store.setUploadURL(reference.sha256, nil) }
                 return last
@@ -237,6 +253,17 @@ extension SyncClient {
         }
         eventSink.yield(.uploadProgress(sha256: reference.sha256, sent: reference.size, total: reference.size))
         return last
+    }
+}
+
+extension SyncClient {
+    /// How often one upload asks where it stands after a 409 or a cut, before it gives up for this pass.
+    static let uploadResyncs = 3
+
+    /// Where the upload at `location` stands (`HEAD`), or nil when the server no longer has it.
+    func uploadOffset(_ location: String) async throws -> Int64? {
+        let head = try await api.send("HEAD", location, headers: ["Tus-Resumable": "1.0.0"])
+        return head.status == 200 ? head.header("Upload-Offset").flatMap(Int64.init) : nil
     }
 }
 

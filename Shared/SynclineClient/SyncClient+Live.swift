@@ -14,10 +14,14 @@ extension SyncClient {
         var backoff = Backoff(base: 0.5, cap: 30)
         var refresh = false
         while !Task.isCancelled && !store.spaceGone {
+            if streamBackoffReset {
+                streamBackoffReset = false
+                backoff.reset()
+            }
             guard let fanout = configuration.fanoutURL, let device = deviceID,
                   let token = try? await configuration.tokenProvider(refresh)
             else {
-                try? await Task.sleep(for: .seconds(backoff.next()))
+                await napBeforeReconnecting(backoff.next())
                 continue
             }
             var components = URLComponents(url: fanout, resolvingAgainstBaseURL: false)
@@ -54,8 +58,30 @@ extension SyncClient {
                 wake()
             }
             if Task.isCancelled { return }
-            try? await Task.sleep(for: .seconds(backoff.next()))
+            if streamBackoffReset {
+                streamBackoffReset = false
+                backoff.reset()
+            }
+            await napBeforeReconnecting(backoff.next())
         }
+    }
+
+    /// The stream's wait before it reconnects: `networkAvailable()` cuts it short.
+    func napBeforeReconnecting(_ seconds: Double) async {
+        let nap = Task<Void, Never> { try? await Task.sleep(for: .seconds(seconds)) }
+        streamNap = nap
+        await withTaskCancellationHandler { await nap.value } onCancel: { nap.cancel() }
+        streamNap = nil
+    }
+
+    /// The network is back — the app heard it (on Apple platforms the client hears it
+    /// itself, from `NWPathMonitor`): every backoff starts over, the stream reconnects now,
+    /// and the loop passes now and pulls what was missed. `sync()` does the same.
+    public func networkAvailable() {
+        schedule.networkBack()
+        streamBackoffReset = true
+        streamNap?.cancel()
+        wake()
     }
 
     /// Cancels the connection once it has been silent for two heartbeat intervals.

@@ -3,6 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import SyncModels
+import URLSessionCancellation
 
 /// The sync loop: push every batch, follow jobs to their end, pull when something
 /// changed, then wait for a write, a poke, a job to poll, a poll interval or a backoff.
@@ -13,26 +14,44 @@ extension SyncClient {
         let after: Double?
     }
 
-    /// Pushes everything, waits for the jobs to finish (up to `timeout` seconds) and pulls
-    /// to the end — now. Throws what stopped it as a `ClientError` (`.syncFailed` when it is
-    /// worth trying again later); the background loop retries either way.
+    /// Pushes everything, waits for the jobs to finish and pulls to the end — now, every
+    /// backoff started over (as `networkAvailable()` does). Returns within `timeout`
+    /// seconds whatever the network does: a request still under way then is abandoned (it
+    /// ends by its own timeout, and the background loop carries on). Throws what stopped it
+    /// as a `ClientError` (`.syncFailed` when it is worth trying again later), and
+    /// `CancellationError` when the calling task is cancelled.
     public func sync(timeout: Double = 30) async throws {
+        networkAvailable()
         let deadline = Date().addingTimeInterval(timeout)
-        var askJobsAt = Date().addingTimeInterval(SyncSchedule.liveJobWait)
-        schedule.pullWanted = true
         do {
-            while true {
-                if Date() > askJobsAt {
-                    schedule.outcomeOverdue()
-                    askJobsAt = Date().addingTimeInterval(SyncSchedule.liveJobWait)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await AbandonOnCancel.run { try await self.passesUntilSynced(deadline: deadline) } }
+                group.addTask {
+                    try await Task.sleep(for: .seconds(timeout))
+                    throw Retry(reason: "did not finish within \(timeout) s", after: nil)
                 }
-                let jobsInFlight = try await exclusivePass()
-                if !jobsInFlight && !schedule.pullWanted { return }
-                guard Date() < deadline else { throw Retry(reason: "jobs still running after \(timeout) s", after: nil) }
-                try await Task.sleep(for: .milliseconds(50))
+                defer { group.cancelAll() }
+                try await group.next()
             }
         } catch let retry as Retry {
+            try Task.checkCancellation()
             throw ClientError.syncFailed(reason: retry.reason, retryAfter: retry.after)
+        }
+    }
+
+    /// Passes until nothing is left to send, follow or pull, or `deadline`.
+    func passesUntilSynced(deadline: Date) async throws {
+        var askJobsAt = Date().addingTimeInterval(SyncSchedule.liveJobWait)
+        schedule.pullWanted = true
+        while true {
+            if Date() > askJobsAt {
+                schedule.outcomeOverdue()
+                askJobsAt = Date().addingTimeInterval(SyncSchedule.liveJobWait)
+            }
+            let jobsInFlight = try await exclusivePass()
+            if !jobsInFlight && !schedule.pullWanted { return }
+            guard Date() < deadline else { throw Retry(reason: "jobs still running at the sync's timeout", after: nil) }
+            try await Task.sleep(for: .milliseconds(50))
         }
     }
 

@@ -3,6 +3,9 @@ import Foundation
 import FoundationNetworking
 #endif
 import SyncModels
+#if canImport(Network)
+import Network
+#endif
 
 /// The device side of Syncline: a durable local store and outbox, optimistic local writes
 /// by the server's merge rules, and a sync loop that pushes, follows jobs, pulls and
@@ -71,6 +74,14 @@ public actor SyncClient {
     var streamSpace: String?
     /// The device signed out and its data was deleted (`signOut(wipe: true)`).
     var wiped = false
+    /// The stream's wait before reconnecting, and whether its backoff starts over
+    /// (`networkAvailable()`).
+    var streamNap: Task<Void, Never>?
+    var streamBackoffReset = false
+    #if canImport(Network)
+    /// Tells the client when the network comes back (`SyncClient+NetworkPath.swift`).
+    var pathMonitor: NWPathMonitor?
+    #endif
 
     public init(_ configuration: ClientConfiguration) throws {
         try self.init(configuration, registration: nil)
@@ -106,6 +117,9 @@ public actor SyncClient {
         guard loop == nil, !wiped else { return }
         loop = Task { await self.runLoop() }
         if configuration.fanoutURL != nil { stream = Task { await self.runStream() } }
+        #if canImport(Network)
+        pathMonitor = watchNetworkPath()
+        #endif
     }
 
     /// Stops syncing; the local store keeps everything. Writes still work while stopped.
@@ -113,6 +127,10 @@ public actor SyncClient {
         let tasks = [loop, stream].compactMap { $0 }
         loop = nil
         stream = nil
+        #if canImport(Network)
+        pathMonitor?.cancel()
+        pathMonitor = nil
+        #endif
         tasks.forEach { $0.cancel() }
         wake()
         for task in tasks { await task.value }

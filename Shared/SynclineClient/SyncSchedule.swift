@@ -53,6 +53,14 @@ struct SyncSchedule: Sendable {
         if !live, pollInterval != nil { pullWanted = true }
     }
 
+    /// The network is back (or the app asked for a sync): failures back off from the start
+    /// again, and the next pass pulls what was missed.
+    mutating func networkBack() {
+        failures.reset()
+        jobPolls.reset()
+        pullWanted = true
+    }
+
     /// A stream said hello: outcomes told while none listened are asked for once.
     mutating func streamOpened() { askJobs = true }
 

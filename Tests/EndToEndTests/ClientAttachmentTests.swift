@@ -50,6 +50,35 @@ struct ClientAttachmentTests {
         }
     }
 
+    /// A piece of a resumable upload that reached the server though its answer was lost,
+    /// sent again, meets a 409: the client asks `HEAD` where the upload stands and goes on
+    /// from there — not from byte 0 (before: the upload was dropped and begun again).
+    @Test func anUploadThatMeetsA409AsksWhereItStandsAndGoesOn() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let proxy = try SwallowingProxy(target: stack.client.base)
+            proxy.passThrough()
+            defer { proxy.close() }
+            let user = ClientTests.user()
+            let directory = E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()
+            let client = try SyncClient(ClientConfiguration(
+                gatewayURL: URL(string: "http://127.0.0.1:\(proxy.port)")!, databasePath: "\(directory)/resume-\(UUID().uuidString.prefix(8)).sqlite",
+                tokenProvider: { _ in await E2E.token(user) }, pollInterval: nil))
+            let video = Self.photo(10 * 1024 * 1024 + 17)  // three pieces: 4, 4 and 2 MiB
+            let ref = try await client.attach(data: video, contentType: "video/mp4")
+            try await client.upsert("clips", id: "c1", data: ["video": ref.json])
+            proxy.repeatNext("PATCH", after: 1)  // the second piece arrives twice: the second time, 409
+            try await client.sync(timeout: 60)
+
+            let uploads = proxy.exchanges.filter { $0.path.hasPrefix("/v1/uploads") }.map { "\($0.method) \($0.status)" }
+            #expect(uploads == ["POST 201", "PATCH 204", "PATCH 409", "HEAD 200", "PATCH 204"], "\(uploads)")
+            #expect(try await client.status().pendingUploads == 0)
+            let laptop = try ClientTests.device(stack, user: user)
+            try await laptop.client.sync()
+            let pulled = try #require(try await laptop.client.record("clips", id: "c1")?.data["video"].flatMap(BlobRef.init(json:)))
+            #expect(try Data(contentsOf: try await laptop.client.blob(pulled)) == video)
+        }
+    }
+
     struct Recipe: SyncRecord, Equatable {
         static let collection = "recipes"
         var id: String

@@ -10,7 +10,9 @@ import TestSupport
 /// An HTTP proxy in front of the gateway that can swallow the answers to pushes: the push
 /// reaches the gateway (its job is committed) but the client never hears back — the moment
 /// a client is killed "right after sending a push". Records each push's Idempotency-Key and
-/// the job the gateway answered with.
+/// the job the gateway answered with, and every exchange the client had. It can also send
+/// a request to the gateway twice and answer with the second answer: a request whose
+/// answer was lost, sent again.
 final class SwallowingProxy: @unchecked Sendable {
     // @unchecked: the mutable state is guarded by `lock`.
     struct Push: Sendable {
@@ -24,6 +26,9 @@ final class SwallowingProxy: @unchecked Sendable {
     private let lock = NSLock()
     private var swallowing = true
     private var seen: [Push] = []
+    private var exchanged: [(method: String, path: String, status: Int)] = []
+    /// The method whose request, after `repeatAfter` more of them, goes to the gateway twice.
+    private var repeated: (method: String, after: Int)?
 
     init(target: String) throws {
         self.target = target
@@ -37,6 +42,12 @@ final class SwallowingProxy: @unchecked Sendable {
     }
 
     var pushes: [Push] { lock.withLock { seen } }
+    /// What the client sent and the status it got, in order: "PATCH /v1/uploads/… 204".
+    var exchanges: [(method: String, path: String, status: Int)] { lock.withLock { exchanged } }
+
+    /// The request of `method` after the next `after` ones reaches the gateway twice; the
+    /// client gets the second answer.
+    func repeatNext(_ method: String, after: Int = 0) { lock.withLock { repeated = (method, after) } }
     func passThrough() { lock.withLock { swallowing = false } }
     func close() { shutdown(listener, Int32(SHUT_RDWR)); Glibc.close(listener) }
 
@@ -85,7 +96,18 @@ final class SwallowingProxy: @unchecked Sendable {
             for (name, value) in headers where !["host", "content-length", "connection"].contains(name) {
                 request.setValue(value, forHTTPHeaderField: name)
             }
+            let twice: Bool = lock.withLock {
+                guard let rule = repeated, rule.method == method else { return false }
+                if rule.after > 0 {
+                    repeated = (method, rule.after - 1)
+                    return false
+                }
+                repeated = nil
+                return true
+            }
+            if twice { _ = Self.forward(request) }
             let (status, answer, answerHeaders) = Self.forward(request)
+            lock.withLock { exchanged.append((method, path, status)) }
             if method == "POST" && path == "/v1/sync/push" {
                 let jobID = (try? JSONSerialization.jsonObject(with: answer)) .flatMap { $0 as? [String: Any] }?["job_id"] as? String
                 let swallow = lock.withLock {

@@ -2,6 +2,10 @@ import Foundation
 import SynclineClient
 import SynclineTesting
 import Testing
+import TestSupport
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// SynclineTesting as an app's tests use it: clients sync through the fake server, and the
 /// test drives what is hard to make happen against a real one — edits from elsewhere,
@@ -68,6 +72,51 @@ struct FakeSyncServerTests {
         await #expect(throws: ClientError.signedOut) { try await phone.signOut(wipe: true) }
         #expect(server.records(of: "alice", in: "recipes").keys.sorted() == ["r1"])
         try await server.shutdown()
+    }
+
+    /// After an outage long enough for the stream's backoff to grow, `networkAvailable()`
+    /// starts every backoff over: the stream is back and another device's change shows
+    /// within 2 s of the server's return (before, the stream waited out its backoff).
+    @Test func changesFlowWithinTwoSecondsOfTheServersReturn() async throws {
+        let server = try await FakeSyncServer.start(heartbeatInterval: 0.5)
+        let phone = try SyncClient(server.configuration(user: "alice", databasePath: Self.path()))
+        await phone.start()
+        try await Self.until("the stream is live") { try await phone.status().live }
+        server.setUnavailable(true)
+        try await Self.until("the stream is down") { try await !phone.status().live }
+        try await Task.sleep(for: .seconds(8))  // the stream's backoff: 0.5, 1, 2, 4 s…
+        server.setUnavailable(false)
+        await phone.networkAvailable()
+        let back = Date()
+        try server.upsert("recipes", id: "r9", data: ["title": "Soup", "minutes": 5], as: "alice")
+        try await Self.until("the change from elsewhere shows") { try await phone.fetch(Recipe.self, id: "r9") != nil }
+        #expect(Date().timeIntervalSince(back) < 2, "shown \(Date().timeIntervalSince(back)) s after the server's return")
+        #expect(try await phone.status().live)
+        await phone.stop()
+        try await server.shutdown()
+    }
+
+    /// `sync(timeout:)` returns at its timeout against a server that accepts connections and
+    /// never answers (each request has 30 s of its own), and a cancelled `sync()` throws
+    /// `CancellationError`, not `syncFailed`.
+    @Test func aSyncReturnsAtItsTimeoutAndACancelledOneSaysCancelled() async throws {
+        let (listener, port) = try #require(Loopback.bind())
+        defer { close(listener) }
+        #expect(listen(listener, 16) == 0)
+        let client = try SyncClient(ClientConfiguration(
+            gatewayURL: URL(string: "http://127.0.0.1:\(port)")!, databasePath: Self.path(),
+            deviceID: UUID().uuidString.lowercased(), tokenProvider: { _ in "token" }, pollInterval: nil))
+        try await client.upsert("todos", id: "t1", data: ["title": "waits"])
+        let started = Date()
+        await #expect(throws: ClientError.self) { try await client.sync(timeout: 2) }
+        let took = Date().timeIntervalSince(started)
+        #expect(took < 3, "sync(timeout: 2) took \(took) s")
+        let cancelled = Task { try await client.sync(timeout: 20) }
+        try await Task.sleep(for: .milliseconds(300))
+        cancelled.cancel()
+        let outcome = await cancelled.result
+        #expect(throws: CancellationError.self) { try outcome.get() }
+        #expect(try await client.status().pendingOps == 1)
     }
 
     @Test func twoDevicesOfAUserSyncThroughItAndSeeEditsFromElsewhere() async throws {
