@@ -225,24 +225,24 @@ extension SyncClient {
         while offset < reference.size {
             eventSink.yield(.uploadProgress(sha256: reference.sha256, sent: offset, total: reference.size))
             let piece = try input.read(upToCount: Self.uploadPieceBytes) ?? Data()
+            var cut: (any Error)?
             do {
                 last = try await api.send("PATCH", location, body: piece, headers: tus.merging([
                     "Upload-Offset": String(offset), "Content-Type": "application/offset+octet-stream"]) { $1 })
             } catch is CancellationError {
                 throw CancellationError()
             } catch {
-                // Cut off: the piece may have arrived. Where the upload stands says.
-                guard resyncs < Self.uploadResyncs, let at = try? await uploadOffset(location) else { throw error }
-                resyncs += 1
-                offset = at
-                try input.seek(toOffset: UInt64(offset))
-                continue
+                cut = error
             }
-            if last.status == 409, resyncs < Self.uploadResyncs, let at = try await uploadOffset(location) {
-                resyncs += 1
-                offset = at
-                try input.seek(toOffset: UInt64(offset))
-                continue
+            // Cut off (the piece may have arrived) or 409: where the upload stands says.
+            if cut != nil || last.status == 409 {
+                if resyncs < Self.uploadResyncs, let at = try await uploadOffset(location) {
+                    resyncs += 1
+                    offset = at
+                    try input.seek(toOffset: UInt64(offset))
+                    continue
+                }
+                if let cut { throw cut }
             }
             guard last.status == 204, let at = last.header("Upload-Offset").flatMap(Int64.init) else {
                 if last.status == 404 || last.status == 409 { try store.setUploadURL(reference.sha256, nil) }

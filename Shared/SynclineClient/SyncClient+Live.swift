@@ -14,14 +14,10 @@ extension SyncClient {
         var backoff = Backoff(base: 0.5, cap: 30)
         var refresh = false
         while !Task.isCancelled && !store.spaceGone {
-            if streamBackoffReset {
-                streamBackoffReset = false
-                backoff.reset()
-            }
             guard let fanout = configuration.fanoutURL, let device = deviceID,
                   let token = try? await configuration.tokenProvider(refresh)
             else {
-                await napBeforeReconnecting(backoff.next())
+                await napBeforeReconnecting(&backoff)
                 continue
             }
             var components = URLComponents(url: fanout, resolvingAgainstBaseURL: false)
@@ -58,16 +54,18 @@ extension SyncClient {
                 wake()
             }
             if Task.isCancelled { return }
-            if streamBackoffReset {
-                streamBackoffReset = false
-                backoff.reset()
-            }
-            await napBeforeReconnecting(backoff.next())
+            await napBeforeReconnecting(&backoff)
         }
     }
 
-    /// The stream's wait before it reconnects: `networkAvailable()` cuts it short.
-    func napBeforeReconnecting(_ seconds: Double) async {
+    /// The stream's wait before it reconnects, the backoff's next (from the start again
+    /// after `networkAvailable()`, which also cuts a wait under way short).
+    func napBeforeReconnecting(_ backoff: inout Backoff) async {
+        if streamBackoffReset {
+            streamBackoffReset = false
+            backoff.reset()
+        }
+        let seconds = backoff.next()
         let nap = Task<Void, Never> { try? await Task.sleep(for: .seconds(seconds)) }
         streamNap = nap
         await withTaskCancellationHandler { await nap.value } onCancel: { nap.cancel() }

@@ -10,17 +10,8 @@ import TestSupport
 @Suite(.serialized, .timeLimit(.minutes(10)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct WebBenchmarkTests {
     @Test func theBenchmarkRunsAndPrintsTheClientBesideItsFloor() async throws {
-        let package = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("Shared/SynclineWeb").path
-        #expect(Shell.run("tsc -p \(package)") == 0, "the web client does not compile")
-        let site = try await StaticFileServer()
+        let site = try await WebClientTests.servePackage(["dist", "bench"])
         defer { site.stop() }
-        for folder in ["dist", "bench"] {
-            try FileManager.default.createDirectory(atPath: "\(site.directory)/\(folder)", withIntermediateDirectories: true)
-            for file in try FileManager.default.contentsOfDirectory(atPath: "\(package)/\(folder)") where file.hasSuffix(".js") || file.hasSuffix(".html") {
-                try site.write("\(folder)/\(file)", try String(contentsOfFile: "\(package)/\(folder)/\(file)", encoding: .utf8))
-            }
-        }
         let environment = ["CORS_ALLOWED_ORIGINS": site.base, "RATE_LIMIT_PUSH": "off"]
         try await Stack.with(workers: 2, fanouts: 1, environment: environment) { stack in
             let token = await Tokens.make("webbench-\(UUID().uuidString.prefix(6))", seconds: 7200)

@@ -783,11 +783,16 @@ struct WebClientTests {
 
     /// The example app (`Shared/SynclineWeb/example`) and the package's built modules, served as a site.
     static func serveExample() async throws -> StaticFileServer {
+        try await servePackage(["dist", "example"])
+    }
+
+    /// Folders of the package (`dist` built first), their scripts and pages served as a site.
+    static func servePackage(_ folders: [String]) async throws -> StaticFileServer {
         let package = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("Shared/SynclineWeb").path
-        #expect(Shell.run("tsc -p \(package)") == 0)
+        #expect(Shell.run("tsc -p \(package)") == 0, "the web client does not compile")
         let site = try await StaticFileServer()
-        for folder in ["dist", "example"] {
+        for folder in folders {
             try FileManager.default.createDirectory(atPath: "\(site.directory)/\(folder)", withIntermediateDirectories: true)
             for file in try FileManager.default.contentsOfDirectory(atPath: "\(package)/\(folder)") where file.hasSuffix(".js") || file.hasSuffix(".html") {
                 try site.write("\(folder)/\(file)", try String(contentsOfFile: "\(package)/\(folder)/\(file)", encoding: .utf8))

@@ -18,6 +18,15 @@ struct WebReactTests {
         import * as syncline from './index.js';
         import * as hooks from './react.js';
         window.syncline = {...syncline, hooks};
+        // What the tests read of the rendered page, and how they wait for it (up to 15 s).
+        window.text = (id) => document.getElementById(id)?.textContent ?? null;
+        window.until = async (test, what) => {
+          const end = Date.now() + 15000;
+          while (!test()) {
+            if (Date.now() > end) throw new Error(`timed out waiting for ${what}: ${document.getElementById('root').innerHTML}`);
+            await new Promise((resolve) => setTimeout(resolve, 10));
+          }
+        };
         </script>
         <div id="root"></div>
         """
@@ -86,14 +95,6 @@ struct WebReactTests {
                   function App({ show }) {
                     return show ? e(React.Fragment, null, e(List), e(One), e(Misused)) : e('p', {id: 'gone'}, 'gone');
                   }
-                  const text = (id) => document.getElementById(id)?.textContent ?? null;
-                  const until = async (test, what) => {
-                    const end = Date.now() + 10000;
-                    while (!test()) {
-                      if (Date.now() > end) throw new Error(`timed out waiting for ${what}: ${document.getElementById('root').innerHTML}`);
-                      await new Promise((resolve) => setTimeout(resolve, 10));
-                    }
-                  };
                   const seen = {};
                   const root = ReactDOM.createRoot(document.getElementById('root'));
                   root.render(e(App, {show: true}));
@@ -179,14 +180,6 @@ struct WebReactTests {
                         show ? e(React.Fragment, null, e(List, {id: 'first'}), e(List, {id: 'second'})) : e('p', {id: 'gone'}, 'gone')),
                       e(Boundary, null, e(Misused)));
                   }
-                  const text = (id) => document.getElementById(id)?.textContent ?? null;
-                  const until = async (test, what) => {
-                    const end = Date.now() + 15000;
-                    while (!test()) {
-                      if (Date.now() > end) throw new Error(`timed out waiting for ${what}: ${document.getElementById('root').innerHTML}`);
-                      await new Promise((resolve) => setTimeout(resolve, 10));
-                    }
-                  };
                   const seen = {};
                   const root = ReactDOM.createRoot(document.getElementById('root'));
                   root.render(e(App, {show: true}));

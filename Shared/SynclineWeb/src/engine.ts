@@ -425,9 +425,9 @@ export class SyncEngine {
       for (let start = 0; start < asked.length; start += jobsAskedAtOnce) {
         const jobs = await Promise.all(asked.slice(start, start + jobsAskedAtOnce).map((jobID) => this.#askJob(jobID)));
         for (const job of jobs) {
-          if (job === null) running = true;
-          else outcomes.push(job);
-          if (job?.status === "forgotten") running = true;  // its ops are back in the queue: another pass sends them
+          // Still running, or forgotten: its ops are back in the queue, another pass sends them.
+          if (job === null || job.status === "forgotten") running = true;
+          if (job) outcomes.push(job);
         }
         if (outcomes.length >= settledAtOnce) await this.#settle(outcomes.splice(0));
       }
