@@ -34,4 +34,28 @@ enum LocalMerge {
         for op in ops.sorted(by: { $0.stamp < $1.stamp }) { state.apply(op) }
         return state
     }
+
+    /// A record's data as the device stores what it shows: every RFC 3339 date-time in it
+    /// (at any depth) as the same instant in UTC with milliseconds — the form Syncline's
+    /// clients write — so that a query compares and orders dates by time, whoever wrote
+    /// them (`2026-11-22T10:00:00+01:00` from a backend shows as `2026-11-22T09:00:00.000Z`).
+    /// What the server holds is not changed.
+    static func shownText(_ data: [String: JSONValue]) -> String {
+        JSONWriter.string(.object(data.mapValues(datesInUTC)))
+    }
+
+    static func datesInUTC(_ value: JSONValue) -> JSONValue {
+        switch value {
+        case .string(let text):
+            // Most strings are not date-times: a look at two bytes says so.
+            let bytes = text.utf8
+            guard (20...40).contains(bytes.count), bytes[bytes.index(bytes.startIndex, offsetBy: 4)] == UInt8(ascii: "-"),
+                  let canonical = RFC3339.canonicalUTC(text), canonical != text
+            else { return value }
+            return .string(canonical)
+        case .array(let items): return .array(items.map(datesInUTC))
+        case .object(let fields): return .object(fields.mapValues(datesInUTC))
+        default: return value
+        }
+    }
 }

@@ -12,10 +12,18 @@ import SyncModels
 /// Writes are serialized on one connection; reads (queries, observers refreshing their
 /// results) run on others at the same time, on the last committed state, so a write never
 /// waits for a query.
+///
+/// A store at `LocalStore.inMemory` (`":memory:"`) lives in memory, for previews and tests:
+/// nothing is kept once the client goes, and reads wait for writes (one connection).
 final class LocalStore: @unchecked Sendable {
-    // @unchecked: DatabasePool serializes writes and isolates reads itself.
-    let database: DatabasePool
+    // @unchecked: GRDB's writers serialize writes and isolate reads themselves.
+    let database: any DatabaseWriter
     let path: String
+    /// Where an in-memory store keeps its files (deleted with the store); nil on disk.
+    private let temporaryFolder: URL?
+
+    /// The path of a store that lives in memory.
+    static let inMemory = ":memory:"
 
     /// Outbox states. `pending` ops wait for a batch; `batched` ones are in a batch not yet
     /// answered with 202; `sent` ones are in a job; `confirmed` ones are applied by the
@@ -42,10 +50,22 @@ final class LocalStore: @unchecked Sendable {
     /// the app's declared indexes: created when missing, and those no longer declared dropped.
     init(path: String, space: String? = nil, indexes: [LocalIndex] = []) throws {
         var configuration = Configuration()
-        configuration.journalMode = .wal
-        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0") }
-        self.path = path
-        database = try DatabasePool(path: path, configuration: configuration)
+        configuration.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0")
+            db.add(function: QuerySQL.foldFunction)
+        }
+        if path == Self.inMemory {
+            let folder = FileManager.default.temporaryDirectory.appendingPathComponent("syncline-\(UUID().uuidString)", isDirectory: true)
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            temporaryFolder = folder
+            self.path = folder.appendingPathComponent("store").path
+            database = try DatabaseQueue(configuration: configuration)
+        } else {
+            configuration.journalMode = .wal
+            temporaryFolder = nil
+            self.path = path
+            database = try DatabasePool(path: path, configuration: configuration)
+        }
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1") { db in
             try db.execute(sql: """
@@ -114,6 +134,10 @@ final class LocalStore: @unchecked Sendable {
             try Self.setMeta(db, "gone", "1")
             return (collections, lost)
         }
+    }
+
+    deinit {
+        if let temporaryFolder { try? FileManager.default.removeItem(at: temporaryFolder) }
     }
 
     /// Whether the space is gone (see `forgetSpace`).
@@ -250,7 +274,7 @@ final class LocalStore: @unchecked Sendable {
                                             set_aside_reason)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """, arguments: [
-                key.collection, key.id, state.visibleData.map { JSONWriter.string(.object($0)) }, server?.version ?? 0,
+                key.collection, key.id, state.visibleData.map(LocalMerge.shownText), server?.version ?? 0,
                 unconfirmed, visibility.rawValue, state.shownPublicID, visibility != .private && state.visibility?.canFork == true,
                 state.fork?.publicID, unconfirmed ? nil : setAsideReason,
             ])
@@ -262,7 +286,7 @@ final class LocalStore: @unchecked Sendable {
             INSERT OR REPLACE INTO records (collection, id, data, version, pending, visibility, public_id, can_fork, forked_from)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
             """, arguments: [
-                server.collection, server.id, server.data.map { JSONWriter.string(.object($0)) }, server.version, pending,
+                server.collection, server.id, server.data.map(LocalMerge.shownText), server.version, pending,
                 server.visibility.rawValue, server.publicID, server.canFork, server.forkedFrom,
             ])
     }

@@ -74,9 +74,15 @@ public struct Field: Sendable, Hashable, CustomStringConvertible {
     /// The field equals one of `values`.
     public func isIn(_ values: [JSONValue]) -> Filter { .isIn(self, values) }
     public func isIn(_ values: [some QueryValue]) -> Filter { .isIn(self, values.map(\.queryValue)) }
-    /// A string field contains `value` as a substring, or an array field holds `value`.
+    /// A string field contains `value` as a substring, whatever the case of either (what a
+    /// search field wants: `"pan"` finds "Pancakes" and "PAN"), or an array field holds
+    /// `value` exactly. Case is folded by Unicode's lowercase mapping, as the web client's
+    /// `contains` folds it.
     public func contains(_ value: JSONValue) -> Filter { .contains(self, value) }
     public func contains(_ value: some QueryValue) -> Filter { .contains(self, value.queryValue) }
+    /// A string field starts with `prefix`, whatever the case of either (the web client's
+    /// `startsWith`).
+    public func hasPrefix(_ prefix: String) -> Filter { .hasPrefix(self, prefix) }
     /// The field is `null` or missing.
     public var isNull: Filter { .isNull(self) }
 
@@ -93,6 +99,7 @@ public indirect enum Filter: Sendable, Equatable {
     case compare(Field, Comparison, JSONValue)
     case isIn(Field, [JSONValue])
     case contains(Field, JSONValue)
+    case hasPrefix(Field, String)
     case isNull(Field)
     case and([Filter])
     case or([Filter])

@@ -89,18 +89,23 @@ enum QuerySQL {
         case .contains(let field, let value):
             if field.isRecordID {
                 guard case .string(let text) = value else { return "0" }
-                _ = arguments.append(contentsOf: [text])
-                return "instr(id, ?) > 0"
+                _ = arguments.append(contentsOf: [Self.folded(text)])
+                return "instr(\(fold)(id), ?) > 0"
             }
             let path = try path(field)
             var branches = ""
             if case .string(let text) = value {
-                _ = arguments.append(contentsOf: [text])
-                branches += " WHEN 'text' THEN instr(json_extract(data, '\(path)'), ?) > 0"
+                _ = arguments.append(contentsOf: [Self.folded(text)])
+                branches += " WHEN 'text' THEN instr(\(fold)(json_extract(data, '\(path)')), ?) > 0"
             }
             _ = arguments.append(contentsOf: [bound(value)])
             branches += " WHEN 'array' THEN EXISTS (SELECT 1 FROM json_each(data, '\(path)') WHERE value = ?)"
             return "(CASE json_type(data, '\(path)')\(branches) ELSE 0 END)"
+        case .hasPrefix(let field, let prefix):
+            _ = arguments.append(contentsOf: [Self.folded(prefix)])
+            if field.isRecordID { return "instr(\(fold)(id), ?) = 1" }
+            let path = try path(field)
+            return "(json_type(data, '\(path)') = 'text' AND instr(\(fold)(json_extract(data, '\(path)')), ?) = 1)"
         case .isNull(let field):
             return "\(try expression(field)) IS NULL"
         case .and(let filters):
@@ -116,15 +121,28 @@ enum QuerySQL {
         }
     }
 
-    /// A JSON value as SQLite holds what `json_extract` returns for it.
+    /// The SQL function folding text's case for `contains` and `hasPrefix` (SQLite's own
+    /// `lower` folds ASCII only), registered on every connection of the store.
+    static let fold = "syncline_fold"
+    static let foldFunction = DatabaseFunction(fold, argumentCount: 1, pure: true) { values in
+        String.fromDatabaseValue(values[0]).map(folded)
+    }
+
+    /// Text with its case folded, as queries compare it: Unicode's lowercase mapping (what
+    /// JavaScript's `toLowerCase()` does).
+    static func folded(_ text: String) -> String { text.lowercased() }
+
+    /// A JSON value as SQLite holds what `json_extract` returns for it, in a record as the
+    /// store shows it.
     static func bound(_ value: JSONValue) -> DatabaseValue {
         switch value {
         case .null: return .null
         case .bool(let flag): return (flag ? 1 : 0).databaseValue
         case .int(let number): return number.databaseValue
         case .double(let number): return number.databaseValue
-        case .string(let text): return text.databaseValue
-        case .array, .object: return JSONWriter.string(value).databaseValue
+        // A date-time as the store shows them (`LocalMerge.datesInUTC`): compared by time.
+        case .string: return LocalMerge.datesInUTC(value).stringValue?.databaseValue ?? .null
+        case .array, .object: return JSONWriter.string(LocalMerge.datesInUTC(value)).databaseValue
         }
     }
 

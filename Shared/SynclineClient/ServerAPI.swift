@@ -34,12 +34,28 @@ struct ServerAPI: Sendable {
         func header(_ name: String) -> String? { headers.first { $0.key.lowercased() == name.lowercased() }?.value }
     }
 
+    /// The app's token provider threw: there is no user to sync for until it gives one.
+    struct TokenUnavailable: Error, CustomStringConvertible {
+        let cause: any Error
+        var description: String { "no token: \(cause)" }
+    }
+
     func send(_ method: String, _ path: String, body: Data? = nil, headers: [String: String] = [:]) async throws -> Answer {
-        var answer = try await sendOnce(method, path, body: body, headers: headers, token: try await tokenProvider(false))
+        var answer = try await sendOnce(method, path, body: body, headers: headers, token: try await token(refresh: false))
         if answer.status == 401 {
-            answer = try await sendOnce(method, path, body: body, headers: headers, token: try await tokenProvider(true))
+            answer = try await sendOnce(method, path, body: body, headers: headers, token: try await token(refresh: true))
         }
         return answer
+    }
+
+    private func token(refresh: Bool) async throws -> String {
+        do {
+            return try await tokenProvider(refresh)
+        } catch let error as CancellationError {
+            throw error
+        } catch {
+            throw TokenUnavailable(cause: error)
+        }
     }
 
     private func sendOnce(_ method: String, _ path: String, body: Data?, headers: [String: String], token: String) async throws -> Answer {

@@ -141,11 +141,11 @@ extension SyncClient {
     /// ops referencing it; one that fails for now (network, 5xx) is left for the next pass
     /// and holds back only the ops from its first referencing op on. Returns the reason of
     /// the first such failure.
-    func uploadPending() async throws -> String? {
+    func uploadPending() async throws -> Retry? {
         for (opID, reason) in try store.setAsideOpsOfRefusedBlobs() {
             eventSink.yield(.setAside(opID: opID, reason: reason))
         }
-        var failure: String?
+        var failure: Retry?
         for blob in try store.pendingBlobs() {
             let file = store.blobFile(blob.reference.sha256)
             guard FileManager.default.fileExists(atPath: file.path) else {
@@ -163,10 +163,10 @@ extension SyncClient {
                 case 413, 422:
                     try refuse(blob.reference, reason: answer.detail)
                 default:
-                    failure = failure ?? "upload answered \(answer.status): \(answer.detail)"
+                    failure = failure ?? .answered("upload", answer)
                 }
             } catch {
-                failure = failure ?? "upload failed: \(error.localizedDescription)"
+                failure = failure ?? .unreachable("upload", error)
             }
             statusChanged()
         }

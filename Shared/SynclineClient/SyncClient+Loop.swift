@@ -9,9 +9,24 @@ import URLSessionCancellation
 /// changed, then wait for a write, a poke, a job to poll, a poll interval or a backoff.
 extension SyncClient {
     /// A failure worth retrying after a pause (network, 429, 5xx, auth).
+    /// A pass failed in a way worth trying again: why (in words and as `SyncError`), and
+    /// not before how many seconds when the server said.
     struct Retry: Error {
         let reason: String
         let after: Double?
+        var error: SyncError = .unexpected
+
+        /// `what` could not ask the server (or had no token to ask with).
+        static func unreachable(_ what: String, _ cause: any Error) -> Retry {
+            let reason = (cause as? ServerAPI.TokenUnavailable)?.description ?? cause.localizedDescription
+            return Retry(reason: "\(what) failed: \(reason)", after: nil, error: SyncError(cause))
+        }
+
+        /// `what` was answered with a status that is no success.
+        static func answered(_ what: String, _ answer: ServerAPI.Answer) -> Retry {
+            Retry(reason: "\(what) answered \(answer.status): \(answer.detail)", after: answer.retryAfter,
+                  error: SyncError(status: answer.status, retryAfter: answer.retryAfter))
+        }
     }
 
     /// Pushes everything, waits for the jobs to finish and pulls to the end — now, every
@@ -28,7 +43,7 @@ extension SyncClient {
                 group.addTask { try await AbandonOnCancel.run { try await self.passesUntilSynced(deadline: deadline) } }
                 group.addTask {
                     try await Task.sleep(for: .seconds(timeout))
-                    throw Retry(reason: "did not finish within \(timeout) s", after: nil)
+                    throw Retry(reason: "did not finish within \(timeout) s", after: nil, error: .offline)
                 }
                 defer { group.cancelAll() }
                 try await group.next()
@@ -158,10 +173,10 @@ extension SyncClient {
         do {
             return try await pass()
         } catch let retry as Retry {
-            lastError = retry.reason
+            lastError = SyncFailure(error: retry.error, detail: retry.reason)
             throw retry
         } catch {
-            lastError = "\(error)"
+            lastError = SyncFailure(error: SyncError(error), detail: "\(error)")
             throw error
         }
     }
@@ -177,7 +192,7 @@ extension SyncClient {
         let jobsInFlight = try await followJobs()
         if schedule.pullWanted { try await pullAll() }
         // The ops waiting for a file that could not be sent wait for the next pass.
-        if let uploadFailure { throw Retry(reason: uploadFailure, after: nil) }
+        if let uploadFailure { throw uploadFailure }
         lastSyncAt = configuration.now()
         lastError = nil
         return jobsInFlight
@@ -193,9 +208,9 @@ extension SyncClient {
             let api = self.api, name = configuration.deviceName, platform = configuration.platform
             device = try await registration.id { try await api.registerDevice(name: name, platform: platform) }
         } catch let error as ClientError {
-            throw Retry(reason: error.description, after: nil)
+            throw Retry(reason: error.description, after: nil, error: SyncError(error))
         } catch {
-            throw Retry(reason: "cannot reach the server: \(error.localizedDescription)", after: nil)
+            throw Retry.unreachable("registering the device", error)
         }
         try store.setMeta("device_id", device)
         return device
@@ -219,7 +234,7 @@ extension SyncClient {
                     "POST", "/v1/sync/push", body: batch.body,
                     headers: ["Idempotency-Key": batch.idempotencyKey, "traceparent": trace.header])
             } catch {
-                throw Retry(reason: "push failed: \(error.localizedDescription)", after: nil)
+                throw Retry.unreachable("push", error)
             }
             switch answer.status {
             case 202:
@@ -239,7 +254,7 @@ extension SyncClient {
                 // again when this device holds it, else the op is set aside.
                 if let sha256 = answer.problemSHA256, try store.blobMissing(sha256) {
                     try store.batchDissolved(batch)
-                    if let failure = try await uploadPending() { throw Retry(reason: failure, after: nil) }
+                    if let failure = try await uploadPending() { throw failure }
                 } else {
                     try setAside(batch, index: answer.problemOpIndex, reason: answer.detail)
                 }
@@ -262,7 +277,7 @@ extension SyncClient {
                     try store.batchDissolved(batch)
                 }
             default:
-                throw Retry(reason: "push answered \(answer.status): \(answer.detail)", after: answer.retryAfter)
+                throw Retry.answered("push", answer)
             }
         }
     }
@@ -343,7 +358,7 @@ extension SyncClient {
             do {
                 answer = try await api.send("GET", "/v1/sync/jobs/\(jobID)\(scope)")
             } catch {
-                throw Retry(reason: "job status failed: \(error.localizedDescription)", after: nil)
+                throw Retry.unreachable("job status", error)
             }
             if answer.status == 404 {
                 // Its ops are back in the queue: another pass sends them.
@@ -352,7 +367,7 @@ extension SyncClient {
                 continue
             }
             guard answer.status == 200, let job = try? JSONCoding.decode(JobView.self, from: answer.body) else {
-                throw Retry(reason: "job status answered \(answer.status)", after: answer.retryAfter)
+                throw Retry.answered("job status", answer)
             }
             switch job.status {
             case .succeeded:
@@ -410,7 +425,7 @@ extension SyncClient {
                 next = nil
             } catch {
                 schedule.pullWanted = true
-                throw Retry(reason: "pull failed: \(error.localizedDescription)", after: nil)
+                throw Retry.unreachable("pull", error)
             }
             if answer.status == 410 {
                 try store.beginResync()
@@ -421,7 +436,7 @@ extension SyncClient {
             }
             guard answer.status == 200 else {
                 schedule.pullWanted = true
-                throw Retry(reason: "pull answered \(answer.status): \(answer.detail)", after: answer.retryAfter)
+                throw Retry.answered("pull", answer)
             }
             let page = try ServerAPI.page(answer)
             if page.hasMore {

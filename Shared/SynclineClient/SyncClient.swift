@@ -47,7 +47,7 @@ public actor SyncClient {
     var stream: Task<Void, Never>?
     var observers: [UUID: QueryObserver] = [:]
     var lastSyncAt: Date?
-    var lastError: String?
+    var lastError: SyncFailure?
     /// The trace id the last push was sent with (`traceparent`).
     var lastPushTraceID: String?
     var live = false
@@ -334,10 +334,16 @@ public actor SyncClient {
         try Self.status(store, StatusSnapshot(lastSyncAt: lastSyncAt, lastError: lastError, lastPushTraceID: lastPushTraceID, live: live), now: configuration.now())
     }
 
+    /// Why the last pass failed.
+    struct SyncFailure: Sendable, Equatable {
+        let error: SyncError
+        let detail: String
+    }
+
     /// What the sync loop knows of the status; the store knows the rest.
     struct StatusSnapshot: Sendable {
         let lastSyncAt: Date?
-        let lastError: String?
+        let lastError: SyncFailure?
         let lastPushTraceID: String?
         let live: Bool
     }
@@ -347,7 +353,8 @@ public actor SyncClient {
         let uploads = try store.pendingUploadTotals()
         return SyncStatus(
             pendingOps: counts.pending, oldestPendingAge: counts.oldest.map { now.timeIntervalSince1970 - $0 },
-            lastSyncAt: snapshot.lastSyncAt, lastError: snapshot.lastError, lastPushTraceID: snapshot.lastPushTraceID,
+            lastSyncAt: snapshot.lastSyncAt, error: snapshot.lastError?.error, lastError: snapshot.lastError?.detail,
+            lastPushTraceID: snapshot.lastPushTraceID,
             setAsideOps: counts.setAside, live: snapshot.live,
             pendingUploads: uploads.count, pendingUploadBytes: uploads.bytes)
     }
@@ -369,7 +376,7 @@ public actor SyncClient {
             guard let last else { return true }
             // The age of the oldest pending op grows by itself: only whether there is one counts.
             return status.pendingOps != last.pendingOps || (status.oldestPendingAge == nil) != (last.oldestPendingAge == nil)
-                || status.lastSyncAt != last.lastSyncAt || status.lastError != last.lastError
+                || status.lastSyncAt != last.lastSyncAt || status.lastError != last.lastError || status.error != last.error
                 || status.lastPushTraceID != last.lastPushTraceID
                 || status.setAsideOps != last.setAsideOps || status.live != last.live
                 || status.pendingUploads != last.pendingUploads || status.pendingUploadBytes != last.pendingUploadBytes

@@ -27,6 +27,23 @@ import SyncModels
 /// let quick = try await client.fetch(Recipe.self, where: Recipe.field(.minutes) <= 30)
 /// ```
 ///
+/// A field that records written earlier (by an older version of the app, or by another
+/// client) may lack needs a declared default: Swift's synthesized decoding ignores a
+/// property's `= []`, so such a record would not decode. `defaults` is what a missing (or
+/// `null`) field reads as; it is not written back unless the app changes it:
+///
+/// ```swift
+/// struct Recipe: SyncRecord {
+///     enum CodingKeys: String, CodingKey { case id, title, minutes, tags, servings }
+///     static var defaults: KeyValuePairs<CodingKeys, JSONValue> { [.tags: [], .servings: 2] }
+///     var id: String
+///     var title: String
+///     var minutes: Int
+///     var tags: [String] = []
+///     var servings: Int = 2
+/// }
+/// ```
+///
 /// Dates are ISO 8601 strings in UTC with milliseconds (`2026-11-22T09:00:00.123Z`, as the
 /// web client's `toISOString()` writes them); a `BlobRef` property is a file reference
 /// (`{"$blob": …}`), held back until its file is uploaded. `Double.nan` and infinities are
@@ -37,9 +54,13 @@ public protocol SyncRecord: Codable, Identifiable, Sendable where ID == String {
     /// The names of its fields, for `field(_:)`: the record's own `CodingKeys` (declare them
     /// to query by them), or none.
     associatedtype CodingKeys: CodingKey = UndeclaredCodingKeys
+    /// What a field the record's data lacks (or holds as `null`) reads as (none by default).
+    static var defaults: KeyValuePairs<CodingKeys, JSONValue> { get }
 }
 
 extension SyncRecord {
+    public static var defaults: KeyValuePairs<CodingKeys, JSONValue> { [:] }
+
     /// The field `key` names, checked by the compiler: `Recipe.field(.minutes) <= 30`.
     /// `.id` is the record's id.
     public static func field(_ key: CodingKeys) -> Field {
@@ -96,6 +117,7 @@ enum RecordCoding {
         _ type: Record.Type, from local: LocalRecord, using decoder: JSONDecoder = decoder()
     ) throws -> Record {
         var data = local.data
+        for (key, value) in Record.defaults where data[key.stringValue] ?? .null == .null { data[key.stringValue] = value }
         data["id"] = .string(local.id)
         do {
             return try decoder.decode(Record.self, from: Data(JSONWriter.string(.object(data)).utf8))

@@ -87,7 +87,10 @@ public struct SyncStatus: Sendable, Equatable {
     /// succeeded; set together with the confirmation, so `pendingOps` never reaches 0
     /// through a sync while this is still nil.
     public let lastSyncAt: Date?
-    /// The last failure (network, auth, server), cleared by the next success.
+    /// Why the last sync pass failed, to act on (cleared by the next success); `lastError`
+    /// says it in words.
+    public let error: SyncError?
+    /// The last failure (network, auth, server) in words, cleared by the next success.
     public let lastError: String?
     /// The trace id (32 hex digits) the last push went out with, in its `traceparent`:
     /// what the operator looks for in the server's logs (`trace.id`) and traces. Every
@@ -100,6 +103,46 @@ public struct SyncStatus: Sendable, Equatable {
     /// Files of this device waiting to be uploaded, and their bytes.
     public let pendingUploads: Int
     public let pendingUploadBytes: Int64
+}
+
+/// Why a sync pass failed, as an app tells its user: offline is not signed out, and
+/// neither is the server having trouble.
+public enum SyncError: Sendable, Equatable {
+    /// No answer: no network, the server unreachable or down, a request timed out.
+    case offline
+    /// The server refused the user's token, a fresh one too (or the token provider threw):
+    /// the user signs in again.
+    case signInRequired
+    /// The server asked this device to slow down (429), for `retryAfter` seconds when it said.
+    case rateLimited(retryAfter: Double?)
+    /// The server answered with an error of its own (5xx): it is up, but not well.
+    case serverError(status: Int)
+    /// The space is gone: deleted, or this user is no longer a member.
+    case spaceGone
+    /// An answer the client did not expect, or a file of its own it could not read
+    /// (`lastError` says which).
+    case unexpected
+
+    /// The error an answer's status means (a status that is no success).
+    init(status: Int, retryAfter: Double?) {
+        switch status {
+        case 401: self = .signInRequired
+        case 429: self = .rateLimited(retryAfter: retryAfter)
+        case 500...599: self = .serverError(status: status)
+        default: self = .unexpected
+        }
+    }
+
+    /// The error a failed call means.
+    init(_ error: any Error) {
+        switch error {
+        case is ServerAPI.TokenUnavailable: self = .signInRequired
+        case ClientError.spaceGone: self = .spaceGone
+        case ClientError.server(let status, _): self.init(status: status, retryAfter: nil)
+        case is URLError, is CancellationError: self = .offline
+        default: self = .unexpected
+        }
+    }
 }
 
 /// An op the server refused, kept for the app.
@@ -118,6 +161,7 @@ public struct ClientConfiguration: Sendable {
     /// The fanout's stream endpoint base (nil: no live stream, pull by polling only).
     public var fanoutURL: URL?
     /// The SQLite file of the local store (created when missing); one per space.
+    /// `":memory:"` keeps the store in memory (previews, tests): gone with the client.
     public var databasePath: String
     /// The shared space this client syncs (nil: the user's personal space).
     public var spaceID: String?

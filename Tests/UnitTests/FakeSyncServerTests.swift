@@ -196,6 +196,7 @@ struct FakeSyncServerTests {
             let status = try await client.status()
             return status.pendingOps == 1 && status.lastError != nil
         }
+        #expect(try await client.status().error == .serverError(status: 503), "the fake's outage answers 503")
         #expect(server.records(of: "alice", in: "recipes").isEmpty)
 
         server.setUnavailable(false)

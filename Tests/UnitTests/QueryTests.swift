@@ -44,8 +44,13 @@ struct QueryTests {
         #expect(try Self.ids(store, title.isIn(["Salad", "Stew", "Nothing"])) == ["r2", "r3"])
         #expect(try Self.ids(store, rating.isIn([3, .null])) == ["r2", "r3", "r4", "r5"], "null in a list matches missing and null")
         #expect(try Self.ids(store, title.isIn([])) == [])
-        #expect(try Self.ids(store, title.contains("a")) == ["r1", "r2", "r4", "r5"], "substring, case-sensitive")
-        #expect(try Self.ids(store, title.contains("P")) == ["r1"])
+        #expect(try Self.ids(store, title.contains("a")) == ["r1", "r2", "r4", "r5"], "substring")
+        #expect(try Self.ids(store, title.contains("P")) == ["r1", "r4"], "whatever the case")
+        #expect(try Self.ids(store, title.contains("BRE")) == ["r5"])
+        #expect(try Self.ids(store, title.hasPrefix("pa")) == ["r1", "r4"], "a prefix, whatever the case")
+        #expect(try Self.ids(store, title.hasPrefix("cakes")) == [])
+        #expect(try Self.ids(store, tags.hasPrefix("qu")) == [], "an array has no prefix")
+        #expect(try Self.ids(store, Field.id.hasPrefix("R")) == ["r1", "r2", "r3", "r4", "r5"])
         #expect(try Self.ids(store, tags.contains("quick")) == ["r1", "r2", "r4"], "array element")
         #expect(try Self.ids(store, tags.contains("qui")) == [], "an array holds elements, not substrings")
         #expect(try Self.ids(store, vegan == true) == ["r2", "r3"])
@@ -63,6 +68,29 @@ struct QueryTests {
         #expect(try Self.ids(store, Field.id > "r3") == ["r4", "r5"])
         #expect(try Self.ids(store, .and([])) == ["r1", "r2", "r3", "r4", "r5"])
         #expect(try Self.ids(store, .or([])) == [])
+    }
+
+    /// A backend writing `datetime.isoformat()` and a device writing UTC: the same instants
+    /// compare and order by time, not as text.
+    @Test func datesWithAnOffsetCompareAndOrderByTime() throws {
+        let store = try Self.store([
+            "a": ["at": "2026-11-22T10:00:00+01:00"],        // 09:00:00.000 UTC
+            "b": ["at": "2026-11-22T09:30:00Z"],
+            "c": ["at": "2026-11-22T08:00:00-00:30"],        // 08:30 UTC
+            "d": ["at": "2026-11-22T09:15:00.123456+00:00", "log": ["2026-11-22T10:00:00+01:00", "not a date"]],
+            "e": ["at": "soon", "note": "2026-11-22T10:00 is not a date-time, just text"],
+        ])
+        let nine = try #require(RFC3339.date(from: "2026-11-22T09:00:00Z"))
+        let at = Field("at")
+        #expect(try Self.ids(store, at == nine) == ["a"], "10:00+01:00 is 09:00 UTC")
+        #expect(try Self.ids(store, at > nine && at < "2026-11-22T11:00:00+01:00") == ["b", "d"], "a bound with an offset too")
+        #expect(try Self.ids(store, at < nine) == ["c"])
+        #expect(try Self.ids(store, !at.isNull, order: [at.ascending]) == ["c", "a", "d", "b", "e"])
+        #expect(try Self.ids(store, Field("log").contains("2026-11-22T09:00:00Z")) == ["d"], "inside an array too")
+        let shown = try #require(try store.record("recipes", "d"))
+        #expect(shown.data["at"] == "2026-11-22T09:15:00.123Z", "shown in UTC with milliseconds")
+        #expect(shown.data["log"] == ["2026-11-22T09:00:00.000Z", "not a date"])
+        #expect(try store.record("recipes", "e")?.data["note"] == "2026-11-22T10:00 is not a date-time, just text")
     }
 
     @Test func orderLimitOffsetAndCount() throws {
@@ -185,7 +213,8 @@ struct QueryTests {
         case 0: return value == .null ? field.isNull : .compare(field, [.equal, .notEqual][Int(random.next() % 2)], value)
         case 1: return value == .null ? field.isNull : .compare(field, [.less, .lessOrEqual, .greater, .greaterOrEqual][Int(random.next() % 4)], value)
         case 2: return field.isIn((0..<Int(random.next() % 4)).map { _ in randomValue(&random) ?? .null })
-        case 3, 4: return field.contains(value == .null ? "a" : value)
+        case 3: return field.contains(value == .null ? "a" : value)
+        case 4: return field.hasPrefix(value.stringValue ?? "b")
         case 5: return field.isNull
         default: return Field.id.isIn([.string(String(format: "r%03d", random.next() % 120))])
         }
@@ -254,8 +283,9 @@ enum PlainQuery {
             switch raw(field, id: id, data) {
             case .string(let text)?:
                 guard case .string(let part) = needle else { return false }
-                return part.isEmpty || text.utf8.count >= part.utf8.count && (0...(text.utf8.count - part.utf8.count)).contains {
-                    Array(text.utf8)[$0..<($0 + part.utf8.count)].elementsEqual(part.utf8)
+                let (haystack, needle) = (Array(text.lowercased().utf8), Array(part.lowercased().utf8))
+                return needle.isEmpty || haystack.count >= needle.count && (0...(haystack.count - needle.count)).contains {
+                    haystack[$0..<($0 + needle.count)].elementsEqual(needle)
                 }
             case .array(let items)?:
                 guard let right = Value(needle) else { return false }
@@ -263,6 +293,9 @@ enum PlainQuery {
             default:
                 return false
             }
+        case .hasPrefix(let field, let prefix):
+            guard case .string(let text)? = raw(field, id: id, data) else { return false }
+            return text.lowercased().utf8.starts(with: prefix.lowercased().utf8)
         case .isNull(let field):
             return Value(raw(field, id: id, data)) == nil
         case .and(let filters): return filters.allSatisfy { matches($0, id: id, data) }

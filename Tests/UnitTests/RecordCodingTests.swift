@@ -24,6 +24,27 @@ struct RecordCodingTests {
 
     static let photo = BlobRef(sha256: String(repeating: "ab", count: 32), size: 1234, contentType: "image/jpeg")
 
+    struct Dish: SyncRecord, Equatable {
+        static let collection = "dishes"
+        enum CodingKeys: String, CodingKey { case id, title, tags, servings, note }
+        static var defaults: KeyValuePairs<CodingKeys, JSONValue> { [.tags: [], .servings: 2] }
+        var id: String
+        var title: String
+        var tags: [String] = []
+        var servings: Int = 2
+        var note: String?
+    }
+
+    /// A record an older version of the app wrote, without the fields added since: they
+    /// read as their declared defaults, and a field without one is still missing.
+    @Test func aMissingFieldReadsAsItsDeclaredDefault() throws {
+        #expect(try RecordCoding.record(Dish.self, from: local(["title": "Soup"])) == Dish(id: "r1", title: "Soup"))
+        #expect(try RecordCoding.record(Dish.self, from: local(["title": "Soup", "tags": .null, "servings": 4])).servings == 4,
+                "null reads as the default, a value as itself")
+        #expect(try RecordCoding.record(Dish.self, from: local(["title": "Soup", "tags": ["hot"]])).tags == ["hot"])
+        #expect(throws: ClientError.self) { try RecordCoding.record(Dish.self, from: local(["tags": []])) }
+    }
+
     @Test func aBlobRefPropertyIsAFileReferenceAndComesBack() throws {
         let recipe = Recipe(id: "r1", title: "Soup", photo: Self.photo, gallery: [Self.photo])
         let data = try RecordCoding.data(recipe)
