@@ -16,6 +16,7 @@ struct ClientReadmeExampleTests {
     struct Recipe: SyncRecord {
         static let collection = "recipes"
         enum CodingKeys: String, CodingKey { case id, title, minutes, tags, photo }
+        static var defaults: KeyValuePairs<CodingKeys, JSONValue> { [.tags: []] }  // for records saved without tags
         var id: String
         var title: String
         var minutes: Int

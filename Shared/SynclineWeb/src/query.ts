@@ -13,8 +13,10 @@ export interface Condition<V = JSONValue> {
   lt?: V;
   lte?: V;
   in?: (V | null)[];
-  /** A substring of a string field, or an element of an array field. */
+  /** A substring of a string field whatever the case of either, or an element of an array field. */
   contains?: V extends readonly (infer Element)[] ? Element : V extends string ? string : never;
+  /** The start of a string field, whatever the case of either. */
+  startsWith?: V extends string ? string : never;
   /** true: the field is null or missing; false: it holds a value. */
   isNull?: boolean;
 }
@@ -69,7 +71,7 @@ export class QueryError extends Error {
   }
 }
 
-const operators = ["eq", "gt", "gte", "lt", "lte", "in", "contains", "isNull"];
+const operators = ["eq", "gt", "gte", "lt", "lte", "in", "contains", "startsWith", "isNull"];
 const options = ["collection", "where", "orderBy", "limit", "offset"];
 
 function isJSON(value: unknown): boolean {
@@ -160,13 +162,16 @@ export function meets(value: JSONValue | undefined, condition: Condition): boole
   }
   if (condition.contains !== undefined) {
     if (typeof value === "string") {
-      if (typeof condition.contains !== "string" || !value.includes(condition.contains)) return false;
+      if (typeof condition.contains !== "string" || !value.toLowerCase().includes(condition.contains.toLowerCase())) return false;
     } else if (Array.isArray(value)) {
       const needle = condition.contains;
       if (needle === null || !value.some((item) => present(item) && compareKeys(sortKey(item), sortKey(needle)) === 0)) return false;
     } else {
       return false;
     }
+  }
+  if (condition.startsWith !== undefined) {
+    if (typeof value !== "string" || typeof condition.startsWith !== "string" || !value.toLowerCase().startsWith(condition.startsWith.toLowerCase())) return false;
   }
   return true;
 }

@@ -25,6 +25,12 @@ test("every condition selects what the Swift client selects", () => {
   assert.deepEqual(ids({ rating: { in: [3, null] } }), ["r2", "r3", "r4", "r5"], "null in a list matches missing and null");
   assert.deepEqual(ids({ title: { in: [] } }), []);
   assert.deepEqual(ids({ title: { contains: "a" } }), ["r1", "r2", "r4", "r5"]);
+  assert.deepEqual(ids({ title: { contains: "P" } }), ["r1", "r4"], "whatever the case");
+  assert.deepEqual(ids({ title: { contains: "BRE" } }), ["r5"]);
+  assert.deepEqual(ids({ title: { startsWith: "pa" } }), ["r1", "r4"], "a prefix, whatever the case");
+  assert.deepEqual(ids({ title: { startsWith: "cakes" } }), []);
+  assert.deepEqual(ids({ tags: { startsWith: "qu" } }), [], "an array has no prefix");
+  assert.deepEqual(ids({ id: { startsWith: "R" } }), ["r1", "r2", "r3", "r4", "r5"]);
   assert.deepEqual(ids({ tags: { contains: "quick" } }), ["r1", "r2", "r4"]);
   assert.deepEqual(ids({ tags: { contains: "qui" } }), [], "an array holds elements, not substrings");
   assert.deepEqual(ids({ vegan: { eq: true } }), ["r2", "r3"]);
@@ -62,7 +68,7 @@ test("a query that is not one throws QueryError naming what is wrong, before it 
   assert.equal(refused({ where: { minutes: { lt: 30 } }, orderBy: ["-minutes", "title"], limit: 10, offset: 0 }), null);
   assert.equal(refused({ collection: "recipes", where: { "source.book": { eq: "Joy" }, id: { in: ["r1", null] } } }), null);
   assert.equal(refused(undefined), null);
-  assert.match(refused({ where: { minutes: { between: [1, 2] } } }), /where\.minutes: unknown operator "between" \(eq, gt, gte, lt, lte, in, contains, isNull\)/);
+  assert.match(refused({ where: { minutes: { between: [1, 2] } } }), /where\.minutes: unknown operator "between" \(eq, gt, gte, lt, lte, in, contains, startsWith, isNull\)/);
   assert.match(refused({ where: { minutes: 30 } }), /where\.minutes is a condition object such as \{eq: value\}/);
   assert.match(refused({ where: { minutes: { in: 30 } } }), /where\.minutes\.in must be an array/);
   assert.match(refused({ where: { minutes: { isNull: "yes" } } }), /where\.minutes\.isNull must be true or false/);
