@@ -19,6 +19,8 @@ let package = Package(
         // The container image's one binary; the five commands above are links to it.
         .executable(name: "syncline", targets: ["SynclineCommand"]),
         .library(name: "SynclineClient", targets: ["SynclineClient"]),
+        // SynclineClient with live models for SwiftUI (and its environment value).
+        .library(name: "SynclineUI", targets: ["SynclineUI"]),
         // For an app's tests: a Syncline server in the test process.
         .library(name: "SynclineTesting", targets: ["SynclineTesting"]),
     ],
@@ -55,6 +57,9 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "Shared/SynclineClient", swiftSettings: strict),
+        // Live queries and records for SwiftUI: plain models (tested on Linux) and, where
+        // SwiftUI exists, its environment value and property wrapper.
+        .target(name: "SynclineUI", dependencies: ["SynclineClient"], path: "Shared/SynclineUI", swiftSettings: strict),
         // A fake server for apps' tests: the protocol on 127.0.0.1, over memory, by the
         // server's own rules.
         .target(
@@ -292,7 +297,7 @@ let package = Package(
         .testTarget(
             name: "UnitTests",
             dependencies: [
-                "Telemetry", "SyncModels", "SynclineClient", "SynclineTesting", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", "HTTPSupport", "BrokerTopology",
+                "Telemetry", "SyncModels", "SynclineClient", "SynclineUI", "SynclineTesting", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", "HTTPSupport", "BrokerTopology",
                 "Worker", "Fanout", "Persistence", "Operations", "TestSupport",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Yams", package: "Yams"),
@@ -321,7 +326,7 @@ let package = Package(
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
-                "SyncModels", "SynclineClient", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", "BrokerTopology", "TestSupport",
+                "SyncModels", "SynclineClient", "SynclineUI", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", "BrokerTopology", "TestSupport",
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "JWTKit", package: "jwt-kit"), .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),

@@ -126,24 +126,6 @@ enum RecordCoding {
         }
     }
 
-    /// The records that decode, in order, and the ones that do not.
-    static func records<Record: SyncRecord>(_ type: Record.Type, from locals: [LocalRecord]) -> (records: [Record], failures: [UndecodableRecord]) {
-        var records: [Record] = []
-        var failures: [UndecodableRecord] = []
-        records.reserveCapacity(locals.count)
-        let decoder = decoder()
-        for local in locals {
-            do {
-                records.append(try record(Record.self, from: local, using: decoder))
-            } catch ClientError.undecodable(_, _, let detail) {
-                failures.append(UndecodableRecord(collection: local.collection, id: local.id, version: local.version, detail: detail))
-            } catch {
-                failures.append(UndecodableRecord(collection: local.collection, id: local.id, version: local.version, detail: "\(error)"))
-            }
-        }
-        return (records, failures)
-    }
-
     /// The fields to patch so that `old` becomes `new`: changed and added ones with their
     /// value, removed ones as null.
     static func patch(from old: [String: JSONValue], to new: [String: JSONValue]) -> [String: JSONValue] {
@@ -212,7 +194,7 @@ extension SyncClient {
     public func fetch<Record: SyncRecord>(
         _ type: Record.Type, where filter: Filter? = nil, orderBy order: [Ordering] = [], limit: Int? = nil, offset: Int = 0
     ) throws -> [Record] {
-        decoded(Record.self, try records(RecordQuery(Record.collection, where: filter, orderBy: order, limit: limit, offset: offset)))
+        decodedRows(Record.self, try records(RecordQuery(Record.collection, where: filter, orderBy: order, limit: limit, offset: offset)))
             .records
     }
 
@@ -227,24 +209,7 @@ extension SyncClient {
         _ type: Record.Type, where filter: Filter? = nil, orderBy order: [Ordering] = [], limit: Int? = nil, offset: Int = 0
     ) throws -> AsyncStream<[Record]> {
         try observe(RecordQuery(Record.collection, where: filter, orderBy: order, limit: limit, offset: offset)) {
-            self.decoded(Record.self, $0).records
+            self.decodedRows(Record.self, $0).records
         }
-    }
-
-    /// `observe`, with the records each result left out (for `LiveQuery`).
-    func observeDecoded<Record: SyncRecord>(
-        _ type: Record.Type, _ query: RecordQuery
-    ) throws -> AsyncStream<(records: [Record], failures: [UndecodableRecord])> {
-        try observe(query) { self.decoded(Record.self, $0) }
-    }
-
-    /// A typed read's records: the ones that decode, and the ones left out, which are
-    /// reported (`SyncEvent.undecodable`), each version once.
-    nonisolated func decoded<Record: SyncRecord>(
-        _ type: Record.Type, _ locals: [LocalRecord]
-    ) -> (records: [Record], failures: [UndecodableRecord]) {
-        let decoded = RecordCoding.records(Record.self, from: locals)
-        for failure in undecodable.firstTime(decoded.failures) { eventSink.yield(.undecodable(failure)) }
-        return decoded
     }
 }

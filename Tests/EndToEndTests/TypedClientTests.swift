@@ -1,5 +1,6 @@
 import Foundation
 import SynclineClient
+import SynclineUI
 import Testing
 import TestSupport
 

@@ -1,6 +1,6 @@
 import Foundation
 import SyncModels
-import SynclineClient
+import SynclineUI
 import Testing
 
 /// One rule for typed reads: results carry the records that decode, and each record that
