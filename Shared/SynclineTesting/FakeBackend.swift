@@ -23,15 +23,36 @@ struct FakeRequest: Sendable {
         self.body = body
     }
 
-    /// The user a bearer token names: the fake takes the token as the user's id.
-    var user: String? {
+    /// The bearer token, read: the fake takes it as the user's id, then (as
+    /// `FakeSyncServer.configuration` issues them) `#` and the token's generation.
+    var token: FakeToken? {
         guard let value = headers["authorization"], value.hasPrefix("Bearer ") else { return nil }
-        let token = String(value.dropFirst(7))
-        return token.isEmpty ? nil : token
+        return FakeToken(String(value.dropFirst(7)))
     }
+
+    var user: String? { token?.user }
 
     /// The path's segments after the leading slash.
     var segments: [String] { path.split(separator: "/").map { String($0).removingPercentEncoding ?? String($0) } }
+}
+
+/// A bearer token of the fake server: `user`, or `user#generation` as it issues them.
+struct FakeToken: Sendable, Equatable {
+    let user: String
+    let generation: Int
+
+    init?(_ text: String) {
+        let parts = text.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
+        guard let user = parts.first, !user.isEmpty else { return nil }
+        self.user = user
+        generation = parts.count == 2 ? Int(parts[1]) ?? 0 : 0
+    }
+
+    init(user: String, generation: Int) {
+        (self.user, self.generation) = (user, generation)
+    }
+
+    var text: String { "\(user)#\(generation)" }
 }
 
 /// An answer of the fake server.
@@ -97,11 +118,13 @@ struct FakeBackend {
         var checkpoint: Int64?
         let createdAt = Timestamp.format(Date())
         var finishedAt: String?
+        var lastError: String?
 
         var view: JobView {
             JobView(
                 jobID: id, status: status, attempts: status == .queued ? 0 : 1, attemptLog: [], createdAt: createdAt,
-                finishedAt: finishedAt, lastError: nil, checkpoint: checkpoint.map(String.init), results: results, spaceID: space)
+                finishedAt: finishedAt, lastError: lastError, checkpoint: checkpoint.map(String.init), results: results,
+                spaceID: space)
         }
     }
 
@@ -126,10 +149,35 @@ struct FakeBackend {
     var idempotencyKeys: [String: (job: String, body: Data)] = [:]
     var clocks: [String: HLCState] = [:]
     var refusal: (@Sendable (Op) -> Refusal?)?
+    /// Why a job is dead-lettered instead of applied (nil: it is applied).
+    var deadLetter: (@Sendable ([Op]) -> String?)?
     var unavailable = false
     var jobsPaused = false
+    /// Requests still to answer 429, and the `Retry-After` they carry.
+    var throttled: (count: Int, retryAfter: Int) = (0, 0)
+    /// Tokens issued (the last generation), the oldest generation of each user's that is
+    /// not expired, the users whose every token is refused, and each user's refreshes.
+    var tokenGeneration = 0
+    var validFrom: [String: Int] = [:]
+    var signedOut: Set<String> = []
+    var refreshes: [String: Int] = [:]
+    var issued: [String: Int] = [:]
+    var invitations: [String: Invitation] = [:]
+    var uploads: [String: Upload] = [:]
     /// How far ahead of the server's clock an op's own may be.
     let maxClockSkewMilliseconds: Int64 = 5 * 60_000
+
+    /// The token a client's provider gives: the one issued before, or a fresh one when
+    /// asked to refresh (or when none was issued).
+    mutating func token(user: String, client: String, refresh: Bool) -> String {
+        let key = "\(user) \(client)"
+        if refresh { refreshes[user, default: 0] += 1 }
+        if refresh || issued[key] == nil {
+            tokenGeneration += 1
+            issued[key] = tokenGeneration
+        }
+        return FakeToken(user: user, generation: issued[key] ?? 0).text
+    }
 
     // MARK: - Spaces
 
@@ -164,13 +212,17 @@ struct FakeBackend {
 
     /// Answers a request other than a stream; `deliveries` are for the open streams.
     mutating func answer(_ request: FakeRequest, deliveries: inout [Delivery]) -> FakeAnswer {
-        if unavailable {
-            var answer = FakeAnswer.problem(503, "unavailable", "The server is unavailable (the test made it so).")
-            answer.headers["Retry-After"] = "1"
+        if let refused = turnedAway(request) { return refused }
+        guard let user = request.user else { return .problem(401, "unauthorized", "A bearer token is required.") }
+        if throttled.count > 0 {
+            throttled.count -= 1
+            var answer = FakeAnswer.problem(429, "rate_limited", "Too many requests (the test made it so).")
+            answer.headers["Retry-After"] = String(throttled.retryAfter)
             return answer
         }
-        guard let user = request.user else { return .problem(401, "unauthorized", "A bearer token is required.") }
         let (route, named) = Self.route(request.segments)
+        if let answer = answerSpaces(request, route: route, named: named, user: user, deliveries: &deliveries) { return answer }
+        if let answer = answerUploads(request, route: route, named: named, user: user) { return answer }
         switch (request.method, route) {
         case ("POST", "/v1/devices"):
             let id = UUID().uuidString.lowercased()
@@ -215,16 +267,32 @@ struct FakeBackend {
         }
     }
 
-    /// The route a path takes, with the id it names in place of `:id` (a job, space or file).
-    static func route(_ segments: [String]) -> (route: String, named: String) {
-        switch segments.count {
-        case 3 where segments[1] == "spaces" || segments[1] == "blobs":
-            return ("/v1/\(segments[1])/:id", segments[2])
-        case 4 where segments[1] == "sync" && segments[2] == "jobs":
-            return ("/v1/sync/jobs/:id", segments[3])
-        default:
-            return ("/" + segments.joined(separator: "/"), "")
+    /// What every request meets before its route: the server down (503), or its token
+    /// refused (401, saying why as the gateway does).
+    func turnedAway(_ request: FakeRequest) -> FakeAnswer? {
+        if unavailable {
+            var answer = FakeAnswer.problem(503, "unavailable", "The server is unavailable (the test made it so).")
+            answer.headers["Retry-After"] = "1"
+            return answer
         }
+        guard let token = request.token else { return nil }
+        if signedOut.contains(token.user) {
+            return .problem(401, "unauthorized", "The token is not valid (the test signed the user out).", members: ["token": "invalid"])
+        }
+        if token.generation < validFrom[token.user] ?? 0 {
+            return .problem(401, "unauthorized", "The token has expired (the test made it so).", members: ["token": "expired"])
+        }
+        return nil
+    }
+
+    /// The route a path takes, with the id it names in place of `:id` (a job, space, file,
+    /// upload or invitation code).
+    static func route(_ segments: [String]) -> (route: String, named: String) {
+        if segments.count == 4, segments[1] == "sync", segments[2] == "jobs" { return ("/v1/sync/jobs/:id", segments[3]) }
+        if segments.count >= 3, ["spaces", "blobs", "uploads", "invitations"].contains(segments[1]) {
+            return ((["", segments[0], segments[1], ":id"] + segments.dropFirst(3)).joined(separator: "/"), segments[2])
+        }
+        return ("/" + segments.joined(separator: "/"), "")
     }
 
     mutating func push(_ request: FakeRequest, user: String, deliveries: inout [Delivery]) -> FakeAnswer {
@@ -306,6 +374,19 @@ struct FakeBackend {
     mutating func runJobs(_ deliveries: inout [Delivery]) {
         for id in queued {
             guard var job = jobs[id], var space = spaces[job.space] else { continue }
+            if let reason = deadLetter?(job.ops) {
+                job.status = .dead
+                job.lastError = reason
+                job.finishedAt = Timestamp.format(Date())
+                jobs[id] = job
+                let device = job.device
+                deliveries.append(Delivery(
+                    to: { $0.device == device },
+                    message: StreamMessage(json: .object([
+                        "type": "job", "job_id": .string(id), "status": .string(JobStatus.dead.rawValue), "troubled": true,
+                    ]))))
+                continue
+            }
             let outcome = JobApplier.apply(
                 ops: job.ops, records: space.records, knownOpIDs: space.knownOpIDs, counter: space.counter, deviceID: job.device)
             for (key, record) in outcome.changed { space.records[key] = record }
@@ -383,7 +464,7 @@ struct FakeBackend {
 
     /// Opens a stream, or says why it cannot open.
     mutating func openStream(_ request: FakeRequest) -> StreamOpening {
-        if unavailable { return .refused(.problem(503, "unavailable", "The server is unavailable (the test made it so).")) }
+        if let refused = turnedAway(request) { return .refused(refused) }
         guard let user = request.user else { return .refused(.problem(401, "unauthorized", "A bearer token is required.")) }
         guard let device = request.query["device_id"].map({ Names.canonicalUUID($0) ?? $0 }), devices[device] == user else {
             return .refused(.problem(404, "not_found", "No such device."))

@@ -74,17 +74,19 @@ final class FakeHTTPHandler: ChannelInboundHandler {
 
 /// Binds the listening socket; every connection gets an HTTP/1.1 pipeline.
 enum FakeHTTPListener {
-    static func bind(server: FakeServerCore, group: any EventLoopGroup) async throws -> any Channel {
-        try await ServerBootstrap(group: group)
+    /// Listens on `port` of 127.0.0.1 (0: a free one); the connections it accepts are
+    /// known to `server` by that port, to be closed with it.
+    static func bind(server: FakeServerCore, group: any EventLoopGroup, port: Int = 0) -> EventLoopFuture<any Channel> {
+        ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
+                server.accepted(channel)
+                return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
                     try channel.pipeline.syncOperations.addHandler(FakeHTTPHandler(server: server))
                 }
             }
-            .bind(host: "127.0.0.1", port: 0)
-            .get()
+            .bind(host: "127.0.0.1", port: port)
     }
 }

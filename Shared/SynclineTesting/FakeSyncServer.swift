@@ -23,13 +23,18 @@ import SynclineClient
 /// try await server.shutdown()
 /// ```
 ///
-/// The bearer token is the user's id: `configuration(user:)` sets it. Not served: members,
-/// invitations, resumable (tus) uploads, public content and the admin API (they answer 501).
-/// Every job succeeds at once unless `pauseJobs()` holds them; nothing is ever purged.
+/// The bearer token names the user (`configuration(user:)` sets it up). Served besides:
+/// members, invitations and resumable (tus) uploads. Not served: roles' changes, public
+/// content and the admin API (they answer 501). Every job succeeds at once unless
+/// `pauseJobs()` holds them or `deadLetterJobs(_:)` fails them; nothing is ever purged.
+/// `waitUntilSynced(_:)` replaces a test's polling loops.
 public final class FakeSyncServer: Sendable {
     private let core: FakeServerCore
     private let group: MultiThreadedEventLoopGroup
     private let listener: any Channel
+    /// The listeners of named clients (`configuration(name:)`), each on a port of its own,
+    /// and nil while the client is offline.
+    private let named = NIOLockedValueBox<[String: (port: Int, listener: (any Channel)?)]>([:])
     private let heartbeat: RepeatedTask
     /// How often an open stream hears a heartbeat (give clients this as `heartbeatInterval`).
     public let heartbeatInterval: Double
@@ -41,7 +46,7 @@ public final class FakeSyncServer: Sendable {
     private init(heartbeatInterval: Double) async throws {
         core = FakeServerCore()
         group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        listener = try await FakeHTTPListener.bind(server: core, group: group)
+        listener = try await FakeHTTPListener.bind(server: core, group: group).get()
         url = URL(string: "http://127.0.0.1:\(listener.localAddress?.port ?? 0)")!
         self.heartbeatInterval = heartbeatInterval
         let core = core
@@ -62,19 +67,50 @@ public final class FakeSyncServer: Sendable {
         heartbeat.cancel()
         core.closeStreams()
         try? await listener.close()
+        for case let (_, listener?) in named.withLockedValue({ Array($0.values) }) { try? await listener.close() }
         try await group.shutdownGracefully()
     }
 
     private func deliver(_ deliveries: [FakeBackend.Delivery]) { core.deliver(deliveries) }
 
-    /// A client configuration for `user` against this server: its token is the user's id,
-    /// the stream's heartbeat is this server's, and without a stream it polls every second.
+    /// A client configuration for `user` against this server: its store in memory unless
+    /// `databasePath` says where, its tokens issued by this server (`expireTokens(of:)`),
+    /// the stream's heartbeat this server's, and without a stream it polls every second.
+    /// `name` names the client for `setOffline(_:_:)` (one device of several): it then
+    /// reaches the server through a port of its own.
     public func configuration(
-        user: String, databasePath: String, spaceID: String? = nil, deviceID: String? = nil, indexes: [LocalIndex] = []
-    ) -> ClientConfiguration {
-        ClientConfiguration(
+        user: String, databasePath: String = ":memory:", spaceID: String? = nil, deviceID: String? = nil,
+        indexes: [LocalIndex] = [], name: String? = nil
+    ) throws -> ClientConfiguration {
+        let core = core
+        let tokens = name ?? UUID().uuidString
+        let url = try name.map(namedURL) ?? url
+        return ClientConfiguration(
             gatewayURL: url, fanoutURL: url, databasePath: databasePath, spaceID: spaceID, deviceID: deviceID,
-            tokenProvider: { _ in user }, pollInterval: 1, heartbeatInterval: heartbeatInterval, indexes: indexes)
+            tokenProvider: { refresh in core.backend.withLockedValue { $0.token(user: user, client: tokens, refresh: refresh) } },
+            pollInterval: 1, heartbeatInterval: heartbeatInterval, indexes: indexes)
+    }
+
+    /// The address of the client `name`: its own listener, opened on first use.
+    private func namedURL(_ name: String) throws -> URL {
+        let port = try named.withLockedValue { named -> Int in
+            if let known = named[name] { return known.port }
+            let listener = try FakeHTTPListener.bind(server: core, group: group).wait()
+            let port = listener.localAddress?.port ?? 0
+            named[name] = (port, listener)
+            return port
+        }
+        return URL(string: "http://127.0.0.1:\(port)")!
+    }
+
+    /// Syncs each client in turn, twice — every edit each made before the call reaches the
+    /// server, then every other client — and throws the first client's failure (a
+    /// `ClientError`) or at `timeout`. Jobs must not be paused.
+    public func waitUntilSynced(_ clients: SyncClient..., timeout: Double = 10) async throws {
+        let deadline = Date().addingTimeInterval(timeout)
+        for _ in 0..<2 {
+            for client in clients { try await client.sync(timeout: max(0.05, deadline.timeIntervalSinceNow)) }
+        }
     }
 
     // MARK: - What the test drives
@@ -137,6 +173,52 @@ public final class FakeSyncServer: Sendable {
         if unavailable { deliver([FakeBackend.Delivery(to: { _ in true }, message: nil)]) }
     }
 
+    /// Takes the client `name` (a configuration's) off the network, or puts it back:
+    /// offline, its connections (its stream's too) are closed and new ones refused, as a
+    /// device without a network sees it.
+    public func setOffline(_ name: String, _ offline: Bool) throws {
+        let (core, group) = (core, group)
+        try named.withLockedValue { named in
+            guard let known = named[name] else { return }
+            if offline, let listener = known.listener {
+                try listener.close().wait()
+                core.closeConnections(port: known.port)
+                named[name] = (known.port, nil)
+            } else if !offline, known.listener == nil {
+                named[name] = (known.port, try FakeHTTPListener.bind(server: core, group: group, port: known.port).wait())
+            }
+        }
+    }
+
+    /// Expires every token issued to `user` so far: the next request is answered 401
+    /// (`token: expired`) and the client asks its provider for a fresh token, which works.
+    public func expireTokens(of user: String) {
+        backend.withLockedValue { $0.validFrom[user] = $0.tokenGeneration + 1 }
+    }
+
+    /// While signed out, every token of `user` is refused (401, `token: invalid`), fresh
+    /// ones too: the client's status says `.signInRequired`.
+    public func setSignedOut(_ user: String, _ signedOut: Bool) {
+        backend.withLockedValue { backend in
+            if signedOut { backend.signedOut.insert(user) } else { backend.signedOut.remove(user) }
+        }
+    }
+
+    /// How often `user`'s clients asked for a fresh token.
+    public func tokenRefreshes(of user: String) -> Int { backend.withLockedValue { $0.refreshes[user] ?? 0 } }
+
+    /// Answers the next `count` requests (any client) 429 with `Retry-After: retryAfter`.
+    public func rateLimit(next count: Int, retryAfter: Int = 1) {
+        backend.withLockedValue { $0.throttled = (count, retryAfter) }
+    }
+
+    /// From now on, a pushed job `rule` gives a reason for is dead-lettered with it instead
+    /// of applied (its ops are set aside on the device, `SyncEvent.jobDead`); nil applies
+    /// every job again.
+    public func deadLetterJobs(_ rule: (@Sendable ([Op]) -> String?)?) {
+        backend.withLockedValue { $0.deadLetter = rule }
+    }
+
     /// Holds pushed jobs queued, as a slow worker would, until `resumeJobs()`.
     public func pauseJobs() {
         backend.withLockedValue { $0.jobsPaused = true }
@@ -183,10 +265,23 @@ public final class FakeSyncServer: Sendable {
     }
 }
 
-/// What the connections share: the backend under its lock, and the open streams.
+/// What the connections share: the backend under its lock, the open streams, and every
+/// connection by the port it came in on.
 final class FakeServerCore: Sendable {
     let backend = NIOLockedValueBox(FakeBackend())
     private let streams = NIOLockedValueBox<[ObjectIdentifier: (stream: FakeBackend.Stream, channel: any Channel)]>([:])
+    private let connections = NIOLockedValueBox<[ObjectIdentifier: (port: Int, channel: any Channel)]>([:])
+
+    func accepted(_ channel: any Channel) {
+        let key = ObjectIdentifier(channel)
+        connections.withLockedValue { $0[key] = (channel.localAddress?.port ?? 0, channel) }
+        channel.closeFuture.whenComplete { [connections] _ in _ = connections.withLockedValue { $0.removeValue(forKey: key) } }
+    }
+
+    func closeConnections(port: Int) {
+        let closing = connections.withLockedValue { $0.values.filter { $0.port == port }.map(\.channel) }
+        for channel in closing { channel.close(promise: nil) }
+    }
 
     func answer(_ request: FakeRequest) -> FakeAnswer {
         var deliveries: [FakeBackend.Delivery] = []
