@@ -253,6 +253,47 @@ struct ClientTests {
     /// Two live devices take turns editing one record, each edit made as soon as the other's
     /// previous one shows; polling is every 30 s, so each turn must arrive through the
     /// stream. No turn may wait anything like a poll interval.
+    /// An outage of the gateway and the fanout long enough for the stream's backoff to grow
+    /// (8 s), then the app says the network is back (`networkAvailable()`, what the client's
+    /// NWPathMonitor calls on Apple platforms): the stream is live again, and another
+    /// device's change shows, within 2 s — not after the backoff's next wait.
+    @Test func changesFlowWithinTwoSecondsOfTheServersReturn() async throws {
+        try await Stack.with(workers: 1, fanouts: 1) { stack in
+            let user = Self.user()
+            let gateway = try OutageProxy(targetPort: stack.gateway.port)
+            let fanout = try OutageProxy(targetPort: stack.fanouts[0].port)
+            let phone = try SyncClient(ClientConfiguration(
+                gatewayURL: URL(string: "http://127.0.0.1:\(gateway.port)")!, fanoutURL: URL(string: "http://127.0.0.1:\(fanout.port)")!,
+                databasePath: ":memory:", tokenProvider: { _ in await E2E.token(user) }, pollInterval: 30, heartbeatInterval: 2))
+            let laptop = try Self.device(stack, user: user)
+            try await laptop.client.sync()
+            await phone.start()
+            _ = try await eventually(within: 10, "the stream") { try await phone.status().live ? true : nil }
+
+            gateway.cut()
+            fanout.cut()
+            _ = try await eventually(within: 10, "the stream down") { try await phone.status().live ? nil : true }
+            try await Task.sleep(for: .seconds(8))  // the stream's backoff grows: 0.5, 1, 2, 4 s…
+            try gateway.restore()
+            try fanout.restore()
+            await phone.networkAvailable()
+            let back = ContinuousClock.now
+            _ = try await eventually(within: 10, "the stream back") { try await phone.status().live ? true : nil }
+            let live = ContinuousClock.now - back
+            try await laptop.client.upsert("todos", id: "t1", data: ["title": "written elsewhere"])
+            try await laptop.client.sync()
+            let applied = ContinuousClock.now
+            _ = try await eventually(within: 10, "the change shows") { try await phone.record("todos", id: "t1") != nil ? true : nil }
+            let shown = ContinuousClock.now - applied
+            #expect(live < .seconds(2), "the stream was back \(live) after the servers")
+            #expect(shown < .seconds(2), "the change showed \(shown) after it was applied")
+            await phone.stop()
+            await laptop.client.stop()
+            gateway.close()
+            fanout.close()
+        }
+    }
+
     @Test func twoLiveDevicesTakingTurnsSeeEveryTurnThroughTheStream() async throws {
         try await Stack.with(workers: 1, fanouts: 1) { stack in
             let user = Self.user()
