@@ -7,7 +7,7 @@
 
 /** Loaded with `createClient`: the entry point and what it imports. */
 export const coreFiles: readonly string[] = [
-  "backoff.js", "blobs.js", "client.js", "collection.js", "database.js", "heldrules.js", "hlc.js", "idb.js", "index.js", "json.js",
+  "backoff.js", "blobs.js", "client.js", "collection.js", "database.js", "dates.js", "heldrules.js", "hlc.js", "idb.js", "index.js", "json.js",
   "merge.js", "observers.js", "outbox.js", "query.js", "records.js", "schema.js", "signin.js", "store.js", "tabs.js", "validation.js",
 ];
 

@@ -1,3 +1,4 @@
+import { utcDateTime } from "./dates.js";
 import { canonicalJSON, isPlainObject, type JSONObject, type JSONValue } from "./json.js";
 
 /**
@@ -119,7 +120,8 @@ export function sortKey(value: JSONValue | undefined): SortKey {
   if (value === null || value === undefined) return [0, 0];
   if (typeof value === "boolean") return [1, value ? 1 : 0];
   if (typeof value === "number") return [1, value];
-  if (typeof value === "string") return [2, value];
+  // A date-time as the device shows them (in UTC), data and the values compared alike.
+  if (typeof value === "string") return [2, utcDateTime(value)];
   return [2, canonicalJSON(value)];
 }
 

@@ -1,5 +1,6 @@
 import { referencedBlobs, type BlobRef } from "./blobs.js";
 import { Database, indexName, indexProperty, keyedFields, withKeys } from "./database.js";
+import { datesInUTC } from "./dates.js";
 import { ClockState } from "./hlc.js";
 import { request } from "./idb.js";
 import type { JSONObject } from "./json.js";
@@ -234,7 +235,7 @@ export class LocalStore {
     const aside = entries.find((entry) => entry.state === "set_aside");
     const visibility = state.publicVisibility;
     const shown = withKeys({
-      collection: key.collection, id: key.id, data: state.visibleData ?? {}, version: server?.version ?? 0, pending,
+      collection: key.collection, id: key.id, data: datesInUTC(state.visibleData ?? {}), version: server?.version ?? 0, pending,
       set_aside_reason: pending || !aside ? null : aside.reason ?? "refused", visibility, public_id: state.shownPublicID,
       can_fork: visibility !== "private" && state.visibility?.canFork === true, forked_from: state.fork?.publicID ?? null,
     }, this.#keyed);

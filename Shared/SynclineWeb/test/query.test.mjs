@@ -82,3 +82,22 @@ test("a query that is not one throws QueryError naming what is wrong, before it 
   assert.match(refused({ offset: 1.5 }), /offset must be a whole number/);
   assert.match(refused({ filter: { minutes: { lt: 3 } } }), /unknown query option "filter" \(where, orderBy, limit, offset\)/);
 });
+
+// The Swift client's test of the same name: a backend writing `datetime.isoformat()` and a
+// device writing UTC, compared and ordered by time.
+test("dates with an offset compare and order by time", () => {
+  const rows = Object.entries({
+    a: { at: "2026-11-22T10:00:00+01:00" },
+    b: { at: "2026-11-22T09:30:00Z" },
+    c: { at: "2026-11-22T08:00:00-00:30" },
+    d: { at: "2026-11-22T09:15:00.123456+00:00", log: ["2026-11-22T10:00:00+01:00", "not a date"] },
+    e: { at: "soon" },
+  }).map(([id, data]) => ({ id, data }));
+  const ids = (where, options = {}) => ordered(rows.filter((row) => matches(row.id, row.data, where)), options).map((row) => row.id);
+  assert.deepEqual(ids({ at: { eq: "2026-11-22T09:00:00.000Z" } }), ["a"]);
+  assert.deepEqual(ids({ at: { gt: "2026-11-22T09:00:00Z", lt: "2026-11-22T11:00:00+01:00" } }), ["b", "d"]);
+  assert.deepEqual(ids({ at: { lt: "2026-11-22T09:00:00Z" } }), ["c"]);
+  assert.deepEqual(ids({ at: { isNull: false } }, { orderBy: ["at"] }), ["c", "a", "d", "b", "e"]);
+  assert.deepEqual(ids({ log: { contains: "2026-11-22T09:00:00Z" } }), ["d"]);
+});
+

@@ -7,6 +7,7 @@ import { fileURLToPath } from "node:url";
 import { ClockState } from "../dist/hlc.js";
 import { RecordState, localMerge, stampOf } from "../dist/merge.js";
 import { canonicalJSON } from "../dist/json.js";
+import { utcDateTime } from "../dist/dates.js";
 import { checkOp } from "../dist/validation.js";
 import { InvalidOpError } from "../dist/index.js";
 
@@ -101,10 +102,11 @@ for (const c of vectors.validation) {
   });
 }
 
-test("dates are written as toISOString() writes them, and read to the millisecond", () => {
+test("dates are written as toISOString() writes them, read to the millisecond, and shown in UTC", () => {
   assert.ok(vectors.date.length >= 10);
   for (const c of vectors.date) {
     if ("write" in c) assert.equal(new Date(c.write).toISOString(), c.expect, `writing ${c.write}`);
+    else if ("show" in c) assert.equal(utcDateTime(c.show), c.expect, `showing ${c.show}`);
     else assert.equal(Date.parse(c.read), c.expect, `reading ${c.read}`);
   }
 });
