@@ -8,7 +8,6 @@ import URLSessionCancellation
 /// The sync loop: push every batch, follow jobs to their end, pull when something
 /// changed, then wait for a write, a poke, a job to poll, a poll interval or a backoff.
 extension SyncClient {
-    /// A failure worth retrying after a pause (network, 429, 5xx, auth).
     /// A pass failed in a way worth trying again: why (in words and as `SyncError`), and
     /// not before how many seconds when the server said.
     struct Retry: Error {
