@@ -438,7 +438,7 @@ struct WebClientTests {
             "SchemaError: data.titel is not a field of this shape",
             "done",
             "SchemaError: data.title must be a string",
-            #"QueryError: where.minutes: unknown operator "between" (eq, gt, gte, lt, lte, in, contains, isNull)"#,
+            #"QueryError: where.minutes: unknown operator "between" (eq, gt, gte, lt, lte, in, contains, startsWith, isNull)"#,
             #"QueryError: orderBy is an array of field names, each descending with a leading "-": ["-minutes", "title"]"#,
             "soup",
         ], "\(result ?? "nil")")

@@ -133,7 +133,7 @@ struct WebReactTests {
                 })()
                 """) as? String
             let seen = try JSONSerialization.jsonObject(with: Data((result ?? "{}").utf8)) as? [String: Any]
-            #expect(seen?["misused"] as? String == #"QueryError: where.title: unknown operator "between" (eq, gt, gte, lt, lte, in, contains, isNull)"#, "\(result ?? "nil")")
+            #expect(seen?["misused"] as? String == #"QueryError: where.title: unknown operator "between" (eq, gt, gte, lt, lte, in, contains, startsWith, isNull)"#, "\(result ?? "nil")")
             #expect(seen?["observersLeft"] as? Int == 0)
             #expect(seen?["statusReadsAfterUnmount"] as? Int == 0)
             #expect(seen?["synced"] as? Int == 0)
