@@ -11,10 +11,11 @@ import SyncModels
 ///     {"type":"member","space_id":…,"user_id":…,"role":…}
 ///     {"type":"file","space_id":…,"sha256":…,"size":…,"content_type":…}
 ///     {"type":"record","space_id":…,"collection":…,"record_id":…,"deleted":…,"data":…,
-///      "field_clocks":…,"write_clock":…,"delete_clock":…,…}
+///      "field_clocks":…,"merge_state":…,"write_clock":…,"delete_clock":…,…}
 ///     {"type":"end","spaces":…,"records":…,"files":…}
 ///
-/// Records keep their clocks (field clocks, write, delete and floor clocks) and tombstones,
+/// Records keep their clocks (field clocks, write, delete and floor clocks), what their
+/// counters and sets keep to merge, and tombstones,
 /// so a copy imported elsewhere merges an old device's ops exactly as the original would.
 /// Each space is read in one snapshot (`REPEATABLE READ`), in pages of 1,000 records.
 public struct SpaceExport: Sendable {
@@ -25,7 +26,7 @@ public struct SpaceExport: Sendable {
     /// The record columns an export carries (a publication does not travel: a public id is
     /// unique in its deployment).
     static let recordColumns = [
-        "collection", "record_id", "deleted", "data", "field_clocks", "floor_clock", "write_clock", "delete_clock", "updated_at",
+        "collection", "record_id", "deleted", "data", "field_clocks", "merge_state", "floor_clock", "write_clock", "delete_clock", "updated_at",
         "updated_by", "forked_from", "fork_clock", "blob_refs", "created_by", "changed_by",
     ]
 

@@ -140,10 +140,11 @@ public struct SpaceImport: Sendable {
         guard !space.records.isEmpty else { return }
         let batch = "[" + space.records.joined(separator: ",") + "]"
         try await pool.execute("""
-            INSERT INTO records (space_id, collection, record_id, version, deleted, data, field_clocks, floor_clock, write_clock,
+            INSERT INTO records (space_id, collection, record_id, version, deleted, data, field_clocks, merge_state, floor_clock, write_clock,
                                  delete_clock, updated_at, updated_by, forked_from, fork_clock, blob_refs, created_by, changed_by)
             SELECT \(space.id), e.value ->> 'collection', e.value ->> 'record_id', \(space.version) + e.n,
                    (e.value ->> 'deleted')::boolean, coalesce(e.value -> 'data', '{}'), coalesce(e.value -> 'field_clocks', '{}'),
+                   CASE WHEN jsonb_typeof(e.value -> 'merge_state') = 'object' THEN e.value -> 'merge_state' END,
                    e.value ->> 'floor_clock', e.value ->> 'write_clock', e.value ->> 'delete_clock',
                    coalesce((e.value ->> 'updated_at')::timestamptz, clock_timestamp()), (e.value ->> 'updated_by')::uuid,
                    e.value ->> 'forked_from', e.value ->> 'fork_clock',

@@ -149,9 +149,9 @@ public struct ApplyStore: Sendable {
     }
 
     /// Whether a job's ops read and write nothing but their own records (no publish,
-    /// unpublish or fork), so it can be applied together with others.
+    /// unpublish, fork or call), so it can be applied together with others.
     static func readsOnlyItsRecords(_ ops: [Op]) -> Bool {
-        ops.allSatisfy { $0.type == .upsert || $0.type == .patch || $0.type == .delete }
+        ops.allSatisfy { [.upsert, .patch, .delete, .increment, .add, .remove].contains($0.type) }
     }
 
     /// Applies locked jobs, in order, whose spaces' counters are locked too: one statement

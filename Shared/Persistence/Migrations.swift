@@ -583,6 +583,11 @@ public enum Migrations {
               PRIMARY KEY (space_id, after)
             );
             """),
+        Migration(version: 22, name: "counters and sets", sql: """
+            -- What increments, adds and removes keep per field until a whole write or purge
+            -- settles them (see StoredMerge); NULL for a record with none.
+            ALTER TABLE records ADD COLUMN merge_state jsonb;
+            """),
     ]
 
     /// Applies every migration not yet applied. Safe to run from many processes at once.

@@ -15,6 +15,7 @@ extension ApplyStore {
         let version: Int64
         let data: String
         let fieldClocks: String
+        let mergeState: String?
         let floorClock: String?
         let writeClock: String?
         let deleteClock: String?
@@ -30,7 +31,7 @@ extension ApplyStore {
         let createdBy: UserID?
 
         enum CodingKeys: String, CodingKey, CaseIterable {
-            case space = "space_id", collection, id = "record_id", version, data, fieldClocks = "field_clocks"
+            case space = "space_id", collection, id = "record_id", version, data, fieldClocks = "field_clocks", mergeState = "merge_state"
             case floorClock = "floor_clock", writeClock = "write_clock", deleteClock = "delete_clock"
             case updatedBy = "updated_by", publicID = "public_id", canFork = "can_fork"
             case visibilityClock = "visibility_clock", listed, forkedFrom = "forked_from", forkClock = "fork_clock"
@@ -58,16 +59,18 @@ extension ApplyStore {
             let fields = try JSONParser.parse(data).objectValue ?? [:]
             let written = writeClock.flatMap(StoredStamp.stamp)
             let clocks = (try JSONParser.parse(fieldClocks).objectValue ?? [:]).compactMapValues { $0.stringValue.flatMap(Stamp.init(stored:)) }
+            let merged = try StoredMerge.merged(mergeState)
             let state = RecordState(
                 fields: fields,
-                fieldClocks: RecordState.restoringFieldClocks(clocks, fields: fields, writeClock: written),
+                fieldClocks: RecordState.restoringFieldClocks(clocks, fields: fields, writeClock: written, merged: merged),
                 floor: floorClock == Self.floorIsWriteClock ? written : floorClock.flatMap(Stamp.init(stored:)),
                 writeClock: written,
                 deleteClock: deleteClock.flatMap(Stamp.init(stored:)),
                 visibility: visibilityClock.flatMap(Stamp.init(stored:)).map {
                     RecordState.Visibility(publicID: publicID, canFork: canFork, listed: listed, clock: $0)
                 },
-                fork: forkClock.flatMap(Stamp.init(stored:)).map { RecordState.Fork(publicID: forkedFrom, clock: $0) })
+                fork: forkClock.flatMap(Stamp.init(stored:)).map { RecordState.Fork(publicID: forkedFrom, clock: $0) },
+                merged: merged)
             return StoredRecord(
                 key: key, version: version, state: state, updatedBy: updatedBy, publishedAt: publishedAt, creator: createdBy)
         }
@@ -142,6 +145,7 @@ extension ApplyStore {
                 WrittenColumn("field_clocks", .copied, states.map {
                     PGJSON(JSONWriter.string(.object($0.storedFieldClocks.mapValues { .string($0.description) })))
                 }),
+                WrittenColumn("merge_state", .copied, states.map { StoredMerge.text($0.merged).map(PGJSON.init) }),
                 WrittenColumn("floor_clock", .copied, states.map(RecordRow.storedFloor)),
                 WrittenColumn("write_clock", .copied, states.map { $0.writeClock.map(StoredStamp.text) }),
                 WrittenColumn("delete_clock", .copied, states.map { $0.deleteClock?.description }),

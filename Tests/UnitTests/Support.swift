@@ -92,3 +92,15 @@ func foreignSource(_ data: [String: JSONValue], canFork: Bool = true, listed: Bo
 func unpublish(_ n: Int, at time: Int, id: String = "r1") -> Op {
     Op(opID: opID(n), type: .unpublish, collection: "todos", id: id, hlc: clock(time))
 }
+
+func increment(_ n: Int, _ field: String, by amount: JSONValue, at time: Int, id: String = "r1", node: String = "dev") -> Op {
+    Op(opID: opID(n), type: .increment, collection: "todos", id: id, hlc: clock(time, node: node), field: field, by: amount)
+}
+
+func add(_ n: Int, _ field: String, _ values: [JSONValue], at time: Int, id: String = "r1") -> Op {
+    Op(opID: opID(n), type: .add, collection: "todos", id: id, hlc: clock(time), field: field, values: values)
+}
+
+func remove(_ n: Int, _ field: String, _ values: [JSONValue], at time: Int, id: String = "r1") -> Op {
+    Op(opID: opID(n), type: .remove, collection: "todos", id: id, hlc: clock(time), field: field, values: values)
+}

@@ -167,6 +167,9 @@ public struct JobApplier {
                 return OpResult(opID: op.opID, status: .rejected, reason: RejectReason.rule, rule: refusal.rule)
             }
             if op.type == .call { return call(op) }
+            if let field = op.field, let reason = records[key]?.state.mergeRefusal(of: op.type, on: field, at: op.stamp) {
+                return OpResult(opID: op.opID, status: .rejected, reason: reason)
+            }
             known.insert(op.opID)
             remembered.append(op.opID)
 

@@ -12,12 +12,15 @@ extension RecordState {
 
     /// Every field clock, from the stored ones: each field holding a value without a
     /// stored clock was set at `writeClock`. (Rows stored with every clock read the same.)
+    /// A merged field is never last set by the newest write (the increments, adds or
+    /// removes it keeps are newer than its whole write), so its clock is always stored: one
+    /// without is a field with no whole write since the floor.
     public static func restoringFieldClocks(
-        _ stored: [String: Stamp], fields: [String: JSONValue], writeClock: Stamp?
+        _ stored: [String: Stamp], fields: [String: JSONValue], writeClock: Stamp?, merged: [String: MergedField] = [:]
     ) -> [String: Stamp] {
         guard let writeClock else { return stored }
         var clocks = stored
-        for field in fields.keys where clocks[field] == nil { clocks[field] = writeClock }
+        for field in fields.keys where clocks[field] == nil && merged[field] == nil { clocks[field] = writeClock }
         return clocks
     }
 }

@@ -17,6 +17,9 @@ public struct RecordState: Sendable, Equatable {
     public var visibility: Visibility?
     /// The newest fork into this record: the public id it copied.
     public var fork: Fork?
+    /// Fields that increments, adds or removes reached after their last whole write: what
+    /// each keeps to merge in any order (`fields` holds their visible values).
+    public var merged: [String: MergedField]
 
     /// Whether the record is published, under which public id, listed or not, as of which stamp.
     public struct Visibility: Sendable, Equatable {
@@ -51,7 +54,7 @@ public struct RecordState: Sendable, Equatable {
     public init(
         fields: [String: JSONValue] = [:], fieldClocks: [String: Stamp] = [:],
         floor: Stamp? = nil, writeClock: Stamp? = nil, deleteClock: Stamp? = nil, visibility: Visibility? = nil,
-        fork: Fork? = nil
+        fork: Fork? = nil, merged: [String: MergedField] = [:]
     ) {
         self.fields = fields
         self.fieldClocks = fieldClocks
@@ -60,6 +63,7 @@ public struct RecordState: Sendable, Equatable {
         self.deleteClock = deleteClock
         self.visibility = visibility
         self.fork = fork
+        self.merged = merged
     }
 
     /// A record is deleted when its newest delete is newer than every write to it.
@@ -104,12 +108,40 @@ public struct RecordState: Sendable, Equatable {
         }
     }
 
-    /// Raises the floor to `stamp`, dropping every field event older than it.
+    /// Raises the floor to `stamp`, dropping every field event older than it: a field
+    /// last written before it is gone, though increments, adds and removes newer than it
+    /// still count (on an absent base).
     private mutating func raiseFloor(to stamp: Stamp) {
         floor = stamp
         for (field, clock) in fieldClocks where clock < stamp {
             fieldClocks[field] = nil
-            fields[field] = nil
+            if merged[field] != nil { merged[field]?.base = nil } else { fields[field] = nil }
+        }
+        for field in merged.keys { settle(field, overruledThrough: stamp) }
+    }
+
+    /// Writes a field whole at `stamp` (nil removes it): what merged into it before is overruled.
+    private mutating func write(_ field: String, _ value: JSONValue?, at stamp: Stamp) {
+        fieldClocks[field] = stamp
+        guard merged[field] != nil else {
+            fields[field] = value
+            return
+        }
+        merged[field]?.base = value
+        settle(field, overruledThrough: stamp)
+    }
+
+    /// Drops what a whole write at `stamp` overrules from a merged field and shows what is
+    /// left; a field with nothing left to merge becomes an ordinary one.
+    private mutating func settle(_ field: String, overruledThrough stamp: Stamp) {
+        guard var merge = merged[field] else { return }
+        merge.overrule(through: stamp)
+        if merge.isSettled {
+            merged[field] = nil
+            fields[field] = merge.base
+        } else {
+            merged[field] = merge
+            fields[field] = merge.visible
         }
     }
 
@@ -117,8 +149,7 @@ public struct RecordState: Sendable, Equatable {
         writeClock = max(writeClock ?? stamp, stamp)
         if let floor, stamp < floor { return }
         for (field, value) in document where (fieldClocks[field].map { $0 < stamp } ?? true) {
-            fields[field] = value
-            fieldClocks[field] = stamp
+            write(field, value, at: stamp)
         }
         raiseFloor(to: stamp)
     }
@@ -127,8 +158,69 @@ public struct RecordState: Sendable, Equatable {
     public mutating func patch(_ changes: [String: JSONValue], at stamp: Stamp) {
         writeClock = max(writeClock ?? stamp, stamp)
         for (field, value) in changes where (effectiveClock(of: field).map { $0 < stamp } ?? true) {
-            fields[field] = value.isNull ? nil : value
-            fieldClocks[field] = stamp
+            write(field, value.isNull ? nil : value, at: stamp)
+        }
+    }
+
+    /// Adds `by` to a counter: counted when newer than the field's last whole write. An
+    /// increment on a field that holds something other than a number (or a set) changes
+    /// nothing: the server refuses it (`mergeRefusal`).
+    public mutating func increment(_ field: String, by amount: JSONValue, at stamp: Stamp) {
+        writeClock = max(writeClock ?? stamp, stamp)
+        guard mergeRefusal(of: .increment, on: field, at: stamp) == nil, isNewerThanWholeWrite(field, stamp) else { return }
+        var merge = merged[field] ?? MergedField(base: fields[field], kind: .counter(.init()))
+        guard case .counter(var counter) = merge.kind else { return }
+        counter.increments[stamp] = amount
+        merge.kind = .counter(counter)
+        merge.foldExcess()
+        merged[field] = merge
+        fields[field] = merge.visible
+    }
+
+    /// Adds (or removes) `values` to a set held in an array field: counted when newer than
+    /// the field's last whole write; an element is present when its newest add is newer
+    /// than its newest remove. On a field holding something other than an array (or a
+    /// counter) it changes nothing: the server refuses it (`mergeRefusal`).
+    public mutating func setMembers(_ field: String, adding: Bool, _ values: [JSONValue], at stamp: Stamp) {
+        writeClock = max(writeClock ?? stamp, stamp)
+        let type: OpType = adding ? .add : .remove
+        guard mergeRefusal(of: type, on: field, at: stamp) == nil, isNewerThanWholeWrite(field, stamp) else { return }
+        var merge = merged[field] ?? MergedField(base: fields[field], kind: .set(.init()))
+        guard case .set(var set) = merge.kind else { return }
+        for (position, value) in values.enumerated() {
+            let key = MergedField.elementKey(value)
+            if adding {
+                // A value named twice in one op takes its last place.
+                if set.added[key].map({ $0.stamp <= stamp }) ?? true {
+                    set.added[key] = .init(value: value, stamp: stamp, position: position)
+                }
+            } else if set.removed[key].map({ $0 < stamp }) ?? true {
+                set.removed[key] = stamp
+            }
+        }
+        merge.kind = .set(set)
+        merged[field] = merge
+        fields[field] = merge.visible
+    }
+
+    private func isNewerThanWholeWrite(_ field: String, _ stamp: Stamp) -> Bool {
+        effectiveClock(of: field).map { $0 < stamp } ?? true
+    }
+
+    /// Why the server refuses an increment, add or remove on `field` as the record stands:
+    /// the field holds something else (text, or a set for an increment; a number or a
+    /// counter for an add). Nil when it may apply, or when it is older than the field's
+    /// last whole write (then it is merely superseded). Like `if_version`, this depends on
+    /// what the op meets: a field should be a counter or a set from its first write on.
+    public func mergeRefusal(of type: OpType, on field: String, at stamp: Stamp) -> String? {
+        guard isNewerThanWholeWrite(field, stamp) else { return nil }
+        let counting = type == .increment
+        switch merged[field]?.kind {
+        case .counter?: return counting ? (MergedField.countable(merged[field]?.base) ? nil : RejectReason.notANumber) : RejectReason.notASet
+        case .set?: return counting ? RejectReason.notANumber : (MergedField.settable(merged[field]?.base) ? nil : RejectReason.notASet)
+        case nil:
+            if counting { return MergedField.countable(fields[field]) ? nil : RejectReason.notANumber }
+            return MergedField.settable(fields[field]) ? nil : RejectReason.notASet
         }
     }
 
@@ -153,6 +245,8 @@ public struct RecordState: Sendable, Equatable {
         case .delete: delete(at: op.stamp)
         case .publish: setVisibility(publicID: op.publicID, canFork: op.canFork ?? true, listed: op.listed ?? true, at: op.stamp)
         case .unpublish: setVisibility(publicID: nil, canFork: false, at: op.stamp)
+        case .increment: increment(op.field ?? "", by: op.by ?? .int(0), at: op.stamp)
+        case .add, .remove: setMembers(op.field ?? "", adding: op.type == .add, op.values ?? [], at: op.stamp)
         case .fork, .call: break
         }
     }
@@ -171,7 +265,7 @@ public struct RecordState: Sendable, Equatable {
     public func differsMeaningfully(from other: RecordState) -> Bool {
         fields != other.fields || fieldClocks != other.fieldClocks || floor != other.floor
             || deleteClock != other.deleteClock || deleted != other.deleted || visibility != other.visibility
-            || fork != other.fork
+            || fork != other.fork || merged != other.merged
     }
 
     public enum PublicVisibility: String, Sendable, Codable {

@@ -14,4 +14,8 @@ public enum Limits {
     public static let maxTagLength = 200
     /// The longest Discover search.
     public static let maxSearchLength = 200
+    /// The most elements one add or remove names.
+    public static let maxSetValues = 1000
+    /// The longest field name an increment, add or remove names.
+    public static let maxFieldNameLength = 256
 }

@@ -1,5 +1,8 @@
 public enum OpType: String, Codable, Sendable, CaseIterable {
     case upsert, patch, delete, publish, unpublish, fork
+    /// Adds `by` to the counter in `field`; `add`/`remove`: `values` into or out of the set
+    /// held in the array `field`. They commute with each other and with whole writes.
+    case increment, add, remove
     /// A server mutator: the worker asks the collection's hook, and applies what it answers.
     case call
 }
@@ -22,14 +25,23 @@ public struct Op: Codable, Sendable, Hashable {
     /// `call` only: the mutator's name and its arguments (any JSON).
     public var name: String?
     public var args: JSONValue?
+    /// `increment`, `add`, `remove`: the field they change.
+    public var field: String?
+    /// `increment` only: a finite number.
+    public var by: JSONValue?
+    /// `add`, `remove`: the elements (any JSON values).
+    public var values: [JSONValue]?
     public var rejected: String?
 
     public init(
         opID: String, type: OpType, collection: String, id: String,
         data: [String: JSONValue]? = nil, hlc: String? = nil, ifVersion: Int64? = nil,
         publicID: String? = nil, canFork: Bool? = nil, listed: Bool? = nil, name: String? = nil, args: JSONValue? = nil,
-        rejected: String? = nil
+        field: String? = nil, by: JSONValue? = nil, values: [JSONValue]? = nil, rejected: String? = nil
     ) {
+        self.field = field
+        self.by = by
+        self.values = values
         self.name = name
         self.args = args
         self.opID = opID
@@ -47,7 +59,7 @@ public struct Op: Codable, Sendable, Hashable {
 
     enum CodingKeys: String, CodingKey {
         case opID = "op_id", type, collection, id, data, hlc
-        case ifVersion = "if_version", publicID = "public_id", canFork = "can_fork", listed, name, args, rejected
+        case ifVersion = "if_version", publicID = "public_id", canFork = "can_fork", listed, name, args, field, by, values, rejected
     }
 
     /// The stored form, written without Codable (see `JSONWriter`).
@@ -63,6 +75,9 @@ public struct Op: Codable, Sendable, Hashable {
         if let listed { fields["listed"] = .bool(listed) }
         if let name { fields["name"] = .string(name) }
         if let args { fields["args"] = args }
+        if let field { fields["field"] = .string(field) }
+        if let by { fields["by"] = by }
+        if let values { fields["values"] = .array(values) }
         if let rejected { fields["rejected"] = .string(rejected) }
         return .object(fields)
     }
@@ -78,6 +93,7 @@ public struct Op: Codable, Sendable, Hashable {
             hlc: fields["hlc"]?.stringValue, ifVersion: fields["if_version"]?.intValue,
             publicID: fields["public_id"]?.stringValue, canFork: fields["can_fork"]?.boolValue,
             listed: fields["listed"]?.boolValue, name: fields["name"]?.stringValue, args: fields["args"],
+            field: fields["field"]?.stringValue, by: fields["by"], values: fields["values"]?.arrayValue,
             rejected: fields["rejected"]?.stringValue)
     }
 
@@ -221,6 +237,10 @@ public enum RejectReason {
     public static let forbidden = "forbidden"
     /// The app's rules refuse the op; the result's `rule` names which.
     public static let rule = "rule"
+    /// An increment on a field that holds something other than a number (text, a set).
+    public static let notANumber = "not_a_number"
+    /// An add or remove on a field that holds something other than an array (a number, a counter).
+    public static let notASet = "not_a_set"
 
     /// A call the app's backend refused (`hook:out_of_stock`, `hook:http_403`), or could
     /// not be asked about (`hook:unanswered`).

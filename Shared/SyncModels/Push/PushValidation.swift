@@ -152,8 +152,58 @@ public enum PushValidation {
                 throw OpProblem(text: "args are \(size) bytes, more than \(Limits.maxDataBytes)", field: "args", limit: Limits.maxDataBytes)
             }
             op.args = args
+        case .increment, .add, .remove:
+            if let data = fields["data"], !data.isNull {
+                throw OpProblem(text: "\(type.rawValue) takes no data; it names a field", field: "data")
+            }
+            op.field = try mergedField(fields["field"])
+            if type == .increment {
+                // A number as JSON writes it: 1, -2.5, 1e3. Text, or a number JSON cannot
+                // hold (a client's NaN), is refused.
+                guard let by = fields["by"], let amount = by.numberValue, amount.isFinite else {
+                    throw OpProblem(text: "by must be a finite number", field: "by")
+                }
+                op.by = by
+            } else {
+                op.values = try setValues(fields["values"])
+            }
         }
         return op
+    }
+
+    /// The field an increment, add or remove changes: a name of 1 to 256 characters without NUL.
+    static func mergedField(_ raw: JSONValue?) throws(OpProblem) -> String {
+        guard let name = raw?.stringValue, !name.isEmpty, name.count <= Limits.maxFieldNameLength, !name.utf8.contains(0) else {
+            throw OpProblem(
+                text: "field must be a field name of 1 to \(Limits.maxFieldNameLength) characters", field: "field",
+                limit: Limits.maxFieldNameLength)
+        }
+        return name
+    }
+
+    /// An add's or remove's elements: 1 to 1,000 JSON values, within the data's limits.
+    static func setValues(_ raw: JSONValue?) throws(OpProblem) -> [JSONValue] {
+        guard let values = raw?.arrayValue else { throw OpProblem(text: "values must be an array", field: "values") }
+        guard (1...Limits.maxSetValues).contains(values.count) else {
+            throw OpProblem(
+                text: "values must hold 1 to \(Limits.maxSetValues) elements, not \(values.count)", field: "values",
+                limit: Limits.maxSetValues)
+        }
+        let all = JSONValue.array(values)
+        if let path = all.nonFiniteNumberPath("values") {
+            throw OpProblem(text: "\(path) is not a finite number", field: "values")
+        }
+        if all.containsNUL { throw OpProblem(text: "values must not contain the NUL character (\\u0000)", field: "values") }
+        if all.nests(deeperThan: Limits.maxDataDepth) {
+            throw OpProblem(
+                text: "values nest more than \(Limits.maxDataDepth) levels of objects and arrays", field: "values",
+                limit: Limits.maxDataDepth)
+        }
+        let size = JSONWriter.bytes(all).count
+        guard size <= Limits.maxDataBytes else {
+            throw OpProblem(text: "values are \(size) bytes, more than \(Limits.maxDataBytes)", field: "values", limit: Limits.maxDataBytes)
+        }
+        return values
     }
 
     /// An upsert's or a patch's `data`: an object (not empty for a patch) within the depth

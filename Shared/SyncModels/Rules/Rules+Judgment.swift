@@ -30,6 +30,9 @@ extension Rules {
         if collection.right(for: op.type).decision(for: role, isAuthor: nil) == .refused {
             return collection.writeRefusal(op.type, role: role)
         }
+        if let field = op.field, let schema = collection.schema, let refusal = collection.mergedFieldRefusal(op, field: field, schema: schema) {
+            return refusal
+        }
         guard let schema = collection.schema, let data = op.data else { return nil }
         switch op.type {
         case .upsert:
@@ -77,10 +80,23 @@ extension Rules {
         if op.type == .fork, let schema = collection.schema, let copied, let violation = schema.violation(of: .object(copied)) {
             return collection.schemaRefusal(violation)
         }
-        guard op.type == .upsert || op.type == .patch || op.type == .fork else { return nil }
+        // An increment, add or remove is judged by the value it leaves: a counter may not go
+        // below its schema's minimum, a set may not hold more than its maxItems.
+        var merged: [String: JSONValue]?
+        if let field = op.field, [.increment, .add, .remove].contains(op.type) {
+            var state = record?.state ?? RecordState()
+            state.apply(op)
+            merged = state.fields
+            if let schema = collection.schema, case .some(let property?) = schema.schema(ofProperty: field),
+               let value = state.fields[field], let violation = property.violation(of: value, at: "/" + RulesError.escaped(field)) {
+                return collection.schemaRefusal(violation, pointer: "/field")
+            }
+        }
+        guard op.type == .upsert || op.type == .patch || op.type == .fork || merged != nil else { return nil }
         guard !collection.immutable.isEmpty || !collection.fields.isEmpty else { return nil }
         let before = live ? record?.state.fields ?? [:] : [:]
         func after(_ field: String) -> JSONValue? {
+            if let merged { return merged[field] }
             switch op.type {
             case .patch:
                 guard let value = op.data?[field] else { return before[field] }
@@ -99,14 +115,14 @@ extension Rules {
         if live {
             for field in collection.immutable.sorted() where changes(field) {
                 return RuleRefusal(
-                    rule: "\(collection.name).immutable.\(field)", pointer: "/data/" + RulesError.escaped(field),
+                    rule: "\(collection.name).immutable.\(field)", pointer: merged != nil ? "/field" : "/data/" + RulesError.escaped(field),
                     detail: "'\(field)' is set when the record is created and never changed after")
             }
         }
         for (field, roles) in collection.fields.sorted(by: { $0.key < $1.key })
         where roles.decision(for: role, isAuthor: isAuthor) != .allowed && changes(field) {
             return RuleRefusal(
-                rule: "\(collection.name).fields.\(field)", pointer: "/data/" + RulesError.escaped(field),
+                rule: "\(collection.name).fields.\(field)", pointer: merged != nil ? "/field" : "/data/" + RulesError.escaped(field),
                 detail: "'\(field)' may be changed only by \(roles.names)")
         }
         return nil
@@ -136,9 +152,44 @@ extension Rules.CollectionRules {
                 : "in \(name), only \(roles.names) may \(type.rawValue); this writer is \(role == .owner ? "an" : "a") \(role.rawValue)")
     }
 
-    func schemaRefusal(_ violation: SchemaViolation) -> RuleRefusal {
+    /// `pointer`: where in the op (the default: where in its data).
+    func schemaRefusal(_ violation: SchemaViolation, pointer: String? = nil) -> RuleRefusal {
         let field = violation.pointer.isEmpty ? "data" : String(violation.pointer.dropFirst())
-        return RuleRefusal(rule: "\(name).schema", pointer: "/data" + violation.pointer, detail: "\(field) \(violation.message)")
+        return RuleRefusal(
+            rule: "\(name).schema", pointer: pointer ?? "/data" + violation.pointer, detail: "\(field) \(violation.message)")
+    }
+
+    /// What the schema says of an increment, add or remove before the record is read: the
+    /// field must be one of the schema's, a counter's a number, a set's an array whose
+    /// items admit each value. (A minimum or maxItems needs the record: `judge`.)
+    func mergedFieldRefusal(_ op: Op, field: String, schema: DataSchema) -> RuleRefusal? {
+        let pointer = "/" + RulesError.escaped(field)
+        switch schema.schema(ofProperty: field) {
+        case nil:
+            return schemaRefusal(SchemaViolation(pointer: pointer, message: "is not a field of this schema"), pointer: "/field")
+        case .some(nil):
+            return nil
+        case .some(let property?):
+            if op.type == .increment {
+                guard property.admits(.number) || property.admits(.integer) else {
+                    return schemaRefusal(SchemaViolation(pointer: pointer, message: "is not a number: it cannot be incremented"), pointer: "/field")
+                }
+                if op.by?.intValue == nil, !property.admits(.number) {
+                    return schemaRefusal(SchemaViolation(pointer: pointer, message: "must be an integer: by must be one"), pointer: "/by")
+                }
+                return nil
+            }
+            guard property.admits(.array) else {
+                return schemaRefusal(SchemaViolation(pointer: pointer, message: "is not an array: it cannot hold a set"), pointer: "/field")
+            }
+            guard op.type == .add, let items = property.items else { return nil }
+            for (index, value) in (op.values ?? []).enumerated() {
+                if let violation = items.violation(of: value, at: "\(pointer)/\(index)") {
+                    return schemaRefusal(violation, pointer: "/values/\(index)")
+                }
+            }
+            return nil
+        }
     }
 }
 
