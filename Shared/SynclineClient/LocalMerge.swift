@@ -28,10 +28,20 @@ enum LocalMerge {
 
     /// The record after `ops` (this record's unconfirmed ops, any order): nil when neither
     /// the server nor an op has it. A fork shows once the server has copied its source.
+    /// An increment, add or remove the server has not had counts on what it holds, however
+    /// old its clock: it is taken as just newer than the server's record (a whole write
+    /// newer than that, of this device, still overrules it).
     static func apply(_ ops: [Op], to server: RecordView?) -> RecordState? {
         guard server != nil || ops.contains(where: { $0.type != .fork }) else { return nil }
         var state = server.map(state(of:)) ?? RecordState()
-        for op in ops.sorted(by: { $0.stamp < $1.stamp }) { state.apply(op) }
+        let floor = state.floor
+        let ordered = ops.map { op in
+            guard let floor, op.field != nil, op.stamp <= floor else { return op }
+            var counted = op
+            counted.hlc = floor.hlc
+            return counted
+        }
+        for op in ordered.sorted(by: { $0.stamp < $1.stamp }) { state.apply(op) }
         return state
     }
 

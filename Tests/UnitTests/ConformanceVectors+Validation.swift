@@ -9,7 +9,8 @@ extension ConformanceVectors {
     /// - `{"repeat": text, "count": n}`: `text` n times;
     /// - `{"number": text}`: the number `text` reads as, including `NaN`, `Infinity` and
     ///   `-Infinity`; `text` is how JSON carries it from a client (as JavaScript writes it);
-    /// - `{"nest": n}`: `{"a": …}` n levels deep around `true`.
+    /// - `{"nest": n}`: `{"a": …}` n levels deep around `true`;
+    /// - `{"items": n}`: an array of the integers 0 to n - 1.
     struct ValidationCase {
         let name: String
         let op: JSONValue
@@ -24,6 +25,15 @@ extension ConformanceVectors {
         if let publicID { fields["public_id"] = .string(publicID) }
         if let ifVersion { fields["if_version"] = ifVersion }
         return .object(fields)
+    }
+
+    /// An increment, add or remove of `field` (nil: none), as a client builds it.
+    static func merging(_ type: OpType, field: String? = "stock", by: JSONValue? = nil, values: JSONValue? = nil, data: JSONValue? = nil) -> JSONValue {
+        var op = write(type, data: data).objectValue!
+        if let field { op["field"] = .string(field) }
+        if let by { op["by"] = by }
+        if let values { op["values"] = values }
+        return .object(op)
     }
 
     static func repeated(_ text: String, _ count: Int) -> JSONValue { ["repeat": .string(text), "count": .int(Int64(count))] }
@@ -78,6 +88,26 @@ extension ConformanceVectors {
         ValidationCase(name: "a file reference beside another field", op: write(.upsert, data: ["photo": ["$blob": ["sha256": .string(sha), "size": 10, "content_type": "image/jpeg"], "alt": "x"]])),
         ValidationCase(name: "a file reference with a bad content type", op: write(.patch, data: ["files": [["$blob": ["sha256": .string(sha), "size": 10, "content_type": "jpeg"]]]])),
         ValidationCase(name: "a file reference with a negative size", op: write(.upsert, data: ["photo": ["$blob": ["sha256": .string(sha), "size": -1, "content_type": "image/png"]]])),
+        ValidationCase(name: "an increment by a whole number", op: merging(.increment, by: -1)),
+        ValidationCase(name: "an increment by a fraction", op: merging(.increment, by: 0.25)),
+        ValidationCase(name: "an increment by text", op: merging(.increment, by: "1")),
+        ValidationCase(name: "an increment by nothing", op: merging(.increment)),
+        ValidationCase(name: "an increment by NaN", op: merging(.increment, by: 1), expand: ["/by": number("NaN")]),
+        ValidationCase(name: "an increment by Infinity", op: merging(.increment, by: 1), expand: ["/by": number("-Infinity")]),
+        ValidationCase(name: "an increment of no field", op: merging(.increment, field: nil, by: 1)),
+        ValidationCase(name: "an increment of an empty field name", op: merging(.increment, field: "", by: 1)),
+        ValidationCase(name: "an increment with data", op: merging(.increment, by: 1, data: ["stock": 1])),
+        ValidationCase(name: "a field name of the longest length", op: merging(.increment, field: String(repeating: "é", count: Limits.maxFieldNameLength), by: 1)),
+        ValidationCase(name: "a field name one too long", op: merging(.add, field: String(repeating: "f", count: Limits.maxFieldNameLength + 1), values: ["a"])),
+        ValidationCase(name: "a field name with NUL", op: merging(.remove, field: "a\u{0}b", values: ["a"])),
+        ValidationCase(name: "an add of JSON values of every kind", op: merging(.add, field: "tags", values: ["quick", 1, 2.5, true, .null, ["a"], ["k": "v"]])),
+        ValidationCase(name: "an add of no value", op: merging(.add, field: "tags", values: [])),
+        ValidationCase(name: "an add whose values are no array", op: merging(.add, field: "tags", values: "quick")),
+        ValidationCase(name: "a remove of the most values", op: merging(.remove, field: "tags", values: []), expand: ["/values": ["items": .int(Int64(Limits.maxSetValues))]]),
+        ValidationCase(name: "an add of 10,000 values", op: merging(.add, field: "tags", values: []), expand: ["/values": ["items": 10_000]]),
+        ValidationCase(name: "NaN among an add's values", op: merging(.add, field: "tags", values: ["a"]), expand: ["/values/1": number("NaN")]),
+        ValidationCase(name: "NUL in an add's value", op: merging(.add, field: "tags", values: ["a\u{0}"])),
+        ValidationCase(name: "an add with data", op: merging(.add, field: "tags", values: ["a"], data: ["tags": ["a"]])),
         ValidationCase(name: "data of exactly the limit", op: write(.upsert, data: ["a": 1]), expand: padded(["a": 1], toBytes: limit)),
         ValidationCase(name: "data one byte over the limit", op: write(.upsert, data: ["a": 1]), expand: padded(["a": 1], toBytes: limit + 1)),
         ValidationCase(name: "data at the limit in two-byte characters", op: write(.patch, data: ["a": 1]), expand: padded(["a": 1], expand: ["/data/b": repeated("é", 100_000)], toBytes: limit)),
@@ -100,6 +130,8 @@ extension ConformanceVectors {
             } else if let text = spec["number"]?.stringValue {
                 value = ["NaN": .double(.nan), "Infinity": .double(.infinity), "-Infinity": .double(-.infinity)][text]
                     ?? (try! JSONParser.parse(text))
+            } else if let count = spec["items"]?.intValue {
+                value = .array((0..<count).map { .int($0) })
             } else {
                 value = (0..<Int(spec["nest"]!.intValue!)).reduce(JSONValue.bool(true)) { inner, _ in ["a": inner] }
             }
@@ -141,6 +173,11 @@ extension JSONValue {
     /// This value with `value` at `path` (object keys), objects made on the way.
     func setting(_ value: JSONValue, at path: [String]) -> JSONValue {
         guard let key = path.first else { return value }
+        if var items = arrayValue, let index = Int(key) {
+            while items.count <= index { items.append(.null) }
+            items[index] = items[index].setting(value, at: Array(path.dropFirst()))
+            return .array(items)
+        }
         var fields = objectValue ?? [:]
         fields[key] = (fields[key] ?? .object([:])).setting(value, at: Array(path.dropFirst()))
         return .object(fields)

@@ -173,10 +173,12 @@ public enum PushValidation {
 
     /// The field an increment, add or remove changes: a name of 1 to 256 characters without NUL.
     static func mergedField(_ raw: JSONValue?) throws(OpProblem) -> String {
-        guard let name = raw?.stringValue, !name.isEmpty, name.count <= Limits.maxFieldNameLength, !name.utf8.contains(0) else {
+        guard let name = raw?.stringValue, !name.isEmpty, !name.utf8.contains(0) else {
+            throw OpProblem(text: "field must name a field: a non-empty string without NUL", field: "field")
+        }
+        guard name.unicodeScalars.count <= Limits.maxFieldNameLength else {
             throw OpProblem(
-                text: "field must be a field name of 1 to \(Limits.maxFieldNameLength) characters", field: "field",
-                limit: Limits.maxFieldNameLength)
+                text: "field is longer than \(Limits.maxFieldNameLength) characters", field: "field", limit: Limits.maxFieldNameLength)
         }
         return name
     }
