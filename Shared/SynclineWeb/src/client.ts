@@ -300,6 +300,25 @@ export class SyncClient {
   }
 
   /**
+   * Adds `by` to the counter in `field` (0 when absent). Increments from every device add
+   * up, each once however often it is sent; a whole write of the field newer than an
+   * increment overrules it. Shown at once.
+   */
+  increment(collection: string, id: string, field: string, by: number, options: { ifVersion?: number } = {}): Promise<string> {
+    return this.#write({ type: "increment", collection, id, field, by, if_version: options.ifVersion });
+  }
+
+  /** Adds `values` to the set held in the array `field`: an add wins over a remove no newer than it. Shown at once. */
+  add(collection: string, id: string, field: string, values: JSONValue[], options: { ifVersion?: number } = {}): Promise<string> {
+    return this.#write({ type: "add", collection, id, field, values, if_version: options.ifVersion });
+  }
+
+  /** Takes `values` out of the set held in the array `field` (an add newer than this keeps its element). Shown at once. */
+  remove(collection: string, id: string, field: string, values: JSONValue[], options: { ifVersion?: number } = {}): Promise<string> {
+    return this.#write({ type: "remove", collection, id, field, values, if_version: options.ifVersion });
+  }
+
+  /**
    * Asks the app's backend (the collection's hook) to run `name` with `args` on the record.
    * `guess` is shown at once, as a patch would be, and replaced by what the backend
    * answers once the job's changes are pulled; a refusal comes as a `rejected` event

@@ -1,10 +1,16 @@
-import type { JSONObject } from "./json.js";
+import type { JSONObject, JSONValue } from "./json.js";
 import type { QueryOptions, Where } from "./query.js";
 import { SchemaError, type Schema } from "./schema.js";
 import type { LocalRecord, SyncClient } from "./client.js";
 
 /** A patch of records of `T`: some fields, and null to remove a field that may be missing. */
 export type Patch<T> = { [K in keyof T]?: undefined extends T[K] ? T[K] | null : T[K] };
+
+/** `T`'s fields holding numbers (counters). */
+export type NumberField<T> = { [K in keyof T]-?: NonNullable<T[K]> extends number ? K : never }[keyof T] & string;
+/** `T`'s fields holding arrays (sets), and an element of one. */
+export type ArrayField<T> = { [K in keyof T]-?: NonNullable<T[K]> extends readonly unknown[] ? K : never }[keyof T] & string;
+export type Element<T, K extends keyof T> = NonNullable<T[K]> extends readonly (infer E)[] ? E : never;
 
 /**
  * One collection, typed: `client.collection<Recipe>("recipes")`, or with a schema that
@@ -37,6 +43,21 @@ export class Collection<T extends object = JSONObject> {
 
   delete(id: string, options: { ifVersion?: number } = {}): Promise<string> {
     return this.client.delete(this.name, id, options);
+  }
+
+  /** Adds `by` to a number field: increments from every device add up (see `SyncClient.increment`). */
+  increment(id: string, field: NumberField<T>, by: number, options: { ifVersion?: number } = {}): Promise<string> {
+    return this.client.increment(this.name, id, field, by, options);
+  }
+
+  /** Adds elements to an array field held as a set (see `SyncClient.add`). */
+  add<K extends ArrayField<T>>(id: string, field: K, values: Element<T, K>[], options: { ifVersion?: number } = {}): Promise<string> {
+    return this.client.add(this.name, id, field, values as unknown as JSONValue[], options);
+  }
+
+  /** Takes elements out of an array field held as a set (see `SyncClient.remove`). */
+  remove<K extends ArrayField<T>>(id: string, field: K, values: Element<T, K>[], options: { ifVersion?: number } = {}): Promise<string> {
+    return this.client.remove(this.name, id, field, values as unknown as JSONValue[], options);
   }
 
   publish(id: string, publicID: string, options: { canFork?: boolean; listed?: boolean } = {}): Promise<string> {

@@ -1,6 +1,6 @@
 import type { JSONObject, JSONValue } from "./json.js";
 
-export type OpType = "upsert" | "patch" | "delete" | "publish" | "unpublish" | "fork" | "call";
+export type OpType = "upsert" | "patch" | "delete" | "publish" | "unpublish" | "fork" | "call" | "increment" | "add" | "remove";
 
 /** An op as the push body carries it. */
 export interface Op {
@@ -14,6 +14,10 @@ export interface Op {
   public_id?: string;
   can_fork?: boolean;
   listed?: boolean;
+  /** `increment`, `add`, `remove`: the field they change; `by` (a finite number) or `values` (any JSON). */
+  field?: string;
+  by?: number;
+  values?: JSONValue[];
   /** `call`: the server mutator's name and its arguments. */
   name?: string;
   args?: JSONValue;

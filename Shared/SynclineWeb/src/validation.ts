@@ -54,6 +54,7 @@ export function checkOp(op: Op): void {
     }
     return;
   }
+  if (op.type === "increment" || op.type === "add" || op.type === "remove") return checkMerging(op);
   if (op.type !== "upsert" && op.type !== "patch") return;
   const data: unknown = op.data;
   if (!isPlainObject(data)) throw new InvalidOpError("data must be an object", "data");
@@ -62,8 +63,32 @@ export function checkOp(op: Op): void {
   if (bytes > maxDataBytes) throw new InvalidOpError(`data is ${bytes} bytes, more than ${maxDataBytes}`, "data", maxDataBytes);
 }
 
-function refuse(path: string, problem: string, limit: number | null = null): never {
-  throw new InvalidOpError(`${path} ${problem}`, "data", limit);
+/** An increment's, add's or remove's field, and its `by` or `values`. */
+function checkMerging(op: Op): void {
+  if (op.data !== undefined && op.data !== null) throw new InvalidOpError(`${op.type} takes no data; it names a field`, "data");
+  const field: unknown = op.field;
+  if (typeof field !== "string" || field === "" || field.includes("\u0000")) {
+    throw new InvalidOpError("field must name a field: a non-empty string without NUL", "field");
+  }
+  if ([...field].length > maxFieldNameLength) throw new InvalidOpError(`field is longer than ${maxFieldNameLength} characters`, "field", maxFieldNameLength);
+  if (op.type === "increment") {
+    if (typeof op.by !== "number" || !Number.isFinite(op.by)) throw new InvalidOpError("by must be a finite number", "by");
+    return;
+  }
+  const values: unknown = op.values;
+  if (!Array.isArray(values)) throw new InvalidOpError("values must be an array", "values");
+  if (values.length < 1 || values.length > maxSetValues) {
+    throw new InvalidOpError(`values must hold 1 to ${maxSetValues} elements, not ${values.length}`, "values", maxSetValues);
+  }
+  const bytes = encodedSize(values, "values", 1, "values");
+  if (bytes > maxDataBytes) throw new InvalidOpError(`values are ${bytes} bytes, more than ${maxDataBytes}`, "values", maxDataBytes);
+}
+
+const maxFieldNameLength = 256;
+const maxSetValues = 1000;
+
+function refuse(path: string, problem: string, limit: number | null = null, field = "data"): never {
+  throw new InvalidOpError(`${path} ${problem}`, field, limit);
 }
 
 /**
@@ -71,40 +96,40 @@ function refuse(path: string, problem: string, limit: number | null = null): nev
  * is JSON the server takes: no NaN or infinity, no `Date` or other object of a class, no
  * NUL or half a surrogate pair, well-formed file references, nested no deeper than the limit.
  */
-function encodedSize(value: unknown, path: string, depth: number): number {
+function encodedSize(value: unknown, path: string, depth: number, field = "data"): number {
   switch (typeof value) {
     case "boolean": return value ? 4 : 5;
     case "number":
-      if (!Number.isFinite(value)) refuse(path, "is not a finite number; JSON has no NaN or infinity");
+      if (!Number.isFinite(value)) refuse(path, "is not a finite number; JSON has no NaN or infinity", null, field);
       return numberSize(value);
-    case "string": return stringSize(value, path);
+    case "string": return stringSize(value, path, field);
     case "object": break;
-    default: refuse(path, `is ${value === undefined ? "undefined" : `a ${typeof value}`}, which JSON cannot hold (remove the field, or set it to null)`);
+    default: refuse(path, `is ${value === undefined ? "undefined" : `a ${typeof value}`}, which JSON cannot hold (remove the field, or set it to null)`, null, field);
   }
   if (value === null) return 4;
-  if (depth > maxDataDepth) refuse("data", `nests more than ${maxDataDepth} levels of objects and arrays`, maxDataDepth);
+  if (depth > maxDataDepth) refuse(field, `nests more than ${maxDataDepth} levels of objects and arrays`, maxDataDepth, field);
   if (Array.isArray(value)) {
     let size = 1 + Math.max(value.length - 1, 0) + 1;
-    for (let index = 0; index < value.length; index++) size += encodedSize(value[index], `${path}[${index}]`, depth + 1);
+    for (let index = 0; index < value.length; index++) size += encodedSize(value[index], `${path}[${index}]`, depth + 1, field);
     return size;
   }
   if (!isPlainObject(value)) {
     const kind = value instanceof Date ? "a Date (store date.toISOString() or date.getTime())" : `an instance of ${value.constructor?.name ?? "a class"}`;
-    refuse(path, `is ${kind}, not a plain object`);
+    refuse(path, `is ${kind}, not a plain object`, null, field);
   }
   if ("$blob" in value && blobRefOf(value as never) === null) {
     refuse(`${path}.$blob`, "must be a file reference: {\"sha256\": 64 lowercase hex digits, \"size\": bytes, \"content_type\": a media type}, alone in its object");
   }
   const keys = Object.keys(value);
   let size = 1 + Math.max(keys.length - 1, 0) + 1;
-  for (const key of keys) size += stringSize(key, `${path} (a field name)`) + 1 + encodedSize(value[key], `${path}.${key}`, depth + 1);
+  for (const key of keys) size += stringSize(key, `${path} (a field name)`, field) + 1 + encodedSize(value[key], `${path}.${key}`, depth + 1, field);
   return size;
 }
 
 /** The server's escapes: `\"`, `\\`, `\n`, `\r`, `\t` take two bytes, other control characters six; the rest is UTF-8. */
-function stringSize(text: string, path: string): number {
-  if (text.includes("\u0000")) refuse(path, "must not contain the NUL character (\\u0000)");
-  if (loneSurrogate.test(text)) refuse(path, "holds half of a surrogate pair, which is not text");
+function stringSize(text: string, path: string, field = "data"): number {
+  if (text.includes("\u0000")) refuse(path, "must not contain the NUL character (\\u0000)", null, field);
+  if (loneSurrogate.test(text)) refuse(path, "holds half of a surrogate pair, which is not text", null, field);
   let size = 2 + utf8.encode(text).length;
   for (let index = 0; index < text.length; index++) {
     const code = text.charCodeAt(index);

@@ -39,7 +39,7 @@ function permutations(items) {
 test("the vectors file has cases of every kind", () => {
   assert.ok(vectors.merge.length >= 20 && vectors.local.length >= 5 && vectors.clock.length >= 5);
   const types = new Set(vectors.merge.flatMap((c) => c.ops.map((op) => op.type)));
-  assert.deepEqual([...types].sort(), ["delete", "fork", "patch", "publish", "unpublish", "upsert"]);
+  assert.deepEqual([...types].sort(), ["add", "delete", "fork", "increment", "patch", "publish", "remove", "unpublish", "upsert"]);
 });
 
 for (const c of vectors.merge) {
@@ -71,6 +71,7 @@ function expanded(c) {
   for (const [pointer, spec] of Object.entries(c.expand)) {
     let value;
     if ("repeat" in spec) value = spec.repeat.repeat(spec.count);
+    else if ("items" in spec) value = Array.from({ length: spec.items }, (_, index) => index);
     else if ("number" in spec) value = Number(spec.number);
     else {
       value = true;

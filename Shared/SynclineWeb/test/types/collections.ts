@@ -23,6 +23,15 @@ export async function typedCollections(): Promise<void> {
   await recipes.patch("r1", { minutes: null });
   // @ts-expect-error a field that must be there cannot be removed
   await recipes.patch("r1", { title: null });
+  await recipes.increment("r1", "minutes", -5);
+  // @ts-expect-error only a number field is a counter
+  await recipes.increment("r1", "title", 1);
+  await recipes.add("r1", "tags", ["quick"]);
+  await recipes.remove("r1", "tags", ["slow", "cold"]);
+  // @ts-expect-error an element of another type
+  await recipes.add("r1", "tags", [3]);
+  // @ts-expect-error only an array field is a set
+  await recipes.add("r1", "minutes", [1]);
 
   const quick: LocalRecord<Recipe>[] = await recipes.query({
     where: { minutes: { lt: 30 }, "author.name": { eq: "Ana" }, tags: { contains: "soup" }, id: { in: ["r1", "r2"] } },
