@@ -587,6 +587,8 @@ public enum Migrations {
             -- What increments, adds and removes keep per field until a whole write or purge
             -- settles them (see StoredMerge); NULL for a record with none.
             ALTER TABLE records ADD COLUMN merge_state jsonb;
+            -- Purge visits only the records that keep any.
+            CREATE INDEX records_merged ON records (space_id, collection, record_id) WHERE merge_state IS NOT NULL;
             """),
     ]
 

@@ -45,10 +45,12 @@ public struct PurgeStore: Sendable {
         public var blobs = 0
         /// Rows of spaces that no longer exist.
         public var orphans = 0
+        /// Records whose counters' and sets' ops past the jobs' retention were settled.
+        public var settledRecords = 0
 
         public var description: String {
             "tombstones=\(tombstones) jobs=\(jobs) op_ids=\(opIDs) dead_letters=\(deadLetters) devices=\(devices) "
-                + "released_public_ids=\(releasedPublicIDs) blobs=\(blobs) orphans=\(orphans)"
+                + "released_public_ids=\(releasedPublicIDs) blobs=\(blobs) orphans=\(orphans) settled_records=\(settledRecords)"
         }
     }
 
@@ -65,6 +67,7 @@ public struct PurgeStore: Sendable {
             report.deadLetters = try drain { Self.deadLetters(retention, batch: $0) }
             report.jobs = try drain { Self.finishedJobs(retention, batch: $0) }
             report.opIDs = try drain { Self.opIDs(retention, batch: $0) }
+            report.settledRecords = try Self.settleMerged(connection, before: Date().addingTimeInterval(-retention.jobs), batch: batch)
             report.devices = try drain { Self.staleDevices(retention, batch: $0) }
             report.blobs = try drain { Self.unreferencedBlobs(retention, batch: $0) }
             report.releasedPublicIDs = try drain { Self.unheldPublicIDs(retention, batch: $0) }
@@ -139,6 +142,47 @@ public struct PurgeStore: Sendable {
     /// The op ids kept against replays, past the jobs' retention.
     static func opIDs(_ retention: Retention, batch: Int) -> PGQuery {
         deleteBatch(from: "op_ids", key: ["space_id", "op_id"], pastRetention: ["created_at"], retention.jobs, batch: batch)
+    }
+
+    /// Settles the increments, adds and removes older than `date` into their fields
+    /// (`RecordState.settleMerged`), in batches of records, each its own transaction that
+    /// skips records a worker holds: a hot counter's row shrinks to its value. Its horizon
+    /// is the jobs' retention, when the op ids that make a retried op a duplicate go too.
+    /// The settled state shows the same data, so it takes no new version; a worker that read
+    /// the record before and writes after overwrites it with an unsettled state, which
+    /// merges the same (the next purge settles it).
+    static func settleMerged(_ connection: PGConnection, before date: Date, batch: Int) throws -> Int {
+        let milliseconds = Int64(date.timeIntervalSince1970 * 1000)
+        let horizon = Stamp(hlc: String(repeating: "0", count: max(0, 13 - String(milliseconds).count)) + String(milliseconds), opID: "")
+        var after = (space: "00000000-0000-0000-0000-000000000000", collection: "", id: "")
+        var settled = 0
+        while true {
+            let (read, changed, last) = try connection.transaction { connection in
+                let rows = try connection.execute("""
+                    SELECT \(sql: ApplyStore.RecordRow.selection) FROM records r
+                    WHERE r.merge_state IS NOT NULL
+                      AND (r.space_id, r.collection, r.record_id) > (\(after.space)::uuid, \(after.collection), \(after.id))
+                    ORDER BY r.space_id, r.collection, r.record_id LIMIT \(Int64(batch)) FOR UPDATE SKIP LOCKED
+                    """).map { try $0.decode(as: ApplyStore.RecordRow.self) }
+                var changed = 0
+                for row in rows {
+                    var record = try row.stored()
+                    guard record.state.settleMerged(before: horizon) else { continue }
+                    let state = record.state
+                    try connection.execute("""
+                        UPDATE records SET
+                          field_clocks = \(PGJSON(JSONWriter.string(.object(state.storedFieldClocks.mapValues { .string($0.description) })))),
+                          merge_state = \(StoredMerge.text(state.merged).map(PGJSON.init))
+                        WHERE space_id = \(row.space)::uuid AND collection = \(row.collection) AND record_id = \(row.id)
+                        """)
+                    changed += 1
+                }
+                return (rows.count, changed, rows.last.map { (space: $0.space, collection: $0.collection, id: $0.id) })
+            }
+            settled += changed
+            guard read == batch, let last else { return settled }
+            after = last
+        }
     }
 
     /// Devices revoked, or not seen, for the devices' retention.

@@ -191,3 +191,58 @@ extension JSONValue {
         }
     }
 }
+
+extension RecordState {
+    /// Settles what increments, adds and removes older than `horizon` left: each merged
+    /// field's ops older than it become part of its whole write, at the newest such op's
+    /// stamp, and a field with nothing newer becomes an ordinary one. What readers see does
+    /// not change. Purge runs this past the job retention (when the op ids that make a
+    /// retried op a duplicate are forgotten too): an op older than the new whole write that
+    /// arrives later is superseded, as any op older than a whole write is. A counter whose
+    /// sum would round differently (fractions) is left as it is. Returns whether anything changed.
+    public mutating func settleMerged(before horizon: Stamp) -> Bool {
+        var changed = false
+        for (name, field) in merged {
+            guard let (settled, clock) = field.settled(before: horizon), settled.visible == fields[name] else { continue }
+            fieldClocks[name] = clock
+            merged[name] = settled.isSettled ? nil : settled
+            changed = true
+        }
+        return changed
+    }
+}
+
+extension MergedField {
+    /// The field with its ops older than `horizon` folded into its base, and the base's new
+    /// clock (the newest op folded); nil when none is that old, or the base is of another kind.
+    func settled(before horizon: Stamp) -> (MergedField, Stamp)? {
+        var field = self
+        switch kind {
+        case .counter(var counter):
+            guard var total = Self.counterStart(base) else { return nil }
+            let old = counter.increments.keys.filter { $0 < horizon }.sorted()
+            var newest = old.last
+            if let folded = counter.folded, folded.through < horizon {
+                total = Self.sum(total, folded.sum)
+                newest = max(newest ?? folded.through, folded.through)
+                counter.folded = nil
+            }
+            guard let newest else { return nil }
+            for stamp in old { total = Self.sum(total, counter.increments.removeValue(forKey: stamp)!) }
+            field.base = total
+            field.kind = .counter(counter)
+            return (field, newest)
+        case .set(let set):
+            guard Self.settable(base) else { return nil }
+            var older = MergedField(base: base, kind: .set(.init(
+                added: set.added.filter { $0.value.stamp < horizon }, removed: set.removed.filter { $0.value < horizon })))
+            guard case .set(let folded) = older.kind,
+                  let newest = (folded.added.values.map(\.stamp) + folded.removed.values).max()
+            else { return nil }
+            older.base = older.visible
+            field.base = older.base
+            field.kind = .set(.init(added: set.added.filter { $0.value.stamp >= horizon }, removed: set.removed.filter { $0.value >= horizon }))
+            return (field, newest)
+        }
+    }
+}

@@ -2,7 +2,7 @@
 /// (and hook) with all of its calls:
 /// `{job_id, space_id, user_id, role, calls: [{op_id, name, args, record}]}`; the hook
 /// answers `{"calls": [{"op_id", "ops": [...]}, {"op_id", "reject": "reason"}]}`, where
-/// `ops` are ordinary upsert, patch and delete ops on the same space (no op_id: each gets
+/// `ops` are ordinary upsert, patch, delete, increment, add and remove ops on the same space (no op_id: each gets
 /// one derived from the call's, so that a retried job applies them once).
 public enum HookExchange {
     /// What one call came to.
@@ -44,8 +44,8 @@ public enum HookExchange {
         ]))
     }
 
-    /// Reads a 2xx answer: a verdict for every call asked. Ops that are no upsert, patch or
-    /// delete, that are malformed, or that name another space refuse their call
+    /// Reads a 2xx answer: a verdict for every call asked. Ops that are no upsert, patch,
+    /// delete, increment, add or remove, that are malformed, or that name another space refuse their call
     /// (`invalid_op`, `other_space`); a call the answer leaves out makes it unusable.
     public static func verdicts(_ body: [UInt8], calls: [String], space: String) throws(UnusableAnswer) -> [String: Verdict] {
         guard let root = try? JSONParser.parse(body), let items = root.objectValue?["calls"]?.arrayValue else {
@@ -89,7 +89,7 @@ public enum HookExchange {
             fields["op_id"] = .string("00000000-0000-0000-0000-000000000000")
             fields["hlc"] = nil
             fields["if_version"] = nil
-            guard let op = try? PushValidation.parseOp(.object(fields)), [.upsert, .patch, .delete].contains(op.type) else {
+            guard let op = try? PushValidation.parseOp(.object(fields)), [.upsert, .patch, .delete, .increment, .add, .remove].contains(op.type) else {
                 return .reject("invalid_op")
             }
             ops.append(op)
