@@ -120,8 +120,8 @@ extension LocalStore {
                 switch result.status {
                 case .applied, .superseded, .duplicate:
                     try db.execute(
-                        sql: "UPDATE outbox SET state = 'confirmed', checkpoint = ? WHERE op_id = ? AND job_id = ?",
-                        arguments: [checkpoint, result.opID, jobID])
+                        sql: "UPDATE outbox SET state = 'confirmed', checkpoint = ?, applied_version = ? WHERE op_id = ? AND job_id = ?",
+                        arguments: [checkpoint, result.status == .applied ? result.version : 0, result.opID, jobID])
                 case .conflict:
                     events.append(.conflict(opID: result.opID, current: result.current))
                     gone.append(result.opID)
@@ -136,7 +136,12 @@ extension LocalStore {
             // the stream comes without results.
             try Self.run(db, sql: "UPDATE outbox SET state = 'confirmed', checkpoint = ? WHERE job_id = ? AND state = 'sent'",
                          arguments: [checkpoint, jobID])
-            for key in keys { try Self.refresh(db, key) }
+            // Increments, adds and removes now known to be in the server's record (pulled
+            // before their outcome was heard) stop counting on top of it.
+            let merging = try Self.rows(db, sql: """
+                SELECT DISTINCT collection, record_id FROM outbox WHERE job_id = ? AND json_extract(op, '$.field') IS NOT NULL
+                """, arguments: [jobID]).map { RecordKey(collection: $0["collection"], id: $0["record_id"]) }
+            for key in Set(keys + merging) { try Self.refresh(db, key) }
             // Records whose edits the server confirmed show no pending edit any more (an edit
             // of theirs set aside earlier still shows as such).
             try Self.run(db, sql: """

@@ -108,6 +108,9 @@ final class LocalStore: @unchecked Sendable {
         migrator.registerMigration("v4: calls' guesses") { db in
             try db.execute(sql: "ALTER TABLE outbox ADD COLUMN guess TEXT")
         }
+        migrator.registerMigration("v5: the version a confirmed op took") { db in
+            try db.execute(sql: "ALTER TABLE outbox ADD COLUMN applied_version INTEGER")
+        }
         try migrator.migrate(database)
         let scope = space ?? "personal"
         try database.write { db in
@@ -244,11 +247,20 @@ final class LocalStore: @unchecked Sendable {
             db, sql: "SELECT * FROM server_records WHERE collection = ? AND id = ?", arguments: [key.collection, key.id]
         ).map(serverView)
         let rows = try Self.rows(db, sql: """
-            SELECT op, guess, state, reason FROM outbox WHERE collection = ? AND record_id = ? AND state IN \(activeStates)
+            SELECT op, guess, state, reason, checkpoint, applied_version FROM outbox
+            WHERE collection = ? AND record_id = ? AND state IN \(activeStates)
             ORDER BY seq
             """, arguments: [key.collection, key.id])
         let ops = rows.compactMap { row -> Op? in
             guard var op = (try? JSONParser.parse(row["op"] as String)).flatMap(Op.init(stored:)) else { return nil }
+            // An increment, add or remove is not idempotent: once the server's record holds
+            // it, applying it again would count it twice. It holds it from the version the op
+            // took (superseded and duplicate ones: 0, they took none), or, when the job's
+            // outcome came without results, from the job's checkpoint.
+            if op.field != nil, (row["state"] as String) == OpState.confirmed.rawValue,
+               let included = (row["applied_version"] as Int64?) ?? (row["checkpoint"] as Int64?), (server?.version ?? 0) >= included {
+                return nil
+            }
             // A call shows its guess as a patch would, until the backend's answer is pulled.
             if op.type == .call, let guess = (row["guess"] as String?).flatMap({ try? JSONParser.parse($0) })?.objectValue {
                 op.type = .patch

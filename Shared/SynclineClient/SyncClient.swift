@@ -201,6 +201,28 @@ public actor SyncClient {
         try write(Op(opID: Self.newID(), type: .fork, collection: collection, id: id, publicID: publicID))
     }
 
+    /// Adds `by` to the counter in `field` (0 when absent): increments from every device add
+    /// up, each counted once however often it is sent; a whole write of the field newer than
+    /// an increment overrules it. Shown at once.
+    @discardableResult
+    public func increment(_ collection: String, id: String, field: String, by amount: JSONValue, ifVersion: Int64? = nil) throws -> String {
+        try write(Op(opID: Self.newID(), type: .increment, collection: collection, id: id, ifVersion: ifVersion, field: field, by: amount))
+    }
+
+    /// Adds `values` to the set held in the array `field`: an element is there when an add of
+    /// it is newer than every remove of it. Shown at once.
+    @discardableResult
+    public func add(_ collection: String, id: String, field: String, values: [JSONValue], ifVersion: Int64? = nil) throws -> String {
+        try write(Op(opID: Self.newID(), type: .add, collection: collection, id: id, ifVersion: ifVersion, field: field, values: values))
+    }
+
+    /// Takes `values` out of the set held in the array `field` (an add newer than this keeps
+    /// its element). Shown at once.
+    @discardableResult
+    public func remove(_ collection: String, id: String, field: String, values: [JSONValue], ifVersion: Int64? = nil) throws -> String {
+        try write(Op(opID: Self.newID(), type: .remove, collection: collection, id: id, ifVersion: ifVersion, field: field, values: values))
+    }
+
     /// Asks the app's backend (the collection's hook) to run `name` with `args` on the
     /// record. `guess` shows at once, as a patch would, until the backend's answer is pulled;
     /// a refusal comes as a `rejected` event (`hook:<reason>`).
