@@ -6,6 +6,8 @@ import type { Batch, Changed, LocalBlob } from "./store.js";
 export interface ReportedResult {
   op_id: string;
   status: string;
+  /** `applied`: the version the op took. */
+  version?: number;
   reason?: string;
   current?: unknown;
 }

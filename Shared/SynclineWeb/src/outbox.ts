@@ -21,6 +21,8 @@ export interface OutboxEntry {
   batch_id?: string | null;
   job_id?: string | null;
   checkpoint?: number | null;
+  /** A confirmed op: the version it took (0: none, it was superseded or a duplicate); absent when the outcome came without results. */
+  applied_version?: number | null;
   reason?: string | null;
   created_at: number;
   /** The files the op references: it waits for them to be uploaded. */

@@ -223,7 +223,11 @@ export class LocalStore {
     const entries = [...unsorted].sort((a, b) => (a.seq ?? Infinity) - (b.seq ?? Infinity));
     const records = tx.objectStore("records");
     const server = copy?.view ?? null;
-    const state = localMerge(entries.map((entry) => entry.op), server);
+    // An increment, add or remove counts twice if applied again on a server's record that
+    // holds it: it does from the version it took, or else the job's checkpoint.
+    const held = (entry: OutboxEntry) => entry.op.field !== undefined && entry.state === "confirmed"
+      && (server?.version ?? 0) >= (entry.applied_version ?? entry.checkpoint ?? 0);
+    const state = localMerge(entries.filter((entry) => !held(entry)).map((entry) => entry.op), server);
     const kept = copy ? { server: copy.view, generation: copy.generation } : {};
     if (!state || !state.hasData) {
       const hidden: RecordRow = { collection: key.collection, id: key.id, ...kept };

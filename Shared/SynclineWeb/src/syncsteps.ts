@@ -159,7 +159,8 @@ export class SyncSteps implements LocalSync {
               settled.refused.push(result);
               outbox.delete(entry);
             } else if (entry.state === "sent") {
-              outbox.put(entry, { ...entry, state: "confirmed", checkpoint: outcome.checkpoint });
+              const version = result ? (result.status === "applied" ? result.version ?? null : 0) : null;
+              outbox.put(entry, { ...entry, state: "confirmed", checkpoint: outcome.checkpoint, applied_version: version });
             }
           }
           touched.push(...entries);
