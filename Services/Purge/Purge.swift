@@ -122,7 +122,7 @@ struct PurgeRunner: Sendable {
             ("tombstones", report.tombstones), ("jobs", report.jobs), ("op_ids", report.opIDs),
             ("dead_letters", report.deadLetters), ("devices", report.devices),
             ("released_public_ids", report.releasedPublicIDs), ("orphans", report.orphans), ("blobs", report.blobs),
-            ("blob_objects", removedObjects),
+            ("blob_objects", removedObjects), ("settled_records", report.settledRecords),
         ] {
             Counter(label: "syncline_purged_total", dimensions: [("kind", kind)]).increment(by: count)
         }
@@ -132,6 +132,7 @@ struct PurgeRunner: Sendable {
             "purged.dead_letters": "\(report.deadLetters)", "purged.devices": "\(report.devices)",
             "purged.released_public_ids": "\(report.releasedPublicIDs)", "purged.orphans": "\(report.orphans)",
             "purged.blobs": "\(report.blobs)", "purged.blob_objects": "\(removedObjects)",
+            "purged.settled_records": "\(report.settledRecords)",
             "duration_ms": "\(Int(Date().timeIntervalSince(started) * 1000))",
         ])
         return report

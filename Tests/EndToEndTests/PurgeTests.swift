@@ -73,6 +73,59 @@ struct PurgeTests {
         }
     }
 
+    /// Past the jobs' retention, purge settles a counter's and a set's ops into their fields:
+    /// the stored merge state goes, readers see the same values, the version stays, and an
+    /// increment re-pushed with its old clock after its op id was forgotten is superseded
+    /// instead of counting twice; a new one still counts.
+    @Test func purgeSettlesCountersAndSetsWithoutChangingWhatReadersSee() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let api = stack.client
+            let user = "settle-\(UUID().uuidString.prefix(6))"
+            let token = await E2E.token(user)
+            let device = try await api.registerDevice(token)
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            func op(_ type: String, _ offset: Int64, _ extra: [String: Any]) -> [String: Any] {
+                ["op_id": newOpID(), "type": type, "collection": "stock", "id": "s1", "hlc": "\(now + offset)-00000-\(device)"]
+                    .merging(extra) { $1 }
+            }
+            let oldIncrement = op("increment", 2, ["field": "n", "by": 5])
+            let pushed = try await api.push(token, device: device, ops: [
+                op("upsert", 0, ["data": ["n": 10, "tags": ["a"]]]), op("increment", 1, ["field": "n", "by": 1]), oldIncrement,
+                op("add", 3, ["field": "tags", "values": ["b", "c"]]), op("remove", 4, ["field": "tags", "values": ["a"]]),
+            ])
+            _ = try await api.awaitJob(token, try #require(pushed.json["job_id"] as? String))
+            func shown() async throws -> (data: [String: Any], version: Int) {
+                let record = try #require(try await api.pullAll(token).changes.first { $0["id"] as? String == "s1" })
+                return (try #require(record["data"] as? [String: Any]), try #require(record["version"] as? Int))
+            }
+            let before = try await shown()
+            #expect(before.data["n"] as? Int == 16)
+            #expect(before.data["tags"] as? [String] == ["b", "c"])
+            let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
+            func mergeState() async throws -> String? {
+                try await pool.execute(
+                    "SELECT merge_state::text FROM records WHERE collection = 'stock' AND record_id = 's1' AND data ? 'n'"
+                ).first?.decode(String?.self, at: 0)
+            }
+            #expect(try await mergeState() != nil)
+
+            try await Task.sleep(for: .milliseconds(1500))
+            let (status, log) = purgeOnce()
+            #expect(status == 0, "\(log)")
+            #expect(log.contains("settled_records="), "\(log)")
+            #expect(try await mergeState() == nil, "settled into the fields")
+            let after = try await shown()
+            #expect(after.data["n"] as? Int == 16 && after.data["tags"] as? [String] == ["b", "c"])
+            #expect(after.version == before.version)
+
+            let replayed = try await api.push(token, device: device, ops: [oldIncrement, op("increment", 5_000, ["field": "n", "by": 1])])
+            let job = try await api.awaitJob(token, try #require(replayed.json["job_id"] as? String))
+            #expect((job["results"] as? [[String: Any]])?.map { $0["status"] as? String } == ["superseded", "applied"])
+            #expect(try await shown().data["n"] as? Int == 17)
+            await pool.shutdown()
+        }
+    }
+
     /// The newest change is a purged tombstone: a pull from scratch must still end at a
     /// cursor the next pull accepts, with and without a collections filter.
     @Test func aPullFromScratchAfterPurgeEndsAtACursorThatWorks() async throws {

@@ -185,6 +185,52 @@ struct WebClientTests {
         }
     }
 
+    /// Two devices of one user (two databases in the page) increment one counter and edit
+    /// one set, shown at once, partly while the other syncs: both end with every increment
+    /// counted once and the same set, as the server holds them.
+    @Test func countersAndSetsMergeAcrossTwoDevicesAndCountEachIncrementOnce() async throws {
+        try await Self.withPage { page in
+            let (stack, browser, token) = (page.stack, page.browser, page.token)
+            let options = { (name: String) in
+                """
+                {gatewayURL: \(Browser.quoted(stack.client.base)), databaseName: \(Browser.quoted(name)),
+                 tokenProvider: async () => \(Browser.quoted(token)), pollInterval: null}
+                """
+            }
+            let result = try browser.evaluate("""
+                (async () => {
+                  const a = await syncline.createClient(\(options("count-a-\(UUID().uuidString.prefix(6))")));
+                  const b = await syncline.createClient(\(options("count-b-\(UUID().uuidString.prefix(6))")));
+                  const shown = async (client) => (await client.record('shelf', 's1'))?.data;
+                  await a.upsert('shelf', 's1', {title: 'pantry', n: 0, tags: ['dry']});
+                  await a.sync(30);
+                  await b.sync(30);
+                  const local = [];
+                  for (let i = 0; i < 10; i++) {
+                    await a.increment('shelf', 's1', 'n', 1);
+                    await b.increment('shelf', 's1', 'n', 2);
+                    if (i === 4) { await a.sync(30); await b.sync(30); }
+                  }
+                  local.push((await shown(a)).n, (await shown(b)).n);
+                  await a.add('shelf', 's1', 'tags', ['quick', 'cold']);
+                  await b.remove('shelf', 's1', 'tags', ['dry']);
+                  await b.add('shelf', 's1', 'tags', ['cold', 'sweet']);
+                  await a.remove('shelf', 's1', 'tags', ['cold']);
+                  for (let round = 0; round < 2; round++) { await a.sync(30); await b.sync(30); }
+                  const typed = a.collection('shelf');
+                  await typed.increment('s1', 'n', -0.5);
+                  await a.sync(30); await b.sync(30);
+                  return syncline.canonicalJSON({local, a: await shown(a), b: await shown(b)});
+                })()
+                """, timeout: 120) as? String
+            // Before the second half synced: a had pulled its own first five, b a's and its own.
+            let expected = #"{"n":29.5,"tags":["quick","sweet"],"title":"pantry"}"#
+            #expect(result == #"{"a":\#(expected),"b":\#(expected),"local":[10,25]}"#, "\(result ?? "nil")")
+            let server = try await stack.client.pullAll(token, limit: 100).changes.first { $0["id"] as? String == "s1" }
+            #expect((server?["data"] as? [String: Any])?["n"] as? Double == 29.5)
+        }
+    }
+
     /// The page is closed after a push left and before its answer came. Reopened, it sends
     /// the same batch under the same key, and the ops are applied once.
     @Test func aPushWhoseAnswerWasLostIsSentAgainUnderItsKey() async throws {

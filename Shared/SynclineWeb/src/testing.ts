@@ -294,6 +294,12 @@ export class FakeSyncServer {
       return { op_id: op.op_id, status: "conflict", reason: "stale", current: stored ? view(op.collection, op.id, stored) : null };
     }
     const state = stored?.state ?? new RecordState();
+    const refusal = op.field !== undefined && op.type !== "upsert" && op.type !== "patch"
+      ? state.mergeRefusal(op.type as "increment" | "add" | "remove", op.field, stampOf(op)) : null;
+    if (refusal) {
+      space.knownOps.delete(op.op_id);
+      return { op_id: op.op_id, status: "rejected", reason: refusal };
+    }
     const before = JSON.stringify([state.visibleData, state.deleted, state.publicVisibility, state.shownPublicID]);
     state.apply(op);
     const after = JSON.stringify([state.visibleData, state.deleted, state.publicVisibility, state.shownPublicID]);
