@@ -104,7 +104,7 @@ struct PurgeTests {
             let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
             func mergeState() async throws -> String? {
                 try await pool.execute(
-                    "SELECT merge_state::text FROM records WHERE collection = 'stock' AND record_id = 's1' AND data ? 'n'"
+                    "SELECT merge_state::text FROM records WHERE collection = 'stock' AND record_id = 's1' AND changed_by = \(user)"
                 ).first?.decode(String?.self, at: 0)
             }
             #expect(try await mergeState() != nil)
