@@ -92,6 +92,9 @@ export class ClientRules {
       };
     }
     const schema = collection.schema;
+    if (schema && op.field !== undefined && (op.type === "increment" || op.type === "add" || op.type === "remove")) {
+      return mergedFieldRefusal(collection.name, schema, op, op.field);
+    }
     if (!schema || !isPlainObject(op.data)) return null;
     if (op.type === "upsert") {
       const violation = violationOf(schema, op.data, "");
@@ -118,9 +121,31 @@ interface Violation {
   message: string;
 }
 
-function schemaRefusal(collection: string, violation: Violation): RuleRefusal {
+function schemaRefusal(collection: string, violation: Violation, pointer = `/data${violation.pointer}`): RuleRefusal {
   const field = violation.pointer === "" ? "data" : violation.pointer.slice(1);
-  return { rule: `${collection}.schema`, pointer: `/data${violation.pointer}`, detail: `${field} ${violation.message}` };
+  return { rule: `${collection}.schema`, pointer, detail: `${field} ${violation.message}` };
+}
+
+/** The server's intake check of an increment, add or remove: the field is the schema's, a number for a counter (an integer step for an integer), an array for a set whose items admit each value added. */
+function mergedFieldRefusal(collection: string, schema: Schema, op: Op, field: string): RuleRefusal | null {
+  const pointer = `/${escaped(field)}`;
+  const property = propertySchema(schema, field);
+  if (property === undefined) return schemaRefusal(collection, { pointer, message: "is not a field of this schema" }, "/field");
+  if (property === null) return null;
+  const admits = (type: JSONType) => property.types === null || property.types.has(type);
+  if (op.type === "increment") {
+    if (!admits("number") && !admits("integer")) {
+      return schemaRefusal(collection, { pointer, message: "is not a number: it cannot be incremented" }, "/field");
+    }
+    return !admits("number") && !Number.isInteger(op.by) ? schemaRefusal(collection, { pointer, message: "must be an integer: by must be one" }, "/by") : null;
+  }
+  if (!admits("array")) return schemaRefusal(collection, { pointer, message: "is not an array: it cannot hold a set" }, "/field");
+  if (op.type !== "add" || !property.items) return null;
+  for (const [index, value] of (op.values ?? []).entries()) {
+    const violation = violationOf(property.items, value, `${pointer}/${index}`);
+    if (violation) return schemaRefusal(collection, violation, `/values/${index}`);
+  }
+  return null;
 }
 
 function escaped(key: string): string {

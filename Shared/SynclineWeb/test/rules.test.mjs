@@ -98,3 +98,24 @@ test("a call is checked at the call, shows its guess as a patch would, and is se
   state.apply(call);
   assert.deepEqual(Object.fromEntries(state.fields), { reserved: 2 });
 });
+
+test("an increment, add or remove is checked against the field's schema as the gateway checks it", () => {
+  const merging = (type, field, extra) => ({ op_id: "o1", type, collection: "recipes", id: "r1", field, ...extra });
+  const tagged = ClientRules.compile({
+    version: 1, collections: { recipes: { schema: { type: "object", properties: {
+      title: { type: "string" }, minutes: { type: "integer", minimum: 0 }, rating: { type: "number" },
+      tags: { type: "array", items: { type: "string" } },
+    } } } },
+  });
+  assert.equal(tagged.screen(merging("increment", "minutes", { by: -3 }), "editor"), null, "a minimum is judged when applied");
+  assert.equal(tagged.screen(merging("increment", "rating", { by: 0.5 }), "editor"), null);
+  assert.deepEqual(tagged.screen(merging("increment", "title", { by: 1 }), "editor"), {
+    rule: "recipes.schema", pointer: "/field", detail: "title is not a number: it cannot be incremented",
+  });
+  assert.equal(tagged.screen(merging("increment", "minutes", { by: 0.5 }), "editor").pointer, "/by");
+  assert.equal(tagged.screen(merging("add", "tags", { values: ["quick"] }), "editor"), null);
+  assert.equal(tagged.screen(merging("add", "tags", { values: ["quick", 3] }), "editor").pointer, "/values/1");
+  assert.equal(tagged.screen(merging("remove", "minutes", { values: [1] }), "editor").pointer, "/field");
+  assert.equal(rules.screen(merging("increment", "servings", { by: 1 }), "editor"), null, "a field the schema does not close off");
+  assert.equal(rules.screen({ ...merging("add", "tags", { values: ["x"] }), collection: "notes" }, "editor").pointer, "/field");
+});
