@@ -169,10 +169,14 @@ struct CounterTests {
                 body: Data(#"{"device_id":"\#(owner.device)","ops":[{"op_id":"\#(UUID().uuidString)","type":"increment","collection":"items","id":"i1","field":"n","by":NaN}]}"#.utf8),
                 headers: ["Content-Type": "application/json"])
             #expect(nan.status == 400, "\(nan.text)")
-            // The largest finite number is a number: taken.
-            let huge = try await push([op("increment", ["field": "n", "by": 1.7e308])])
+            // The largest finite numbers are numbers: taken, and a counter they would take past a
+            // double's range stays at its bound (JSON has no infinity).
+            let huge = try await push([op("increment", ["field": "n", "by": 1.7e308]), op("increment", ["field": "n", "by": 1.7e308])])
             #expect(huge.status == 202)
-            _ = try await api.awaitJob(owner.token, try #require(huge.json["job_id"] as? String))
+            let hugeJob = try await api.awaitJob(owner.token, try #require(huge.json["job_id"] as? String))
+            #expect(hugeJob["status"] as? String == "succeeded")
+            let bounded = try await api.pullAll(owner.token, limit: 100).changes.first { $0["id"] as? String == "i1" }
+            #expect((bounded?["data"] as? [String: Any])?["n"] as? Double == Double.greatestFiniteMagnitude)
 
             // What needs the record: a documented rejection in the job's results.
             let setUp = try await push([op("upsert", ["data": ["title": "a", "tags": ["x"], "n": 2]])])

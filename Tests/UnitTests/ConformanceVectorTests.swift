@@ -182,6 +182,10 @@ enum ConformanceVectors {
         MergeCase(name: "an increment after a delete resurrects the record with just the counter", ops: [
             op(1, .upsert, at: 1, data: ["title": "a", "n": 4]), op(2, .delete, at: 2), increment(3, "n", by: 1, at: 3),
         ]),
+        MergeCase(name: "a counter stays within a double's range", ops: [
+            increment(1, "n", by: 1.5e308, at: 1), increment(2, "n", by: 1.5e308, at: 2), increment(3, "m", by: -1.5e308, at: 3),
+            increment(4, "m", by: -1.5e308, at: 4),
+        ]),
         MergeCase(name: "fractions add in clock order", ops: [
             increment(1, "f", by: 0.1, at: 1), increment(2, "f", by: 0.2, at: 2), increment(3, "f", by: 0.3, at: 3),
         ]),

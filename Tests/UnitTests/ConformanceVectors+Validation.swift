@@ -107,6 +107,8 @@ extension ConformanceVectors {
         ValidationCase(name: "an add of 10,000 values", op: merging(.add, field: "tags", values: []), expand: ["/values": ["items": 10_000]]),
         ValidationCase(name: "NaN among an add's values", op: merging(.add, field: "tags", values: ["a"]), expand: ["/values/1": number("NaN")]),
         ValidationCase(name: "NUL in an add's value", op: merging(.add, field: "tags", values: ["a\u{0}"])),
+        ValidationCase(name: "a file reference among an add's values", op: merging(.add, field: "files", values: [BlobReference(sha256: sha, size: 10, contentType: "image/jpeg").json])),
+        ValidationCase(name: "the text $blob among an add's values", op: merging(.add, field: "tags", values: ["$blob", ["note": "$blob"]])),
         ValidationCase(name: "an add with data", op: merging(.add, field: "tags", values: ["a"], data: ["tags": ["a"]])),
         ValidationCase(name: "data of exactly the limit", op: write(.upsert, data: ["a": 1]), expand: padded(["a": 1], toBytes: limit)),
         ValidationCase(name: "data one byte over the limit", op: write(.upsert, data: ["a": 1]), expand: padded(["a": 1], toBytes: limit + 1)),

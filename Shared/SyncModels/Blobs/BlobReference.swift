@@ -154,6 +154,15 @@ extension Dictionary where Key == String, Value == JSONValue {
 }
 
 extension JSONValue {
+    /// Whether an object anywhere inside has a `$blob` key (a file reference, or a malformed one).
+    public var holdsBlobKey: Bool {
+        switch self {
+        case .object(let fields): return fields[BlobReference.key] != nil || fields.values.contains { $0.holdsBlobKey }
+        case .array(let items): return items.contains { $0.holdsBlobKey }
+        default: return false
+        }
+    }
+
     /// False for scalars: most fields are, and need no walk.
     public var mayHoldBlobReference: Bool {
         switch self {

@@ -167,12 +167,14 @@ public struct MergedField: Sendable, Equatable {
 
     /// Two numbers added: integers stay exact while they fit in 64 bits; any fraction, or
     /// an overflow, gives a double (an integral double within 9e15 reads back as an integer).
+    /// A counter stays within a double's range: past it, at its bound (JSON has no infinity).
     public static func sum(_ a: JSONValue, _ b: JSONValue) -> JSONValue {
         if case .int(let x) = a, case .int(let y) = b {
             let (total, overflow) = x.addingReportingOverflow(y)
             if !overflow { return .int(total) }
         }
-        let total = (a.numberValue ?? 0) + (b.numberValue ?? 0)
+        var total = (a.numberValue ?? 0) + (b.numberValue ?? 0)
+        if !total.isFinite { total = total > 0 ? .greatestFiniteMagnitude : -.greatestFiniteMagnitude }
         if total.rounded() == total, abs(total) < 9.0e15 { return .int(Int64(total)) }
         return .double(total)
     }

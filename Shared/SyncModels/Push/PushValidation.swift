@@ -196,6 +196,10 @@ public enum PushValidation {
             throw OpProblem(text: "\(path) is not a finite number", field: "values")
         }
         if all.containsNUL { throw OpProblem(text: "values must not contain the NUL character (\\u0000)", field: "values") }
+        // A file is referenced from a field a patch sets: the push then checks it is there.
+        if all.holdsBlobKey {
+            throw OpProblem(text: "values must not hold file references ({\"$blob\": …}); set a file with a patch", field: "values")
+        }
         if all.nests(deeperThan: Limits.maxDataDepth) {
             throw OpProblem(
                 text: "values nest more than \(Limits.maxDataDepth) levels of objects and arrays", field: "values",

@@ -42,7 +42,10 @@ function visible(field: Merged): JSONValue | undefined {
   if (field.kind === "counter") {
     if (!countable(base)) return base;
     let total = (base as number | null | undefined) ?? 0;
-    for (const [, by] of [...field.increments.values()].sort((a, b) => compareStamps(a[0], b[0]))) total += by;
+    // Within a double's range: past it, at its bound (JSON has no infinity).
+    for (const [, by] of [...field.increments.values()].sort((a, b) => compareStamps(a[0], b[0]))) {
+      total = Math.max(-Number.MAX_VALUE, Math.min(Number.MAX_VALUE, total + by));
+    }
     return total;
   }
   if (field.added.size === 0 && (base === undefined || base === null)) return base;

@@ -81,6 +81,10 @@ function checkMerging(op: Op): void {
     throw new InvalidOpError(`values must hold 1 to ${maxSetValues} elements, not ${values.length}`, "values", maxSetValues);
   }
   const bytes = encodedSize(values, "values", 1, "values");
+  // Only a key is followed by a colon in JSON text: a "$blob" key anywhere inside.
+  if (JSON.stringify(values).includes('"$blob":')) {
+    throw new InvalidOpError('values must not hold file references ({"$blob": …}); set a file with a patch', "values");
+  }
   if (bytes > maxDataBytes) throw new InvalidOpError(`values are ${bytes} bytes, more than ${maxDataBytes}`, "values", maxDataBytes);
 }
 
