@@ -155,6 +155,54 @@ struct FakeSyncServerTests {
         try await server.shutdown()
     }
 
+    struct Shelf: SyncRecord, Equatable {
+        static let collection = "shelves"
+        enum CodingKeys: String, CodingKey { case id, stock, tags }
+        var id: String
+        var stock: Int
+        var tags: [String]
+    }
+
+    /// Counters and sets through the typed API: each device's increments show at once, add
+    /// up on both devices, and count once however many pulls follow; an increment of text
+    /// comes back rejected with its reason.
+    @Test func incrementsAndTagsFromTwoDevicesAddUpOnBoth() async throws {
+        let server = try await FakeSyncServer.start()
+        let phone = try SyncClient(server.configuration(user: "alice", name: "phone"))
+        let laptop = try SyncClient(server.configuration(user: "alice", name: "laptop"))
+        let events = Events(laptop)
+        try await phone.save(Shelf(id: "s1", stock: 10, tags: ["dry"]))
+        try await server.waitUntilSynced(phone, laptop)
+        for _ in 0..<3 {
+            try await phone.increment(Shelf.self, id: "s1", \.stock, by: -1)
+            try await laptop.increment(Shelf.self, id: "s1", .stock, by: 5)
+        }
+        #expect(try await phone.fetch(Shelf.self, id: "s1")?.stock == 7, "shown at once")
+        try await phone.add(Shelf.self, id: "s1", \.tags, "quick")
+        try await laptop.add(Shelf.self, id: "s1", \.tags, "cold", "quick")
+        try await laptop.remove(Shelf.self, id: "s1", \.tags, "dry")
+        try await server.waitUntilSynced(phone, laptop)
+        try await server.waitUntilSynced(phone, laptop)
+        for client in [phone, laptop] {
+            let shelf = try await client.fetch(Shelf.self, id: "s1")
+            #expect(shelf?.stock == 22)
+            #expect(Set(shelf?.tags ?? []) == ["quick", "cold"])
+        }
+        #expect(server.records(of: "alice", in: "shelves")["s1"]?["stock"] == 22)
+
+        try await laptop.patch("shelves", id: "s1", fields: ["label": "pantry"])
+        try await laptop.increment("shelves", id: "s1", field: "label", by: 1)
+        try await server.waitUntilSynced(laptop)
+        try await Self.until("the increment of text is rejected") {
+            events.all.contains { if case .rejected(_, "not_a_number") = $0 { true } else { false } }
+        }
+        #expect(try await laptop.record("shelves", id: "s1")?.data["label"] == "pantry")
+        await #expect(throws: ClientError.self) { try await laptop.increment(Shelf.self, id: "missing", \.stock, by: 1) }
+        await phone.stop()
+        await laptop.stop()
+        try await server.shutdown()
+    }
+
     @Test func opsTheServerRefusesAreSetAsideOrRejected() async throws {
         let server = try await FakeSyncServer.start()
         server.refuse { op in
