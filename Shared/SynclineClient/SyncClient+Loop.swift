@@ -353,35 +353,54 @@ extension SyncClient {
             case .ask:
                 heardJobs[jobID] = nil
             }
-            let answer: ServerAPI.Answer
-            do {
-                answer = try await api.send("GET", "/v1/sync/jobs/\(jobID)\(scope)")
-            } catch {
-                throw Retry.unreachable("job status", error)
-            }
-            if answer.status == 404 {
-                // Its ops are back in the queue: another pass sends them.
-                try store.jobForgotten(jobID)
-                running = true
-                continue
-            }
-            guard answer.status == 200, let job = try? JSONCoding.decode(JobView.self, from: answer.body) else {
-                throw Retry.answered("job status", answer)
-            }
-            switch job.status {
-            case .succeeded:
-                if job.results.contains(where: { $0.reason == RejectReason.rule }) { noteRulesVersion(job.rulesVersion) }
-                try jobSucceeded(jobID, checkpoint: Int64(job.checkpoint ?? "0") ?? 0, results: job.results)
-            case .dead, .discarded:
-                let opIDs = try store.jobDead(jobID, reason: "job \(job.status.rawValue): \(job.lastError ?? "no error recorded")")
-                eventSink.yield(.jobDead(jobID: jobID, opIDs: opIDs))
-                notifyAll()
-            case .queued, .processing, .retrying:
-                running = true
-            }
+            if try await !askJob(jobID, scope: scope) { running = true }
         }
         schedule.jobsFollowed(live: live)
         return running
+    }
+
+    /// Asks the server how a job ended and settles it; false while it runs (or the server
+    /// forgot it: its ops are back in the queue).
+    func askJob(_ jobID: String, scope: String) async throws -> Bool {
+        let answer: ServerAPI.Answer
+        do {
+            answer = try await api.send("GET", "/v1/sync/jobs/\(jobID)\(scope)")
+        } catch {
+            throw Retry.unreachable("job status", error)
+        }
+        if answer.status == 404 {
+            // Its ops are back in the queue: another pass sends them.
+            try store.jobForgotten(jobID)
+            return false
+        }
+        guard answer.status == 200, let job = try? JSONCoding.decode(JobView.self, from: answer.body) else {
+            throw Retry.answered("job status", answer)
+        }
+        switch job.status {
+        case .succeeded:
+            if job.results.contains(where: { $0.reason == RejectReason.rule }) { noteRulesVersion(job.rulesVersion) }
+            try jobSucceeded(jobID, checkpoint: Int64(job.checkpoint ?? "0") ?? 0, results: job.results)
+        case .dead, .discarded:
+            let opIDs = try store.jobDead(jobID, reason: "job \(job.status.rawValue): \(job.lastError ?? "no error recorded")")
+            eventSink.yield(.jobDead(jobID: jobID, opIDs: opIDs))
+            notifyAll()
+        case .queued, .processing, .retrying:
+            return false
+        }
+        return true
+    }
+
+    /// A page read after a job of this device was applied holds that job's increments,
+    /// adds and removes: before the page shows, the job's outcome (the version each op
+    /// took) must be known, or they would count twice. A job still running when asked,
+    /// after the page was read, is not in it: a job's changes commit with its outcome.
+    func settleJobsInPage(_ changes: [RecordView]) async throws {
+        let jobs = try store.sentMergingJobs(touching: Set(changes.map { RecordKey(collection: $0.collection, id: $0.id) }))
+        let scope = configuration.spaceID.map { "?space_id=\($0)" } ?? ""
+        for jobID in jobs {
+            heardJobs[jobID] = nil
+            _ = try await askJob(jobID, scope: scope)
+        }
     }
 
     /// A job of this device's succeeded: its refused ops are reported, the others wait for
@@ -442,6 +461,7 @@ extension SyncClient {
                 let (api, cursor, space, reached) = (api, page.cursor, configuration.spaceID, reachedCursor)
                 next = Task { try await api.pull(space: space, since: cursor, minCursor: reached, limit: 1_000) }
             }
+            try await settleJobsInPage(page.changes)
             changed.formUnion(try store.applyPage(page.changes, cursor: page.cursor, hasMore: page.hasMore))
             if !page.hasMore {
                 lastPullAt = configuration.now()

@@ -48,3 +48,10 @@ export function traceparent(batchKey: string): { traceID: string; header: string
   if (spanID === "0000000000000000") spanID = "0000000000000001";
   return { traceID, header: `00-${traceID}-${spanID}-01` };
 }
+
+/** The jobs of `batches` whose push holds an increment, add or remove of one of `keys`. */
+export function jobsMerging(batches: { body: string; job_id: string | null }[], keys: { collection: string; id: string }[]): string[] {
+  const wanted = new Set(keys.map((key) => JSON.stringify([key.collection, key.id])));
+  return batches.filter((batch) => batch.job_id && (JSON.parse(batch.body).ops as Op[])
+    .some((op) => op.field !== undefined && wanted.has(JSON.stringify([op.collection, op.id])))).map((batch) => batch.job_id as string);
+}

@@ -477,6 +477,20 @@ export class SyncEngine {
     this.host.changed(settled.changed);
   }
 
+  /**
+   * A page read after a job of this device was applied holds that job's increments, adds
+   * and removes: before the page shows, the job's outcome (the version each op took) must
+   * be known, or they would count twice. A job still running when asked, after the page was
+   * read, is not in it: a job's changes commit with its outcome.
+   */
+  async #settleJobsInPage(changes: RecordView[]): Promise<void> {
+    const jobs = await this.#local.sentJobsMerging(changes);
+    if (jobs.length === 0) return;
+    for (const jobID of jobs) this.#heardJobs.delete(jobID);
+    const outcomes = (await Promise.all(jobs.map((jobID) => this.#askJob(jobID)))).filter((job): job is JobOutcome => job !== null);
+    if (outcomes.length > 0) await this.#settle(outcomes);
+  }
+
   /** Pulls until `has_more` is false; a 410 starts a resync that keeps unpushed ops. */
   async #pullAll(): Promise<void> {
     this.#state.pullWanted = false;
@@ -496,6 +510,7 @@ export class SyncEngine {
         throw new Retry(`pull answered ${answer.status}: ${answer.detail}`, answer.retryAfter);
       }
       const page = answer.json as PullPage;
+      await this.#settleJobsInPage(page.changes);
       this.host.changed(await this.#local.applyPage(page.changes, page.cursor, page.has_more));
       if (!page.has_more) {
         this.host.emit("pulled", { cursor: page.cursor });

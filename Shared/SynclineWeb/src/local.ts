@@ -53,6 +53,8 @@ export interface LocalSync {
   // Jobs
   /** Jobs sent and not yet finished. */
   sentJobs(): Promise<string[]>;
+  /** Jobs sent and not yet finished that hold an increment, add or remove of one of `keys` (records of a pulled page). */
+  sentJobsMerging(keys: { collection: string; id: string }[]): Promise<string[]>;
   /**
    * Jobs whose outcome is known, settled together (one step): a succeeded job's ops wait
    * for the pull (its conflicting and rejected ones leave), a dead one's are set aside, a

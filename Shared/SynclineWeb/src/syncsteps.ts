@@ -1,4 +1,4 @@
-import { batchSize, pushBody } from "./batching.js";
+import { batchSize, jobsMerging, pushBody } from "./batching.js";
 import type { BlobRef } from "./blobs.js";
 import { request } from "./idb.js";
 import type { JobOutcome, LocalSync, SettledJobs } from "./local.js";
@@ -129,6 +129,11 @@ export class SyncSteps implements LocalSync {
       const batches = (await request(tx.objectStore("batches").getAll())) as Batch[];
       return [...new Set(batches.map((batch) => batch.job_id).filter((job): job is string => !!job))];
     });
+  }
+
+  async sentJobsMerging(keys: Key[]): Promise<string[]> {
+    const batches = await this.store.run(["batches"], "readonly", async (tx) => (await request(tx.objectStore("batches").getAll())) as Batch[]);
+    return jobsMerging(batches, keys);
   }
 
   /**

@@ -335,3 +335,31 @@ test("a stream silent for two heartbeats is closed and opened again, at once whe
     delete globalThis.EventSource;
   }
 });
+
+test("a page that holds this device's job's increments waits for the job's outcome, asked after the page was read", async () => {
+  const local = new MemoryLocal();
+  const op = { op_id: crypto.randomUUID(), type: "increment", collection: "shelves", id: "s1", field: "n", by: 1 };
+  local.outbox.push({ op_id: op.op_id, op, collection: "shelves", id: "s1", blobs: [], state: "pending", batch_id: null, job_id: null, reason: null, checkpoint: null, seq: 1 });
+  const usual = usualServer({ checkpoint: 5, changes: [{ collection: "shelves", id: "s1", version: 5, deleted: false, data: { n: 1 } }] });
+  let asked = 0;
+  const requests = gateway((request) => {
+    if (request.path !== "/v1/sync/jobs/job-1") return usual(request);
+    asked += 1;
+    // Still running when the pass follows it; applied by the time the page that holds it was read.
+    return asked === 1 ? { status: 200, json: { status: "processing" } }
+      : { status: 200, json: { status: "succeeded", checkpoint: "5", results: [{ op_id: op.op_id, status: "applied", version: 5 }] } };
+  });
+  const shown = [];
+  const applyPage = local.applyPage.bind(local);
+  local.applyPage = async (...page) => {
+    shown.push(local.outbox.find((entry) => entry.op_id === op.op_id)?.state ?? "gone");
+    return applyPage(...page);
+  };
+  const { engine: sync } = engine(local);
+  await sync.sync(5);
+  const paths = requests.map((request) => `${request.method} ${request.path}`);
+  const pull = paths.indexOf("GET /v1/sync/pull");
+  assert.deepEqual(paths.slice(pull, pull + 2), ["GET /v1/sync/pull", "GET /v1/sync/jobs/job-1"], paths.join(", "));
+  assert.equal(shown[0], "confirmed", "the page was stored once the op's version was known");
+  assert.equal(local.outbox.length, 0);
+});

@@ -2,7 +2,7 @@
 // (`MemoryLocal`, the `LocalSync` interface IndexedDB serves in the browser), a gateway
 // answering from a script through `fetch`, and an engine host that records what the app
 // would hear.
-import { batchSize, pushBody } from "../../dist/batching.js";
+import { batchSize, jobsMerging, pushBody } from "../../dist/batching.js";
 import { SyncEngine } from "../../dist/engine.js";
 import { SignIn } from "../../dist/signin.js";
 import { unconfirmed } from "../../dist/outbox.js";
@@ -88,6 +88,10 @@ export class MemoryLocal {
 
   async sentJobs() {
     return [...new Set([...this.batches.values()].map((batch) => batch.job_id).filter(Boolean))];
+  }
+
+  async sentJobsMerging(keys) {
+    return jobsMerging([...this.batches.values()], keys);
   }
 
   /** Every step the engine took that settled jobs, with how many outcomes each held. */
