@@ -57,10 +57,7 @@ struct CounterBench: AsyncParsableCommand {
         let pushed = jobs.count * ops
         print(String(format: "pushed: %d increments in %d pushes in %.1f s; applied %.0f increments/s (first push to last job applied: %.2f s)",
                      pushed, jobs.count, pushSeconds, Double(pushed) / max(span, 0.001), span))
-        print("CPU per push: " + PushBench.stackProcesses.sorted().compactMap { name -> String? in
-            guard let after = cpuAfter[name] else { return nil }
-            return String(format: "%@ %.2f ms", name, (after - (cpuBefore[name] ?? 0)) / Double(max(jobs.count, 1)) * 1000)
-        }.joined(separator: ", "))
+        print("CPU per push: " + PushBench.cpuPerPush(before: cpuBefore, after: cpuAfter, pushes: jobs.count))
 
         let value = try await Self.stored(pool, record)
         print("counter: \(value.count) (expected \(pushed)); stored row \(value.row) bytes, merge state \(value.merge) bytes")

@@ -81,11 +81,8 @@ struct PushBench: AsyncParsableCommand {
         let (succeeded, span, latencies) = try stats?.decode((Int, Double, [Double]).self) ?? (0, 0, [])
         print(String(format: "applied: %d/%d jobs succeeded, %d ops in %.2f s → applied %.0f ops/s", succeeded, ids.count, totalOps, span, Double(totalOps) / max(span, 0.001)))
         print("push→applied latency (after \(warmup) warm-up): " + Percentiles(latencies).description)
-        print("CPU per push (process CPU from the first push to the last job applied, ÷ pushes; this machine's processes): " +
-              Self.stackProcesses.sorted().compactMap { name -> String? in
-                  guard let after = cpuAfter[name] else { return nil }
-                  return String(format: "%@ %.2f ms", name, (after - (cpuBefore[name] ?? 0)) / Double(max(ids.count, 1)) * 1000)
-              }.joined(separator: ", "))
+        print("CPU per push (process CPU from the first push to the last job applied, ÷ pushes; this machine's processes): "
+              + Self.cpuPerPush(before: cpuBefore, after: cpuAfter, pushes: ids.count))
 
         // Check the final state: every pushed record is there, once.
         var expected: [String: Int] = [:]
@@ -106,6 +103,14 @@ extension PushBench {
     /// The processes whose CPU a run is charged with (every worker together; PostgreSQL's
     /// backends together; RabbitMQ's Erlang VM).
     static let stackProcesses: Set<String> = ["gateway", "worker", "postgres", "beam.smp"]
+
+    /// Each stack process's CPU between two readings, per push: "gateway 0.53 ms, …".
+    static func cpuPerPush(before: [String: Double], after: [String: Double], pushes: Int) -> String {
+        stackProcesses.sorted().compactMap { name -> String? in
+            guard let spent = after[name] else { return nil }
+            return String(format: "%@ %.2f ms", name, (spent - (before[name] ?? 0)) / Double(max(pushes, 1)) * 1000)
+        }.joined(separator: ", ")
+    }
 }
 
 struct Percentiles: CustomStringConvertible {

@@ -164,20 +164,23 @@ public struct PurgeStore: Sendable {
                       AND (r.space_id, r.collection, r.record_id) > (\(after.space)::uuid, \(after.collection), \(after.id))
                     ORDER BY r.space_id, r.collection, r.record_id LIMIT \(Int64(batch)) FOR UPDATE SKIP LOCKED
                     """).map { try $0.decode(as: ApplyStore.RecordRow.self) }
-                var changed = 0
+                var settled: [(row: ApplyStore.RecordRow, state: RecordState)] = []
                 for row in rows {
-                    var record = try row.stored()
-                    guard record.state.settleMerged(before: horizon) else { continue }
-                    let state = record.state
-                    try connection.execute("""
-                        UPDATE records SET
-                          field_clocks = \(PGJSON(JSONWriter.string(.object(state.storedFieldClocks.mapValues { .string($0.description) })))),
-                          merge_state = \(StoredMerge.text(state.merged).map(PGJSON.init))
-                        WHERE space_id = \(row.space)::uuid AND collection = \(row.collection) AND record_id = \(row.id)
-                        """)
-                    changed += 1
+                    var state = try row.stored().state
+                    if state.settleMerged(before: horizon) { settled.append((row, state)) }
                 }
-                return (rows.count, changed, rows.last.map { (space: $0.space, collection: $0.collection, id: $0.id) })
+                if !settled.isEmpty {
+                    // One statement for the batch, as the apply writes its records.
+                    try connection.execute("""
+                        UPDATE records r SET field_clocks = u.field_clocks, merge_state = u.merge_state
+                        FROM unnest(\(settled.map(\.row.space))::uuid[], \(settled.map(\.row.collection)), \(settled.map(\.row.id)),
+                                    \(settled.map { PGJSON(JSONWriter.string(.object($0.state.storedFieldClocks.mapValues { .string($0.description) }))) }),
+                                    \(settled.map { StoredMerge.text($0.state.merged).map(PGJSON.init) }))
+                          AS u(space_id, collection, record_id, field_clocks, merge_state)
+                        WHERE r.space_id = u.space_id AND r.collection = u.collection AND r.record_id = u.record_id
+                        """)
+                }
+                return (rows.count, settled.count, rows.last.map { (space: $0.space, collection: $0.collection, id: $0.id) })
             }
             settled += changed
             guard read == batch, let last else { return settled }

@@ -106,13 +106,14 @@ extension LocalStore {
 
     /// Jobs sent and not yet finished that hold an increment, add or remove of one of `keys`.
     func sentMergingJobs(touching keys: Set<RecordKey>) throws -> [String] {
-        try database.read { db in
+        let rows = try database.read { db in
             try Self.rows(db, sql: """
                 SELECT DISTINCT job_id, collection, record_id FROM outbox
                 WHERE state = 'sent' AND job_id IS NOT NULL AND json_extract(op, '$.field') IS NOT NULL
-                """).filter { keys.contains(RecordKey(collection: $0["collection"], id: $0["record_id"])) }
-                .map { $0["job_id"] as String }
-        }.reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
+                """)
+        }
+        return Set(rows.filter { keys.contains(RecordKey(collection: $0["collection"], id: $0["record_id"])) }.map { $0["job_id"] as String })
+            .sorted()
     }
 
     /// Jobs sent and not yet finished.

@@ -27,16 +27,26 @@ extension SyncClient {
     public func add<Record: SyncRecord, Element: Encodable>(
         _ type: Record.Type, id: String, _ field: WritableKeyPath<Record, [Element]>, _ values: Element..., ifVersion: Int64? = nil
     ) throws -> String {
-        let name = try fieldName(Record.self, id: id, "add") { $0[keyPath: field] += values }
-        return try add(Record.collection, id: id, field: name, values: try values.map(Self.json), ifVersion: ifVersion)
+        try members(.add, of: Record.self, id: id, field, values, ifVersion: ifVersion)
     }
 
     @discardableResult
     public func remove<Record: SyncRecord, Element: Encodable>(
         _ type: Record.Type, id: String, _ field: WritableKeyPath<Record, [Element]>, _ values: Element..., ifVersion: Int64? = nil
     ) throws -> String {
-        let name = try fieldName(Record.self, id: id, "remove") { $0[keyPath: field] += values }
-        return try remove(Record.collection, id: id, field: name, values: try values.map(Self.json), ifVersion: ifVersion)
+        try members(.remove, of: Record.self, id: id, field, values, ifVersion: ifVersion)
+    }
+
+    /// An add or remove of `values` in the array field `field` names.
+    private func members<Record: SyncRecord, Element: Encodable>(
+        _ type: OpType, of record: Record.Type, id: String, _ field: WritableKeyPath<Record, [Element]>, _ values: [Element],
+        ifVersion: Int64?
+    ) throws -> String {
+        // Appending changes the field whether or not it holds the values: enough to find its name.
+        let name = try fieldName(Record.self, id: id, type.rawValue) { $0[keyPath: field] += values }
+        return try write(Op(
+            opID: Self.newID(), type: type, collection: Record.collection, id: id, ifVersion: ifVersion, field: name,
+            values: try values.map(Self.json)))
     }
 
     /// The one top-level field of the record's data that `change` changes.

@@ -58,15 +58,22 @@ struct ConvergencePropertyTests {
     func anyOrderWithDuplicatesGivesSameState(seed: Int) {
         var rng = SplitMix64(state: UInt64(seed) &* 7919)
         let ops = Self.randomOps(count: Int.random(in: 1...25, using: &rng), using: &rng)
+        Self.expectOneState(of: ops, orders: 8, duplicates: 0...5, seed: seed, using: &rng)
+    }
+
+    /// Applies `ops` in `orders` random orders, each with some of them delivered again at
+    /// random later positions and cut into random jobs: every order must give one state.
+    static func expectOneState(
+        of ops: [Op], orders: Int, duplicates: ClosedRange<Int>, seed: Int, using rng: inout SplitMix64
+    ) {
         var reference: [RecordKey: RecordState]?
-        for _ in 0..<8 {
+        for _ in 0..<orders {
             var order = Array(ops.indices).shuffled(using: &rng)
-            // Duplicates: some ops delivered again at random later positions.
-            for _ in 0..<Int.random(in: 0...5, using: &rng) {
+            for _ in 0..<Int.random(in: duplicates, using: &rng) {
                 let duplicate = ops.indices.randomElement(using: &rng)!
                 order.insert(duplicate, at: Int.random(in: 0...order.count, using: &rng))
             }
-            let states = Self.finalStates(of: ops, order: order, jobSizes: &rng)
+            let states = finalStates(of: ops, order: order, jobSizes: &rng)
             if let reference {
                 #expect(states == reference, "seed \(seed): order \(order) diverged")
             } else {

@@ -294,8 +294,8 @@ export class FakeSyncServer {
       return { op_id: op.op_id, status: "conflict", reason: "stale", current: stored ? view(op.collection, op.id, stored) : null };
     }
     const state = stored?.state ?? new RecordState();
-    const refusal = op.field !== undefined && op.type !== "upsert" && op.type !== "patch"
-      ? state.mergeRefusal(op.type as "increment" | "add" | "remove", op.field, stampOf(op)) : null;
+    const refusal = (op.type === "increment" || op.type === "add" || op.type === "remove")
+      ? state.mergeRefusal(op.type, op.field ?? "", stampOf(op)) : null;
     if (refusal) {
       space.knownOps.delete(op.op_id);
       return { op_id: op.op_id, status: "rejected", reason: refusal };
