@@ -212,7 +212,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             path: "Services/Gateway",
-            resources: [.copy("openapi.yaml"), .copy("admin.html")],
+            resources: [.copy("openapi.yaml"), .copy("admin.html"), .copy("support.html")],
             swiftSettings: strict),
         .target(
             name: "Worker",

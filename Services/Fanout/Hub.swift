@@ -274,7 +274,9 @@ final class Hub: Service, Sendable {
         if let seen = duties.markSeen { try? await devices.markSeen(devices: seen.compactMap(DeviceID.init)) }
         if duties.register {
             do {
-                try await registry.refresh(queue: queue)
+                try await registry.refresh(queue: queue, streams: duties.streams.map {
+                    FanoutQueueStore.Stream(deviceID: $0.deviceID, spaceID: $0.space, openedAt: $0.openedAt)
+                })
                 state.withLockedValue { $0.registered(now: Self.now()) }
             } catch {
                 logger.debug("cannot register this replica's queue yet", metadata: ["error": "\(error)"])

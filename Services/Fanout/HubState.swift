@@ -16,6 +16,8 @@ struct HubState {
         let sink: any StreamSink
         /// When its token expires (on the monotonic clock): the stream is ended then.
         var expiresAt: Double = .infinity
+        /// When it opened (RFC 3339), for the support console.
+        var openedAt = Timestamp.format(Date())
 
         func covers(_ space: String?) -> Bool { self.space == nil || space == nil || self.space == space }
     }
@@ -80,8 +82,10 @@ struct HubState {
         /// The devices streaming here, to mark as seen (a device streaming for days is in
         /// use though it never pushes).
         var markSeen: [String]?
-        /// Refresh this replica's queue in the registry; report `registered`.
+        /// Refresh this replica's queue in the registry, with its streams as they are now
+        /// (for the support console); report `registered`.
         var register = false
+        var streams: [Subscriber] = []
         var heartbeats: [Subscriber] = []
         /// Streams whose token has expired: to be ended.
         var expired: [(user: UserID, id: UUID)] = []
@@ -110,6 +114,8 @@ struct HubState {
     private var lastHeartbeat: Double
     private var lastMarkedSeen: Double
     private var lastRegistered = -Double.infinity
+    /// Streams opened or ended since the registry last had them: written within a second.
+    private var streamsChanged = false
     private var lastRebind: Double
     /// The consumer connection whose bindings were last made whole.
     private var boundFor = 0
@@ -131,6 +137,7 @@ struct HubState {
         if closed { return .refused(.closed) }
         if !admits(user: user) { return .refused(.tooMany) }
         users[user, default: [:]][subscriber.id] = subscriber
+        streamsChanged = true
         // A stream of the space was authorized just now: the user is a member again.
         if let space = subscriber.space { left[Membership(user: user, space: space)] = nil }
         switch binds[user] {
@@ -162,6 +169,7 @@ struct HubState {
     /// whose key may then be unbound.
     mutating func unsubscribe(user: UserID, id: UUID) -> (ended: Subscriber, wasLast: Bool)? {
         guard let subscriber = users[user]?.removeValue(forKey: id) else { return nil }
+        streamsChanged = true
         guard users[user]?.isEmpty == true else { return (subscriber, false) }
         users[user] = nil
         if case .bound? = binds[user] { binds[user] = nil }
@@ -213,7 +221,11 @@ struct HubState {
             lastMarkedSeen = now
             duties.markSeen = Array(Set(users.values.flatMap { $0.values.map(\.deviceID) })).sorted()
         }
-        duties.register = now - lastRegistered >= intervals.register
+        duties.register = now - lastRegistered >= intervals.register || (streamsChanged && now - lastRegistered >= 1)
+        if duties.register {
+            streamsChanged = false
+            duties.streams = users.values.flatMap(\.values)
+        }
         duties.expired = expire(now: now)
         if now - lastHeartbeat >= intervals.heartbeat {
             lastHeartbeat = now

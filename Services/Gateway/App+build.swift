@@ -37,6 +37,7 @@ func buildApplication(
             JobRelay(jobs: parts.jobs, marks: parts.marks, publisher: parts.publisher, relayAfter: settings.relayAfter, logger: logger),
             parts.background,  // stopped after the server: intake slots and erasures still running are waited for
             parts.views,
+            parts.pullMarks,
             parts.rules,
         ],
         logger: logger)
@@ -52,6 +53,7 @@ struct GatewayParts {
     let auth: Authenticator
     let jobs: JobStore
     let marks = PublishedMarks()
+    let pullMarks: PullMarks
     let background = BackgroundWork()
     let pushLimiter: RateLimiter
     let publicLimiter: RateLimiter
@@ -84,6 +86,7 @@ struct GatewayParts {
         catalog = BlobCatalog(pool: pool)
         blobStores = try BlobStores(settings.blobStore, pool: pool)
         sweeper = BlobSweeper(catalog: catalog, stores: blobStores, logger: logger)
+        pullMarks = PullMarks(devices: DeviceStore(pool: pool), logger: logger)
         office = DeadLetterOffice(pool: pool, publisher: publisher, retryDelays: configuration.retryDelays, logger: logger)
         let rulesStore = RulesStore(pool: pool)
         rules = RulesCache(
@@ -116,7 +119,7 @@ func gatewayRouter(
     let pool = parts.pool, publisher = parts.publisher
     let spaces = SpaceStore(pool: pool)
     let (blobs, uploads) = fileRoutes(parts, spaces: spaces, settings: settings)
-    let admin = AdminRoutes(office: parts.office, page: try resource("admin", "html"))
+    let admin = AdminRoutes(office: parts.office, page: try resource("admin", "html"), supportPage: try resource("support", "html"))
     let rules = RulesRoutes(book: RulesBook(pool: pool), cache: parts.rules)
 
     router.addRoutes(PublicRoutes(records: PublicStore(reads: parts.reads), views: parts.views, limiter: parts.publicLimiter).routes)
@@ -132,7 +135,7 @@ func gatewayRouter(
             jobs: parts.jobs, publisher: publisher, marks: parts.marks, slots: settings.intakeConcurrency,
             background: parts.background, logger: logger),
         maxClockSkewMilliseconds: Int64(settings.maxClockSkew * 1000), rules: parts.rules,
-        limiter: parts.pushLimiter, publicIDLimiter: RateLimiter(settings.publicIDRateLimit))
+        limiter: parts.pushLimiter, publicIDLimiter: RateLimiter(settings.publicIDRateLimit), pullMarks: parts.pullMarks)
     signedIn.addRoutes(sync.routes)
     signedIn.addRoutes(blobs.routes)
     signedIn.addRoutes(uploads.routes)
@@ -146,6 +149,7 @@ func gatewayRouter(
     ).routes)
     signedIn.addRoutes(rules.routes)
     admins.addRoutes(admin.routes)
+    admins.addRoutes(SupportRoutes(store: SupportStore(pool: pool), records: BackendRecordStore(pool: pool), audit: AuditStore(pool: pool)).routes)
     admins.addRoutes(rules.adminRoutes)
     admins.addRoutes(BackendAdminRoutes(access: BackendAccess(pool: pool, allowPrivate: configuration.allowPrivateWebhooks)).routes)
     services.addRoutes(ServiceRoutes(

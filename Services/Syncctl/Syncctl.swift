@@ -52,6 +52,7 @@ struct Token: AsyncParsableCommand {
 
     @Option(help: "The user id (the token's sub).") var user: String
     @Flag(help: "Give the token role: admin.") var admin = false
+    @Flag(help: "Give the token scope: support (with --admin: the support console shows record data).") var support = false
     @Option(help: "Lifetime, e.g. 1h, 30m, 7d.") var ttl = "1h"
     @Option(help: "Display name (the name claim).") var name: String?
 
@@ -60,7 +61,8 @@ struct Token: AsyncParsableCommand {
         let signer = try await TokenMinter(secret: try configuration.requireJWTSecret())
         guard let seconds = Durations.parse(ttl), seconds > 0 else { throw ValidationError("--ttl must be a duration such as 1h") }
         let claims = Claims(
-            sub: user, exp: Int64(Date().timeIntervalSince1970 + seconds), role: admin ? "admin" : nil, name: name)
+            sub: user, exp: Int64(Date().timeIntervalSince1970 + seconds), role: admin ? "admin" : nil, name: name,
+            scope: support ? "support" : nil)
         print(try await signer.sign(claims))
     }
 }

@@ -30,12 +30,14 @@ struct MintedClaims: JWTPayload {
     let exp: Int64
     let role: String?
     let name: String?
+    let scope: String?
 
     init(_ claims: Claims) {
         sub = claims.sub
         exp = claims.exp
         role = claims.role
         name = claims.name
+        scope = claims.scope
     }
 
     func verify(using algorithm: some JWTAlgorithm) async throws {}

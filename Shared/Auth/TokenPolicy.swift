@@ -8,6 +8,10 @@ public struct TokenPolicy: Sendable, Equatable {
     public var userClaim: String
     public var adminClaim: String
     public var adminValue: String
+    /// The claim and value that give an admin the support scope: a space-separated
+    /// string holding the value (as OAuth's `scope`) or an array holding it.
+    public var supportClaim: String
+    public var supportValue: String
     public var issuer: String?
     public var audience: String?
     public var leewaySeconds: Int64
@@ -17,11 +21,13 @@ public struct TokenPolicy: Sendable, Equatable {
 
     public init(
         userClaim: String = "sub", adminClaim: String = "role", adminValue: String = "admin",
-        issuer: String? = nil, audience: String? = nil, leewaySeconds: Int64 = TokenPolicy.standardLeewaySeconds
+        supportClaim: String = "scope", supportValue: String = "support", issuer: String? = nil, audience: String? = nil, leewaySeconds: Int64 = TokenPolicy.standardLeewaySeconds
     ) {
         self.userClaim = userClaim
         self.adminClaim = adminClaim
         self.adminValue = adminValue
+        self.supportClaim = supportClaim
+        self.supportValue = supportValue
         self.issuer = issuer
         self.audience = audience
         self.leewaySeconds = leewaySeconds
@@ -57,8 +63,14 @@ public struct TokenPolicy: Sendable, Equatable {
         case .array(let values)?: isAdmin = values.contains(.string(adminValue))
         default: isAdmin = false
         }
+        let isSupport: Bool
+        switch payload[supportClaim] {
+        case .string(let value)?: isSupport = value.split(separator: " ").contains(Substring(supportValue))
+        case .array(let values)?: isSupport = values.contains(.string(supportValue))
+        default: isSupport = false
+        }
         let name = payload["name"]?.stringValue.flatMap { Names.isPlainText($0) && $0.count <= 200 ? $0 : nil }
-        return Claims(sub: user, exp: exp, role: isAdmin ? "admin" : nil, name: name)
+        return Claims(sub: user, exp: exp, role: isAdmin ? "admin" : nil, name: name, scope: isSupport ? "support" : nil)
     }
 
     private static func seconds(_ value: JSONValue) -> Int64? {

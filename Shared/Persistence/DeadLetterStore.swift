@@ -217,22 +217,26 @@ public struct AuditStore: Sendable {
 
     public init(pool: PGPool) { self.pool = pool }
 
-    public func record(actor: String, action: String, target: String? = nil, filter: DeadLetterFilter? = nil, count: Int) async throws {
+    /// `subject`: the user whose data the action looked at or changed, when there is one.
+    public func record(
+        actor: String, action: String, target: String? = nil, subject: String? = nil, filter: DeadLetterFilter? = nil, count: Int
+    ) async throws {
         let filter = try filter.map { PGJSON(try JSONCoding.encodeString($0)) }
         try await pool.execute("""
-            INSERT INTO admin_audit (actor, action, target, filter, count)
-            VALUES (\(actor), \(action), \(target), \(filter), \(Int32(count)))
+            INSERT INTO admin_audit (actor, action, target, subject, filter, count)
+            VALUES (\(actor), \(action), \(target), \(subject), \(filter), \(Int32(count)))
             """)
     }
 
     public func recent(limit: Int) async throws -> [AuditEntry] {
         try await pool.execute("""
-            SELECT syncline_rfc3339(at), actor, action, target, filter, count
+            SELECT syncline_rfc3339(at), actor, action, target, filter, count, subject
             FROM admin_audit ORDER BY audit_id DESC LIMIT \(limit)
             """).map { row in
-            let (at, actor, action, target, filter, count) = try row.decode((String, String, String, String?, PGJSON?, Int).self)
+            let (at, actor, action, target, filter, count, subject) =
+                try row.decode((String, String, String, String?, PGJSON?, Int, String?).self)
             return AuditEntry(
-                at: at, actor: actor, action: action, target: target,
+                at: at, actor: actor, action: action, target: target, subject: subject,
                 filter: try filter.map { try JSONCoding.decode(DeadLetterFilter.self, from: $0.text) }, count: count)
         }
     }

@@ -78,6 +78,99 @@ public struct DeviceStore: Sendable {
         try await pool.execute("UPDATE devices SET last_seen_at = now() WHERE device_id = ANY(\(ids))")
     }
 
+    /// Where a device's pull of a space reached (the space nil for the user's personal
+    /// space), and the collections it asked for (nil for all).
+    public struct PullMark: Sendable {
+        public struct Key: Hashable, Sendable {
+            let device: DeviceID
+            let space: SpaceID?
+        }
+
+        public let device: DeviceID
+        public let user: UserID
+        public let space: SpaceID?
+        public let cursor: Int64
+        public let collections: [String]?
+
+        public init(device: DeviceID, user: UserID, space: SpaceID?, cursor: Int64, collections: [String]?) {
+            self.device = device
+            self.user = user
+            self.space = space
+            self.cursor = cursor
+            self.collections = collections
+        }
+
+        public var key: Key { Key(device: device, space: space) }
+    }
+
+    /// Writes pull marks of devices that are the pulling user's (others are passed over).
+    public func recordPulls(_ marks: [PullMark]) async throws {
+        var rows = PGUnnest()
+        rows.column("device_id", marks.map(\.device))
+        rows.column("user_id", marks.map(\.user))
+        rows.column("space_id", marks.map(\.space), cast: "::uuid[]")
+        rows.column("cursor", marks.map(\.cursor))
+        rows.column("collections", marks.map { $0.collections?.joined(separator: ",") }, cast: "::text[]")
+        try await pool.execute("""
+            INSERT INTO device_cursors (device_id, space_id, cursor, collections, pulled_at)
+            SELECT DISTINCT ON (d.device_id, coalesce(x.space_id, s.space_id))
+                   d.device_id, coalesce(x.space_id, s.space_id), x.cursor, string_to_array(x.collections, ','), now()
+            FROM \(rows, as: "x")
+            JOIN devices d ON d.device_id = x.device_id AND d.user_id = x.user_id
+            LEFT JOIN spaces s ON x.space_id IS NULL AND s.personal_of = x.user_id
+            WHERE coalesce(x.space_id, s.space_id) IS NOT NULL
+            ON CONFLICT (device_id, space_id) DO UPDATE
+              SET cursor = EXCLUDED.cursor, collections = EXCLUDED.collections, pulled_at = EXCLUDED.pulled_at
+            """)
+    }
+
+    /// Ops a device says it set aside (refused by the server, kept on the device): one row
+    /// per op, a second report of one op replacing the first.
+    public struct SetAsideReport: Sendable {
+        public let opID: String
+        public let space: SpaceID?
+        public let collection: String?
+        public let recordID: String?
+        public let job: JobID?
+        public let reason: String
+
+        public init(opID: String, space: SpaceID?, collection: String?, recordID: String?, job: JobID?, reason: String) {
+            self.opID = opID
+            self.space = space
+            self.collection = collection
+            self.recordID = recordID
+            self.job = job
+            self.reason = reason
+        }
+    }
+
+    /// Records a device's report; false when the device is not the user's or is revoked.
+    public func recordSetAside(user: UserID, device: DeviceID, _ reports: [SetAsideReport]) async throws -> Bool {
+        try await pool.transaction { connection in
+            guard try connection.execute("""
+                SELECT 1 FROM devices WHERE device_id = \(device) AND user_id = \(user) AND revoked_at IS NULL FOR SHARE
+                """).first != nil
+            else { return false }
+            guard !reports.isEmpty else { return true }
+            var rows = PGUnnest()
+            rows.column("op_id", reports.map(\.opID), cast: "::uuid[]")
+            rows.column("space_id", reports.map(\.space), cast: "::uuid[]")
+            rows.column("collection", reports.map(\.collection), cast: "::text[]")
+            rows.column("record_id", reports.map(\.recordID), cast: "::text[]")
+            rows.column("job_id", reports.map(\.job), cast: "::uuid[]")
+            rows.column("reason", reports.map(\.reason))
+            try connection.execute("""
+                INSERT INTO set_aside_reports (device_id, \(sql: rows.names))
+                SELECT DISTINCT ON (x.op_id) \(device), \(sql: rows.columns.map { "x." + $0 }.joined(separator: ", "))
+                FROM \(rows, as: "x")
+                ON CONFLICT (device_id, op_id) DO UPDATE
+                  SET space_id = EXCLUDED.space_id, collection = EXCLUDED.collection, record_id = EXCLUDED.record_id,
+                      job_id = EXCLUDED.job_id, reason = EXCLUDED.reason, reported_at = now()
+                """)
+            return true
+        }
+    }
+
     /// A device's webhook: where to POST and the secret to sign with.
     public struct Webhook: Sendable, Equatable, Decodable {
         public let deviceID: String

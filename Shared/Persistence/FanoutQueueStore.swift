@@ -1,16 +1,35 @@
 import PQBridge
+import SyncModels
 
 /// The event queues of the running fanout replicas: each replica refreshes its row while
-/// it runs and removes it when it stops; a crashed replica's row goes stale.
+/// it runs, with the streams it holds, and removes it when it stops; a crashed replica's
+/// row goes stale.
 public struct FanoutQueueStore: Sendable {
     let pool: PGPool
 
     public init(pool: PGPool) { self.pool = pool }
 
-    public func refresh(queue: String) async throws {
+    /// One stream as the support console lists it.
+    public struct Stream: Encodable, Sendable {
+        public let deviceID: String
+        /// nil: every space of the user.
+        public let spaceID: String?
+        public let openedAt: String
+
+        public init(deviceID: String, spaceID: String?, openedAt: String) {
+            self.deviceID = deviceID
+            self.spaceID = spaceID
+            self.openedAt = openedAt
+        }
+
+        enum CodingKeys: String, CodingKey { case deviceID = "device_id", spaceID = "space_id", openedAt = "opened_at" }
+    }
+
+    public func refresh(queue: String, streams: [Stream] = []) async throws {
+        let streams = PGJSON(try JSONCoding.encodeString(streams))
         try await pool.execute("""
-            INSERT INTO fanout_queues (queue) VALUES (\(queue))
-            ON CONFLICT (queue) DO UPDATE SET seen_at = now()
+            INSERT INTO fanout_queues (queue, streams) VALUES (\(queue), \(streams))
+            ON CONFLICT (queue) DO UPDATE SET seen_at = now(), streams = EXCLUDED.streams
             """)
         try await pool.execute("DELETE FROM fanout_queues WHERE seen_at < now() - interval '1 hour'")
     }

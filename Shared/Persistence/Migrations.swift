@@ -590,6 +590,44 @@ public enum Migrations {
             -- Purge visits only the records that keep any.
             CREATE INDEX records_merged ON records (space_id, collection, record_id) WHERE merge_state IS NOT NULL;
             """),
+        Migration(version: 23, name: "support console", sql: """
+            -- Where each device's pulls reached, per space: written behind the pulls (each
+            -- gateway at most once a second), for "why doesn't this device have it".
+            CREATE TABLE device_cursors (
+              device_id   uuid NOT NULL REFERENCES devices ON DELETE CASCADE,
+              space_id    uuid NOT NULL REFERENCES spaces ON DELETE CASCADE,
+              cursor      bigint NOT NULL,
+              collections text[],               -- the pull's filter; NULL for every collection
+              pulled_at   timestamptz NOT NULL,
+              PRIMARY KEY (device_id, space_id)
+            );
+            -- Ops a device reports it set aside (the server's refusal it cannot act on).
+            CREATE TABLE set_aside_reports (
+              device_id   uuid NOT NULL REFERENCES devices ON DELETE CASCADE,
+              op_id       uuid NOT NULL,
+              space_id    uuid,
+              collection  text,
+              record_id   text,
+              job_id      uuid,
+              reason      text NOT NULL,
+              reported_at timestamptz NOT NULL DEFAULT now(),
+              PRIMARY KEY (device_id, op_id)
+            );
+            CREATE INDEX set_aside_reports_by_age ON set_aside_reports (reported_at);
+            -- The streams each fanout replica holds, as it last wrote them.
+            ALTER TABLE fanout_queues ADD COLUMN streams jsonb NOT NULL DEFAULT '[]';
+            -- A device's jobs, a trace id's job, and the jobs that named a record.
+            CREATE INDEX jobs_by_device ON jobs (device_id, created_at);
+            -- trace_id holds the push's traceparent; a trace id is its second part.
+            CREATE INDEX jobs_by_trace ON jobs (split_part(trace_id, '-', 2)) WHERE trace_id IS NOT NULL;
+            CREATE FUNCTION syncline_job_records(ops jsonb) RETURNS text[]
+              LANGUAGE sql IMMUTABLE PARALLEL SAFE
+              AS $$ SELECT coalesce(array_agg(DISTINCT (o ->> 'collection') || '/' || (o ->> 'id')), '{}')
+                    FROM jsonb_array_elements(ops) o WHERE o ? 'collection' AND o ? 'id' $$;
+            CREATE INDEX jobs_by_record ON jobs USING gin (syncline_job_records(ops));
+            -- Whose data an admin looked at.
+            ALTER TABLE admin_audit ADD COLUMN subject text;
+            """),
     ]
 
     /// Applies every migration not yet applied. Safe to run from many processes at once.

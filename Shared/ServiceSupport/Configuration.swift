@@ -130,7 +130,9 @@ public struct Configuration: Sendable {
             jwksURL: reader.value("JWT_JWKS_URL"),
             tokenPolicy: TokenPolicy(
                 userClaim: reader.value("JWT_USER_CLAIM") ?? "sub", adminClaim: reader.value("JWT_ADMIN_CLAIM") ?? "role",
-                adminValue: reader.value("JWT_ADMIN_VALUE") ?? "admin", issuer: reader.value("JWT_ISSUER"),
+                adminValue: reader.value("JWT_ADMIN_VALUE") ?? "admin",
+                supportClaim: reader.value("JWT_SUPPORT_CLAIM") ?? "scope", supportValue: reader.value("JWT_SUPPORT_VALUE") ?? "support",
+                issuer: reader.value("JWT_ISSUER"),
                 audience: reader.value("JWT_AUDIENCE")))
         configuration.rulesRefresh = .milliseconds(Int((rulesRefresh * 1000).rounded()))
         return configuration

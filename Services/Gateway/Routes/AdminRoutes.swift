@@ -8,11 +8,12 @@ import ServiceSupport
 import SyncModels
 
 /// The admin API: dead letters, bulk replay, audit log, queues, job rates, and
-/// the `/admin` page. Every endpoint needs a token with `role: admin` (the page itself
-/// holds no data and needs none).
+/// the `/admin` and `/admin/support` pages. Every endpoint needs a token with `role: admin`
+/// (the pages themselves hold no data and need none).
 struct AdminRoutes: Sendable {
     let office: DeadLetterOffice
     let page: String
+    let supportPage: String
 
     /// The admin API, for the group behind `AdminOnlyMiddleware`.
     var routes: RouteCollection<SignedInRequestContext> {
@@ -28,20 +29,26 @@ struct AdminRoutes: Sendable {
         return routes
     }
 
-    /// The page, which holds no data and needs no token.
+    /// The pages, which hold no data and need no token.
     var pageRoutes: RouteCollection<GatewayRequestContext> {
         let routes = RouteCollection(context: GatewayRequestContext.self)
-        routes.get("/admin") { _, _ in
-            var headers = HTTPFields()
-            headers[.contentType] = "text/html; charset=utf-8"
-            headers[.cacheControl] = "no-store"
-            // No other origin may frame it (clickjacking a replay or discard button).
-            headers[.contentSecurityPolicy] =
-                "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; frame-ancestors 'none'"
-            headers[.xFrameOptions] = "DENY"
-            return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: page)))
-        }
+        routes.get("/admin") { _, _ in Self.html(page) }
+        routes.get("/admin/support") { _, _ in Self.html(supportPage) }
         return routes
+    }
+
+    /// A page with the security headers the file routes send.
+    static func html(_ page: String) -> Response {
+        var headers = HTTPFields()
+        headers[.contentType] = "text/html; charset=utf-8"
+        headers[.cacheControl] = "no-store"
+        headers[.xContentTypeOptions] = "nosniff"
+        headers[.referrerPolicy] = "no-referrer"
+        // No other origin may frame it (clickjacking a replay or discard button).
+        headers[.contentSecurityPolicy] =
+            "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; frame-ancestors 'none'"
+        headers[.xFrameOptions] = "DENY"
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: page)))
     }
 
     @Sendable func list(_ request: Request, context: SignedInRequestContext) async throws -> Response {

@@ -54,4 +54,18 @@ extension Request {
         }
         return nil
     }
+
+    /// A data query in the body (the data API's and the support console's record browser):
+    /// 400 when it is not JSON, 422 naming the pointer of its first error.
+    func dataQuery() async throws -> DataQuery {
+        let body = try await body.collect(upTo: 64 * 1024)
+        guard let json = try? JSONParser.parse(Data(buffer: body)) else { throw APIError.badRequest("The request body is not valid JSON.") }
+        do {
+            return try DataQuery(json: json)
+        } catch {
+            var problem = APIError.unprocessable("The query was refused: \(error.message).")
+            problem.pointer = error.pointer
+            throw problem
+        }
+    }
 }

@@ -48,16 +48,7 @@ struct ServiceRoutes: Sendable {
 
     @Sendable func query(_ request: Request, context: ServiceRequestContext) async throws -> Response {
         let space = try space(context, writing: false)
-        let body = try await request.body.collect(upTo: 64 * 1024)
-        guard let json = try? JSONParser.parse(Data(buffer: body)) else { throw APIError.badRequest("The request body is not valid JSON.") }
-        let query: DataQuery
-        do {
-            query = try DataQuery(json: json)
-        } catch {
-            var problem = APIError.unprocessable("The query was refused: \(error.message).")
-            problem.pointer = error.pointer
-            throw problem
-        }
+        let query = try await request.dataQuery()
         guard try await spaces.exists(space) else { throw Self.noSpace }
         return try jsonResponse(try await records.query(space: space, query))
     }

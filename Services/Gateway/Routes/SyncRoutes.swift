@@ -25,14 +25,18 @@ struct SyncRoutes: Sendable {
     /// much here as through `GET /v1/public/{public_id}`. An op beyond the budget is
     /// `rejected` (`rate_limited`) without its id being looked up, whether it is taken or not.
     let publicIDLimiter: RateLimiter
+    /// Where pulls that name their device reached (for the support console).
+    let pullMarks: PullMarks
 
     private let pushes = Counter(label: "syncline_pushes_total")
     private let pushedOps = Counter(label: "syncline_pushed_ops_total")
 
     init(
         jobs: JobStore, pulls: PullStore, spaces: SpaceStore, intake: IntakeBatcher,
-        maxClockSkewMilliseconds: Int64, rules: RulesCache, limiter: RateLimiter, publicIDLimiter: RateLimiter
+        maxClockSkewMilliseconds: Int64, rules: RulesCache, limiter: RateLimiter, publicIDLimiter: RateLimiter,
+        pullMarks: PullMarks
     ) {
+        self.pullMarks = pullMarks
         self.rules = rules
         self.spaces = spaces
         self.limiter = limiter
@@ -163,11 +167,19 @@ struct SyncRoutes: Sendable {
             collections = names
         }
         let space = try request.spaceParameter()
+        var device: DeviceID?
+        if let text = query["device_id"] {
+            guard let id = DeviceID(text) else { throw APIError.badRequest("device_id must be a device's id.") }
+            device = id
+        }
         if let space, try await spaces.role(user: context.user, space: space) == nil { throw APIError.notFound("No such space.") }
         switch try await pulls.pull(
             user: context.user, space: space?.description, since: since, limit: limit, collections: collections, minCursor: minCursor)
         {
         case .page(let page):
+            if let device, let cursor = Int64(page.cursor) {
+                pullMarks.note(.init(device: device, user: context.user, space: space, cursor: cursor, collections: collections))
+            }
             return Response(
                 status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: page.json)))
         case .resyncRequired:
@@ -179,4 +191,5 @@ struct SyncRoutes: Sendable {
 extension HTTPField.Name {
     static let idempotencyKey = HTTPField.Name("Idempotency-Key")!
     static let xFrameOptions = HTTPField.Name("X-Frame-Options")!
+    static let referrerPolicy = HTTPField.Name("Referrer-Policy")!
 }

@@ -163,19 +163,24 @@ public struct AuditEntry: Codable, Sendable, Equatable {
     public var actor: String
     public var action: String
     public var target: String?
+    /// The user whose data the action looked at or changed.
+    public var subject: String?
     public var filter: DeadLetterFilter?
     public var count: Int
 
-    public init(at: String, actor: String, action: String, target: String?, filter: DeadLetterFilter?, count: Int) {
+    public init(
+        at: String, actor: String, action: String, target: String?, subject: String? = nil, filter: DeadLetterFilter?, count: Int
+    ) {
         self.at = at
         self.actor = actor
         self.action = action
         self.target = target
+        self.subject = subject
         self.filter = filter
         self.count = count
     }
 
-    enum CodingKeys: String, CodingKey { case at, actor, action, target, filter, count }
+    enum CodingKeys: String, CodingKey { case at, actor, action, target, subject, filter, count }
 
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
@@ -183,6 +188,7 @@ public struct AuditEntry: Codable, Sendable, Equatable {
         try container.encode(actor, forKey: .actor)
         try container.encode(action, forKey: .action)
         try container.encode(target, forKey: .target)
+        try container.encode(subject, forKey: .subject)
         try container.encode(filter, forKey: .filter)
         try container.encode(count, forKey: .count)
     }
