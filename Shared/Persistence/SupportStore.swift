@@ -212,12 +212,12 @@ public struct SupportStore: Sendable {
             j.trace_id, j.checkpoint::text, j.rules_version, syncline_rfc3339(j.created_at), syncline_rfc3339(j.finished_at),
             j.ops, j.results
             """
+        let parts = key.lowercased().split(separator: "-")
+        let traceID = parts.count == 4 ? String(parts[1]) : key.lowercased()
         let rows = if let id = JobID(key) {
             try await pool.execute(
                 "SELECT \(sql: columns) FROM jobs j LEFT JOIN devices d ON d.device_id = j.device_id WHERE j.job_id = \(id)")
         } else {
-            let parts = key.lowercased().split(separator: "-")
-            let traceID = parts.count == 4 ? String(parts[1]) : key.lowercased()
             try await pool.execute("""
                 SELECT \(sql: columns) FROM jobs j LEFT JOIN devices d ON d.device_id = j.device_id
                 WHERE split_part(j.trace_id, '-', 2) = \(traceID) AND j.trace_id IS NOT NULL

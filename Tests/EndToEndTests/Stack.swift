@@ -35,8 +35,8 @@ enum E2E {
         return logger
     }()
 
-    static func token(_ user: String, admin: Bool = false, name: String? = nil) async -> String {
-        await Tokens.make(user, admin: admin, name: name)
+    static func token(_ user: String, admin: Bool = false, support: Bool = false, name: String? = nil) async -> String {
+        await Tokens.make(user, admin: admin, support: support, name: name)
     }
 
     /// A port free on 127.0.0.1, below Linux's ephemeral range (32768–60999): the source

@@ -140,10 +140,14 @@ public struct MissingRecordAnswer: Sendable, Equatable {
             }
         }
         guard let record = facts.record else {
-            if facts.purgeHorizon > 0 && (facts.newestJob?.opType == "delete" || facts.newestJob == nil) {
+            if facts.newestJob?.opType == "delete" {
                 self.init(
                     cause: .purged,
-                    detail: "The space holds no such record: it was deleted and its tombstone purged (the purge horizon is \(facts.purgeHorizon)).")
+                    detail: "The record was deleted (job \(facts.newestJob?.jobID ?? "")) and its tombstone purged: the space's purge horizon is \(facts.purgeHorizon).")
+            } else if facts.purgeHorizon > 0 {
+                self.init(
+                    cause: .neverWritten,
+                    detail: "The space holds no such record and no job kept names it: it was never written, or was deleted and purged longer ago than jobs are kept.")
             } else {
                 self.init(cause: .neverWritten, detail: "The space holds no such record, and no job kept names it.")
             }
