@@ -223,4 +223,87 @@ struct SupportConsoleTests {
             #expect(!operatorLooks.contains("support.records"), "a refused look shows nothing and is not a look")
         }
     }
+
+    /// A support engineer in Chromium: finds a user, opens a device, follows a job to its
+    /// ops and one op to its record's history, browses the space's records, asks why, at a
+    /// desktop width and at a phone's; an admin without the support scope sees no data.
+    @Test func aSupportEngineerFollowsADeviceToAJobAndARecordInThePage() async throws {
+        try await Stack.with(workers: 1) { stack in
+            let api = stack.client
+            let owner = try await Member.make(api, "paged")
+            let space = try await api.makeSpace(owner: owner, name: "Boat")
+            _ = try await api.awaitJob(owner.token, try await Self.pushed(api, owner, space, [
+                Self.op("upsert", "rigging", ["title": "Check the rigging", "done": false]),
+                Self.op("upsert", "fuel", ["title": "Fill the tank", "done": true]),
+            ]))
+            let jobID = try await Self.pushed(api, owner, space, [Self.op("patch", "rigging", ["done": true])])
+            _ = try await api.awaitJob(owner.token, jobID)
+            #expect(try await api.request("GET", "/v1/sync/pull?space_id=\(space)&device_id=\(owner.device)", token: owner.token).status == 200)
+            let output = E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()
+            let support = await E2E.token("page-support", admin: true, support: true)
+
+            for (width, height, name) in [(1280, 900, "desktop"), (390, 844, "phone")] {
+                let browser = try Browser(width: width, height: height)
+                defer { browser.quit() }
+                try browser.open("\(api.base)/admin/support")
+                try browser.waitFor("!document.getElementById('login').hidden")
+                try browser.type(into: "#token", support)
+                try browser.click("#login-form button")
+                try browser.waitFor("!document.getElementById('app').hidden")
+
+                // A user, then their device.
+                try browser.type(into: "#find-text", owner.user)
+                try browser.click("#find-form button")
+                try browser.waitFor("document.querySelector('tr.device-row a')")
+                try browser.screenshot(to: "\(output)/support-\(name)-user.png")
+                try browser.click("tr.device-row a")
+                try browser.waitFor("document.querySelectorAll('tr.job-row').length === 2")
+                let pulled = try browser.evaluate("document.getElementById('view').textContent.includes('Pulls')") as? Bool
+                #expect(pulled == true)
+                try browser.screenshot(to: "\(output)/support-\(name)-device.png")
+                // The newest job, its op and that op's record with its history.
+                try browser.click("tr.job-row a")
+                try browser.waitFor("document.querySelector('tr.op-row')")
+                let result = try browser.evaluate("document.querySelector('tr.op-row .badge').textContent") as? String
+                #expect(result == "applied")
+                try browser.screenshot(to: "\(output)/support-\(name)-job.png")
+                try browser.click("tr.op-row a")
+                try browser.waitFor("document.querySelectorAll('tr.history-row').length === 2")
+                let data = try browser.evaluate("document.getElementById('record-data').textContent") as? String
+                #expect(data?.contains("Check the rigging") == true)
+                try browser.screenshot(to: "\(output)/support-\(name)-record.png")
+
+                // The space's records, and why the device has one.
+                _ = try browser.evaluate("document.getElementById('find-kind').value = 'space'")
+                _ = try browser.evaluate("document.getElementById('find-text').value = ''")
+                try browser.type(into: "#find-text", space)
+                try browser.click("#find-form button")
+                try browser.waitFor("document.querySelectorAll('tr.record-row').length === 2")
+                try browser.screenshot(to: "\(output)/support-\(name)-space.png")
+                _ = try browser.evaluate("document.getElementById('why-device').value = '\(owner.device)'")
+                try browser.click("#why-form button")
+                try browser.waitFor("document.getElementById('answer').dataset.cause === 'delivered'")
+                try browser.screenshot(to: "\(output)/support-\(name)-why.png")
+                // Nothing is wider than the window: usable at a phone's width.
+                let fits = try browser.evaluate("document.documentElement.scrollWidth <= window.innerWidth") as? Bool
+                #expect(fits == true, "\(name): the page is wider than the window")
+                #expect(try browser.evaluate("sessionStorage.length + localStorage.length") as? Int == 0)
+            }
+
+            // Without the support scope, the space shows but its records do not.
+            let browser = try Browser()
+            defer { browser.quit() }
+            try browser.open("\(api.base)/admin/support")
+            try browser.waitFor("!document.getElementById('login').hidden")
+            try browser.type(into: "#token", await E2E.token("page-operator", admin: true))
+            try browser.click("#login-form button")
+            _ = try browser.evaluate("document.getElementById('find-kind').value = 'space'")
+            try browser.type(into: "#find-text", space)
+            try browser.click("#find-form button")
+            try browser.waitFor("document.getElementById('records-refused')")
+            let shown = try browser.evaluate("document.body.textContent.includes('Check the rigging')") as? Bool
+            #expect(shown == false)
+            try browser.screenshot(to: "\(output)/support-without-scope.png")
+        }
+    }
 }
