@@ -79,6 +79,25 @@ struct TokenTests {
         #expect(!plain.isAdmin)
     }
 
+    /// The support scope: OAuth's space-separated `scope` by default, or a configured claim
+    /// holding an array; it counts only beside the admin role, and survives minting.
+    @Test func theSupportScopeIsReadFromAConfigurableClaim() async throws {
+        let plain = try await verifier().verify(hs256(#"{"sub":"s","role":"admin","scope":"read support write","exp":\#(now + 60)}"#))
+        #expect(plain.isSupport)
+        let narrow = try await verifier().verify(hs256(#"{"sub":"s","role":"admin","scope":"supporter","exp":\#(now + 60)}"#))
+        #expect(!narrow.isSupport)
+        let notAdmin = try await verifier().verify(hs256(#"{"sub":"s","scope":"support","exp":\#(now + 60)}"#))
+        #expect(!notAdmin.isSupport && !notAdmin.isAdmin)
+        let policy = TokenPolicy(supportClaim: "permissions", supportValue: "read:user-data")
+        let custom = try await verifier(policy: policy).verify(
+            hs256(#"{"sub":"s","role":"admin","permissions":["x","read:user-data"],"scope":"support","exp":\#(now + 60)}"#))
+        #expect(custom.isSupport)
+        let other = try await verifier(policy: policy).verify(hs256(#"{"sub":"s","role":"admin","scope":"support","exp":\#(now + 60)}"#))
+        #expect(!other.isSupport)
+        let minted = try await TokenMinter(secret: Self.secret).sign(Claims(sub: "s", exp: now + 60, role: "admin", scope: "support"))
+        #expect(try await verifier().verify(minted).isSupport)
+    }
+
     @Test func aServiceNeedsASecretOrAKeySet() async throws {
         await #expect(throws: TokenError.self) { try await TokenVerifier(secret: nil, keySet: nil) }
         await #expect(throws: TokenError.self) { try await TokenVerifier(secret: "short", keySet: nil) }
