@@ -111,6 +111,9 @@ final class LocalStore: @unchecked Sendable {
         migrator.registerMigration("v5: the version a confirmed op took") { db in
             try db.execute(sql: "ALTER TABLE outbox ADD COLUMN applied_version INTEGER")
         }
+        migrator.registerMigration("v6: set-aside ops reported") { db in
+            try db.execute(sql: "ALTER TABLE outbox ADD COLUMN reported INTEGER NOT NULL DEFAULT 0")
+        }
         try migrator.migrate(database)
         let scope = space ?? "personal"
         try database.write { db in
@@ -358,6 +361,30 @@ final class LocalStore: @unchecked Sendable {
         }
     }
 
+    /// A set-aside op the server has not been told of.
+    struct UnreportedSetAside: Sendable {
+        let opID: String, collection: String, recordID: String, jobID: String?, reason: String
+    }
+
+    func unreportedSetAside(limit: Int) throws -> [UnreportedSetAside] {
+        try database.read { db in
+            try Self.rows(db, sql: """
+                SELECT op_id, collection, record_id, job_id, reason FROM outbox
+                WHERE state = 'set_aside' AND reported = 0 ORDER BY seq LIMIT ?
+                """, arguments: [limit]).map { row in
+                UnreportedSetAside(
+                    opID: row["op_id"], collection: row["collection"], recordID: row["record_id"], jobID: row["job_id"],
+                    reason: (row["reason"] as String?).flatMap { $0.isEmpty ? nil : $0 } ?? "refused")
+            }
+        }
+    }
+
+    func markReported(_ opIDs: [String]) throws {
+        try database.write { db in
+            for opID in opIDs { try Self.run(db, sql: "UPDATE outbox SET reported = 1 WHERE op_id = ?", arguments: [opID]) }
+        }
+    }
+
     /// Puts a set-aside op back in the queue (true), or drops it (false); returns its record.
     func resolveSetAside(opID: String, retry: Bool) throws -> RecordKey? {
         try database.write { db in
@@ -365,7 +392,9 @@ final class LocalStore: @unchecked Sendable {
                 db, sql: "SELECT collection, record_id FROM outbox WHERE op_id = ? AND state = 'set_aside'", arguments: [opID])
             else { return nil }
             if retry {
-                try Self.run(db, sql: "UPDATE outbox SET state = 'pending', reason = NULL, batch_id = NULL, job_id = NULL WHERE op_id = ?", arguments: [opID])
+                try Self.run(
+                    db, sql: "UPDATE outbox SET state = 'pending', reason = NULL, batch_id = NULL, job_id = NULL, reported = 0 WHERE op_id = ?",
+                    arguments: [opID])
             } else {
                 try Self.run(db, sql: "DELETE FROM outbox WHERE op_id = ?", arguments: [opID])
             }

@@ -85,13 +85,29 @@ struct ServerAPI: Sendable {
 
     /// One page of changes of `space` (nil: the personal one) after `since`, from a server
     /// that has reached at least `minCursor` (a replica behind it leaves the answer to the
-    /// primary).
-    func pull(space: String?, since: String?, minCursor: Int64, limit: Int) async throws -> Answer {
+    /// primary). Naming the device lets support see how far it pulled.
+    func pull(space: String?, device: String?, since: String?, minCursor: Int64, limit: Int) async throws -> Answer {
         var path = "/v1/sync/pull?limit=\(limit)"
         if let space { path += "&space_id=\(space)" }
+        if let device { path += "&device_id=\(device)" }
         if let since { path += "&since=\(since)" }
         if minCursor > 0 { path += "&min_cursor=\(minCursor)" }
         return try await send("GET", path)
+    }
+
+    /// Tells the server which ops this device set aside (for support); 204 on success.
+    func reportSetAside(device: String, space: String?, ops: [LocalStore.UnreportedSetAside]) async throws {
+        let body: JSONValue = .object(["ops": .array(ops.map { op in
+            var fields: [String: JSONValue] = [
+                "op_id": .string(op.opID), "reason": .string(String(op.reason.prefix(100))),
+                "collection": .string(op.collection), "id": .string(op.recordID),
+            ]
+            if let space { fields["space_id"] = .string(space) }
+            if let job = op.jobID { fields["job_id"] = .string(job) }
+            return .object(fields)
+        })])
+        let answer = try await send("POST", "/v1/devices/\(device)/set-aside", body: Data(JSONWriter.bytes(body)))
+        guard answer.status == 204 else { throw ClientError.server(status: answer.status, detail: answer.detail) }
     }
 
     /// A JSON answer of status `expected`, decoded; any other status is the server's error.

@@ -189,12 +189,22 @@ extension SyncClient {
         let uploadFailure = try await uploadPending()
         try await pushAll(device: device)
         let jobsInFlight = try await followJobs()
+        await reportSetAside(device: device)
         if schedule.pullWanted { try await pullAll() }
         // The ops waiting for a file that could not be sent wait for the next pass.
         if let uploadFailure { throw uploadFailure }
         lastSyncAt = configuration.now()
         lastError = nil
         return jobsInFlight
+    }
+
+    /// Tells the server of ops set aside since the last report, for support to see; a
+    /// report that fails is sent again on a later pass.
+    func reportSetAside(device: String) async {
+        guard let ops = try? store.unreportedSetAside(limit: 500), !ops.isEmpty else { return }
+        // Not reported (unreachable, or an older server): left for a later pass.
+        guard (try? await api.reportSetAside(device: device, space: configuration.spaceID, ops: ops)) != nil else { return }
+        try? store.markReported(ops.map(\.opID))
     }
 
     func registeredDevice() async throws -> String {
@@ -438,7 +448,7 @@ extension SyncClient {
                     answer = try await prefetched.value
                 } else {
                     let (api, since, reached) = (api, try store.cursor, reachedCursor)
-                    answer = try await api.pull(space: configuration.spaceID, since: since, minCursor: reached, limit: 1_000)
+                    answer = try await api.pull(space: configuration.spaceID, device: deviceID, since: since, minCursor: reached, limit: 1_000)
                 }
                 next = nil
             } catch {
@@ -458,8 +468,8 @@ extension SyncClient {
             }
             let page = try ServerAPI.page(answer)
             if page.hasMore {
-                let (api, cursor, space, reached) = (api, page.cursor, configuration.spaceID, reachedCursor)
-                next = Task { try await api.pull(space: space, since: cursor, minCursor: reached, limit: 1_000) }
+                let (api, cursor, space, reached, device) = (api, page.cursor, configuration.spaceID, reachedCursor, deviceID)
+                next = Task { try await api.pull(space: space, device: device, since: cursor, minCursor: reached, limit: 1_000) }
             }
             try await settleJobsInPage(page.changes)
             changed.formUnion(try store.applyPage(page.changes, cursor: page.cursor, hasMore: page.hasMore))

@@ -142,6 +142,8 @@ struct FakeBackend {
     }
 
     var devices: [String: String] = [:]
+    /// The ops each device reported it set aside (op id → reason), as the server keeps them for support.
+    var setAsideReports: [String: [String: String]] = [:]
     var spaces: [String: Space] = [:]
     var personalSpaces: [String: String] = [:]
     var jobs: [String: Job] = [:]
@@ -228,6 +230,18 @@ struct FakeBackend {
             let id = UUID().uuidString.lowercased()
             devices[id] = user
             return .json(201, .object(["device_id": .string(id)]))
+        case ("POST", "/v1/devices/:id/set-aside"):
+            guard devices[named] == user else { return .problem(404, "not_found", "No such device.") }
+            guard let ops = (try? JSONParser.parse(request.body))?.objectValue?["ops"]?.arrayValue else {
+                return .problem(422, "invalid_request", "ops must be an array.")
+            }
+            for op in ops {
+                guard let opID = op.objectValue?["op_id"]?.stringValue, let reason = op.objectValue?["reason"]?.stringValue else {
+                    return .problem(422, "invalid_request", "Each op needs op_id and reason.")
+                }
+                setAsideReports[named, default: [:]][opID] = reason
+            }
+            return FakeAnswer(status: 204)
         case ("POST", "/v1/sync/push"):
             return push(request, user: user, deliveries: &deliveries)
         case ("GET", "/v1/sync/jobs/:id"):
@@ -289,7 +303,7 @@ struct FakeBackend {
     /// upload or invitation code).
     static func route(_ segments: [String]) -> (route: String, named: String) {
         if segments.count == 4, segments[1] == "sync", segments[2] == "jobs" { return ("/v1/sync/jobs/:id", segments[3]) }
-        if segments.count >= 3, ["spaces", "blobs", "uploads", "invitations"].contains(segments[1]) {
+        if segments.count >= 3, ["spaces", "blobs", "uploads", "invitations", "devices"].contains(segments[1]) {
             return ((["", segments[0], segments[1], ":id"] + segments.dropFirst(3)).joined(separator: "/"), segments[2])
         }
         return ("/" + segments.joined(separator: "/"), "")

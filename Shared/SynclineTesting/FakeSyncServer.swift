@@ -219,6 +219,11 @@ public final class FakeSyncServer: Sendable {
         backend.withLockedValue { $0.deadLetter = rule }
     }
 
+    /// The ops a device reported it set aside, by op id, with their reasons.
+    public func setAsideReports(of device: String) -> [String: String] {
+        backend.withLockedValue { $0.setAsideReports[device] ?? [:] }
+    }
+
     /// Holds pushed jobs queued, as a slow worker would, until `resumeJobs()`.
     public func pauseJobs() {
         backend.withLockedValue { $0.jobsPaused = true }

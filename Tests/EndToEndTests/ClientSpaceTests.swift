@@ -174,6 +174,15 @@ struct ClientSpaceTests {
             try await viewer.client.sync()
             #expect(try await viewer.client.setAside().map(\.id) == ["g1"])
             #expect(try await viewer.client.status().pendingOps == 0)
+            // The device told the server what it set aside and how far it pulled: support sees both.
+            let deviceID = try #require(await viewer.client.deviceID)
+            let admin = await E2E.token("support-\(viewerUser)", admin: true)
+            try await eventually(within: 10, "the report and the pull reach the support console") { () -> Bool? in
+                let view = try await stack.client.request("GET", "/v1/admin/support/devices/\(deviceID)", token: admin).json
+                let reported = (view["set_aside_ops"] as? [[String: Any]])?.first
+                let pulled = (view["pulls"] as? [[String: Any]])?.contains { $0["space_id"] as? String == space } == true
+                return reported?["id"] as? String == "g1" && reported?["collection"] as? String == "guides" && pulled ? true : nil
+            }
             // The refused edit keeps showing, marked, until the app drops it.
             let shown = try await viewer.client.record("guides", id: "g1")
             guard case .setAside? = shown?.syncState else {

@@ -225,6 +225,10 @@ struct FakeSyncServerTests {
                 && server.records(of: "alice", in: "recipes").keys.sorted() == ["fine"]
         }
         #expect(try await client.setAside().map(\.opID) == [setAside])
+        // The device tells the server what it set aside, once, for support to see.
+        let device = try #require(await client.deviceID)
+        try await Self.until("the set-aside op is reported") { server.setAsideReports(of: device)[setAside] != nil }
+        #expect(server.setAsideReports(of: device) == [setAside: "title is too long for this app's server"])
 
         // Once the server takes it, a retry goes through.
         server.refuse(nil)

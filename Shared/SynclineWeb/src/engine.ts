@@ -261,6 +261,7 @@ export class SyncEngine {
     const asked = this.#notBefore - Date.now();
     const pushLeft = asked <= 0 && await this.#pushAll(device);
     const jobsInFlight = await this.#followJobs() || pushLeft;
+    await this.#reportSetAside(device).catch(() => {});
     if (this.#state.pullWanted) await this.#pullAll();
     // The ops waiting for a file that could not be sent wait for the next pass.
     if (uploadFailure) throw new Retry(uploadFailure);
@@ -491,6 +492,17 @@ export class SyncEngine {
     if (outcomes.length > 0) await this.#settle(outcomes);
   }
 
+  /** Tells the server of ops set aside since the last report, for support to see; one not taken is told again on a later pass. */
+  async #reportSetAside(device: string): Promise<void> {
+    const aside = await this.#local.setAside(), told = await this.#local.meta<string[]>("told") ?? [];
+    const fresh = aside.filter((e) => !told.includes(e.op_id)).slice(0, 500);
+    if (!fresh.length) return;
+    const ops = fresh.map((e) => ({ op_id: e.op_id, reason: (e.reason || "refused").slice(0, 100), collection: e.collection, id: e.id, job_id: e.job_id ?? null, space_id: this.host.spaceID ?? null }));
+    if ((await this.gateway.send("POST", `/v1/devices/${device}/set-aside`, JSON.stringify({ ops }))).status === 204) {
+      await this.#local.setMeta("told", aside.map((e) => e.op_id).filter((id) => told.includes(id) || ops.some((o) => o.op_id === id)));
+    }
+  }
+
   /** Pulls until `has_more` is false; a 410 starts a resync that keeps unpushed ops. */
   async #pullAll(): Promise<void> {
     this.#state.pullWanted = false;
@@ -498,7 +510,7 @@ export class SyncEngine {
       const cursor = await this.#local.meta<string>("cursor");
       const space = spaceParameter(this.host.spaceID, "&");
       const reached = this.#reachedCursor > 0 ? `&min_cursor=${this.#reachedCursor}` : "";
-      const answer = await this.gateway.send("GET", `/v1/sync/pull?limit=1000${space}${cursor ? `&since=${cursor}` : ""}${reached}`);
+      const answer = await this.gateway.send("GET", `/v1/sync/pull?limit=1000${spaceParameter(this.host.identity.device, "&", "device_id")}${space}${cursor ? `&since=${cursor}` : ""}${reached}`);
       if (answer.status === 410) {
         await this.#local.beginResync();
         this.host.emit("resync", undefined);

@@ -23,9 +23,9 @@ export interface Answer {
   headers: Headers;
 }
 
-/** `?space_id=…` (or with `&`) for a shared space; nothing for the personal one. */
-export function spaceParameter(spaceID: string | undefined, separator: "?" | "&" = "?"): string {
-  return spaceID ? `${separator}space_id=${encodeURIComponent(spaceID)}` : "";
+/** `?space_id=…` (or with `&`, or another parameter `name`) for an id given; nothing without one (the personal space). */
+export function spaceParameter(spaceID: string | undefined, separator: "?" | "&" = "?", name = "space_id"): string {
+  return spaceID ? `${separator}${name}=${encodeURIComponent(spaceID)}` : "";
 }
 
 /** The gateway, reached with the app's bearer token. */

@@ -1,5 +1,6 @@
 import type { BlobRef } from "./blobs.js";
 import type { Op, RecordView } from "./op.js";
+import type { OutboxEntry } from "./outbox.js";
 import type { Batch, Changed, LocalBlob } from "./store.js";
 
 /** An op's result as a job reports it. */
@@ -47,6 +48,8 @@ export interface LocalSync {
   batchRefused(batch: Batch, index: number | null, reason: string): Promise<string[]>;
   /** Takes a batch apart without setting anything aside (to form smaller ones). */
   batchDissolved(batch: Batch): Promise<void>;
+  /** The ops set aside, oldest first. */
+  setAside(): Promise<OutboxEntry[]>;
   /** Sets aside every op still waiting to be sent that `refuse` gives a reason for (new rules refuse it); returns them. */
   setAsideRefused(refuse: (op: Op) => string | null): Promise<{ opID: string; reason: string }[]>;
 

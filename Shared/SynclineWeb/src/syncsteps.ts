@@ -23,6 +23,10 @@ export class SyncSteps implements LocalSync {
     return this.store.setMeta(key, value);
   }
 
+  setAside(): Promise<OutboxEntry[]> {
+    return this.store.setAside();
+  }
+
   async pendingOps(): Promise<number> {
     return (await this.store.status()).pending;
   }

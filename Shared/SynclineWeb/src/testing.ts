@@ -63,6 +63,7 @@ export class FakeSyncServer {
   /** Every request answered, in order. */
   readonly requests: { method: string; path: string }[] = [];
   readonly #devices = new Map<string, string>();
+  readonly #setAsideReports = new Map<string, Map<string, string>>();
   readonly #spaces = new Map<string, Space>();
   readonly #personal = new Map<string, string>();
   readonly #jobs = new Map<string, Job>();
@@ -128,6 +129,11 @@ export class FakeSyncServer {
     return this.write(user, [{ type: "delete", collection, id }], space)[0];
   }
 
+  /** The ops `device` reported it set aside (op id → reason), as the server keeps them for support. */
+  setAsideReports(device: string): Record<string, string> {
+    return Object.fromEntries(this.#setAsideReports.get(device) ?? []);
+  }
+
   /** From now on each pushed op `rule` answers for is refused (null: nothing is). */
   refuse(rule: ((op: Op) => Refusal | null) | null): void {
     this.#refusal = rule;
@@ -191,12 +197,20 @@ export class FakeSyncServer {
     const user = header.startsWith("Bearer ") ? header.slice(7) : "";
     if (!user) return problem(401, "unauthorized", "A bearer token is required.", { token: "missing" });
     if (this.#tokens) return problem(401, "unauthorized", `The token is refused (${this.#tokens}: the test made it so).`, { token: this.#tokens });
-    const route = `${request.method} ${url.pathname.replace(/^\/v1\/sync\/jobs\/[^/]+$/, "/v1/sync/jobs/:id")}`;
+    const route = `${request.method} ${url.pathname.replace(/^\/v1\/sync\/jobs\/[^/]+$/, "/v1/sync/jobs/:id").replace(/^\/v1\/devices\/[^/]+\/set-aside$/, "/v1/devices/:id/set-aside")}`;
     switch (route) {
       case "POST /v1/devices": {
         const id = crypto.randomUUID();
         this.#devices.set(id, user);
         return json(201, { device_id: id, name: "fake", platform: "web" });
+      }
+      case "POST /v1/devices/:id/set-aside": {
+        const device = url.pathname.split("/")[3];
+        if (this.#devices.get(device) !== user) return problem(404, "not_found", "No such device.");
+        const reports = this.#setAsideReports.get(device) ?? new Map<string, string>();
+        for (const op of (JSON.parse(await request.text()) as { ops: { op_id: string; reason: string }[] }).ops) reports.set(op.op_id, op.reason);
+        this.#setAsideReports.set(device, reports);
+        return new Response(null, { status: 204 });
       }
       case "POST /v1/sync/push": return this.#push(user, await request.text(), request.headers.get("Idempotency-Key"));
       case "GET /v1/sync/jobs/:id": {

@@ -45,6 +45,11 @@ test("an op refused at the push is set aside, one rejected in its job is reporte
   assert.deepEqual(phone.events.filter((event) => event.name === "rejected").map((event) => [event.detail.opID, event.detail.reason]), [[late, "forbidden"]]);
   assert.deepEqual(Object.keys(server.records("alice", "todos")), ["good"]);
   assert.ok(good);
+  // The device tells the server what it set aside, once.
+  assert.deepEqual(server.setAsideReports(await phone.local.meta("device_id")), { [bad]: "ops[1]: no bad ids" });
+  const told = server.requests.filter((r) => r.path.endsWith("/set-aside")).length;
+  await phone.engine.sync(5);
+  assert.equal(server.requests.filter((r) => r.path.endsWith("/set-aside")).length, told);
 });
 
 test("an outage and a failing server fail the sync with their reasons, and the sync after them applies the edit", async (t) => {

@@ -29,6 +29,10 @@ export class MemoryLocal {
     this.files.set(sha256, { sha256, size: blob.size, content_type: contentType, state: "pending", blob, upload_url: null, reason: null, last_used: this.files.size });
   }
 
+  async setAside() {
+    return this.outbox.filter((entry) => entry.state === "set_aside");
+  }
+
   inState(state) {
     return this.outbox.filter((entry) => entry.state === state).map((entry) => entry.op_id);
   }
