@@ -38,7 +38,31 @@ public struct BackendRecordStore: Sendable {
     /// One page of `query` over the space's records, in its order then by id. Values are
     /// compared as JSON: an order or range comparison holds only between values of one
     /// type; a missing field is null.
-    public func query(space: SpaceID, _ query: DataQuery) async throws -> BackendRecordPage {
+    /// `idOrder`: how ids are ordered after the query's fields — in bytes (the data API's
+    /// documented order), or as the primary key holds them (`.index`: a page without an
+    /// order reads the key's range, however large the collection).
+    public func query(space: SpaceID, _ query: DataQuery, idOrder: IDOrder = .bytes) async throws -> BackendRecordPage {
+        let statement = Self.queryStatement(space: space, query, idOrder: idOrder)
+        let rows = try await reads.read { pool in try await pool.execute(statement) }
+        let records = try rows.prefix(query.limit).map { try Self.record($0) }
+        var next: String?
+        if rows.count > query.limit, let last = rows.prefix(query.limit).last, let record = records.last {
+            var values: [JSONValue] = []
+            for index in query.order.indices {
+                values.append(try JSONParser.parse(try last.decode(PGJSON.self, at: Self.columnCount + index).text))
+            }
+            next = DataQuery.cursor(after: values + [.string(record.id)])
+        }
+        return BackendRecordPage(records: records, nextCursor: next)
+    }
+
+    public enum IDOrder: String, Sendable {
+        case bytes = #"COLLATE "C""#
+        case index = ""
+    }
+
+    /// The statement of one page of `query`: the records' columns, then the order fields' values.
+    public static func queryStatement(space: SpaceID, _ query: DataQuery, idOrder: IDOrder = .bytes) -> PGQuery {
         var binds = PGBinds()
         func field(_ name: String) -> String { "coalesce(r.data -> \(binds.append(name)), 'null'::jsonb)" }
         func json(_ value: JSONValue) -> String { "\(binds.append(PGJSON(JSONWriter.string(value))))::jsonb" }
@@ -73,29 +97,19 @@ public struct BackendRecordStore: Sendable {
                 if index < keys.count {
                     parts.append("\(keys[index].sql) \(keys[index].descending ? "<" : ">") \(json(after[index]))")
                 } else {
-                    parts.append("r.record_id COLLATE \"C\" > \(binds.append(after[index].stringValue ?? ""))")
+                    parts.append("r.record_id \(idOrder.rawValue) > \(binds.append(after[index].stringValue ?? ""))")
                 }
                 alternatives.append("(" + parts.joined(separator: " AND ") + ")")
             }
             conditions.append("(" + alternatives.joined(separator: " OR ") + ")")
         }
-        let ordering = (keys.map { "\($0.sql) \($0.descending ? "DESC" : "ASC")" } + ["r.record_id COLLATE \"C\""]).joined(separator: ", ")
+        let ordering = (keys.map { "\($0.sql) \($0.descending ? "DESC" : "ASC")" } + ["r.record_id \(idOrder.rawValue)"]).joined(separator: ", ")
         let orderValues = keys.isEmpty ? "" : ", " + keys.map(\.sql).joined(separator: ", ")
         let sql = """
             SELECT \(Self.columns)\(orderValues) FROM records r
             WHERE \(conditions.joined(separator: " AND "))
             ORDER BY \(ordering) LIMIT \(binds.append(query.limit + 1))
             """
-        let rows = try await reads.read { pool in try await pool.execute(PGQuery(unsafeSQL: sql, binds: binds)) }
-        let records = try rows.prefix(query.limit).map { try Self.record($0) }
-        var next: String?
-        if rows.count > query.limit, let last = rows.prefix(query.limit).last, let record = records.last {
-            var values: [JSONValue] = []
-            for index in keys.indices {
-                values.append(try JSONParser.parse(try last.decode(PGJSON.self, at: Self.columnCount + index).text))
-            }
-            next = DataQuery.cursor(after: values + [.string(record.id)])
-        }
-        return BackendRecordPage(records: records, nextCursor: next)
+        return PGQuery(unsafeSQL: sql, binds: binds)
     }
 }

@@ -19,6 +19,11 @@ public struct SupportStore: Sendable {
     /// How many records per collection a space's summary counts before it says "at least".
     public static let countCap = 100_000
 
+    /// The space summary counts each collection in the primary key's order, up to
+    /// `countCap`: never by reading the whole table, which the planner would pick for a
+    /// space that holds most of it (a scan and a sort of all its records).
+    public static let spaceSettings = "SET LOCAL enable_seqscan = off"
+
     /// A device as listed (alias `d`): its pulls per space, open streams, last push, reports.
     static let deviceSummary = """
         jsonb_build_object(
@@ -41,18 +46,7 @@ public struct SupportStore: Sendable {
 
     /// A user's spaces and devices; nil when the server knows neither.
     public func user(_ user: UserID) async throws -> JSONValue? {
-        let view = try await json("""
-            SELECT jsonb_build_object(
-              'user_id', \(user)::text,
-              'spaces', coalesce((
-                SELECT jsonb_agg(jsonb_build_object(
-                  'space_id', s.space_id, 'name', s.name, 'role', m.role, 'personal', s.personal_of IS NOT NULL,
-                  'joined_at', syncline_rfc3339(m.joined_at)) ORDER BY m.joined_at)
-                FROM space_members m JOIN spaces s USING (space_id) WHERE m.user_id = \(user)), '[]'),
-              'devices', coalesce((
-                SELECT jsonb_agg(\(sql: Self.deviceSummary) ORDER BY d.created_at)
-                FROM devices d WHERE d.user_id = \(user)), '[]'))
-            """)
+        let view = try await json(Self.userQuery(user))
         guard let view, view.objectValue?["spaces"]?.arrayValue?.isEmpty == false
             || view.objectValue?["devices"]?.arrayValue?.isEmpty == false
         else { return nil }
@@ -61,24 +55,7 @@ public struct SupportStore: Sendable {
 
     /// A device: its summary, its newest jobs with their outcomes, and the ops it reported set aside.
     public func device(_ id: DeviceID) async throws -> (user: UserID, view: JSONValue)? {
-        guard let view = try await json("""
-            SELECT \(sql: Self.deviceSummary) || jsonb_build_object(
-              'jobs', coalesce((
-                SELECT jsonb_agg(jsonb_build_object(
-                  'job_id', j.job_id, 'space_id', j.space_id, 'status', j.status, 'ops', j.op_count, 'attempts', j.attempts,
-                  'trace_id', j.trace_id, 'last_error', j.last_error, 'checkpoint', j.checkpoint::text,
-                  'created_at', syncline_rfc3339(j.created_at), 'finished_at', syncline_rfc3339(j.finished_at),
-                  'outcomes', (SELECT jsonb_object_agg(o.status, o.n) FROM (
-                    SELECT r ->> 'status' AS status, count(*) AS n FROM jsonb_array_elements(j.results) r GROUP BY 1) o))
-                  ORDER BY j.created_at DESC)
-                FROM (SELECT * FROM jobs WHERE device_id = d.device_id ORDER BY created_at DESC LIMIT 50) j), '[]'),
-              'set_aside_ops', coalesce((
-                SELECT jsonb_agg(jsonb_build_object(
-                  'op_id', a.op_id, 'space_id', a.space_id, 'collection', a.collection, 'id', a.record_id, 'job_id', a.job_id,
-                  'reason', a.reason, 'reported_at', syncline_rfc3339(a.reported_at)) ORDER BY a.reported_at DESC)
-                FROM (SELECT * FROM set_aside_reports WHERE device_id = d.device_id ORDER BY reported_at DESC LIMIT 100) a), '[]'))
-            FROM devices d WHERE d.device_id = \(id)
-            """), let user = view.objectValue?["user_id"]?.stringValue
+        guard let view = try await json(Self.deviceQuery(id)), let user = view.objectValue?["user_id"]?.stringValue
         else { return nil }
         return (UserID(user), view)
     }
@@ -86,31 +63,12 @@ public struct SupportStore: Sendable {
     /// A space: members, its counter and purge horizon, and its collections with how many
     /// records each holds (tombstones not yet purged included; counted up to `countCap`).
     public func space(_ id: SpaceID) async throws -> (owners: [String], view: JSONValue)? {
-        guard let view = try await json("""
-            WITH RECURSIVE names(collection) AS (
-              (SELECT collection FROM records WHERE space_id = \(id) ORDER BY collection LIMIT 1)
-              UNION ALL
-              SELECT (SELECT r.collection FROM records r WHERE r.space_id = \(id) AND r.collection > n.collection
-                      ORDER BY r.collection LIMIT 1)
-              FROM names n WHERE n.collection IS NOT NULL)
-            SELECT jsonb_build_object(
-              'space_id', s.space_id, 'name', s.name, 'personal_of', s.personal_of, 'created_at', syncline_rfc3339(s.created_at),
-              'counter', coalesce(c.counter, 0)::text, 'purge_horizon', coalesce(c.purge_horizon, 0)::text,
-              'members', coalesce((
-                SELECT jsonb_agg(jsonb_build_object('user_id', m.user_id, 'role', m.role, 'joined_at', syncline_rfc3339(m.joined_at))
-                  ORDER BY m.joined_at)
-                FROM space_members m WHERE m.space_id = s.space_id), '[]'),
-              'count_cap', \(Int32(Self.countCap)),
-              'collections', coalesce((
-                SELECT jsonb_agg(jsonb_build_object('collection', n.collection, 'records', (
-                  SELECT count(*) FROM (
-                    SELECT 1 FROM records r WHERE r.space_id = s.space_id AND r.collection = n.collection
-                    LIMIT \(Int32(Self.countCap))) x)) ORDER BY n.collection)
-                FROM names n WHERE n.collection IS NOT NULL), '[]'))
-            FROM spaces s LEFT JOIN space_counters c ON c.space_id = s.space_id
-            WHERE s.space_id = \(id)
-            """)
-        else { return nil }
+        let query = Self.spaceQuery(id)
+        let text = try await pool.transaction { connection -> String? in
+            try connection.execute(PGQuery(stringLiteral: Self.spaceSettings))
+            return try connection.execute(query).first?.decode(PGJSON?.self, at: 0)?.text
+        }
+        guard let text, let view = try? JSONParser.parse(text) else { return nil }
         let owners = view.objectValue?["members"]?.arrayValue?.compactMap { member -> String? in
             member.objectValue?["role"]?.stringValue == "owner" ? member.objectValue?["user_id"]?.stringValue : nil
         } ?? []
@@ -122,10 +80,7 @@ public struct SupportStore: Sendable {
     /// the clocks of its whole writes, by record id.
     public func clocks(space: SpaceID, collection: String, ids: [String]) async throws -> [String: JSONValue] {
         guard !ids.isEmpty else { return [:] }
-        let rows = try await pool.execute("""
-            SELECT record_id, field_clocks, created_by, write_clock, delete_clock, merge_state IS NOT NULL
-            FROM records WHERE space_id = \(space) AND collection = \(collection) AND record_id = ANY(\(ids))
-            """)
+        let rows = try await pool.execute(Self.clocksQuery(space: space, collection: collection, ids: ids))
         var details: [String: JSONValue] = [:]
         for row in rows {
             let clocks = try JSONParser.parse(try row.decode(PGJSON.self, at: 1).text).objectValue ?? [:]
@@ -155,13 +110,7 @@ public struct SupportStore: Sendable {
     /// ops that named it and their results; and when the oldest job the space still keeps
     /// was made (history reaches no further back).
     public func history(space: SpaceID, collection: String, id: String, limit: Int = 50) async throws -> (jobs: [HistoryJob], keptSince: String?) {
-        let rows = try await pool.execute("""
-            SELECT j.job_id, j.user_id, j.device_id, j.status, j.attempts, j.trace_id, j.last_error,
-                   syncline_rfc3339(j.created_at), syncline_rfc3339(j.finished_at), j.ops, j.results
-            FROM jobs j
-            WHERE syncline_job_records(j.ops) @> ARRAY[\(collection + "/" + id)] AND j.space_id = \(space)
-            ORDER BY j.created_at DESC LIMIT \(Int32(limit))
-            """)
+        let rows = try await pool.execute(Self.historyQuery(space: space, collection: collection, id: id, limit: limit))
         var jobs: [HistoryJob] = []
         for row in rows {
             let ops = Op.decodeStored(try row.decode(PGJSON.self, at: 9).text) ?? []
@@ -207,22 +156,13 @@ public struct SupportStore: Sendable {
     /// A job named by its id or its trace id (or the push's whole `traceparent`), with its device and its ops' results (no op
     /// data: what a support engineer follows, not what a user wrote).
     public func job(_ key: String) async throws -> JSONValue? {
-        let columns = """
-            j.job_id, j.space_id, j.user_id, j.device_id, d.name, j.status, j.attempts, j.attempt_log, j.last_error,
-            j.trace_id, j.checkpoint::text, j.rules_version, syncline_rfc3339(j.created_at), syncline_rfc3339(j.finished_at),
-            j.ops, j.results
-            """
         let parts = key.lowercased().split(separator: "-")
         let traceID = parts.count == 4 ? String(parts[1]) : key.lowercased()
         let rows = if let id = JobID(key) {
             try await pool.execute(
-                "SELECT \(sql: columns) FROM jobs j LEFT JOIN devices d ON d.device_id = j.device_id WHERE j.job_id = \(id)")
+                "SELECT \(sql: Self.jobColumns) FROM jobs j LEFT JOIN devices d ON d.device_id = j.device_id WHERE j.job_id = \(id)")
         } else {
-            try await pool.execute("""
-                SELECT \(sql: columns) FROM jobs j LEFT JOIN devices d ON d.device_id = j.device_id
-                WHERE split_part(j.trace_id, '-', 2) = \(traceID) AND j.trace_id IS NOT NULL
-                ORDER BY j.created_at DESC LIMIT 1
-                """)
+            try await pool.execute(Self.jobByTraceQuery(traceID))
         }
         guard let row = rows.first else { return nil }
         let ops = Op.decodeStored(try row.decode(PGJSON.self, at: 14).text) ?? []
@@ -264,21 +204,7 @@ public struct SupportStore: Sendable {
 
     /// The facts behind "why doesn't device D have record R"; nil when there is no such device.
     public func facts(device: DeviceID, space: SpaceID, collection: String, id: String) async throws -> (user: UserID, facts: MissingRecordFacts)? {
-        let rows = try await pool.execute("""
-            SELECT d.user_id, d.revoked_at IS NOT NULL,
-                   EXISTS (SELECT 1 FROM space_members m WHERE m.space_id = \(space) AND m.user_id = d.user_id),
-                   r.version, r.deleted, coalesce(c.purge_horizon, 0),
-                   p.cursor, p.collections, syncline_rfc3339(p.pulled_at),
-                   (SELECT count(*) FROM fanout_queues q CROSS JOIN LATERAL jsonb_array_elements(q.streams) AS s(stream)
-                    WHERE q.seen_at > now() - \(sql: Self.liveStreams) AND s.stream ->> 'device_id' = d.device_id::text
-                      AND coalesce(s.stream ->> 'space_id', \(space)::text) = \(space)::text)
-            FROM devices d
-            LEFT JOIN records r ON r.space_id = \(space) AND r.collection = \(collection) AND r.record_id = \(id)
-              AND \(sql: BackendRecordStore.holdsData)
-            LEFT JOIN space_counters c ON c.space_id = \(space)
-            LEFT JOIN device_cursors p ON p.device_id = d.device_id AND p.space_id = \(space)
-            WHERE d.device_id = \(device)
-            """)
+        let rows = try await pool.execute(Self.factsQuery(device: device, space: space, collection: collection, id: id))
         guard let row = rows.first else { return nil }
         let newest = try await history(space: space, collection: collection, id: id, limit: 1).jobs.first.flatMap { job in
             job.ops.last.map { op, result in
@@ -300,6 +226,120 @@ public struct SupportStore: Sendable {
             openStreams: try row.decode(Int.self, at: 9))
         return (UserID(try row.decode(String.self, at: 0)), facts)
     }
+
+    // MARK: - The statements (public, so that a test can check each one's plan)
+
+    public static func userQuery(_ user: UserID) -> PGQuery {
+        """
+        SELECT jsonb_build_object(
+          'user_id', \(user)::text,
+          'spaces', coalesce((
+            SELECT jsonb_agg(jsonb_build_object(
+              'space_id', s.space_id, 'name', s.name, 'role', m.role, 'personal', s.personal_of IS NOT NULL,
+              'joined_at', syncline_rfc3339(m.joined_at)) ORDER BY m.joined_at)
+            FROM space_members m JOIN spaces s USING (space_id) WHERE m.user_id = \(user)), '[]'),
+          'devices', coalesce((
+            SELECT jsonb_agg(\(sql: Self.deviceSummary) ORDER BY d.created_at)
+            FROM devices d WHERE d.user_id = \(user)), '[]'))
+        """
+    }
+
+    public static func deviceQuery(_ id: DeviceID) -> PGQuery {
+        """
+        SELECT \(sql: Self.deviceSummary) || jsonb_build_object(
+          'jobs', coalesce((
+            SELECT jsonb_agg(jsonb_build_object(
+              'job_id', j.job_id, 'space_id', j.space_id, 'status', j.status, 'ops', j.op_count, 'attempts', j.attempts,
+              'trace_id', j.trace_id, 'last_error', j.last_error, 'checkpoint', j.checkpoint::text,
+              'created_at', syncline_rfc3339(j.created_at), 'finished_at', syncline_rfc3339(j.finished_at),
+              'outcomes', (SELECT jsonb_object_agg(o.status, o.n) FROM (
+                SELECT r ->> 'status' AS status, count(*) AS n FROM jsonb_array_elements(j.results) r GROUP BY 1) o))
+              ORDER BY j.created_at DESC)
+            FROM (SELECT * FROM jobs WHERE device_id = d.device_id ORDER BY created_at DESC LIMIT 50) j), '[]'),
+          'set_aside_ops', coalesce((
+            SELECT jsonb_agg(jsonb_build_object(
+              'op_id', a.op_id, 'space_id', a.space_id, 'collection', a.collection, 'id', a.record_id, 'job_id', a.job_id,
+              'reason', a.reason, 'reported_at', syncline_rfc3339(a.reported_at)) ORDER BY a.reported_at DESC)
+            FROM (SELECT * FROM set_aside_reports WHERE device_id = d.device_id ORDER BY reported_at DESC LIMIT 100) a), '[]'))
+        FROM devices d WHERE d.device_id = \(id)
+        """
+    }
+
+    public static func spaceQuery(_ id: SpaceID) -> PGQuery {
+        """
+        WITH RECURSIVE names(collection) AS (
+          (SELECT collection FROM records WHERE space_id = \(id) ORDER BY collection LIMIT 1)
+          UNION ALL
+          SELECT (SELECT r.collection FROM records r WHERE r.space_id = \(id) AND r.collection > n.collection
+                  ORDER BY r.collection LIMIT 1)
+          FROM names n WHERE n.collection IS NOT NULL)
+        SELECT jsonb_build_object(
+          'space_id', s.space_id, 'name', s.name, 'personal_of', s.personal_of, 'created_at', syncline_rfc3339(s.created_at),
+          'counter', coalesce(c.counter, 0)::text, 'purge_horizon', coalesce(c.purge_horizon, 0)::text,
+          'members', coalesce((
+            SELECT jsonb_agg(jsonb_build_object('user_id', m.user_id, 'role', m.role, 'joined_at', syncline_rfc3339(m.joined_at))
+              ORDER BY m.joined_at)
+            FROM space_members m WHERE m.space_id = s.space_id), '[]'),
+          'count_cap', \(Int32(Self.countCap)),
+          'collections', coalesce((
+            SELECT jsonb_agg(jsonb_build_object('collection', n.collection, 'records', (
+              SELECT count(*) FROM (
+                SELECT 1 FROM records r WHERE r.space_id = s.space_id AND r.collection = n.collection
+                ORDER BY r.record_id LIMIT \(Int32(Self.countCap))) x)) ORDER BY n.collection)
+            FROM names n WHERE n.collection IS NOT NULL), '[]'))
+        FROM spaces s LEFT JOIN space_counters c ON c.space_id = s.space_id
+        WHERE s.space_id = \(id)
+        """
+    }
+
+    public static func clocksQuery(space: SpaceID, collection: String, ids: [String]) -> PGQuery {
+        """
+        SELECT record_id, field_clocks, created_by, write_clock, delete_clock, merge_state IS NOT NULL
+        FROM records WHERE space_id = \(space) AND collection = \(collection) AND record_id = ANY(\(ids))
+        """
+    }
+
+    public static func historyQuery(space: SpaceID, collection: String, id: String, limit: Int) -> PGQuery {
+        """
+        SELECT j.job_id, j.user_id, j.device_id, j.status, j.attempts, j.trace_id, j.last_error,
+               syncline_rfc3339(j.created_at), syncline_rfc3339(j.finished_at), j.ops, j.results
+        FROM jobs j
+        WHERE syncline_job_records(j.ops) @> ARRAY[\(collection + "/" + id)] AND j.space_id = \(space)
+        ORDER BY j.created_at DESC LIMIT \(Int32(limit))
+        """
+    }
+
+    public static func factsQuery(device: DeviceID, space: SpaceID, collection: String, id: String) -> PGQuery {
+        """
+        SELECT d.user_id, d.revoked_at IS NOT NULL,
+               EXISTS (SELECT 1 FROM space_members m WHERE m.space_id = \(space) AND m.user_id = d.user_id),
+               r.version, r.deleted, coalesce(c.purge_horizon, 0),
+               p.cursor, p.collections, syncline_rfc3339(p.pulled_at),
+               (SELECT count(*) FROM fanout_queues q CROSS JOIN LATERAL jsonb_array_elements(q.streams) AS s(stream)
+                WHERE q.seen_at > now() - \(sql: Self.liveStreams) AND s.stream ->> 'device_id' = d.device_id::text
+                  AND coalesce(s.stream ->> 'space_id', \(space)::text) = \(space)::text)
+        FROM devices d
+        LEFT JOIN records r ON r.space_id = \(space) AND r.collection = \(collection) AND r.record_id = \(id)
+          AND \(sql: BackendRecordStore.holdsData)
+        LEFT JOIN space_counters c ON c.space_id = \(space)
+        LEFT JOIN device_cursors p ON p.device_id = d.device_id AND p.space_id = \(space)
+        WHERE d.device_id = \(device)
+        """
+    }
+
+    public static func jobByTraceQuery(_ traceID: String) -> PGQuery {
+        """
+        SELECT \(sql: jobColumns) FROM jobs j LEFT JOIN devices d ON d.device_id = j.device_id
+        WHERE split_part(j.trace_id, '-', 2) = \(traceID) AND j.trace_id IS NOT NULL
+        ORDER BY j.created_at DESC LIMIT 1
+        """
+    }
+
+    static let jobColumns = """
+        j.job_id, j.space_id, j.user_id, j.device_id, d.name, j.status, j.attempts, j.attempt_log, j.last_error,
+        j.trace_id, j.checkpoint::text, j.rules_version, syncline_rfc3339(j.created_at), syncline_rfc3339(j.finished_at),
+        j.ops, j.results
+        """
 
     private func json(_ query: PGQuery) async throws -> JSONValue? {
         guard let row = try await pool.execute(query).first, let text = try row.decode(PGJSON?.self, at: 0)?.text else { return nil }

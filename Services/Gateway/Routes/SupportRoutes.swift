@@ -65,7 +65,7 @@ struct SupportRoutes: Sendable {
         let id = try space(context)
         let query = try await request.dataQuery()
         guard let (owners, _) = try await store.space(id) else { throw Self.noSpace }
-        let page = try await records.query(space: id, query)
+        let page = try await records.query(space: id, query, idOrder: .index)
         let clocks = try await store.clocks(space: id, collection: query.collection, ids: page.records.map(\.id))
         let items: [JSONValue] = try page.records.map { record in
             var view = try JSONParser.parse(String(decoding: try JSONCoding.encode(record), as: UTF8.self)).objectValue ?? [:]
