@@ -13,6 +13,6 @@ struct SynclineBench: AsyncParsableCommand {
         abstract: "Benchmark a Syncline stack, and the Swift client.",
         subcommands: [
             PushBench.self, PullBench.self, PublicBench.self, StreamBench.self, ClientBench.self, ClientLocalBench.self,
-            BlobBench.self, SlowClientBench.self, CounterBench.self,
+            BlobBench.self, SlowClientBench.self, CounterBench.self, SupportBench.self,
         ])
 }

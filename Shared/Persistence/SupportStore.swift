@@ -75,6 +75,16 @@ public struct SupportStore: Sendable {
         return (owners, view)
     }
 
+    /// A space's owners (whose data its records are, for the audit log); nil when there is no such space.
+    public func owners(of space: SpaceID) async throws -> [String]? {
+        let rows = try await pool.execute("""
+            SELECT m.user_id FROM spaces s LEFT JOIN space_members m ON m.space_id = s.space_id AND m.role = 'owner'
+            WHERE s.space_id = \(space) ORDER BY m.joined_at
+            """)
+        guard !rows.isEmpty else { return nil }
+        return try rows.compactMap { try $0.decode(String?.self, at: 0) }
+    }
+
     /// The details a record browser shows beside a data query's page: each record's field
     /// clocks (when and by which device and op each field was last written), its author and
     /// the clocks of its whole writes, by record id.

@@ -64,7 +64,7 @@ struct SupportRoutes: Sendable {
         try Self.requireSupport(context)
         let id = try space(context)
         let query = try await request.dataQuery()
-        guard let (owners, _) = try await store.space(id) else { throw Self.noSpace }
+        guard let owners = try await store.owners(of: id) else { throw Self.noSpace }
         let page = try await records.query(space: id, query, idOrder: .index)
         let clocks = try await store.clocks(space: id, collection: query.collection, ids: page.records.map(\.id))
         let items: [JSONValue] = try page.records.map { record in
@@ -84,7 +84,7 @@ struct SupportRoutes: Sendable {
         try Self.requireSupport(context)
         let id = try space(context)
         let (collection, recordID) = try Self.recordParameters(request)
-        guard let (owners, _) = try await store.space(id) else { throw Self.noSpace }
+        guard let owners = try await store.owners(of: id) else { throw Self.noSpace }
         let record = try await store.record(space: id, collection: collection, id: recordID)
         let history = try await store.history(space: id, collection: collection, id: recordID)
         guard record != nil || !history.jobs.isEmpty else { throw APIError.notFound("The space holds no such record and no job kept names it.") }
