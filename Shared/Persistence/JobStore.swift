@@ -266,6 +266,10 @@ public struct JobStore: Sendable {
         clockRows.column("hlc_ms", users.map { clocks[$0]!.milliseconds })
         clockRows.column("hlc_counter", users.map { Int32(clocks[$0]!.counter) })
         let rows = newJobRows(jobs)
+        var named = PGUnnest()
+        named.column("space_id", jobs.map(\.space))
+        named.column("job_id", jobs.map(\.id))
+        named.column("records", jobs.map { job in RecordKey.list(space: job.space, ops: job.ops) })
         try connection.executeThenCommit("""
             WITH clock AS (
               UPDATE user_clocks c SET hlc_ms = u.hlc_ms, hlc_counter = u.hlc_counter
@@ -273,10 +277,28 @@ public struct JobStore: Sendable {
             seen AS (
               UPDATE devices SET last_seen_at = clock_timestamp()
               WHERE device_id = ANY(\(Array(Set(jobs.map(\.intake.deviceID)))))
-                AND last_seen_at < clock_timestamp() - interval '1 hour')
+                AND last_seen_at < clock_timestamp() - interval '1 hour'),
+            named AS (
+              INSERT INTO job_records (space_id, job_id, records)
+              SELECT n.space_id, n.job_id, string_to_array(n.records, \(RecordKey.separator)) FROM \(named, as: "n"))
             INSERT INTO jobs (\(sql: rows.names), status)
             SELECT \(sql: rows.names), \(JobStatus.queued) FROM \(rows, as: "x")
             """)
+    }
+
+    /// How `job_records` names a record: `<space>/<collection>/<id>` (neither a collection
+    /// nor a record id holds a slash).
+    public enum RecordKey {
+        public static func of(space: SpaceID, collection: String, id: String) -> String { "\(space)/\(collection)/\(id)" }
+
+        /// Joins a job's keys for `string_to_array` (a newline: in no key).
+        static let separator = "\n"
+
+        static func list(space: SpaceID, ops: [Op]) -> String {
+            var seen = Set<String>()
+            return ops.map { of(space: space, collection: $0.collection, id: $0.id) }.filter { seen.insert($0).inserted }
+                .joined(separator: separator)
+        }
     }
 
     /// The `jobs` columns a new job is written with (its status aside: queued), a row per job.

@@ -620,11 +620,17 @@ public enum Migrations {
             CREATE INDEX jobs_by_device ON jobs (device_id, created_at);
             -- trace_id holds the push's traceparent; a trace id is its second part.
             CREATE INDEX jobs_by_trace ON jobs (split_part(trace_id, '-', 2)) WHERE trace_id IS NOT NULL;
-            CREATE FUNCTION syncline_job_records(ops jsonb) RETURNS text[]
-              LANGUAGE sql IMMUTABLE PARALLEL SAFE
-              AS $$ SELECT coalesce(array_agg(DISTINCT (o ->> 'collection') || '/' || (o ->> 'id')), '{}')
-                    FROM jsonb_array_elements(ops) o WHERE o ? 'collection' AND o ? 'id' $$;
-            CREATE INDEX jobs_by_record ON jobs USING gin (syncline_job_records(ops));
+            -- The records each job names (`<space>/<collection>/<id>`), written with the job
+            -- at intake and never updated: the job's finishing update leaves this row and
+            -- its index alone.
+            CREATE TABLE job_records (
+              space_id uuid NOT NULL,
+              job_id   uuid NOT NULL,
+              records  text[] NOT NULL,
+              PRIMARY KEY (space_id, job_id),
+              FOREIGN KEY (space_id, job_id) REFERENCES jobs ON DELETE CASCADE
+            );
+            CREATE INDEX job_records_by_record ON job_records USING gin (records);
             -- Whose data an admin looked at.
             ALTER TABLE admin_audit ADD COLUMN subject text;
             """),

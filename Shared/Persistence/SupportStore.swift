@@ -17,12 +17,14 @@ public struct SupportStore: Sendable {
     static let liveStreams = "interval '90 seconds'"
 
     /// How many records per collection a space's summary counts before it says "at least".
-    public static let countCap = 100_000
+    public static let countCap = 50_000
 
-    /// The space summary counts each collection in the primary key's order, up to
-    /// `countCap`: never by reading the whole table, which the planner would pick for a
-    /// space that holds most of it (a scan and a sort of all its records).
-    public static let spaceSettings = "SET LOCAL enable_seqscan = off"
+    /// For the two reads whose plan PostgreSQL cannot estimate well: the space summary,
+    /// which counts each collection in the primary key's order up to `countCap` (a space
+    /// holding most of the table would otherwise be read whole and sorted), and a record's
+    /// history, whose GIN lookup PostgreSQL prices at 0.5 % of all jobs (record keys are
+    /// too many and too rare for its statistics) and would trade for a scan of them all.
+    public static let indexedOnly = "SET LOCAL enable_seqscan = off"
 
     /// A device as listed (alias `d`): its pulls per space, open streams, last push, reports.
     static let deviceSummary = """
@@ -65,7 +67,7 @@ public struct SupportStore: Sendable {
     public func space(_ id: SpaceID) async throws -> (owners: [String], view: JSONValue)? {
         let query = Self.spaceQuery(id)
         let text = try await pool.transaction { connection -> String? in
-            try connection.execute(PGQuery(stringLiteral: Self.spaceSettings))
+            try connection.execute(PGQuery(stringLiteral: Self.indexedOnly))
             return try connection.execute(query).first?.decode(PGJSON?.self, at: 0)?.text
         }
         guard let text, let view = try? JSONParser.parse(text) else { return nil }
@@ -120,7 +122,11 @@ public struct SupportStore: Sendable {
     /// ops that named it and their results; and when the oldest job the space still keeps
     /// was made (history reaches no further back).
     public func history(space: SpaceID, collection: String, id: String, limit: Int = 50) async throws -> (jobs: [HistoryJob], keptSince: String?) {
-        let rows = try await pool.execute(Self.historyQuery(space: space, collection: collection, id: id, limit: limit))
+        let query = Self.historyQuery(space: space, collection: collection, id: id, limit: limit)
+        let rows = try await pool.transaction { connection in
+            try connection.execute(PGQuery(stringLiteral: Self.indexedOnly))
+            return try connection.execute(query)
+        }
         var jobs: [HistoryJob] = []
         for row in rows {
             let ops = Op.decodeStored(try row.decode(PGJSON.self, at: 9).text) ?? []
@@ -313,8 +319,8 @@ public struct SupportStore: Sendable {
         """
         SELECT j.job_id, j.user_id, j.device_id, j.status, j.attempts, j.trace_id, j.last_error,
                syncline_rfc3339(j.created_at), syncline_rfc3339(j.finished_at), j.ops, j.results
-        FROM jobs j
-        WHERE syncline_job_records(j.ops) @> ARRAY[\(collection + "/" + id)] AND j.space_id = \(space)
+        FROM job_records n JOIN jobs j ON j.space_id = n.space_id AND j.job_id = n.job_id
+        WHERE n.records @> ARRAY[\(JobStore.RecordKey.of(space: space, collection: collection, id: id))]
         ORDER BY j.created_at DESC LIMIT \(Int32(limit))
         """
     }

@@ -95,11 +95,15 @@ struct ServerAPI: Sendable {
         return try await send("GET", path)
     }
 
-    /// Tells the server which ops this device set aside (for support); 204 on success.
-    func reportSetAside(device: String, space: String?, ops: [LocalStore.UnreportedSetAside]) async throws {
+    /// Tells the server which ops this device set aside (for support). True once the server
+    /// has them, or refused them for good (a 4xx but 401, 408 and 429: sending them again
+    /// would not help).
+    func reportSetAside(device: String, space: String?, ops: [LocalStore.UnreportedSetAside]) async throws -> Bool {
         let body: JSONValue = .object(["ops": .array(ops.map { op in
+            // The reason as plain text of at most 100 characters, as the server takes it.
+            let scalars = op.reason.unicodeScalars.prefix(100).map { Names.isPlainText(String($0)) ? $0 : " " }
             var fields: [String: JSONValue] = [
-                "op_id": .string(op.opID), "reason": .string(String(op.reason.prefix(100))),
+                "op_id": .string(op.opID), "reason": .string(String(String.UnicodeScalarView(scalars))),
                 "collection": .string(op.collection), "id": .string(op.recordID),
             ]
             if let space { fields["space_id"] = .string(space) }
@@ -107,7 +111,7 @@ struct ServerAPI: Sendable {
             return .object(fields)
         })])
         let answer = try await send("POST", "/v1/devices/\(device)/set-aside", body: Data(JSONWriter.bytes(body)))
-        guard answer.status == 204 else { throw ClientError.server(status: answer.status, detail: answer.detail) }
+        return answer.status == 204 || ((400...499).contains(answer.status) && ![401, 408, 429].contains(answer.status))
     }
 
     /// A JSON answer of status `expected`, decoded; any other status is the server's error.

@@ -202,8 +202,8 @@ extension SyncClient {
     /// report that fails is sent again on a later pass.
     func reportSetAside(device: String) async {
         guard let ops = try? store.unreportedSetAside(limit: 500), !ops.isEmpty else { return }
-        // Not reported (unreachable, or an older server): left for a later pass.
-        guard (try? await api.reportSetAside(device: device, space: configuration.spaceID, ops: ops)) != nil else { return }
+        // Not reported (unreachable, or the server busy): left for a later pass.
+        guard (try? await api.reportSetAside(device: device, space: configuration.spaceID, ops: ops)) == true else { return }
         try? store.markReported(ops.map(\.opID))
     }
 

@@ -197,6 +197,11 @@ struct SupportConsoleTests {
                 #expect(job.json["device_id"] as? String == owner.device)
             }
             #expect(try await api.request("GET", "/v1/admin/support/jobs/\(UUID().uuidString)", token: admin).status == 404)
+            let unknownSpace = "/v1/admin/support/why?device_id=\(owner.device)&space_id=\(UUID().uuidString)&collection=tasks&id=secret"
+            #expect(try await api.request("GET", unknownSpace, token: admin).status == 404)
+            #expect(try await api.request("GET", "/v1/admin/support/why?device_id=nope&space_id=\(space)&collection=tasks&id=x", token: admin).status == 400)
+            #expect(try await api.request("GET", "/v1/admin/support/spaces/\(space)/record?collection=Tasks&id=x", token: support).status == 400)
+            #expect(try await api.request("GET", "/v1/admin/support/user?user_id=nobody-\(UUID().uuidString)", token: admin).status == 404)
 
             // A device's report of ops set aside shows on the device.
             let opID = newOpID()

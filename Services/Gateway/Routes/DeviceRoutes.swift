@@ -80,7 +80,7 @@ extension DeviceRoutes {
                 return text
             }
             guard let opID = fields["op_id"]?.stringValue.flatMap(Names.canonicalUUID) else { throw refuse("op_id", "must be a UUID") }
-            guard let reason = fields["reason"]?.stringValue, (1...100).contains(reason.count), Names.isPlainText(reason) else {
+            guard let reason = fields["reason"]?.stringValue, (1...100).contains(reason.unicodeScalars.count), Names.isPlainText(reason) else {
                 throw refuse("reason", "must be 1 to 100 characters of text")
             }
             reports.append(DeviceStore.SetAsideReport(

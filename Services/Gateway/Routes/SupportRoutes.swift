@@ -113,6 +113,7 @@ struct SupportRoutes: Sendable {
             throw APIError.badRequest("space_id must be a space's id.")
         }
         let (collection, recordID) = try Self.recordParameters(request)
+        guard try await store.owners(of: space) != nil else { throw Self.noSpace }
         guard let (user, facts) = try await store.facts(device: device, space: space, collection: collection, id: recordID) else {
             throw APIError.notFound("No such device.")
         }

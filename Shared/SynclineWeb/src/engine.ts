@@ -497,8 +497,11 @@ export class SyncEngine {
     const aside = await this.#local.setAside(), told = await this.#local.meta<string[]>("told") ?? [];
     const fresh = aside.filter((e) => !told.includes(e.op_id)).slice(0, 500);
     if (!fresh.length) return;
-    const ops = fresh.map((e) => ({ op_id: e.op_id, reason: (e.reason || "refused").slice(0, 100), collection: e.collection, id: e.id, job_id: e.job_id ?? null, space_id: this.host.spaceID ?? null }));
-    if ((await this.gateway.send("POST", `/v1/devices/${device}/set-aside`, JSON.stringify({ ops }))).status === 204) {
+    // The reason as plain text of at most 100 characters, as the server takes it.
+    const ops = fresh.map((e) => ({ op_id: e.op_id, reason: Array.from((e.reason || "refused").replace(/[\0-\x1f\x7f-\x9f]/g, " ")).slice(0, 100).join(""), collection: e.collection, id: e.id, job_id: e.job_id ?? null, space_id: this.host.spaceID ?? null }));
+    const status = (await this.gateway.send("POST", `/v1/devices/${device}/set-aside`, JSON.stringify({ ops }))).status;
+    // Taken, or refused for good (sending it again would not help).
+    if (status === 204 || (status >= 400 && status < 500 && ![401, 408, 429].includes(status))) {
       await this.#local.setMeta("told", aside.map((e) => e.op_id).filter((id) => told.includes(id) || ops.some((o) => o.op_id === id)));
     }
   }
