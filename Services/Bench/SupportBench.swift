@@ -68,6 +68,7 @@ struct SupportBench: AsyncParsableCommand {
             INSERT INTO job_records (space_id, job_id, records)
             SELECT space_id, job_id, ARRAY[space_id || '/' || (ops -> 0 ->> 'collection') || '/' || (ops -> 0 ->> 'id')]
             FROM jobs WHERE space_id = \(spaceID)
+            ON CONFLICT DO NOTHING
             """)
         // As autovacuum leaves them: statistics, and the visibility map an index-only scan reads.
         for table in ["records", "jobs", "job_records", "spaces", "devices"] { try await pool.execute("VACUUM ANALYZE \(sql: table)") }

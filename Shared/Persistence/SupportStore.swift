@@ -17,7 +17,7 @@ public struct SupportStore: Sendable {
     static let liveStreams = "interval '90 seconds'"
 
     /// How many records per collection a space's summary counts before it says "at least".
-    public static let countCap = 50_000
+    public static let countCap = 10_000
 
     /// For the two reads whose plan PostgreSQL cannot estimate well: the space summary,
     /// which counts each collection in the primary key's order up to `countCap` (a space
