@@ -599,8 +599,9 @@ public enum Migrations {
               cursor      bigint NOT NULL,
               collections text[],               -- the pull's filter; NULL for every collection
               pulled_at   timestamptz NOT NULL,
-              PRIMARY KEY (device_id, space_id)
+              PRIMARY KEY (space_id, device_id)
             );
+            CREATE INDEX device_cursors_by_device ON device_cursors (device_id);
             -- Ops a device reports it set aside (the server's refusal it cannot act on).
             CREATE TABLE set_aside_reports (
               device_id   uuid NOT NULL REFERENCES devices ON DELETE CASCADE,

@@ -161,11 +161,13 @@ public struct SupportStore: Sendable {
             WHERE r.space_id = \(space) AND r.collection = \(collection) AND r.record_id = \(id) AND \(sql: BackendRecordStore.holdsData)
             """).first
         else { return nil }
-        let record = try BackendRecordStore.record(row)
+        return try Self.detail(try BackendRecordStore.record(row), clocks: try await clocks(space: space, collection: collection, ids: [id])[id])
+    }
+
+    /// A record as the console shows it: what the data API says of it, with its `clocks`.
+    public static func detail(_ record: BackendRecord, clocks: JSONValue?) throws -> JSONValue {
         var view = try JSONParser.parse(String(decoding: try JSONCoding.encode(record), as: UTF8.self)).objectValue ?? [:]
-        for (key, value) in try await clocks(space: space, collection: collection, ids: [id])[id]?.objectValue ?? [:] {
-            view[key] = value
-        }
+        for (key, value) in clocks?.objectValue ?? [:] { view[key] = value }
         return .object(view)
     }
 

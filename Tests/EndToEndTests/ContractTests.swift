@@ -105,6 +105,7 @@ struct ContractTests {
             _ = try await api.awaitJob(token, try #require(published.json["job_id"] as? String))
             // A dead letter to show and discard: a message naming a job that does not exist.
             let admin = await E2E.token("contract-admin", admin: true)
+            let support = await E2E.token("contract-support", admin: true, support: true)
             let deadJob = UUID().uuidString.lowercased()
             let publisher = AMQPPublisher(
                 endpoint: try #require(AMQPEndpoint(url: E2E.amqpURL!)), topology: E2E.topology, logger: E2E.logger)
@@ -262,6 +263,27 @@ struct ContractTests {
                 Example(operation: "DELETE /v1/service/spaces/{space_id}/members/{user_id}") { try await $0.request("DELETE", "/v1/service/spaces/\(space)/members/nobody", token: serviceToken) },
                 Example(operation: "POST /v1/service/spaces") { try await $0.json("POST", "/v1/service/spaces", token: everywhere, ["name": "Made by the backend", "owner": user]) },
                 Example(operation: "POST /v1/service/spaces") { try await $0.json("POST", "/v1/service/spaces", token: serviceToken, ["name": "Not allowed", "owner": user]) },
+                Example(operation: "POST /v1/devices/{device_id}/set-aside") { try await $0.json("POST", "/v1/devices/\(device)/set-aside", token: token, [
+                    "ops": [["op_id": newOpID(), "reason": "rule", "space_id": space, "collection": "notes", "id": "s1", "job_id": job]]]) },
+                Example(operation: "POST /v1/devices/{device_id}/set-aside") { try await $0.json("POST", "/v1/devices/\(device)/set-aside", token: token, ["ops": [["op_id": "x", "reason": "rule"]]]) },
+                Example(operation: "POST /v1/devices/{device_id}/set-aside") { try await $0.json("POST", "/v1/devices/\(UUID())/set-aside", token: token, ["ops": []]) },
+                Example(operation: "GET /v1/admin/support/user") { try await $0.request("GET", "/v1/admin/support/user?user_id=\(user)", token: admin) },
+                Example(operation: "GET /v1/admin/support/user") { try await $0.request("GET", "/v1/admin/support/user?user_id=nobody-\(UUID())", token: admin) },
+                Example(operation: "GET /v1/admin/support/user") { try await $0.request("GET", "/v1/admin/support/user?user_id=\(user)", token: token) },
+                Example(operation: "GET /v1/admin/support/devices/{device_id}") { try await $0.request("GET", "/v1/admin/support/devices/\(device)", token: admin) },
+                Example(operation: "GET /v1/admin/support/devices/{device_id}") { try await $0.request("GET", "/v1/admin/support/devices/\(UUID())", token: admin) },
+                Example(operation: "GET /v1/admin/support/jobs/{job}") { try await $0.request("GET", "/v1/admin/support/jobs/\(job)", token: admin) },
+                Example(operation: "GET /v1/admin/support/jobs/{job}") { try await $0.request("GET", "/v1/admin/support/jobs/0af7651916cd43dd8448eb211c80319c", token: admin) },
+                Example(operation: "GET /v1/admin/support/spaces/{space_id}") { try await $0.request("GET", "/v1/admin/support/spaces/\(space)", token: admin) },
+                Example(operation: "GET /v1/admin/support/spaces/{space_id}") { try await $0.request("GET", "/v1/admin/support/spaces/\(UUID())", token: admin) },
+                Example(operation: "POST /v1/admin/support/spaces/{space_id}/records") { try await $0.json("POST", "/v1/admin/support/spaces/\(space)/records", token: support, ["collection": "notes", "limit": 1]) },
+                Example(operation: "POST /v1/admin/support/spaces/{space_id}/records") { try await $0.json("POST", "/v1/admin/support/spaces/\(space)/records", token: support, ["collection": "Notes"]) },
+                Example(operation: "POST /v1/admin/support/spaces/{space_id}/records") { try await $0.json("POST", "/v1/admin/support/spaces/\(space)/records", token: admin, ["collection": "notes"]) },
+                Example(operation: "GET /v1/admin/support/spaces/{space_id}/record") { try await $0.request("GET", "/v1/admin/support/spaces/\(space)/record?collection=notes&id=s1", token: support) },
+                Example(operation: "GET /v1/admin/support/spaces/{space_id}/record") { try await $0.request("GET", "/v1/admin/support/spaces/\(space)/record?collection=notes&id=none", token: support) },
+                Example(operation: "GET /v1/admin/support/spaces/{space_id}/record") { try await $0.request("GET", "/v1/admin/support/spaces/\(space)/record?collection=notes", token: support) },
+                Example(operation: "GET /v1/admin/support/why") { try await $0.request("GET", "/v1/admin/support/why?device_id=\(device)&space_id=\(space)&collection=notes&id=s1", token: admin) },
+                Example(operation: "GET /v1/admin/support/why") { try await $0.request("GET", "/v1/admin/support/why?device_id=nope&space_id=\(space)&collection=notes&id=s1", token: admin) },
                 Example(operation: "GET /v1/admin/feeds") { try await $0.request("GET", "/v1/admin/feeds", token: admin) },
                 Example(operation: "POST /v1/admin/feeds") { try await $0.json("POST", "/v1/admin/feeds", token: admin, ["url": "http://127.0.0.1/in"]) },
                 Example(operation: "POST /v1/admin/feeds/{feed_id}/replay") { try await $0.json("POST", "/v1/admin/feeds/\(feedID)/replay", token: admin, ["from_version": 0]) },
@@ -274,6 +296,7 @@ struct ContractTests {
                 Example(operation: "DELETE /v1/spaces/{space_id}") { try await $0.request("DELETE", "/v1/spaces/\(space)", token: token) },
                 Example(operation: "GET /v1/sync/pull") { try await $0.request("GET", "/v1/sync/pull?space_id=\(UUID())", token: token) },
                 Example(operation: "GET /admin") { try await $0.request("GET", "/admin") },
+                Example(operation: "GET /admin/support") { try await $0.request("GET", "/admin/support") },
                 Example(operation: "GET /healthz") { try await $0.request("GET", "/healthz") },
                 Example(operation: "GET /readyz") { try await $0.request("GET", "/readyz") },
                 Example(operation: "GET /metrics") { try await $0.request("GET", "/metrics") },

@@ -21,6 +21,9 @@ struct SpaceKeyCatalogTests {
         "blob_uploads",
         // By the code's hash: an invitation is redeemed by its code alone.
         "space_invitations",
+        // By device: a device's report of the ops it set aside (an op's space, if any, is
+        // what it named); read by device, never on the hot path.
+        "set_aside_reports",
     ]
 
     /// Indexes of space-keyed tables that do not start with `space_id`: reads across spaces.
@@ -36,6 +39,8 @@ struct SpaceKeyCatalogTests {
         "records_tombstones",  // purge
         "op_ids_by_age",  // purge of old op ids
         "space_members_by_user",  // a user's spaces
+        "jobs_by_device", "jobs_by_trace", "device_cursors_by_device",  // the support console: a device's jobs and pulls, a trace id's job
+        "job_records_by_record",  // the support console: a record's history (its keys hold the space)
         "spaces_personal_of_key",  // a user's personal space
     ]
 

@@ -67,11 +67,7 @@ struct SupportRoutes: Sendable {
         guard let owners = try await store.owners(of: id) else { throw Self.noSpace }
         let page = try await records.query(space: id, query, idOrder: .index)
         let clocks = try await store.clocks(space: id, collection: query.collection, ids: page.records.map(\.id))
-        let items: [JSONValue] = try page.records.map { record in
-            var view = try JSONParser.parse(String(decoding: try JSONCoding.encode(record), as: UTF8.self)).objectValue ?? [:]
-            for (key, value) in clocks[record.id]?.objectValue ?? [:] { view[key] = value }
-            return .object(view)
-        }
+        let items = try page.records.map { try SupportStore.detail($0, clocks: clocks[$0.id]) }
         try await audited(
             context, "support.records", target: "space:\(id)/\(query.collection)", subject: owners.first, count: items.count)
         return try jsonResponse(JSONValue.object([
