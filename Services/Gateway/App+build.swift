@@ -36,8 +36,8 @@ func buildApplication(
             // after the server stopped (unmarked, the next gateway would publish them again).
             JobRelay(jobs: parts.jobs, marks: parts.marks, publisher: parts.publisher, relayAfter: settings.relayAfter, logger: logger),
             parts.background,  // stopped after the server: intake slots and erasures still running are waited for
-            parts.views,
-            parts.pullMarks,
+            parts.views.counts,
+            parts.pullMarks.marks,
             parts.rules,
         ],
         logger: logger)

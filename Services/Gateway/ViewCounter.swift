@@ -2,7 +2,6 @@ import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import Persistence
-import ServiceLifecycle
 
 /// Public record views, counted in memory and added to PostgreSQL in one statement a
 /// second, so popular reads never turn into a row-lock queue. Views not yet flushed are
@@ -12,24 +11,22 @@ import ServiceLifecycle
 /// seen are kept in two generations — this hour's and the last — so a re-read within one
 /// to two hours counts nothing, and memory stays bounded (a generation that reaches
 /// `maxReaders` is retired early).
-final class ViewCounter: Service, Sendable {
+final class ViewCounter: Sendable {
     private struct Readers {
         var current = Set<String>()
         var previous = Set<String>()
         var rotatedAt: Double
     }
 
-    private let counts = NIOLockedValueBox<[String: Int]>([:])
+    /// Views not yet added, by public id: written with the gateway's other services.
+    let counts: WriteBehind<String, Int>
     private let readers: NIOLockedValueBox<Readers>
-    private let store: PublicStore
-    private let logger: Logger
     private let clock: @Sendable () -> Double
     static let window: Double = 3600
     static let maxReaders = 100_000
 
     init(store: PublicStore, logger: Logger, clock: @escaping @Sendable () -> Double = { ProcessInfo.processInfo.systemUptime }) {
-        self.store = store
-        self.logger = logger
+        counts = WriteBehind("view counts", logger: logger, merge: +) { try await store.addViews($0) }
         self.clock = clock
         self.readers = NIOLockedValueBox(Readers(rotatedAt: clock()))
     }
@@ -47,36 +44,13 @@ final class ViewCounter: Service, Sendable {
             guard !readers.previous.contains(key) else { return false }
             return readers.current.insert(key).inserted
         }
-        return counts.withLockedValue { counts in
+        return counts.withPending { counts in
             if isNew { counts[publicID, default: 0] += 1 }
             return counts[publicID] ?? 0
         }
     }
 
     func pending(_ publicID: String) -> Int {
-        counts.withLockedValue { $0[publicID] ?? 0 }
-    }
-
-    func run() async throws {
-        while !Task.isShuttingDownGracefully && !Task.isCancelled {
-            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .seconds(1)) }
-            await flush()
-        }
-        await flush()
-    }
-
-    func flush() async {
-        let batch = counts.withLockedValue { counts in
-            defer { counts = [:] }
-            return counts
-        }
-        guard !batch.isEmpty else { return }
-        do {
-            try await store.addViews(batch)
-        } catch {
-            // Put them back for the next flush.
-            counts.withLockedValue { counts in counts.merge(batch, uniquingKeysWith: +) }
-            logger.debug("view counts not flushed yet", metadata: ["error": "\(error)"])
-        }
+        counts.withPending { $0[publicID] ?? 0 }
     }
 }
