@@ -65,12 +65,9 @@ public struct SupportStore: Sendable {
     /// A space: members, its counter and purge horizon, and its collections with how many
     /// records each holds (tombstones not yet purged included; counted up to `countCap`).
     public func space(_ id: SpaceID) async throws -> (owners: [String], view: JSONValue)? {
-        let query = Self.spaceQuery(id)
-        let text = try await pool.transaction { connection -> String? in
-            try connection.execute(PGQuery(stringLiteral: Self.indexedOnly))
-            return try connection.execute(query).first?.decode(PGJSON?.self, at: 0)?.text
-        }
-        guard let text, let view = try? JSONParser.parse(text) else { return nil }
+        guard let text = try await readIndexedOnly(Self.spaceQuery(id)).first?.decode(PGJSON?.self, at: 0)?.text,
+              let view = try? JSONParser.parse(text)
+        else { return nil }
         let owners = view.objectValue?["members"]?.arrayValue?.compactMap { member -> String? in
             member.objectValue?["role"]?.stringValue == "owner" ? member.objectValue?["user_id"]?.stringValue : nil
         } ?? []
@@ -118,32 +115,45 @@ public struct SupportStore: Sendable {
 
     static func text(_ value: String?) -> JSONValue { value.map(JSONValue.string) ?? .null }
 
-    /// The newest jobs (at most `limit`) that named a record, newest first, each with the
-    /// ops that named it and their results; and when the oldest job the space still keeps
-    /// was made (history reaches no further back).
-    public func history(space: SpaceID, collection: String, id: String, limit: Int = 50) async throws -> (jobs: [HistoryJob], keptSince: String?) {
-        let query = Self.historyQuery(space: space, collection: collection, id: id, limit: limit)
-        let rows = try await pool.transaction { connection in
+    /// `query` with `indexedOnly` set for it alone.
+    private func readIndexedOnly(_ query: PGQuery) async throws -> PGRows {
+        try await pool.transaction { connection in
             try connection.execute(PGQuery(stringLiteral: Self.indexedOnly))
             return try connection.execute(query)
         }
+    }
+
+    /// A job's stored ops (column `opsColumn`) each with its result (the next column),
+    /// nil while the job is not applied.
+    static func opsWithResults(_ row: PGRows.Row, opsColumn: Int) throws -> [(op: Op, result: OpResult?)] {
+        let ops = Op.decodeStored(try row.decode(PGJSON.self, at: opsColumn).text) ?? []
+        let results = try row.decode(PGJSON?.self, at: opsColumn + 1).map { try OpResult.decodeStored($0.text, opIDs: ops.map(\.opID)) } ?? []
+        let byOp = Dictionary(results.map { ($0.opID, $0) }, uniquingKeysWith: { first, _ in first })
+        return ops.map { ($0, byOp[$0.opID]) }
+    }
+
+    /// The newest jobs (at most `limit`) that named a record, newest first, each with the
+    /// ops that named it and their results.
+    public func history(space: SpaceID, collection: String, id: String, limit: Int = 50) async throws -> [HistoryJob] {
         var jobs: [HistoryJob] = []
-        for row in rows {
-            let ops = Op.decodeStored(try row.decode(PGJSON.self, at: 9).text) ?? []
-            let results = try row.decode(PGJSON?.self, at: 10).map { try OpResult.decodeStored($0.text, opIDs: ops.map(\.opID)) } ?? []
-            let byOp = Dictionary(results.map { ($0.opID, $0) }, uniquingKeysWith: { first, _ in first })
+        for row in try await readIndexedOnly(Self.historyQuery(space: space, collection: collection, id: id, limit: limit)) {
             jobs.append(HistoryJob(
                 jobID: try row.decode(String.self, at: 0), userID: try row.decode(String.self, at: 1),
                 deviceID: try row.decode(String.self, at: 2), status: try row.decode(String.self, at: 3),
                 attempts: try row.decode(Int.self, at: 4), traceID: try row.decode(String?.self, at: 5),
                 lastError: try row.decode(String?.self, at: 6), createdAt: try row.decode(String.self, at: 7),
                 finishedAt: try row.decode(String?.self, at: 8),
-                ops: ops.filter { $0.collection == collection && $0.id == id }.map { ($0, byOp[$0.opID]) }))
+                ops: try Self.opsWithResults(row, opsColumn: 9).filter { $0.op.collection == collection && $0.op.id == id }))
         }
-        let kept = try await pool.execute("""
+        return jobs
+    }
+
+    /// When the oldest job the space still keeps was pushed: a record's history reaches no
+    /// further back.
+    public func oldestJobKept(space: SpaceID) async throws -> String? {
+        try await pool.execute("""
             SELECT syncline_rfc3339(created_at) FROM jobs WHERE space_id = \(space) ORDER BY job_id LIMIT 1
             """).first.map { try $0.decode(String.self, at: 0) }
-        return (jobs, kept)
     }
 
     /// One job that named a record, with those ops and their results.
@@ -183,9 +193,7 @@ public struct SupportStore: Sendable {
             try await pool.execute(Self.jobByTraceQuery(traceID))
         }
         guard let row = rows.first else { return nil }
-        let ops = Op.decodeStored(try row.decode(PGJSON.self, at: 14).text) ?? []
-        let results = try row.decode(PGJSON?.self, at: 15).map { try OpResult.decodeStored($0.text, opIDs: ops.map(\.opID)) } ?? []
-        let byOp = Dictionary(results.map { ($0.opID, $0) }, uniquingKeysWith: { first, _ in first })
+        let ops = try Self.opsWithResults(row, opsColumn: 14)
         return .object([
             "job_id": .string(try row.decode(String.self, at: 0)), "space_id": .string(try row.decode(String.self, at: 1)),
             "user_id": .string(try row.decode(String.self, at: 2)), "device_id": .string(try row.decode(String.self, at: 3)),
@@ -196,7 +204,7 @@ public struct SupportStore: Sendable {
             "checkpoint": Self.text(try row.decode(String?.self, at: 10)),
             "rules_version": try row.decode(Int64?.self, at: 11).map(JSONValue.int) ?? .null,
             "created_at": .string(try row.decode(String.self, at: 12)), "finished_at": Self.text(try row.decode(String?.self, at: 13)),
-            "ops": .array(ops.map { Self.opView($0, result: byOp[$0.opID], withData: false) }),
+            "ops": .array(ops.map { Self.opView($0.op, result: $0.result, withData: false) }),
         ])
     }
 
@@ -224,7 +232,7 @@ public struct SupportStore: Sendable {
     public func facts(device: DeviceID, space: SpaceID, collection: String, id: String) async throws -> (user: UserID, facts: MissingRecordFacts)? {
         let rows = try await pool.execute(Self.factsQuery(device: device, space: space, collection: collection, id: id))
         guard let row = rows.first else { return nil }
-        let newest = try await history(space: space, collection: collection, id: id, limit: 1).jobs.first.flatMap { job in
+        let newest = try await history(space: space, collection: collection, id: id, limit: 1).first.flatMap { job in
             job.ops.last.map { op, result in
                 MissingRecordFacts.Job(
                     jobID: job.jobID, status: job.status, opType: op.type.rawValue, result: result?.status.rawValue,

@@ -83,11 +83,11 @@ struct SupportRoutes: Sendable {
         guard let owners = try await store.owners(of: id) else { throw Self.noSpace }
         let record = try await store.record(space: id, collection: collection, id: recordID)
         let history = try await store.history(space: id, collection: collection, id: recordID)
-        guard record != nil || !history.jobs.isEmpty else { throw APIError.notFound("The space holds no such record and no job kept names it.") }
+        guard record != nil || !history.isEmpty else { throw APIError.notFound("The space holds no such record and no job kept names it.") }
         try await audited(context, "support.record", target: "record:\(id)/\(collection)/\(recordID)", subject: owners.first)
         return try jsonResponse(JSONValue.object([
             "record": record ?? .null,
-            "history": .array(history.jobs.map { job in
+            "history": .array(history.map { job in
                 .object([
                     "job_id": .string(job.jobID), "user_id": .string(job.userID), "device_id": .string(job.deviceID),
                     "status": .string(job.status), "attempts": .int(Int64(job.attempts)),
@@ -96,7 +96,7 @@ struct SupportRoutes: Sendable {
                     "ops": .array(job.ops.map { SupportStore.opView($0.op, result: $0.result, withData: true) }),
                 ])
             }),
-            "kept_since": history.keptSince.map(JSONValue.string) ?? .null,
+            "kept_since": try await store.oldestJobKept(space: id).map(JSONValue.string) ?? .null,
         ]))
     }
 
