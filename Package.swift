@@ -42,6 +42,8 @@ let package = Package(
         // OTLP over HTTP only: the gRPC exporter would build gRPC and HTTP/2 for nothing.
         .package(url: "https://github.com/swift-otel/swift-otel.git", from: "1.6.0", traits: ["OTLPHTTP"]),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        // gzip for answers that carry records (zlib).
+        .package(url: "https://github.com/adam-fowler/compress-nio.git", from: "1.5.0"),
     ],
     targets: [
         // Wire models, validation, HLC and the merge rules: pure, no I/O.
@@ -189,6 +191,7 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
+                .product(name: "CompressNIO", package: "compress-nio"),
             ],
             path: "Shared/HTTPSupport", swiftSettings: strict),
         // Operators' tools over dead letters, queues and the app's rules, shared by the gateway's admin API and syncctl.

@@ -43,7 +43,8 @@ public struct PullStore: Sendable {
     /// poke's cursor). A replica that has not replayed that far answers a last page whose
     /// cursor is below it; the primary answers instead, so a device still reads its writes.
     public func pull(
-        user: UserID, space: String?, since: Int64, limit: Int, collections: [String]?, minCursor: Int64? = nil
+        user: UserID, space: String?, since: Int64, limit: Int, collections: [String]?, minCursor: Int64? = nil,
+        form: PullForm = .full
     ) async throws -> Outcome {
         try await reads.read(acceptable: { outcome in
             // A replica behind the cursor would send the device to the start: the primary decides.
@@ -51,12 +52,12 @@ public struct PullStore: Sendable {
             guard let minCursor, !page.hasMore else { return true }
             return (Int64(page.cursor) ?? 0) >= minCursor
         }) { pool in
-            try await pull(pool, user: user, space: space, since: since, limit: limit, collections: collections)
+            try await pull(pool, user: user, space: space, since: since, limit: limit, collections: collections, form: form)
         }
     }
 
     private func pull(
-        _ pool: PGPool, user: UserID, space: String?, since: Int64, limit: Int, collections: [String]?
+        _ pool: PGPool, user: UserID, space: String?, since: Int64, limit: Int, collections: [String]?, form: PullForm
     ) async throws -> Outcome {
         // `next`: the version after each record among those read (`lead`), so the last
         // record of a page cut short by the limit or the budget knows more follows. The
@@ -96,7 +97,7 @@ public struct PullStore: Sendable {
         // The answer's size, known before writing it: the data as stored and what a record's
         // other fields take at most, usually (so a page of large records is one allocation).
         let expected = records.reduce(64) { $0 + 400 + $1.withBytes(at: Self.record + 4) { $0?.count ?? 0 } }
-        var page = PulledPageWriter(expectedBytes: expected)
+        var page = PulledPageWriter(form: form, expectedBytes: expected)
         if let head = records.first { try PulledPageWriter.check(head, from: Self.record) }
         for row in records { try page.append(row, from: Self.record) }
         // More follows when the limit or the budget cut the page short.

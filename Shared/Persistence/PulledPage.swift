@@ -11,10 +11,10 @@ public struct PulledPage: Sendable, Equatable {
     public let cursor: String
     public let hasMore: Bool
 
-    /// The page's records, read back from `json` (tests and tools).
+    /// The page's records, read back from `json` in either form (tests and tools).
     public func changes() throws -> [RecordView] {
-        struct Body: Decodable { let changes: [RecordView] }
-        return try JSONDecoder().decode(Body.self, from: Data(json)).changes
+        guard let page = PullPage(json: try JSONParser.parse(json)) else { throw UnexpectedAnswer("not a pull page") }
+        return page.changes
     }
 }
 
@@ -24,6 +24,9 @@ public struct PulledPage: Sendable, Equatable {
 struct PulledPageWriter {
     private var out: [UInt8] = []
     private(set) var count = 0
+    let form: PullForm
+    /// The compact form's devices.
+    private var devices = DeviceTable()
 
     /// The columns a record takes from `first` on: collection, record_id, version, deleted,
     /// data, updated_at, updated_by, write_clock as stored, the newer of its other clocks
@@ -35,7 +38,8 @@ struct PulledPageWriter {
     /// The write clock's text, expanded from its stored form for each record.
     private var writeClock: [UInt8] = []
 
-    init(expectedBytes: Int) {
+    init(form: PullForm, expectedBytes: Int) {
+        self.form = form
         out.reserveCapacity(expectedBytes)
         out.append(contentsOf: #"{"changes":["#.utf8)
     }
@@ -48,42 +52,58 @@ struct PulledPageWriter {
         }
     }
 
-    /// Appends the record in `row`'s columns from `first` on, in `RecordView`'s wire shape.
-    /// Publication shows only while readers can see it. Text goes from its bytes; numbers,
-    /// flags and times are read as PQBridge reads them.
+    /// Appends the record in `row`'s columns from `first` on, in `RecordView`'s wire shape
+    /// in the writer's form (`PullForm`). Publication shows only while readers can see it.
+    /// Text goes from its bytes; numbers, flags and times are read as PQBridge reads them.
     mutating func append(_ row: PGRows.Row, from first: Int) throws {
         if count > 0 { out.append(UInt8(ascii: ",")) }
         out.append(UInt8(ascii: "{"))
         count += 1
+        let full = form == .full
         let deleted = try row.decode(Bool.self, at: first + 3)
         let visibility = try row.decode(String?.self, at: first + 9).flatMap(RecordState.PublicVisibility.init(rawValue:)) ?? .private
         let shown = visibility != .private
         key(Self.collection); text(row, first)
         key(Self.id); text(row, first + 1)
         key(Self.version); out.append(contentsOf: String(try row.decode(Int64.self, at: first + 2)).utf8)
-        key(Self.deleted); out.append(contentsOf: deleted ? Self.true : Self.false)
-        key(Self.data)
-        row.withBytes(at: first + 4) { bytes in
-            // jsonb's binary form: a version byte, then the text.
-            if let bytes, !deleted, bytes.count > 1 { out.append(contentsOf: bytes[1...]) } else { out.append(contentsOf: Self.null) }
+        if full || deleted { key(Self.deleted); out.append(contentsOf: deleted ? Self.true : Self.false) }
+        if full || !deleted {
+            key(Self.data)
+            row.withBytes(at: first + 4) { bytes in
+                // jsonb's binary form: a version byte, then the text.
+                if let bytes, !deleted, bytes.count > 1 { out.append(contentsOf: bytes[1...]) } else { out.append(contentsOf: Self.null) }
+            }
         }
-        if let updatedAt = try row.decode(PGTimestamp?.self, at: first + 5) { key(Self.updatedAt); time(updatedAt) }
-        if let updatedBy = try? row.decode(String?.self, at: first + 6) {
-            key(Self.updatedBy)
-            JSONWriter.writeString(updatedBy, into: &out)
+        if full {
+            if let updatedAt = try row.decode(PGTimestamp?.self, at: first + 5) { key(Self.updatedAt); time(updatedAt) }
+            if let updatedBy = try? row.decode(String?.self, at: first + 6) {
+                key(Self.updatedBy)
+                JSONWriter.writeString(updatedBy, into: &out)
+            }
         }
-        key(Self.hlc); try hlc(row, first + 7)
-        key(Self.visibility); JSONWriter.writeString(visibility.rawValue, into: &out)
-        key(Self.publicID); if shown { text(row, first + 10) } else { out.append(contentsOf: Self.null) }
-        key(Self.canFork); out.append(contentsOf: try shown && row.decode(Bool?.self, at: first + 11) == true ? Self.true : Self.false)
-        key(Self.publishedAt)
-        if shown, let publishedAt = try row.decode(PGTimestamp?.self, at: first + 12) { time(publishedAt) } else { out.append(contentsOf: Self.null) }
-        key(Self.forkedFrom); text(row, first + 13)
+        try hlc(row, first + 7)
+        if full || shown {
+            key(Self.visibility); JSONWriter.writeString(visibility.rawValue, into: &out)
+            key(Self.publicID); if shown { text(row, first + 10) } else { out.append(contentsOf: Self.null) }
+            key(Self.canFork); out.append(contentsOf: try shown && row.decode(Bool?.self, at: first + 11) == true ? Self.true : Self.false)
+            key(Self.publishedAt)
+            if shown, let publishedAt = try row.decode(PGTimestamp?.self, at: first + 12) { time(publishedAt) } else { out.append(contentsOf: Self.null) }
+        }
+        if full || !row.isNull(at: first + 13) { key(Self.forkedFrom); text(row, first + 13) }
         out.append(UInt8(ascii: "}"))
     }
 
     consuming func finish(cursor: String, hasMore: Bool) -> PulledPage {
-        out.append(contentsOf: #"],"cursor":"#.utf8)
+        out.append(UInt8(ascii: "]"))
+        if form == .compact {
+            out.append(contentsOf: #","devices":["#.utf8)
+            for (index, device) in devices.order.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                device.withUnsafeBytes { JSONWriter.writeString(utf8: $0, into: &out) }
+            }
+            out.append(UInt8(ascii: "]"))
+        }
+        out.append(contentsOf: #","cursor":"#.utf8)
         JSONWriter.writeString(cursor, into: &out)
         out.append(contentsOf: #","has_more":"#.utf8)
         out.append(contentsOf: hasMore ? Self.true : Self.false)
@@ -109,6 +129,7 @@ struct PulledPageWriter {
 
     /// The record shows the clock of its newest stamp, the write clock (`column`, in its
     /// stored form) or the newer of the others (`column + 1`); a stamp is `<hlc> <op id>`.
+    /// The full form writes `null` for a record without one, the compact form nothing.
     private mutating func hlc(_ row: PGRows.Row, _ column: Int) throws {
         writeClock.removeAll(keepingCapacity: true)
         try row.withBytes(at: column) { stored in
@@ -116,11 +137,21 @@ struct PulledPageWriter {
                 throw UnexpectedAnswer("a record's write clock is stored in no form a stamp takes")
             }
         }
-        row.withBytes(at: column + 1) { other in
-            writeClock.withUnsafeBytes { written in
+        try row.withBytes(at: column + 1) { other in
+            try writeClock.withUnsafeBytes { written in
                 let newest = other.map { written.isEmpty || $0.lexicographicallyPrecedes(written) == false ? $0 : written } ?? written
-                guard let space = newest.lastIndex(of: UInt8(ascii: " ")) else { return out.append(contentsOf: Self.null) }
-                JSONWriter.writeString(utf8: UnsafeRawBufferPointer(rebasing: newest[..<space]), into: &out)
+                guard let space = newest.lastIndex(of: UInt8(ascii: " ")) else {
+                    if form == .full { out.append(contentsOf: Self.hlc); out.append(contentsOf: Self.null) }
+                    return
+                }
+                out.append(contentsOf: Self.hlc)
+                let clock = UnsafeRawBufferPointer(rebasing: newest[..<space])
+                guard form == .compact else { return JSONWriter.writeString(utf8: clock, into: &out) }
+                guard clock.count > HLC.nodeOffset else { throw UnexpectedAnswer("a record's clock is too short to name a device") }
+                out.append(UInt8(ascii: "\""))
+                out.append(contentsOf: clock[..<HLC.nodeOffset])
+                out.append(contentsOf: String(devices.index(UnsafeRawBufferPointer(rebasing: clock[HLC.nodeOffset...]))).utf8)
+                out.append(UInt8(ascii: "\""))
             }
         }
     }
@@ -134,4 +165,28 @@ struct PulledPageWriter {
     private static let hlc = name(.hlc), visibility = name(.visibility), publicID = name(.publicID), canFork = name(.canFork)
     private static let publishedAt = name(.publishedAt), forkedFrom = name(.forkedFrom)
     private static let null = Array("null".utf8), `true` = Array("true".utf8), `false` = Array("false".utf8)
+}
+
+/// A compact page's devices, in the order the page first names them.
+private struct DeviceTable {
+    private(set) var order: [[UInt8]] = []
+    private var indices: [[UInt8]: Int] = [:]
+    /// The last one named: a page's records mostly come from few devices, often in runs.
+    private var last: (name: [UInt8], index: Int)?
+
+    /// The index of `node`, added when new.
+    mutating func index(_ node: UnsafeRawBufferPointer) -> Int {
+        if let last, last.name.elementsEqual(node) { return last.index }
+        let name = Array(node)
+        let index: Int
+        if let known = indices[name] {
+            index = known
+        } else {
+            index = order.count
+            order.append(name)
+            indices[name] = index
+        }
+        last = (name, index)
+        return index
+    }
 }

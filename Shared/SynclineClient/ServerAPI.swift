@@ -87,7 +87,7 @@ struct ServerAPI: Sendable {
     /// that has reached at least `minCursor` (a replica behind it leaves the answer to the
     /// primary). Naming the device lets support see how far it pulled.
     func pull(space: String?, device: String?, since: String?, minCursor: Int64, limit: Int) async throws -> Answer {
-        var path = "/v1/sync/pull?limit=\(limit)"
+        var path = "/v1/sync/pull?form=compact&limit=\(limit)"
         if let space { path += "&space_id=\(space)" }
         if let device { path += "&device_id=\(device)" }
         if let since { path += "&since=\(since)" }
@@ -127,17 +127,12 @@ struct ServerAPI: Sendable {
         guard answer.status == 204 else { throw ClientError.server(status: answer.status, detail: answer.detail) }
     }
 
-    static func page(_ answer: Answer) throws -> (changes: [RecordView], cursor: String, hasMore: Bool) {
-        guard let object = answer.json?.objectValue, case .array(let items)? = object["changes"],
-              let cursor = object["cursor"]?.stringValue, let hasMore = object["has_more"]?.boolValue
-        else { throw ClientError.server(status: answer.status, detail: "unreadable pull page") }
-        return (try items.map(Self.record), cursor, hasMore)
-    }
-
-    /// A pulled change.
-    static func record(_ value: JSONValue) throws -> RecordView {
-        guard let record = RecordView(json: value) else { throw ClientError.server(status: 200, detail: "unreadable change") }
-        return record
+    /// A pulled page, in either form (`PullPage`).
+    static func page(_ answer: Answer) throws -> PullPage {
+        guard let json = answer.json, let page = PullPage(json: json) else {
+            throw ClientError.server(status: answer.status, detail: "unreadable pull page")
+        }
+        return page
     }
 }
 

@@ -441,12 +441,15 @@ struct FakeBackend {
         }
         let limit = request.query["limit"].flatMap(Int.init) ?? 500
         guard (1...1000).contains(limit) else { return .problem(400, "invalid_request", "limit must be 1 to 1000.") }
+        guard let form = PullForm(rawValue: request.query["form"] ?? PullForm.full.rawValue) else {
+            return .problem(400, "invalid_request", "form must be full or compact.")
+        }
         let changed = space.records.values.filter { $0.version > since }.sorted { $0.version < $1.version }
-        let page = changed.prefix(limit)
+        let records = changed.prefix(limit)
         let hasMore = changed.count > limit
-        let cursor = hasMore ? page.last!.version : max(since, space.counter)
-        let changes = page.map { record in (try? JSONParser.parse(JSONCoding.encode(record.view))) ?? .null }
-        return .json(200, .object(["changes": .array(changes), "cursor": .string(String(cursor)), "has_more": .bool(hasMore)]))
+        let cursor = hasMore ? records.last!.version : max(since, space.counter)
+        let page = PullPage(changes: records.map(\.view), cursor: String(cursor), hasMore: hasMore)
+        return .json(200, page.json(form))
     }
 
     mutating func putBlob(_ request: FakeRequest, sha256: String, user: String) -> FakeAnswer {

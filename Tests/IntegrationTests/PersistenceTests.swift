@@ -100,6 +100,47 @@ struct PersistenceTests {
         }
     }
 
+    /// The compact form of a page PostgreSQL gave is the full form's records less who and
+    /// when wrote them last, and is what the Swift writer of the form (the fake servers',
+    /// the conformance vectors') makes of those records: tombstones, publication, records
+    /// of two devices, a clock of another device than the last write's, text to escape.
+    @Test func bothFormsOfAPulledPageReadAsTheSameRecords() async throws {
+        try await withStores { pool, devices, jobs, apply, pulls in
+            let alice = user()
+            let mac = try await devices.register(user: alice, name: "mac", platform: "macos", pushURL: nil, pushSecret: "s").deviceID
+            let phone = try await devices.register(user: alice, name: "phone", platform: "ios", pushURL: nil, pushSecret: "s").deviceID
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            func at(_ ms: Int64, _ device: String) -> String { HLC(milliseconds: now - ms, counter: 0, node: device)!.description }
+            var publish = op(.publish, "n1", hlc: at(500, phone))
+            publish.publicID = "both-forms-\(UUID().uuidString.prefix(8).lowercased())"
+            publish.canFork = true
+            for (device, ops) in [
+                (mac, [op(.upsert, "n1", ["title": "a"], hlc: at(9_000, mac)), op(.upsert, "n2", ["t": "q\"\u{1}\n\u{e9}", "deleted": true], hlc: at(8_000, mac)),
+                       op(.upsert, "n3", ["x": 1], hlc: at(7_000, mac)), op(.delete, "n3", hlc: at(6_000, mac))]),
+                (phone, [publish, op(.patch, "n2", ["n": 2.5], hlc: at(400, phone)), op(.upsert, "n4", ["hlc": "x"], hlc: at(300, phone))]),
+            ] {
+                guard case .created(let job, _) = try await jobs.create(intake(alice, device, ops)) else { Issue.record("not created"); return }
+                _ = try await apply.apply(jobs: [job], attempt: .countedInCommit)
+            }
+            let space = try await SpaceStore(pool: pool).personalSpace(user: alice).description
+            func page(_ form: PullForm) async throws -> (PullPage, JSONValue) {
+                guard case .page(let page) = try await pulls.pull(user: alice, space: space, since: 0, limit: 10, collections: nil, form: form),
+                      let json = try? JSONParser.parse(page.json), let read = PullPage(json: json)
+                else { throw UnexpectedAnswer("no \(form) page") }
+                return (read, json)
+            }
+            let (full, _) = try await page(.full)
+            let (compact, compactJSON) = try await page(.compact)
+            #expect(full.changes.map(\.id) == ["n3", "n1", "n2", "n4"] && full.changes.allSatisfy { $0.updatedBy != nil && $0.updatedAt != nil })
+            #expect(full.changes[1].visibility == .public && full.changes[0].deleted && full.changes[2].hlc == at(400, phone))
+            var held = full
+            for index in held.changes.indices { (held.changes[index].updatedAt, held.changes[index].updatedBy) = (nil, nil) }
+            #expect(compact == held)
+            #expect(compactJSON == full.json(.compact), "the gateway's compact page is the Swift writer's")
+            #expect(compactJSON.objectValue?["devices"] == .array([.string(mac), .string(phone)]))
+        }
+    }
+
     /// A page ends at the byte budget (never before its first record) and says so with
     /// `has_more`; following the cursors yields every record once, its data as stored.
     @Test func aPageEndsAtTheByteBudgetAndPagingMissesNothing() async throws {

@@ -11,6 +11,7 @@ struct PublicRoutes: Sendable {
     let records: PublicStore
     let views: ViewCounter
     let limiter: RateLimiter
+    let compression = ResponseCompression()
 
     var routes: RouteCollection<GatewayRequestContext> {
         let routes = RouteCollection(context: GatewayRequestContext.self)
@@ -34,7 +35,7 @@ struct PublicRoutes: Sendable {
         for index in items.indices { items[index].viewCount += Int64(views.pending(items[index].publicID)) }
         var headers = HTTPFields()
         headers[.cacheControl] = "public, max-age=5"
-        return try jsonResponse(PublicList(items: items), headers: headers)
+        return try compression.json(PublicList(items: items), for: request, headers: headers)
     }
 
     /// Answers with an ETag of the record's version; a matching If-None-Match gets 304.
@@ -55,6 +56,6 @@ struct PublicRoutes: Sendable {
             return Response(status: .notModified, headers: headers)
         }
         record.viewCount += Int64(views.count(publicID, reader: context.clientAddress))
-        return try jsonResponse(record, headers: headers)
+        return try compression.json(record, for: request, headers: headers)
     }
 }

@@ -27,6 +27,7 @@ struct SyncRoutes: Sendable {
     let publicIDLimiter: RateLimiter
     /// Where pulls that name their device reached (for the support console).
     let pullMarks: PullMarks
+    let compression = ResponseCompression()
 
     private let pushes = Counter(label: "syncline_pushes_total")
     private let pushedOps = Counter(label: "syncline_pushed_ops_total")
@@ -150,7 +151,7 @@ struct SyncRoutes: Sendable {
         guard let id, let view = try await jobs.view(user: context.user, job: id, space: space) else {
             throw APIError.notFound("No such job.")
         }
-        return try jsonResponse(view)
+        return try compression.json(view, for: request)
     }
 
     @Sendable func pull(_ request: Request, context: SignedInRequestContext) async throws -> Response {
@@ -172,16 +173,21 @@ struct SyncRoutes: Sendable {
             guard let id = DeviceID(text) else { throw APIError.badRequest("device_id must be a device's id.") }
             device = id
         }
+        var form = PullForm.full
+        if let text = query["form"] {
+            guard let named = PullForm(rawValue: String(text)) else { throw APIError.badRequest("form must be full or compact.") }
+            form = named
+        }
         if let space, try await spaces.role(user: context.user, space: space) == nil { throw APIError.notFound("No such space.") }
         switch try await pulls.pull(
-            user: context.user, space: space?.description, since: since, limit: limit, collections: collections, minCursor: minCursor)
+            user: context.user, space: space?.description, since: since, limit: limit, collections: collections, minCursor: minCursor,
+            form: form)
         {
         case .page(let page):
             if let device, let cursor = Int64(page.cursor) {
                 pullMarks.note(.init(device: device, user: context.user, space: space, cursor: cursor, collections: collections))
             }
-            return Response(
-                status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: page.json)))
+            return compression.json(ByteBuffer(bytes: page.json), for: request)
         case .resyncRequired:
             throw APIError(status: .gone, code: .resyncRequired, detail: "This cursor is older than the retention; pull from the start.")
         }

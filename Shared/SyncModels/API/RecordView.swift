@@ -82,14 +82,15 @@ public struct RecordView: Codable, Sendable, Equatable {
 }
 
 extension RecordView {
-    /// A record from parsed JSON, without Codable (a client's initial sync reads many); nil
-    /// when it is not one.
+    /// A record from parsed JSON, in either form of a pull page (`PullPage`), without
+    /// Codable (a client's initial sync reads many); nil when it is not one.
     public init?(json value: JSONValue) {
         typealias Key = CodingKeys
         guard let fields = value.objectValue, let collection = fields[Key.collection.rawValue]?.stringValue,
-              let id = fields[Key.id.rawValue]?.stringValue, let version = fields[Key.version.rawValue]?.intValue,
-              let deleted = fields[Key.deleted.rawValue]?.boolValue
+              let id = fields[Key.id.rawValue]?.stringValue, let version = fields[Key.version.rawValue]?.intValue
         else { return nil }
+        // A compact page leaves `deleted` out when it is false.
+        guard let deleted = fields[Key.deleted.rawValue].map(\.boolValue) ?? false else { return nil }
         self.init(
             collection: collection, id: id, version: version, deleted: deleted, data: fields[Key.data.rawValue]?.objectValue,
             updatedAt: fields[Key.updatedAt.rawValue]?.stringValue, updatedBy: fields[Key.updatedBy.rawValue]?.stringValue,

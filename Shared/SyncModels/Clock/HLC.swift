@@ -7,6 +7,8 @@ public struct HLC: Sendable, Hashable, Comparable, CustomStringConvertible {
     public let node: String
 
     public static let maxCounter = 99_999
+    /// Where the node starts in a clock's text: after `<13-digit ms>-<5-digit counter>-`.
+    public static let nodeOffset = 20
 
     public init?(milliseconds: Int64, counter: Int, node: String) {
         guard (0...9_999_999_999_999).contains(milliseconds),

@@ -10,7 +10,8 @@ import { liveJobWait, SyncSchedule, type HeardJob, type PassOutcome } from "./sc
 import type { JobOutcome, LocalSync } from "./local.js";
 import type { SignIn } from "./signin.js";
 import { SpaceGoneError, type Batch, type Changed, type LocalStore } from "./store.js";
-import type { DeviceView, JobView, Problem, PullPage, PushAccepted, StreamMessage } from "./views.js";
+import type { DeviceView, JobView, Problem, PushAccepted, StreamMessage } from "./views.js";
+import { readPullPage } from "./pull.js";
 import { SyncSteps } from "./syncsteps.js";
 import { Transfers } from "./transfers.js";
 import { TakingTurns } from "./turns.js";
@@ -513,7 +514,7 @@ export class SyncEngine {
       const cursor = await this.#local.meta<string>("cursor");
       const space = spaceParameter(this.host.spaceID, "&");
       const reached = this.#reachedCursor > 0 ? `&min_cursor=${this.#reachedCursor}` : "";
-      const answer = await this.gateway.send("GET", `/v1/sync/pull?limit=1000${spaceParameter(this.host.identity.device, "&", "device_id")}${space}${cursor ? `&since=${cursor}` : ""}${reached}`);
+      const answer = await this.gateway.send("GET", `/v1/sync/pull?form=compact&limit=1000${spaceParameter(this.host.identity.device, "&", "device_id")}${space}${cursor ? `&since=${cursor}` : ""}${reached}`);
       if (answer.status === 410) {
         await this.#local.beginResync();
         this.host.emit("resync", undefined);
@@ -524,7 +525,7 @@ export class SyncEngine {
         this.#state.pullWanted = true;
         throw new Retry(`pull answered ${answer.status}: ${answer.detail}`, answer.retryAfter);
       }
-      const page = answer.json as PullPage;
+      const page = readPullPage(answer.json);
       await this.#settleJobsInPage(page.changes);
       this.host.changed(await this.#local.applyPage(page.changes, page.cursor, page.has_more));
       if (!page.has_more) {

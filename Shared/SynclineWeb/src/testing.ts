@@ -10,6 +10,7 @@ import { ClockState } from "./hlc.js";
 import type { JSONObject } from "./json.js";
 import { compareStamps, RecordState, stampOf } from "./merge.js";
 import type { Op, RecordView } from "./op.js";
+import { compactPullPage } from "./pull.js";
 import type { TokenRefusal } from "./signin.js";
 import { checkOp, InvalidOpError } from "./validation.js";
 import type { JobView, OpResult } from "./views.js";
@@ -333,6 +334,7 @@ export class FakeSyncServer {
     const limit = Number(query.get("limit") ?? "500");
     if (!Number.isInteger(since) || since < 0) return problem(400, "invalid_request", "since must be a cursor from an earlier pull.");
     if (!Number.isInteger(limit) || limit < 1 || limit > 1000) return problem(400, "invalid_request", "limit must be 1 to 1000.");
+    if (![null, "full", "compact"].includes(query.get("form"))) return problem(400, "invalid_request", "form must be full or compact.");
     const changed = [...space.records.entries()].filter(([, record]) => record.version > since).sort(([, a], [, b]) => a.version - b.version);
     const page = changed.slice(0, limit);
     const hasMore = changed.length > limit;
@@ -341,7 +343,8 @@ export class FakeSyncServer {
       const [collection, id] = JSON.parse(key) as [string, string];
       return view(collection, id, record);
     });
-    return json(200, { changes, cursor: String(cursor), has_more: hasMore });
+    const body = { changes, cursor: String(cursor), has_more: hasMore };
+    return json(200, query.get("form") === "compact" ? compactPullPage(body) : body);
   }
 }
 

@@ -10,6 +10,7 @@ import { canonicalJSON } from "../dist/json.js";
 import { utcDateTime } from "../dist/dates.js";
 import { checkOp } from "../dist/validation.js";
 import { InvalidOpError } from "../dist/index.js";
+import { compactPullPage, readPullPage } from "../dist/pull.js";
 
 const vectors = JSON.parse(readFileSync(fileURLToPath(new URL("../../../Tests/Conformance/vectors.json", import.meta.url)), "utf8"));
 
@@ -110,4 +111,23 @@ test("dates are written as toISOString() writes them, read to the millisecond, a
     else if ("show" in c) assert.equal(utcDateTime(c.show), c.expect, `showing ${c.show}`);
     else assert.equal(Date.parse(c.read), c.expect, `reading ${c.read}`);
   }
+});
+
+test("both forms of every pull page read as the same records", () => {
+  assert.ok(vectors.pull.length >= 5);
+  for (const c of vectors.pull) {
+    const full = readPullPage(c.full);
+    assert.deepEqual(readPullPage(c.compact), full, c.name);
+    // The compact page has fewer bytes, and the fake server's compact form reads the same.
+    assert.ok(JSON.stringify(c.compact).length < JSON.stringify(c.full).length || c.full.changes.length === 0, c.name);
+    assert.deepEqual(readPullPage(compactPullPage(full)), full, c.name);
+  }
+});
+
+test("a compact clock naming no device of its page makes the page unreadable", () => {
+  const page = vectors.pull.find((c) => c.compact.changes.length > 0).compact;
+  for (const hlc of [page.changes[0].hlc.slice(0, 20) + "9", page.changes[0].hlc.slice(0, 20), page.changes[0].hlc.slice(0, 20) + "x"]) {
+    assert.throws(() => readPullPage({ ...page, changes: [{ ...page.changes[0], hlc }] }), /unreadable/, hlc);
+  }
+  assert.throws(() => readPullPage({ ...page, devices: "x" }), /unreadable/);
 });
