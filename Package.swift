@@ -322,7 +322,8 @@ let package = Package(
         .testTarget(
             name: "RouteTests",
             dependencies: [
-                "Gateway", "ServiceSupport", "PQBridge", "TestSupport",
+                "Gateway", "ServiceSupport", "PQBridge", "Persistence", "SyncModels", "TestSupport",
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ],
             path: "Tests/RouteTests", swiftSettings: strict),

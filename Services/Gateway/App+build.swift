@@ -135,7 +135,8 @@ func gatewayRouter(
             jobs: parts.jobs, publisher: publisher, marks: parts.marks, slots: settings.intakeConcurrency,
             background: parts.background, logger: logger),
         maxClockSkewMilliseconds: Int64(settings.maxClockSkew * 1000), rules: parts.rules,
-        limiter: parts.pushLimiter, publicIDLimiter: RateLimiter(settings.publicIDRateLimit), pullMarks: parts.pullMarks)
+        limiter: parts.pushLimiter, publicIDLimiter: RateLimiter(settings.publicIDRateLimit), pullMarks: parts.pullMarks,
+        readAhead: settings.pullReadAhead)
     signedIn.addRoutes(sync.routes)
     signedIn.addRoutes(blobs.routes)
     signedIn.addRoutes(uploads.routes)

@@ -49,6 +49,8 @@ struct GatewaySettings: Sendable {
     var publicFilesOrigin: PublicFilesOrigin?
     /// A streaming replica for pulls and public reads (`DATABASE_READ_URL`); nil: the primary.
     var databaseReadURL: String?
+    /// Pull pages read ahead and kept at once, all pulls together (`PULL_READ_AHEAD`).
+    var pullReadAhead: Int
 
     init(_ reader: EnvironmentReader) throws {
         http = try HTTPServerSettings(reader)
@@ -75,5 +77,6 @@ struct GatewaySettings: Sendable {
         maxOpenInvitations = try reader.int("MAX_OPEN_INVITATIONS", 100)
         publicFilesOrigin = try reader.publicFilesOrigin()
         databaseReadURL = reader.value("DATABASE_READ_URL")
+        pullReadAhead = try reader.int("PULL_READ_AHEAD", 16)
     }
 }

@@ -27,6 +27,8 @@ struct SyncRoutes: Sendable {
     let publicIDLimiter: RateLimiter
     /// Where pulls that name their device reached (for the support console).
     let pullMarks: PullMarks
+    /// The next page of each pull, read while the device takes in this one.
+    let readAhead: PullReadAhead
     let compression = ResponseCompression()
 
     private let pushes = Counter(label: "syncline_pushes_total")
@@ -35,8 +37,13 @@ struct SyncRoutes: Sendable {
     init(
         jobs: JobStore, pulls: PullStore, spaces: SpaceStore, intake: IntakeBatcher,
         maxClockSkewMilliseconds: Int64, rules: RulesCache, limiter: RateLimiter, publicIDLimiter: RateLimiter,
-        pullMarks: PullMarks
+        pullMarks: PullMarks, readAhead: Int
     ) {
+        self.readAhead = PullReadAhead(capacity: readAhead) { key in
+            try await pulls.pull(
+                user: key.user, space: key.space, since: key.since, limit: key.limit, collections: key.collections,
+                minCursor: key.minCursor, form: key.form)
+        }
         self.pullMarks = pullMarks
         self.rules = rules
         self.spaces = spaces
@@ -179,11 +186,12 @@ struct SyncRoutes: Sendable {
             form = named
         }
         if let space, try await spaces.role(user: context.user, space: space) == nil { throw APIError.notFound("No such space.") }
-        switch try await pulls.pull(
+        let key = PullReadAhead.Key(
             user: context.user, space: space?.description, since: since, limit: limit, collections: collections, minCursor: minCursor,
             form: form)
-        {
+        switch try await readAhead.page(key) {
         case .page(let page):
+            readAhead.readAhead(from: page.hasMore ? page.cursor : nil, of: key)
             if let device, let cursor = Int64(page.cursor) {
                 pullMarks.note(.init(device: device, user: context.user, space: space, cursor: cursor, collections: collections))
             }
