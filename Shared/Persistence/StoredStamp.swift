@@ -108,12 +108,33 @@ private struct UUIDText {
     let bytes: [UInt8]
     let capitals: Bool
 
+    /// Read here rather than by `UUID(uuidString:)`, which on Linux goes through `sscanf`:
+    /// a worker stores a stamp for every op it writes.
     init?(_ text: String) {
-        guard let uuid = UUID(uuidString: text) else { return nil }
-        let small = text.utf8.contains { (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }
-        let capital = text.utf8.contains { (UInt8(ascii: "A")...UInt8(ascii: "F")).contains($0) }
-        guard !(small && capital) else { return nil }
-        bytes = withUnsafeBytes(of: uuid.uuid) { Array($0) }
+        var bytes = [UInt8](repeating: 0, count: 16)
+        var small = false, capital = false
+        let valid = text.utf8.withContiguousStorageIfAvailable { utf8 -> Bool in
+            guard utf8.count == 36 else { return false }
+            var nibbles = 0
+            for (index, character) in utf8.enumerated() {
+                if index == 8 || index == 13 || index == 18 || index == 23 {
+                    guard character == UInt8(ascii: "-") else { return false }
+                    continue
+                }
+                let value: UInt8
+                switch character {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"): value = character - UInt8(ascii: "0")
+                case UInt8(ascii: "a")...UInt8(ascii: "f"): value = character - UInt8(ascii: "a") + 10; small = true
+                case UInt8(ascii: "A")...UInt8(ascii: "F"): value = character - UInt8(ascii: "A") + 10; capital = true
+                default: return false
+                }
+                bytes[nibbles / 2] |= nibbles % 2 == 0 ? value << 4 : value
+                nibbles += 1
+            }
+            return true
+        }
+        guard valid == true, !(small && capital) else { return nil }
+        self.bytes = bytes
         capitals = capital
     }
 }

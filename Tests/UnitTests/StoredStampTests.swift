@@ -33,6 +33,9 @@ import Testing
         Stamp(hlc: "1763800000000-00001-f53a6e6b-f734-44d9-a6f5-4e856cb1f9c5", opID: "op-1"),
         Stamp(hlc: "1763800000000-00001-f53a6e6bf73444d9a6f54e856cb1f9c5", opID: "0f5d79d6-7cde-458f-bd56-a6fc376eb196"),
         Stamp(hlc: "", opID: "0f5d79d6-7cde-458f-bd56-a6fc376eb196"),
+        Stamp(hlc: "1763800000000-00001-g53a6e6b-f734-44d9-a6f5-4e856cb1f9c5", opID: "0f5d79d6-7cde-458f-bd56-a6fc376eb196"),
+        Stamp(hlc: "1763800000000-00001-f53a6e6bf-734-44d9-a6f5-4e856cb1f9c5", opID: "0f5d79d6-7cde-458f-bd56-a6fc376eb196"),
+        Stamp(hlc: "1763800000000-00001-f53a6e6b-f734-44d9-a6f5-4e856cb1f9c5", opID: "0f5d79d6-7cde-458f-bd56-a6fc376eb19 "),
     ])
     func anyOtherStampIsStoredAsItsText(stamp: Stamp) {
         #expect(StoredStamp.text(stamp) == stamp.description)
