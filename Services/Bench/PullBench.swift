@@ -1,6 +1,9 @@
 import ArgumentParser
 import Auth
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import Logging
 import PQBridge
 import ServiceSupport
@@ -24,8 +27,13 @@ struct PullBench: AsyncParsableCommand {
     @Option(help: "Full pulls per client.") var runs = 3
     @Option(help: "Clients pulling at once.") var clients = 1
     @Option(help: "Records per page (the pull's limit, 1–10,000).") var limit = 1000
+    @Option(help: "The pages' form: full or compact.") var form = "full"
+    @Option(help: "How pages are read: raw (this tool's HTTP/1.1, parsed after the clock) or foundation (URLSession, which asks for gzip, and JSONDecoder, inside the clock).")
+    var reader = "raw"
 
     func run() async throws {
+        guard let form = PullForm(rawValue: form) else { throw ValidationError("--form is full or compact") }
+        guard ["raw", "foundation"].contains(reader) else { throw ValidationError("--reader is raw or foundation") }
         let configuration = try Configuration.fromEnvironment()
         let signer = try await TokenMinter(secret: try configuration.requireJWTSecret())
         guard let gateway = URL(string: url), let host = gateway.host else { throw ValidationError("bad --url") }
@@ -70,8 +78,11 @@ struct PullBench: AsyncParsableCommand {
             let started = Date()
             let fetched = try await withThrowingTaskGroup(of: [[UInt8]].self) { group in
                 for _ in 0..<clients {
-                    group.addTask { [limit] in
-                        try PushBench.fetchPages(RawHTTPConnection(host: host, port: port), token: token, limit: limit)
+                    group.addTask { [limit, reader, url] in
+                        if reader == "foundation" {
+                            return try await Self.decodePages(base: url, token: token, limit: limit, form: form)
+                        }
+                        return try PushBench.fetchPages(RawHTTPConnection(host: host, port: port), token: token, limit: limit, form: form)
                     }
                 }
                 return try await group.reduce(into: [[[UInt8]]]()) { $0.append($1) }
@@ -97,6 +108,35 @@ struct PullBench: AsyncParsableCommand {
                 seconds / Double(clients) / floor.seconds))
         }
         for line in Processes.memoryReport(["gateway"]) { print("after: " + line) }
+    }
+
+    /// A full pull as an app on URLSession reads it: each page fetched (URLSession asks for
+    /// gzip and decompresses) and decoded by JSONDecoder into plain structures, inside the
+    /// clock. Answers the pages' JSON, checked after the clock as the raw reader's are.
+    static func decodePages(base: String, token: String, limit: Int, form: PullForm) async throws -> [[UInt8]] {
+        struct Page: Decodable {
+            let changes: [Change]
+            let cursor: String
+            let has_more: Bool
+        }
+        struct Change: Decodable {
+            let collection: String, id: String, version: Int64, deleted: Bool?, data: [String: JSONValue]?, hlc: String?
+            let updated_at: String?, updated_by: String?, visibility: String?, public_id: String?, can_fork: Bool?
+            let published_at: String?, forked_from: String?
+        }
+        let session = URLSession(configuration: .ephemeral)
+        var cursor = "0", pages: [[UInt8]] = []
+        let decoder = JSONDecoder()
+        while true {
+            var request = URLRequest(url: URL(string: "\(base)/v1/sync/pull?limit=\(limit)&since=\(cursor)&form=\(form.rawValue)")!)
+            request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+            let (data, response) = try await session.data(for: request)
+            guard (response as? HTTPURLResponse)?.statusCode == 200 else { throw ValidationError("pull answered \(response)") }
+            let page = try decoder.decode(Page.self, from: data)
+            pages.append(Array(data))
+            cursor = page.cursor
+            if !page.has_more { return pages }
+        }
     }
 
     /// The floor of a full pull: the user's records, the fields a page carries, in version

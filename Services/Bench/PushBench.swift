@@ -190,10 +190,11 @@ extension PushBench {
     /// from its end (they are its last two fields), so the reader asks for the next page
     /// without parsing the records first: a pull's time is the server's, as the floor's
     /// is `COPY`'s. `countRecords` checks the pages afterwards.
-    static func fetchPages(_ connection: RawHTTPConnection, token: String, limit: Int) throws -> [[UInt8]] {
+    static func fetchPages(_ connection: RawHTTPConnection, token: String, limit: Int, form: PullForm = .full) throws -> [[UInt8]] {
         var cursor = "0", pages: [[UInt8]] = []
         while true {
-            let (status, body) = try connection.send(method: "GET", path: "/v1/sync/pull?limit=\(limit)&since=\(cursor)", token: token)
+            let (status, body) = try connection.send(
+                method: "GET", path: "/v1/sync/pull?limit=\(limit)&since=\(cursor)&form=\(form.rawValue)", token: token)
             guard status == 200, let end = pageEnd(body) else { throw ValidationError("pull answered \(status)") }
             pages.append(body)
             cursor = end.cursor

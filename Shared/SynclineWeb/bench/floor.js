@@ -1,7 +1,9 @@
 // The floor under SynclineWeb's figures: bare IndexedDB, in the same browser, doing the
 // writes the client's store does for the same work (the same stores, keys, indexes and
 // transactions, and the same HTTP calls), with nothing of the client around them: no
-// merge rules, no clock, no observers, no events, no other tabs.
+// merge rules, no clock, no observers, no events, no other tabs. Pages come in the form the
+// client asks for, read back to full records as the client reads them.
+import { readPullPage } from "../dist/pull.js";
 
 const request = (req) => new Promise((resolve, reject) => { req.onsuccess = () => resolve(req.result); req.onerror = () => reject(req.error); });
 const done = (tx) => new Promise((resolve, reject) => { tx.oncomplete = () => resolve(); tx.onerror = tx.onabort = () => reject(tx.error); });
@@ -40,7 +42,7 @@ function row(change) {
 export async function floorPull(db, api, { deleteConfirmed = false } = {}) {
   let cursor = null, stored = 0;
   for (;;) {
-    const page = (await api("GET", `/v1/sync/pull?limit=1000${cursor ? `&since=${cursor}` : ""}`)).json;
+    const page = readPullPage((await api("GET", `/v1/sync/pull?form=compact&limit=1000${cursor ? `&since=${cursor}` : ""}`)).json);
     const tx = db.transaction(["records", "meta", "outbox"], "readwrite");
     const records = tx.objectStore("records"), outbox = tx.objectStore("outbox");
     for (const change of page.changes) {
