@@ -18,8 +18,10 @@ import SyncModels
 /// decided by the route before it takes a page (membership, the caller's token), as for a
 /// page read for it.
 ///
-/// Bounded: at most `capacity` pages are kept or being read (past that none is read
-/// ahead), and one not asked for within `lifetime` is dropped.
+/// Two pages ahead: the database and the gateway then make one page while another goes
+/// out, and the device takes in a third. Bounded: at most `capacity` pages are kept or
+/// being read (past that none is read ahead), and one not asked for within `lifetime` is
+/// dropped.
 final class PullReadAhead: Sendable {
     /// The parameters that make a page: a request takes only a page read for exactly these.
     struct Key: Hashable, Sendable {
@@ -30,6 +32,11 @@ final class PullReadAhead: Sendable {
         let collections: [String]?
         let minCursor: Int64?
         let form: PullForm
+
+        /// The same pull's page from `cursor`.
+        func from(_ cursor: Int64) -> Key {
+            Key(user: user, space: space, since: cursor, limit: limit, collections: collections, minCursor: minCursor, form: form)
+        }
     }
 
     typealias Read = @Sendable (Key) async throws -> PullStore.Outcome
@@ -37,7 +44,14 @@ final class PullReadAhead: Sendable {
     private struct Entry {
         let task: Task<PullStore.Outcome, any Error>
         let started: ContinuousClock.Instant
+        /// The pages to read after this one once it is read (it is the first of them).
+        var ahead: Int
+        /// Where the page after it starts, once it is read and has more to follow.
+        var next: Int64?
     }
+
+    /// Pages read ahead of the one a request takes.
+    static let depth = 2
 
     let capacity: Int
     let lifetime: Duration
@@ -62,21 +76,54 @@ final class PullReadAhead: Sendable {
         return try await read(key)
     }
 
-    /// Starts reading the page after the one answered for `key`, from its `cursor`, when it
-    /// had more to follow (`cursor` nil: it had not) and there is room.
-    func readAhead(from cursor: String?, of key: Key) {
-        guard capacity > 0, let cursor = cursor.flatMap({ Int64($0) }) else { return }
-        let next = Key(
-            user: key.user, space: key.space, since: cursor, limit: key.limit, collections: key.collections,
-            minCursor: key.minCursor, form: key.form)
+    /// Where the page after `outcome` starts: nil when it is a last page, or no page.
+    static func next(after outcome: PullStore.Outcome) -> Int64? {
+        guard case .page(let page) = outcome, page.hasMore else { return nil }
+        return Int64(page.cursor)
+    }
+
+    /// Reads the pages after the one answered for `key` — from its `cursor`, `depth` of
+    /// them — unless they are read already or there is no room. `cursor` nil: that page
+    /// was the last.
+    func readAhead(from cursor: Int64?, of key: Key) {
+        guard capacity > 0, let cursor else { return }
         let now = ContinuousClock.now
         entries.withLockedValue { entries in
             let stale = entries.filter { now - $0.value.started >= lifetime }.keys
             for key in stale { entries.removeValue(forKey: key)?.task.cancel() }
             Self.dropped.increment(by: stale.count)
-            guard entries[next] == nil, entries.count < capacity else { return }
-            let read = read
-            entries[next] = Entry(task: Task { try await read(next) }, started: now)
+            ensure(key.from(cursor), ahead: Self.depth, in: &entries, now: now)
+        }
+    }
+
+    /// Makes sure `key` and the `ahead - 1` pages after it are read or being read: a page
+    /// already read passes the rest on to its successor, one being read does when it is.
+    private func ensure(_ key: Key, ahead: Int, in entries: inout [Key: Entry], now: ContinuousClock.Instant) {
+        guard ahead > 0 else { return }
+        if var entry = entries[key] {
+            guard entry.ahead < ahead else { return }
+            entry.ahead = ahead
+            entries[key] = entry
+            if let next = entry.next { ensure(key.from(next), ahead: ahead - 1, in: &entries, now: now) }
+            return
+        }
+        guard entries.count < capacity else { return }
+        let read = read
+        let task = Task { [weak self] in
+            let outcome = try await read(key)
+            self?.finished(key, reaching: Self.next(after: outcome))
+            return outcome
+        }
+        entries[key] = Entry(task: task, started: now, ahead: ahead)
+    }
+
+    /// A page read ahead for `key` is read: the pages wanted after it are started.
+    private func finished(_ key: Key, reaching next: Int64?) {
+        entries.withLockedValue { entries in
+            guard var entry = entries[key] else { return }
+            entry.next = next
+            entries[key] = entry
+            if let next { ensure(key.from(next), ahead: entry.ahead - 1, in: &entries, now: ContinuousClock.now) }
         }
     }
 }

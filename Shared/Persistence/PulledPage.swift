@@ -11,6 +11,13 @@ public struct PulledPage: Sendable, Equatable {
     public let cursor: String
     public let hasMore: Bool
 
+    public init(json: [UInt8], count: Int, cursor: String, hasMore: Bool) {
+        self.json = json
+        self.count = count
+        self.cursor = cursor
+        self.hasMore = hasMore
+    }
+
     /// The page's records, read back from `json` in either form (tests and tools).
     public func changes() throws -> [RecordView] {
         guard let page = PullPage(json: try JSONParser.parse(json)) else { throw UnexpectedAnswer("not a pull page") }

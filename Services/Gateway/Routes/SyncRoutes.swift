@@ -191,7 +191,7 @@ struct SyncRoutes: Sendable {
             form: form)
         switch try await readAhead.page(key) {
         case .page(let page):
-            readAhead.readAhead(from: page.hasMore ? page.cursor : nil, of: key)
+            readAhead.readAhead(from: page.hasMore ? Int64(page.cursor) : nil, of: key)
             if let device, let cursor = Int64(page.cursor) {
                 pullMarks.note(.init(device: device, user: context.user, space: space, cursor: cursor, collections: collections))
             }
