@@ -13,7 +13,6 @@ import SyncModels
 /// `POST /v1/sync/push`, `GET /v1/sync/jobs/{job_id}`, `GET /v1/sync/pull`.
 struct SyncRoutes: Sendable {
     let jobs: JobStore
-    let pulls: PullStore
     let spaces: SpaceStore
     /// Commits and announces each push's job, together with the pushes alongside it.
     let intake: IntakeBatcher
@@ -51,7 +50,6 @@ struct SyncRoutes: Sendable {
         self.publicIDLimiter = publicIDLimiter
         self.intake = intake
         self.jobs = jobs
-        self.pulls = pulls
         self.maxClockSkewMilliseconds = maxClockSkewMilliseconds
     }
 
