@@ -9,13 +9,13 @@ import SyncModels
 /// gzip for the answers that carry records — pull pages, job results, public reads — when
 /// the request's `Accept-Encoding` takes it. Answers under `minimumBytes` go as they are: a
 /// gzip frame costs more than it saves on them. Each compressed answer is one zlib stream
-/// at `level` (1, chosen by measurement: see docs/BENCHMARKS.md).
+/// at `level` (1 by default, chosen by measurement: see docs/BENCHMARKS.md).
 public struct ResponseCompression: Sendable {
-    public let level: Int32
+    public let gzip: CompressionAlgorithm
     public let minimumBytes: Int
 
-    public init(level: Int32 = 1, minimumBytes: Int = 1024) {
-        self.level = level
+    public init(level: ZlibConfiguration.CompressionLevel = .fastestCompression, minimumBytes: Int = 1024) {
+        gzip = .gzip(configuration: .init(compressionLevel: level))
         self.minimumBytes = minimumBytes
     }
 
@@ -30,7 +30,7 @@ public struct ResponseCompression: Sendable {
         var body = body
         let size = body.readableBytes
         if size >= minimumBytes, Self.takesGzip(request.headers[values: .acceptEncoding]),
-           let compressed = try? body.compress(with: .gzip(configuration: .init(compressionLevel: .init(rawValue: level) ?? .fastestCompression)))
+           let compressed = try? body.compress(with: gzip)
         {
             headers[.contentEncoding] = "gzip"
             Self.bytes.increment(by: size)

@@ -1,3 +1,5 @@
+import Foundation
+
 /// The two forms a pull page takes. `full` spells every field of every record; `compact`
 /// (asked for with `form=compact`) carries what a device uses and no more:
 ///
@@ -54,7 +56,8 @@ public struct PullPage: Sendable, Equatable {
         var page: [String: JSONValue] = ["cursor": .string(cursor), "has_more": .bool(hasMore)]
         switch form {
         case .full:
-            page["changes"] = .array(changes.map(\.fullJSON))
+            // Every field, as RecordView's Codable form spells it.
+            page["changes"] = .array(changes.map { (try? JSONParser.parse(JSONCoding.encode($0))) ?? .null })
         case .compact:
             var devices: [String: Int] = [:]
             var order: [String] = []
@@ -85,21 +88,6 @@ public struct PullPage: Sendable, Equatable {
 }
 
 extension RecordView {
-    /// Every field, as a full page carries it.
-    public var fullJSON: JSONValue {
-        var fields: [String: JSONValue] = [
-            Key.collection.rawValue: .string(collection), Key.id.rawValue: .string(id), Key.version.rawValue: .int(version),
-            Key.deleted.rawValue: .bool(deleted), Key.data.rawValue: data.map(JSONValue.object) ?? .null,
-            Key.hlc.rawValue: hlc.map(JSONValue.string) ?? .null, Key.visibility.rawValue: .string(visibility.rawValue),
-            Key.publicID.rawValue: publicID.map(JSONValue.string) ?? .null, Key.canFork.rawValue: .bool(canFork),
-            Key.publishedAt.rawValue: publishedAt.map(JSONValue.string) ?? .null,
-            Key.forkedFrom.rawValue: forkedFrom.map(JSONValue.string) ?? .null,
-        ]
-        if let updatedAt { fields[Key.updatedAt.rawValue] = .string(updatedAt) }
-        if let updatedBy { fields[Key.updatedBy.rawValue] = .string(updatedBy) }
-        return .object(fields)
-    }
-
     /// The record as a compact page carries it; `index` numbers a clock's device in the page.
     func compactJSON(index: (String) -> Int) -> JSONValue {
         var fields: [String: JSONValue] = [
