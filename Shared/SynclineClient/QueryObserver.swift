@@ -29,6 +29,8 @@ final class CoalescedWork<Pending: Sendable>: Sendable {
     private struct State {
         var turns = TakingTurns<Pending>()
         var cancelled = false
+        /// Callers of `cancelAndWait` waiting for the current run to end.
+        var awaitingIdle: [CheckedContinuation<Void, Never>] = []
     }
 
     private let state = Locked(State())
@@ -52,6 +54,21 @@ final class CoalescedWork<Pending: Sendable>: Sendable {
         }
     }
 
+    /// Cancels, then returns once no run is under way: after it, `work` never runs again
+    /// (what it reads can be closed).
+    func cancelAndWait() async {
+        await withCheckedContinuation { continuation in
+            let idle = state.withLock { state in
+                state.cancelled = true
+                _ = state.turns.cancelWaiting()
+                guard state.turns.isRunning else { return true }
+                state.awaitingIdle.append(continuation)
+                return false
+            }
+            if idle { continuation.resume() }
+        }
+    }
+
     /// Runs for `first` and the requests merged into it, then for whoever waited meanwhile,
     /// until nobody waits.
     private func run(_ first: Pending) async {
@@ -59,7 +76,13 @@ final class CoalescedWork<Pending: Sendable>: Sendable {
         while let next = leader {
             let merged = state.withLock { $0.cancelled ? nil : $0.turns.takeWaiting().reduce(next, merge) }
             if let merged { await work(merged) }
-            leader = state.withLock { $0.turns.finish() }
+            let (next, idle) = state.withLock { state in
+                let next = state.turns.finish()
+                defer { if next == nil { state.awaitingIdle = [] } }
+                return (next, next == nil ? state.awaitingIdle : [])
+            }
+            for waiter in idle { waiter.resume() }
+            leader = next
         }
     }
 }
@@ -91,6 +114,9 @@ final class QueryObserver: Sendable {
     func changed(_ records: ChangedRecords) { work.request(records) }
 
     func cancel() { work.cancel() }
+
+    /// Cancels, then returns once no refresh is under way.
+    func cancelAndWait() async { await work.cancelAndWait() }
 
     private static func refresh(
         _ changed: ChangedRecords, _ query: RecordQuery, store: LocalStore, delivered: Locked<Delivered>,

@@ -151,9 +151,11 @@ public actor SyncClient {
         await stop()
         guard wipe else { return unsent }
         wiped = true
-        for observer in observers.values { observer.cancel() }
+        // No observer's refresh nor status may be reading the database when it closes.
+        let observing = observers.values
         observers = [:]
-        statusWork.cancel()
+        for observer in observing { await observer.cancelAndWait() }
+        await statusWork.cancelAndWait()
         try store.wipe()
         return unsent
     }
@@ -315,6 +317,7 @@ public actor SyncClient {
     func observe<Element: Sendable>(
         _ query: RecordQuery, _ transform: @escaping @Sendable ([LocalRecord]) -> Element
     ) throws -> AsyncStream<Element> {
+        if wiped { throw ClientError.signedOut }
         _ = try QuerySQL.select(query)  // refuses an invalid query here, not in the background
         let (stream, sink) = AsyncStream.makeStream(of: Element.self, bufferingPolicy: .bufferingNewest(1))
         let key = UUID()

@@ -74,6 +74,27 @@ struct FakeSyncServerTests {
         try await server.shutdown()
     }
 
+    /// Signing out with a wipe while observers are refreshing (writes keep waking them)
+    /// waits for their reads before it closes the database: nothing reads a closed store.
+    @Test func signingOutWithWipeWhileObserversRefreshIsSafe() async throws {
+        let server = try await FakeSyncServer.start()
+        for round in 0..<5 {
+            let path = Self.path()
+            let phone = try SyncClient(server.configuration(user: "alice", databasePath: path))
+            var readers: [Task<Void, Never>] = []
+            for _ in 0..<4 {
+                let stream = try await phone.observe(RecordQuery("recipes"))
+                readers.append(Task { for await _ in stream {} })
+            }
+            for index in 0..<100 { try await phone.save(Recipe(id: "r\(index)", title: "Round \(round)", minutes: index)) }
+            #expect(try await phone.signOut(wipe: true) == 100)
+            #expect(!FileManager.default.fileExists(atPath: path))
+            await #expect(throws: ClientError.signedOut) { _ = try await phone.observe(RecordQuery("recipes")) }
+            for reader in readers { reader.cancel() }
+        }
+        try await server.shutdown()
+    }
+
     /// After an outage long enough for the stream's backoff to grow, `networkAvailable()`
     /// starts every backoff over: the stream is back and another device's change shows
     /// within 2 s of the server's return (before, the stream waited out its backoff).
