@@ -138,14 +138,15 @@ final class ServiceProcess: @unchecked Sendable {
         return hasExited ? exitCode : nil
     }
 
-    /// Waits up to `seconds` for `/readyz` to answer 200: true when it does, false when the
-    /// process exits first; throws (with the process's last output) on a timeout.
+    /// Waits up to `seconds` for `/readyz` to answer 200 from this process (not another that
+    /// holds its port): true when it does, false when the process exits first; throws (with
+    /// the process's last output) on a timeout.
     func waitUntilReady(within seconds: Double = 30) async throws -> Bool {
         let probe = APIClient(base: "http://127.0.0.1:\(port)")
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline {
             if hasExited { return false }
-            if (try? await probe.request("GET", "/readyz").status) == 200 { return true }
+            if (try? await probe.request("GET", "/readyz").status) == 200, Loopback.isListening(pid: pid, port: port) { return true }
             try await Task.sleep(for: .milliseconds(100))
         }
         throw StackError(description: "\(name) on port \(port) not ready after \(seconds) s: \(logTail())")

@@ -579,7 +579,7 @@ struct WebClientTests {
                     fewPushes: pushes.filter((push) => push.status === 202).length <= 20,
                     records: (await client.records('items')).filter((r) => !r.hasPendingEdits).length});
                 })()
-                """) as? String
+                """, timeout: 90) as? String  // up to 20 pushes at one a second, and the sync's own 60 s
             #expect(result == #"{"early":0,"fewPushes":true,"pending":0,"records":1000,"syncError":null}"#)
             #expect(try await ClientTests.server(page.stack, page.user, "items").count == 1000)
         }

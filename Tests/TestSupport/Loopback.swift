@@ -1,3 +1,5 @@
+import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -55,5 +57,56 @@ public enum Loopback {
             return nil
         }
         return fd
+    }
+
+    /// Whether the socket listening on `port` (IPv4 or IPv6) belongs to process `pid` or to
+    /// one of its descendants: a readiness probe that reached the port may have reached
+    /// another process that took it first.
+    public static func isListening(pid: pid_t, port: Int) -> Bool {
+        let inodes = listeningInodes(port: port)
+        guard !inodes.isEmpty else { return false }
+        let processes = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        for entry in processes {
+            guard let owner = pid_t(entry) else { continue }
+            let descriptors = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(entry)/fd")) ?? []
+            let holds = descriptors.contains { descriptor in
+                guard let link = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(entry)/fd/\(descriptor)"),
+                      link.hasPrefix("socket:[") else { return false }
+                return inodes.contains(String(link.dropFirst(8).dropLast()))
+            }
+            if holds, descends(owner, from: pid) { return true }
+        }
+        return false
+    }
+
+    /// The inodes of the sockets listening on `port`, from /proc/net/tcp and tcp6.
+    static func listeningInodes(port: Int) -> Set<String> {
+        let hexPort = String(format: ":%04X", port)
+        var inodes = Set<String>()
+        for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            guard let text = try? String(contentsOfFile: table, encoding: .utf8) else { continue }
+            for line in text.split(separator: "\n").dropFirst() {
+                let fields = line.split(separator: " ")
+                // sl, local address, remote address, state (0A: listening), …, inode (10th)
+                guard fields.count > 9, fields[1].hasSuffix(hexPort), fields[3] == "0A" else { continue }
+                inodes.insert(String(fields[9]))
+            }
+        }
+        return inodes
+    }
+
+    /// Whether `process` is `ancestor` or descends from it.
+    static func descends(_ process: pid_t, from ancestor: pid_t) -> Bool {
+        var current = process
+        for _ in 0..<64 {
+            if current == ancestor { return true }
+            guard current > 1, let stat = try? String(contentsOfFile: "/proc/\(current)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { return false }
+            // After "pid (name)": the state, then the parent's pid.
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            guard fields.count > 1, let parent = pid_t(fields[1]) else { return false }
+            current = parent
+        }
+        return false
     }
 }
