@@ -227,18 +227,15 @@ struct JobConsumer: Service {
         } catch {
             let failure = JobFailure.classify(error)
             let message = (error as? PGError)?.debugDescription ?? "\(error)"
-            switch failure {
-            case .outage:
+            switch JobSettlement.after(failure, attempt: attempt, maxAttempts: configuration.maxAttempts) {
+            case .handBack:
                 await handBack(delivery, to: jobs, error: error, releasingAttemptOf: job, logger: logger)
-            case .transient where attempt < configuration.maxAttempts:
+            case .retry:
                 try? await store.failAttempt(job, error: message)
                 await retryLater(delivery, job: job, attempt: attempt, failure: failure, error: message, logger: logger)
-            case .transient:
+            case .deadLetter(let reason):
                 try? await store.failAttempt(job, error: message)
-                await park(delivery, from: jobs, jobID: jobID, reason: .maxAttempts, error: message)
-            case .permanent(let reason):
-                try? await store.failAttempt(job, error: message)
-                await park(delivery, from: jobs, jobID: jobID, reason: DeadLetterReason(rawValue: reason), error: message)
+                await park(delivery, from: jobs, jobID: jobID, reason: reason, error: message)
             }
         }
     }

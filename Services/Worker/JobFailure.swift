@@ -1,6 +1,7 @@
 import AMQPBridge
 import Persistence
 import PQBridge
+import ServiceSupport
 
 /// What a failed job attempt means — decided here and nowhere else.
 ///
@@ -73,4 +74,26 @@ public struct UnreadableJob: Error, CustomStringConvertible {
     }
 
     public var description: String { "job \(jobID) holds ops that cannot be read" }
+}
+
+/// What becomes of a job's delivery after one of its attempts failed — decided here and
+/// nowhere else; the consumer carries it out.
+public enum JobSettlement: Equatable, Sendable {
+    /// Handed back to its queue with the attempt not counted (the database is out, or the
+    /// worker is stopping): the job was not at fault.
+    case handBack
+    /// The failed attempt is recorded and the job waits in its tier's retry queue.
+    case retry
+    /// The failed attempt is recorded and the job is dead-lettered with this reason.
+    case deadLetter(DeadLetterReason)
+
+    /// After attempt number `attempt` (counted from 1) failed with `failure`.
+    public static func after(_ failure: JobFailure, attempt: Int, maxAttempts: Int) -> JobSettlement {
+        switch failure {
+        case .outage: .handBack
+        case .transient where attempt < maxAttempts: .retry
+        case .transient: .deadLetter(.maxAttempts)
+        case .permanent(let reason): .deadLetter(DeadLetterReason(rawValue: reason))
+        }
+    }
 }

@@ -28,6 +28,18 @@ struct FailureHandlingTests {
         #expect(JobFailure.classify(error) == expected)
     }
 
+    /// What each failure comes to: an outage hands the job back uncounted, a transient
+    /// failure retries until the last attempt and then dead-letters, a permanent one
+    /// dead-letters at once under its own reason.
+    @Test func aFailedAttemptSettlesByItsKindAndCount() {
+        #expect(JobSettlement.after(.outage(reason: "database_unavailable"), attempt: 5, maxAttempts: 5) == .handBack)
+        #expect(JobSettlement.after(.transient(reason: "deadlock"), attempt: 1, maxAttempts: 5) == .retry)
+        #expect(JobSettlement.after(.transient(reason: "deadlock"), attempt: 4, maxAttempts: 5) == .retry)
+        #expect(JobSettlement.after(.transient(reason: "deadlock"), attempt: 5, maxAttempts: 5) == .deadLetter(.maxAttempts))
+        #expect(JobSettlement.after(.permanent(reason: "invalid_payload"), attempt: 1, maxAttempts: 5)
+                == .deadLetter(DeadLetterReason(rawValue: "invalid_payload")))
+    }
+
     /// A request that meets a schema older than this build is answered 503 with
     /// Retry-After (an upgrade in progress), never 500; a real bug still is a 500.
     @Test func aSchemaNotYetMigratedIsAnsweredAsUnavailable() {
