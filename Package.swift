@@ -301,7 +301,7 @@ let package = Package(
             name: "UnitTests",
             dependencies: [
                 "Telemetry", "SyncModels", "SynclineClient", "SynclineUI", "SynclineTesting", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", "HTTPSupport", "BrokerTopology",
-                "Worker", "Fanout", "Persistence", "Operations", "TestSupport",
+                "Gateway", "Worker", "Fanout", "Persistence", "Operations", "TestSupport",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -41,5 +41,5 @@ struct HeldRules: Sendable {
     }
 
     /// The set-aside reason of an op a rule refused: `rule:recipes.schema`.
-    static func reason(_ rule: String) -> String { "rule:\(rule)" }
+    static func reason(_ rule: String) -> String { PushAnswer.ruleReason(rule) }
 }

@@ -245,47 +245,35 @@ extension SyncClient {
             } catch {
                 throw Retry.unreachable("push", error)
             }
-            switch answer.status {
-            case 202:
-                guard let jobID = answer.json?.objectValue?["job_id"]?.stringValue else {
-                    throw Retry(reason: "push answer without job_id", after: nil)
-                }
+            switch PushAnswer(
+                status: answer.status, body: answer.json, detail: answer.detail, retryAfter: answer.retryAfter,
+                namesSpace: configuration.spaceID != nil, batchOps: batch.opIDs.count) {
+            case .accepted(let jobID):
                 try store.batchAccepted(batch, jobID: jobID)
-            case 400, 422:
-                if let rule = answer.problemRule {
-                    noteRulesVersion(answer.problemRulesVersion)
-                    try setAside(batch, index: answer.problemOpIndex, reason: HeldRules.reason(rule))
-                } else {
-                    try setAside(batch, index: answer.problemOpIndex, reason: answer.detail)
-                }
-            case 409 where answer.json?.objectValue?["code"]?.stringValue == "blob_missing":
-                // The server lacks a file an op references (purged, or never sent): sent
-                // again when this device holds it, else the op is set aside.
-                if let sha256 = answer.problemSHA256, try store.blobMissing(sha256) {
+            case .setAside(let index, let reason, let rulesVersion):
+                noteRulesVersion(rulesVersion)
+                try setAside(batch, index: index, reason: reason)
+            case .fileMissing(let sha256, let index, let detail):
+                // Sent again when this device holds the file (purged, or never sent), else
+                // the op is set aside.
+                if let sha256, try store.blobMissing(sha256) {
                     try store.batchDissolved(batch)
                     if let failure = try await uploadPending() { throw failure }
                 } else {
-                    try setAside(batch, index: answer.problemOpIndex, reason: answer.detail)
+                    try setAside(batch, index: index, reason: detail)
                 }
-            case 403 where configuration.spaceID != nil:
-                // A viewer's edits: the server will not take them while the role lasts.
-                try setAside(batch, index: nil, reason: answer.detail)
-            case 404:
+            case .unknownDeviceOrSpace(let detail):
                 // The space may be gone: the pull tells (a 404 there drops it). A space still
                 // there (or none named) means the server does not know this device — its
                 // database was restored from before the device registered: it registers again.
                 if configuration.spaceID != nil { try await pullAll() }
                 try await forgetDevice(device)
                 try store.batchDissolved(batch)
-                throw Retry(reason: "push answered 404: \(answer.detail)", after: nil)
-            case 413:
-                if batch.opIDs.count == 1 {
-                    try setAside(batch, index: 0, reason: answer.detail)
-                } else {
-                    maxBatchBytes = max(1_024, maxBatchBytes / 2)
-                    try store.batchDissolved(batch)
-                }
-            default:
+                throw Retry(reason: "push answered 404: \(detail)", after: nil)
+            case .halveBatch:
+                maxBatchBytes = max(1_024, maxBatchBytes / 2)
+                try store.batchDissolved(batch)
+            case .retry:
                 throw Retry.answered("push", answer)
             }
         }

@@ -90,27 +90,8 @@ struct SyncRoutes: Sendable {
     func answer(
         _ outcome: JobStore.IntakeOutcome, rules: Rules, space: SpaceID?, location: (String, SpaceID?) -> String
     ) throws -> Response {
+        if let problem = Self.problem(refusing: outcome, rulesVersion: rules.version) { throw problem }
         switch outcome {
-        case .keyReused:
-            throw APIError.unprocessable("This Idempotency-Key was used with a different body.")
-        case .deviceNotFound:
-            throw APIError.notFound("No such device.")
-        case .deviceRevoked:
-            throw APIError.forbidden("This device was revoked.")
-        case .spaceNotFound:
-            throw APIError.notFound("No such space.")
-        case .spaceReadOnly:
-            throw APIError.forbidden("A viewer of this space cannot push to it.")
-        case .blobMissing(let op, let sha256):
-            var error = APIError(
-                status: .conflict, code: .blobMissing,
-                detail: "The op references the file \(sha256), which the space does not hold: upload it first.")
-            error.opIndex = op
-            error.pointer = "/ops/\(op)/data"
-            error.sha256 = sha256
-            throw error
-        case .ruleRefused(let op, let refusal):
-            throw APIError.ruleRefused(refusal, op: op, version: rules.version)
         case .existing(let jobID, let status, let ops):
             return try accepted(PushAccepted(jobID: jobID, status: status, ops: ops), location: location(jobID, space))
         case .created(let job, let ops):
@@ -118,6 +99,38 @@ struct SyncRoutes: Sendable {
             pushedOps.increment(by: ops)
             return try accepted(
                 PushAccepted(jobID: job.job.description, status: .queued, ops: ops), location: location(job.job.description, job.space))
+        default:
+            throw UnexpectedAnswer("an intake's refusal without its problem: \(outcome)")
+        }
+    }
+
+    /// The problem a push the intake refused is answered with (nil: it was taken), judged
+    /// by rules of version `rulesVersion`. The conformance vectors' push answers come from
+    /// here, so both clients are held to what the gateway says.
+    static func problem(refusing outcome: JobStore.IntakeOutcome, rulesVersion: Int64) -> APIError? {
+        switch outcome {
+        case .created, .existing:
+            return nil
+        case .keyReused:
+            return APIError.unprocessable("This Idempotency-Key was used with a different body.")
+        case .deviceNotFound:
+            return APIError.notFound("No such device.")
+        case .deviceRevoked:
+            return APIError.forbidden("This device was revoked.")
+        case .spaceNotFound:
+            return APIError.notFound("No such space.")
+        case .spaceReadOnly:
+            return APIError.forbidden("A viewer of this space cannot push to it.")
+        case .blobMissing(let op, let sha256):
+            var error = APIError(
+                status: .conflict, code: .blobMissing,
+                detail: "The op references the file \(sha256), which the space does not hold: upload it first.")
+            error.opIndex = op
+            error.pointer = "/ops/\(op)/data"
+            error.sha256 = sha256
+            return error
+        case .ruleRefused(let op, let refusal):
+            return APIError.ruleRefused(refusal, op: op, version: rulesVersion)
         }
     }
 

@@ -10,8 +10,9 @@ import { liveJobWait, SyncSchedule, type HeardJob, type PassOutcome } from "./sc
 import type { JobOutcome, LocalSync } from "./local.js";
 import type { SignIn } from "./signin.js";
 import { SpaceGoneError, type Batch, type Changed, type LocalStore } from "./store.js";
-import type { DeviceView, JobView, Problem, PushAccepted, StreamMessage } from "./views.js";
+import type { DeviceView, JobView, StreamMessage } from "./views.js";
 import { readPullPage } from "./pull.js";
+import { pushAnswer } from "./pushanswer.js";
 import { SyncSteps } from "./syncsteps.js";
 import { Transfers } from "./transfers.js";
 import { TakingTurns } from "./turns.js";
@@ -72,11 +73,6 @@ export interface EngineHost {
   changedAll(): void;
   /** A new version of the app's rules is kept: the client reads it again. */
   rulesChanged(): void;
-}
-
-/** A problem's op: its `op_index` member (the detail is for people, never parsed). */
-function problemOpIndex(problem: Problem): number | null {
-  return typeof problem.op_index === "number" && Number.isInteger(problem.op_index) ? problem.op_index : null;
 }
 
 export class SyncEngine {
@@ -352,40 +348,43 @@ export class SyncEngine {
       const trace = traceparent(batch.key);
       this.#state.lastPushTraceID = trace.traceID;
       const answer = await this.gateway.send("POST", "/v1/sync/push", batch.body, { "Idempotency-Key": batch.key, traceparent: trace.header });
-      const accepted = answer.status === 202 ? answer.json as Partial<PushAccepted> | null : null;
-      if (typeof accepted?.job_id === "string") {
-        await this.#local.batchAccepted(batch, accepted.job_id);
-      } else if (answer.status === 400 || answer.status === 422 || (answer.status === 403 && spaceID)) {
-        const rule = answer.problem.rule;
-        if (typeof rule === "string") await this.#noteRulesVersion(answer.problem.rules_version);
-        await this.#refused(
-          batch, answer.status === 403 ? null : problemOpIndex(answer.problem), typeof rule === "string" ? ruleReason(rule) : answer.detail);
-      } else if (answer.status === 409 && answer.problem.code === "blob_missing") {
-        // The server lacks a file an op references: sent again when this browser holds it, else the op is set aside.
-        const sha = typeof answer.problem.sha256 === "string" ? answer.problem.sha256 : null;
-        if (sha && await this.#local.blobMissing(sha)) {
+      const decided = pushAnswer({
+        status: answer.status, body: answer.json, detail: answer.detail, retryAfter: answer.retryAfter,
+        namesSpace: Boolean(spaceID), batchOps: batch.op_ids.length,
+      });
+      switch (decided.action) {
+        case "accepted":
+          await this.#local.batchAccepted(batch, decided.job_id);
+          break;
+        case "set_aside":
+          await this.#noteRulesVersion(decided.rules_version);
+          await this.#refused(batch, decided.op_index, decided.reason);
+          break;
+        case "file_missing":
+          // Sent again when this browser holds the file, else the op is set aside.
+          if (decided.sha256 && await this.#local.blobMissing(decided.sha256)) {
+            await this.#local.batchDissolved(batch);
+            const failure = await this.#uploadPending();
+            if (failure) throw new Retry(failure);
+          } else {
+            await this.#refused(batch, decided.op_index, decided.detail);
+          }
+          break;
+        case "unknown_device_or_space":
+          // The space may be gone: the pull tells (a 404 there drops it). A space still there
+          // (or none named) means the server does not know this device — its database was
+          // restored from before the device registered: it registers again.
+          if (spaceID) await this.#pullAll();
+          if ((await this.#local.meta<string>("device_id")) === device) await this.#local.setMeta("device_id", null);
+          this.#deviceForgotten = true;
           await this.#local.batchDissolved(batch);
-          const failure = await this.#uploadPending();
-          if (failure) throw new Retry(failure);
-        } else {
-          await this.#refused(batch, problemOpIndex(answer.problem), answer.detail);
-        }
-      } else if (answer.status === 404) {
-        // The space may be gone: the pull tells (a 404 there drops it). A space still there
-        // (or none named) means the server does not know this device — its database was
-        // restored from before the device registered: it registers again.
-        if (spaceID) await this.#pullAll();
-        if ((await this.#local.meta<string>("device_id")) === device) await this.#local.setMeta("device_id", null);
-        this.#deviceForgotten = true;
-        await this.#local.batchDissolved(batch);
-        throw new Retry(`push answered 404: ${answer.detail}`);
-      } else if (answer.status === 413 && batch.op_ids.length > 1) {
-        this.#maxBytes = halved(this.#maxBytes);
-        await this.#local.batchDissolved(batch);
-      } else if (answer.status === 413) {
-        await this.#refused(batch, 0, answer.detail);
-      } else {
-        throw new Retry(`push answered ${answer.status}: ${answer.detail}`, answer.retryAfter);
+          throw new Retry(`push answered 404: ${decided.detail}`);
+        case "halve_batch":
+          this.#maxBytes = halved(this.#maxBytes);
+          await this.#local.batchDissolved(batch);
+          break;
+        case "retry":
+          throw new Retry(`push answered ${decided.status}: ${decided.detail}`, decided.retry_after ?? undefined);
       }
       if (this.#state.writesWaiting) return true;
     }

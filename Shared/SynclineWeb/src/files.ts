@@ -13,5 +13,5 @@ export const coreFiles: readonly string[] = [
 
 /** Loaded on first use, by dynamic `import()`. */
 export const lazyFiles: readonly string[] = [
-  "batching.js", "engine.js", "http.js", "op.js", "pull.js", "rules.js", "schedule.js", "spaces.js", "syncsteps.js", "transfers.js", "turns.js",
+  "batching.js", "engine.js", "http.js", "op.js", "pull.js", "pushanswer.js", "rules.js", "schedule.js", "spaces.js", "syncsteps.js", "transfers.js", "turns.js",
 ];

@@ -11,6 +11,7 @@ import { utcDateTime } from "../dist/dates.js";
 import { checkOp } from "../dist/validation.js";
 import { InvalidOpError } from "../dist/index.js";
 import { compactPullPage, readPullPage } from "../dist/pull.js";
+import { pushAnswer } from "../dist/pushanswer.js";
 
 const vectors = JSON.parse(readFileSync(fileURLToPath(new URL("../../../Tests/Conformance/vectors.json", import.meta.url)), "utf8"));
 
@@ -130,4 +131,18 @@ test("a compact clock naming no device of its page makes the page unreadable", (
     assert.throws(() => readPullPage({ ...page, changes: [{ ...page.changes[0], hlc }] }), /unreadable/, hlc);
   }
   assert.throws(() => readPullPage({ ...page, devices: "x" }), /unreadable/);
+});
+
+test("every answer the gateway gives a push comes to what SynclineClient does with it", () => {
+  assert.ok(vectors.push_answers.length >= 10);
+  const actions = new Set();
+  for (const c of vectors.push_answers) {
+    const decided = pushAnswer({
+      status: c.status, body: c.body, detail: c.detail, retryAfter: c.retry_after, namesSpace: c.names_space, batchOps: c.batch_ops,
+    });
+    assert.deepEqual(decided, c.expect, c.name);
+    actions.add(decided.action);
+  }
+  // Every action is among the gateway's answers: none is decided for answers it never gives.
+  assert.deepEqual([...actions].sort(), ["accepted", "file_missing", "halve_batch", "retry", "set_aside", "unknown_device_or_space"]);
 });
