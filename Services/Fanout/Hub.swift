@@ -15,10 +15,10 @@ import Tracing
 enum StreamMessage: Sendable, Equatable {
     case hello(PullStore.StreamStart)
     /// `space`: the space that changed.
-    case poke(cursor: String, space: String? = nil)
+    case poke(cursor: String, space: SpaceID? = nil)
     /// The outcome of a job of the device's own: `troubled` when it had rejected or
     /// conflicting ops (the job's results say which), or died.
-    case job(jobID: String, status: JobStatus, checkpoint: String?, troubled: Bool)
+    case job(jobID: JobID, status: JobStatus, checkpoint: String?, troubled: Bool)
     case heartbeat
 
     var json: String {
@@ -31,11 +31,11 @@ enum StreamMessage: Sendable, Equatable {
             ])
         case .poke(let cursor, let space):
             var fields: [String: JSONValue] = ["type": .string("poke"), "cursor": .string(cursor)]
-            if let space { fields["space_id"] = .string(space) }
+            if let space { fields["space_id"] = .string(space.description) }
             value = .object(fields)
         case .job(let jobID, let status, let checkpoint, let troubled):
             value = .object([
-                "type": .string("job"), "job_id": .string(jobID), "status": .string(status.rawValue),
+                "type": .string("job"), "job_id": .string(jobID.description), "status": .string(status.rawValue),
                 "checkpoint": checkpoint.map(JSONValue.string) ?? .null, "troubled": .bool(troubled),
             ])
         case .heartbeat: value = .object(["type": .string("heartbeat")])
@@ -98,7 +98,7 @@ final class Hub: Service, Sendable {
     /// finishes it. Returns once the user's routing key is bound, so the stream's `hello`
     /// is never ahead of its pokes.
     /// `expires`: the token's `exp` (Unix seconds), when the stream is ended.
-    func subscribe(user: UserID, deviceID: String, space: String?, expires: Int64, sink: any StreamSink) async throws -> UUID {
+    func subscribe(user: UserID, deviceID: DeviceID, space: SpaceID?, expires: Int64, sink: any StreamSink) async throws -> UUID {
         let id = UUID()
         let left = Double(expires) - Date().timeIntervalSince1970
         let subscriber = HubState.Subscriber(id: id, deviceID: deviceID, space: space, sink: sink, expiresAt: Self.now() + left)
@@ -198,7 +198,7 @@ final class Hub: Service, Sendable {
         for id in ended { unsubscribe(user: event.userID, id: id) }
         if !ended.isEmpty {
             logger.info("closed streams of a revoked device", metadata: [
-                "user.id": "\(event.userID)", "device.id": "\(event.deviceID ?? "*")", "streams": "\(ended.count)",
+                "user.id": "\(event.userID)", "device.id": "\(event.deviceID.map(\.description) ?? "*")", "streams": "\(ended.count)",
             ])
         }
     }
@@ -271,7 +271,7 @@ final class Hub: Service, Sendable {
     }
 
     private func perform(_ duties: HubState.Duties) async {
-        if let seen = duties.markSeen { try? await devices.markSeen(devices: seen.compactMap(DeviceID.init)) }
+        if let seen = duties.markSeen { try? await devices.markSeen(devices: seen) }
         if duties.register {
             do {
                 try await registry.refresh(queue: queue, streams: duties.streams.map {

@@ -10,21 +10,21 @@ import SyncModels
 struct HubState {
     struct Subscriber {
         let id: UUID
-        let deviceID: String
+        let deviceID: DeviceID
         /// The one space the stream is narrowed to; nil: every space of the user.
-        let space: String?
+        let space: SpaceID?
         let sink: any StreamSink
         /// When its token expires (on the monotonic clock): the stream is ended then.
         var expiresAt: Double = .infinity
         /// When it opened (RFC 3339), for the support console.
         var openedAt = Timestamp.format(Date())
 
-        func covers(_ space: String?) -> Bool { self.space == nil || space == nil || self.space == space }
+        func covers(_ space: SpaceID?) -> Bool { self.space == nil || space == nil || self.space == space }
     }
 
     struct Membership: Hashable {
         let user: UserID
-        let space: String
+        let space: SpaceID
     }
 
     /// A user's routing key: being bound by their first stream (the others wait for it, so
@@ -81,7 +81,7 @@ struct HubState {
     struct Duties {
         /// The devices streaming here, to mark as seen (a device streaming for days is in
         /// use though it never pushes).
-        var markSeen: [String]?
+        var markSeen: [DeviceID]?
         /// Refresh this replica's queue in the registry, with its streams as they are now
         /// (for the support console); report `registered`.
         var register = false
@@ -201,14 +201,14 @@ struct HubState {
     }
 
     /// The streams of a revoked device (every device of the user when `deviceID` is nil).
-    func streams(of user: UserID, device deviceID: String?) -> [UUID] {
+    func streams(of user: UserID, device deviceID: DeviceID?) -> [UUID] {
         (users[user] ?? [:]).filter { deviceID == nil || $0.value.deviceID == deviceID }.map(\.key)
     }
 
     /// The user left the space: remembered for a while, and their streams narrowed to it
     /// returned (to be ended). Their streams of every space stay: the worker pokes only
     /// members, so that space's pokes stop there too.
-    mutating func left(user: UserID, space: String, now: Double) -> [UUID] {
+    mutating func left(user: UserID, space: SpaceID, now: Double) -> [UUID] {
         left[Membership(user: user, space: space)] = now
         return (users[user] ?? [:]).filter { $0.value.space == space }.map(\.key)
     }

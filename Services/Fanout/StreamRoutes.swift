@@ -30,9 +30,9 @@ struct StreamRoutes: Sendable {
     /// Whom a stream is for.
     struct Listener: Sendable {
         let user: UserID
-        let deviceID: String
+        let deviceID: DeviceID
         /// The one space the stream is narrowed to; nil: every space of the user.
-        let space: String?
+        let space: SpaceID?
         /// When the token the stream was opened with stops being accepted (`exp` and the
         /// leeway every service gives it, Unix seconds): the stream ends then, and the
         /// client opens it again with a fresh token.
@@ -57,7 +57,7 @@ struct StreamRoutes: Sendable {
         }
         if let space, try await spaces.role(user: claims.user, space: space) == nil { throw APIError.notFound("No such space.") }
         try await devices.markSeen(devices: [device])
-        return Listener(user: claims.user, deviceID: device.description, space: space?.description, expires: claims.exp + TokenPolicy.standardLeewaySeconds)
+        return Listener(user: claims.user, deviceID: device, space: space, expires: claims.exp + TokenPolicy.standardLeewaySeconds)
     }
 
     /// What opening a stream came to.

@@ -143,7 +143,7 @@ struct WebhookDispatcher: Service {
         }
         let attempt = (message.header(SynclineTopology.Header.attempt).flatMap(Int.init) ?? 0) + 1
         do {
-            guard let device = DeviceID(delivery.deviceID), let hook = try await devices.webhook(user: delivery.userID, device: device) else {
+            guard let hook = try await devices.webhook(user: delivery.userID, device: delivery.deviceID) else {
                 deliveries.ack(message)  // revoked, deleted, or no push_url any more
                 return
             }
@@ -229,7 +229,7 @@ struct WebhookDispatcher: Service {
             parked.routingKey = SynclineTopology.notifyDeadLetterRoutingKey
             try await publisher.publish([parked])
             Counter(label: "syncline_webhook_dead_letters_total", dimensions: [("reason", reason.rawValue)]).increment()
-            logger.error("webhook dead-lettered", metadata: ["device.id": "\(delivery?.deviceID ?? "-")", "reason": "\(reason.rawValue)", "error": "\(error)"])
+            logger.error("webhook dead-lettered", metadata: ["device.id": "\(delivery.map { "\($0.deviceID)" } ?? "-")", "reason": "\(reason.rawValue)", "error": "\(error)"])
             deliveries.ack(message)
         } catch {
             try? await Task.sleep(for: .seconds(configuration.retryDelays[0]))

@@ -126,7 +126,7 @@ struct JobConsumer: Service {
         for ((delivery, job), context) in zip(named, contexts) {
             switch job.flatMap({ outcomes[$0.job] }) {
             case .applied(let applied)? where settled.insert(job!.job).inserted:
-                events += settleApplied(delivery, jobID: job!.job.description, applied).map { (event: $0, context: context) }
+                events += settleApplied(delivery, jobID: job!.job, applied).map { (event: $0, context: context) }
             case .applied?, .alreadyFinished?:
                 duplicates.increment()
                 jobs.ack(delivery)
@@ -139,7 +139,7 @@ struct JobConsumer: Service {
 
     /// Acks an applied job's delivery and counts it; returns its events, for after the
     /// other jobs of its batch are settled too.
-    private func settleApplied(_ delivery: AMQPDelivery, jobID: String, _ applied: ApplyStore.Applied) -> [JobEvent] {
+    private func settleApplied(_ delivery: AMQPDelivery, jobID: JobID, _ applied: ApplyStore.Applied) -> [JobEvent] {
         jobs.ack(delivery)
         processed.increment()
         pushToApplied.recordSeconds(applied.secondsSinceIntake)
@@ -149,7 +149,7 @@ struct JobConsumer: Service {
     /// One event per member of the space (the pusher's carries the outcome for the origin
     /// device); members removed before the commit get none. A pusher removed since intake
     /// still learns the outcome, with no cursor to poke their other devices with.
-    static func events(jobID: String, _ applied: ApplyStore.Applied) -> [JobEvent] {
+    static func events(jobID: JobID, _ applied: ApplyStore.Applied) -> [JobEvent] {
         var events = applied.members.map { member in
             JobEvent(
                 userID: member, deviceID: applied.deviceID, jobID: jobID, status: .succeeded,
@@ -215,7 +215,7 @@ struct JobConsumer: Service {
                 throw HookFailure(description: "the job still had unanswered calls")
             case .applied(let applied):
                 logger.debug("job applied", metadata: ["job.checkpoint": "\(applied.checkpoint)", "job.attempt": "\(attempt)"])
-                announcer.send(settleApplied(delivery, jobID: jobID, applied))
+                announcer.send(settleApplied(delivery, jobID: job.job, applied))
             case .alreadyFinished:
                 duplicates.increment()
                 jobs.ack(delivery)
@@ -381,9 +381,9 @@ struct JobConsumer: Service {
                 "job.id": "\(jobID ?? "-")", "reason": "\(reason.rawValue)", "error": "\(error)", "job.attempts": "\(recorded.attempts)",
             ])
             consumer.ack(delivery)
-            if let jobID, let user = recorded.userID, let device = recorded.deviceID {
+            if let job = jobID.flatMap(JobID.init), let user = recorded.userID, let device = recorded.deviceID {
                 announcer.send([JobEvent(
-                    userID: user, deviceID: device, jobID: jobID, status: .dead, checkpoint: nil, hasRefusedOps: true,
+                    userID: user, deviceID: device, jobID: job, status: .dead, checkpoint: nil, hasRefusedOps: true,
                     spaceID: recorded.spaceID)])
             }
         } catch {

@@ -219,7 +219,7 @@ public enum SynclineTopology {
     /// The event a worker publishes after a job finished (committed or dead-lettered). Not
     /// mandatory: with no fanout listening for the user it is simply dropped.
     public static func eventMessage(_ event: JobEvent) -> OutgoingMessage {
-        userEventMessage(user: event.userID, event, messageID: event.jobID)
+        userEventMessage(user: event.userID, event, messageID: event.jobID.description)
     }
 
     /// A revocation, routed like the user's job events so every replica with a stream of

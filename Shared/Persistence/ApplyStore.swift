@@ -70,13 +70,13 @@ public struct ApplyStore: Sendable {
     /// What applying one job left: enough for its events and metrics.
     public struct Applied: Sendable, Equatable {
         public let user: UserID
-        public let deviceID: String
+        public let deviceID: DeviceID
         public let checkpoint: Int64
         public let hadRejectsOrConflicts: Bool
         public internal(set) var secondsSinceIntake: Double
         /// The space written to, with its members at the commit. The pusher is not among
         /// them when they were removed since intake.
-        public let space: String
+        public let space: SpaceID
         public let members: [UserID]
     }
 
@@ -194,10 +194,14 @@ public struct ApplyStore: Sendable {
             counters[job.space] = outcome.counter
             try writes.add(outcome, of: job)
             forks.append((job.space, job.user, outcome.forked))
+            // The ids the applied job is known by from here on (the rows hold uuids).
+            guard let space = SpaceID(job.space), let device = DeviceID(job.deviceID) else {
+                throw UnexpectedAnswer("job \(job.id) names no space or device id")
+            }
             applied[job.id] = Applied(
-                user: job.user, deviceID: job.deviceID, checkpoint: outcome.counter,
+                user: job.user, deviceID: device, checkpoint: outcome.counter,
                 hadRejectsOrConflicts: outcome.results.contains { $0.status == .rejected || $0.status == .conflict },
-                secondsSinceIntake: 0, space: job.space, members: state.members.keys.sorted())
+                secondsSinceIntake: 0, space: space, members: state.members.keys.sorted())
         }
         countReferences(&writes, before: referencedBefore)
         for (id, latency) in try save(connection, writes, attempt: attempt) { applied[id]?.secondsSinceIntake = latency }

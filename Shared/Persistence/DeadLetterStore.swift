@@ -13,8 +13,8 @@ public struct DeadLetterStore: Sendable {
     public struct Recorded: Sendable {
         public let attempts: Int
         public let userID: UserID?
-        public let deviceID: String?
-        public let spaceID: String?
+        public let deviceID: DeviceID?
+        public let spaceID: SpaceID?
     }
 
     /// Records a dead letter and, when the message names a job, marks that job dead with
@@ -23,7 +23,7 @@ public struct DeadLetterStore: Sendable {
     /// `userID`/`deviceID` name whom a message that is not a job concerns (a webhook).
     public func record(
         id: String, queue: String = "sync", namedJobID: String?, reason: String, error: String, message: String,
-        userID: UserID? = nil, deviceID: String? = nil, attempts: Int? = nil
+        userID: UserID? = nil, deviceID: DeviceID? = nil, attempts: Int? = nil
     ) async throws -> Recorded? {
         try await pool.transaction { connection in
             struct Job: Decodable {
@@ -47,13 +47,13 @@ public struct DeadLetterStore: Sendable {
                 }
             }
             let recorded = Recorded(
-                attempts: job?.attempts ?? attempts ?? 0, userID: job?.userID ?? userID, deviceID: job?.deviceID ?? deviceID,
-                spaceID: job?.spaceID)
+                attempts: job?.attempts ?? attempts ?? 0, userID: job?.userID ?? userID,
+                deviceID: job.flatMap { DeviceID($0.deviceID) } ?? deviceID, spaceID: job?.spaceID.flatMap { SpaceID($0) })
             try connection.execute("""
                 INSERT INTO dead_letters
                   (dead_letter_id, queue, job_id, user_id, device_id, reason, last_error, attempts, op_count, payload, space_id)
-                VALUES (\(id)::uuid, \(queue), \(job?.jobID)::uuid, \(recorded.userID), \(recorded.deviceID)::uuid, \(reason), \(error),
-                        \(Int32(recorded.attempts)), \(Int32(job?.opCount ?? 0)), \(message), \(recorded.spaceID)::uuid)
+                VALUES (\(id)::uuid, \(queue), \(job?.jobID)::uuid, \(recorded.userID), \(recorded.deviceID), \(reason), \(error),
+                        \(Int32(recorded.attempts)), \(Int32(job?.opCount ?? 0)), \(message), \(recorded.spaceID))
                 ON CONFLICT (dead_letter_id) DO UPDATE SET
                   reason = EXCLUDED.reason, last_error = EXCLUDED.last_error, attempts = EXCLUDED.attempts
                 """)

@@ -173,7 +173,7 @@ public struct DeviceStore: Sendable {
 
     /// A device's webhook: where to POST and the secret to sign with.
     public struct Webhook: Sendable, Equatable, Decodable {
-        public let deviceID: String
+        public let deviceID: DeviceID
         public let url: String
         public let secret: String
     }

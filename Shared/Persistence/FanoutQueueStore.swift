@@ -11,12 +11,12 @@ public struct FanoutQueueStore: Sendable {
 
     /// One stream as the support console lists it.
     public struct Stream: Encodable, Sendable {
-        public let deviceID: String
+        public let deviceID: DeviceID
         /// nil: every space of the user.
-        public let spaceID: String?
+        public let spaceID: SpaceID?
         public let openedAt: String
 
-        public init(deviceID: String, spaceID: String?, openedAt: String) {
+        public init(deviceID: DeviceID, spaceID: SpaceID?, openedAt: String) {
             self.deviceID = deviceID
             self.spaceID = spaceID
             self.openedAt = openedAt

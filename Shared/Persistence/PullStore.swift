@@ -122,9 +122,9 @@ public struct PullStore: Sendable {
     /// The cursors a stream's `hello` carries: of `space` alone, or (nil) of every space
     /// of the user, the personal one made if missing. Nil when the user is no member of
     /// `space`.
-    public func streamStart(user: UserID, space: String?) async throws -> StreamStart? {
+    public func streamStart(user: UserID, space: SpaceID?) async throws -> StreamStart? {
         try await reads.primary.withConnection { connection in
-            let main = try space ?? SpaceStore.personalSpace(connection, user: user).description
+            let main = try (space ?? SpaceStore.personalSpace(connection, user: user)).description
             var spaces: [String: String] = [:]
             for row in try connection.execute("""
                 SELECT m.space_id, coalesce(c.counter, 0)

@@ -9,12 +9,22 @@ import Testing
 /// who gets which event, ended memberships and the periodic duties — driven by the test's
 /// own clock, without a broker or a socket.
 struct HubStateTests {
+    /// The id a short name stands for in these tests ("a", "s1"): the same each time.
+    static func id<Kind>(_ name: String) -> Identifier<Kind> {
+        let hex = name.utf8.map { String($0, radix: 16) }.joined()
+        return Identifier(UUID(uuidString: "00000000-0000-4000-8000-" + String(repeating: "0", count: 12 - hex.count) + hex)!)
+    }
+    static func device(_ name: String) -> DeviceID { id(name) }
+    static func space(_ name: String) -> SpaceID { id(name) }
+    static let job: JobID = id("j")
+
     /// A stream for the state (what it is sent is what the state's answers say).
     struct Stream {
         let subscriber: HubState.Subscriber
 
         init(device: String, space: String? = nil, expiresAt: Double = .infinity) {
-            subscriber = HubState.Subscriber(id: UUID(), deviceID: device, space: space, sink: Unsent(), expiresAt: expiresAt)
+            subscriber = HubState.Subscriber(
+                id: UUID(), deviceID: HubStateTests.device(device), space: space.map(HubStateTests.space), sink: Unsent(), expiresAt: expiresAt)
         }
 
         struct Unsent: StreamSink {
@@ -61,7 +71,9 @@ struct HubStateTests {
         user: UserID = "u", device: String, status: JobStatus = .succeeded, checkpoint: String? = "7", refused: Bool = false,
         space: String? = nil
     ) -> JobEvent {
-        JobEvent(userID: user, deviceID: device, jobID: "j", status: status, checkpoint: checkpoint, hasRefusedOps: refused, spaceID: space)
+        JobEvent(
+            userID: user, deviceID: Self.device(device), jobID: Self.job, status: status, checkpoint: checkpoint, hasRefusedOps: refused,
+            spaceID: space.map(Self.space))
     }
 
     @Test func theFirstStreamOfAUserBindsAndTheOthersWaitForIt() async throws {
@@ -116,15 +128,15 @@ struct HubStateTests {
             Dictionary(uniqueKeysWithValues: state.withLockedValue { $0.deliveries(of: event, now: 1) }.map { ($0.subscriber.id, $0.message) })
         }
         #expect(sent(Self.event(device: "a", space: "s1")) == [
-            origin.id: .job(jobID: "j", status: .succeeded, checkpoint: "7", troubled: false),
-            other.id: .poke(cursor: "7", space: "s1"),
+            origin.id: .job(jobID: Self.job, status: .succeeded, checkpoint: "7", troubled: false),
+            other.id: .poke(cursor: "7", space: Self.space("s1")),
         ])
         #expect(sent(Self.event(device: "a", refused: true, space: "s2"))[origin.id]
-            == .job(jobID: "j", status: .succeeded, checkpoint: "7", troubled: true))
-        #expect(sent(Self.event(device: "a", space: "s2"))[narrowed.id] == .poke(cursor: "7", space: "s2"))
+            == .job(jobID: Self.job, status: .succeeded, checkpoint: "7", troubled: true))
+        #expect(sent(Self.event(device: "a", space: "s2"))[narrowed.id] == .poke(cursor: "7", space: Self.space("s2")))
         // A failed job pokes nobody; its device learns it went wrong.
         #expect(sent(Self.event(device: "a", status: .dead, checkpoint: nil)) == [
-            origin.id: .job(jobID: "j", status: .dead, checkpoint: nil, troubled: true),
+            origin.id: .job(jobID: Self.job, status: .dead, checkpoint: nil, troubled: true),
         ])
         #expect(sent(Self.event(user: "nobody", device: "a")).isEmpty)
     }
@@ -133,12 +145,12 @@ struct HubStateTests {
         let state = NIOLockedValueBox(HubState(streamsPerUser: 5, intervals: .init(heartbeat: 25, endedMembership: 10), now: 0))
         let everything = Stream(device: "b"), narrowed = Stream(device: "c", space: "s")
         await Self.connect(state, user: "u", [everything, narrowed])
-        #expect(state.withLockedValue { $0.left(user: "u", space: "s", now: 100) } == [narrowed.id])
+        #expect(state.withLockedValue { $0.left(user: "u", space: Self.space("s"), now: 100) } == [narrowed.id])
         let late = Self.event(device: "a", space: "s")
         #expect(state.withLockedValue { $0.deliveries(of: late, now: 105) }.allSatisfy { $0.subscriber.id != everything.id })
         #expect(state.withLockedValue { $0.deliveries(of: late, now: 110) }.contains { $0.subscriber.id == everything.id })
         // Joining again (a stream of the space was authorized) is a membership again at once.
-        _ = state.withLockedValue { $0.left(user: "u", space: "s", now: 200) }
+        _ = state.withLockedValue { $0.left(user: "u", space: Self.space("s"), now: 200) }
         await Self.connect(state, user: "u", [Stream(device: "d", space: "s")])
         #expect(state.withLockedValue { $0.deliveries(of: late, now: 201) }.contains { $0.subscriber.id == everything.id })
     }
@@ -177,7 +189,7 @@ struct HubStateTests {
         #expect(state.tick(now: 49, consumerConnection: 0, consumerConnected: false).heartbeats.isEmpty)
         #expect(state.tick(now: 50, consumerConnection: 0, consumerConnected: false).heartbeats.count == 1)
         #expect(state.tick(now: 3599, consumerConnection: 0, consumerConnected: false).markSeen == nil)
-        #expect(state.tick(now: 3600, consumerConnection: 0, consumerConnected: false).markSeen == ["a"])
+        #expect(state.tick(now: 3600, consumerConnection: 0, consumerConnected: false).markSeen == [Self.device("a")])
         #expect(state.tick(now: 3601, consumerConnection: 0, consumerConnected: false).markSeen == nil)
     }
 

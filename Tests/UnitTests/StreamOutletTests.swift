@@ -1,7 +1,9 @@
+import Foundation
 import NIOCore
 import NIOEmbedded
 import NIOHTTPTypes
 import NIOWebSocket
+import SyncModels
 import Testing
 
 @testable import Fanout
@@ -33,7 +35,7 @@ struct StreamOutletTests {
     }
 
     /// Stands for the stream's `hello` (whose cursors come from the database).
-    static let hello = StreamMessage.poke(cursor: "7", space: "hello")
+    static let hello = StreamMessage.poke(cursor: "7", space: SpaceID(UUID(uuidString: "00000000-0000-4000-8000-000000000001")!))
 
     @Test func whatTheHubSendsBeforeTheStartFollowsTheHelloTheNewest64() throws {
         let (channel, context) = try Self.channel()

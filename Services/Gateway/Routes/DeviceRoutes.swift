@@ -41,7 +41,7 @@ struct DeviceRoutes: Sendable {
         guard let id = DeviceID(try context.parameters.require("device_id")), try await devices.revoke(user: context.user, device: id) else {
             throw APIError.notFound("No such device.")
         }
-        await publisher.announce(DeviceRevokedEvent(userID: context.user, deviceID: id.description), logger: context.logger)
+        await publisher.announce(DeviceRevokedEvent(userID: context.user, deviceID: id), logger: context.logger)
         return Response(status: .noContent)
     }
 }

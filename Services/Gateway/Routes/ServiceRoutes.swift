@@ -120,7 +120,7 @@ struct ServiceRoutes: Sendable {
         let space = try space(context, writing: true)
         let member = try Self.member(context)
         try await change(member, in: space, to: nil, context: context)
-        await publisher.announce([SpaceLeftEvent(userID: member, spaceID: space.description)], logger: context.logger)
+        await publisher.announce([SpaceLeftEvent(userID: member, spaceID: space)], logger: context.logger)
         return Response(status: .noContent)
     }
 

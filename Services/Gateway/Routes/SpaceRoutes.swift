@@ -87,7 +87,7 @@ struct SpaceRoutes: Sendable {
         let space = try pathSpace(context)
         let (change, members) = try await spaces.delete(user: context.user, space: space)
         try answer(change)
-        await publisher.announce(members.map { SpaceLeftEvent(userID: $0, spaceID: space.description) }, logger: context.logger)
+        await publisher.announce(members.map { SpaceLeftEvent(userID: $0, spaceID: space) }, logger: context.logger)
         let logger = context.logger
         _ = background.submit { [sweeper] in
             do { try await sweeper.sweep() } catch { logger.warning("files of a deleted space wait for purge", metadata: ["error": "\(error)"]) }
@@ -126,7 +126,7 @@ struct SpaceRoutes: Sendable {
     @Sendable func remove(_ request: Request, context: SignedInRequestContext) async throws -> Response {
         let space = try pathSpace(context), member = UserID(try context.parameters.require("user_id"))
         try await changeMember(member, in: space, to: nil, context: context)
-        await publisher.announce([SpaceLeftEvent(userID: member, spaceID: space.description)], logger: context.logger)
+        await publisher.announce([SpaceLeftEvent(userID: member, spaceID: space)], logger: context.logger)
         return Response(status: .noContent)
     }
 

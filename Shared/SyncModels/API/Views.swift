@@ -259,8 +259,8 @@ public struct PublicRecord: Codable, Sendable, Equatable {
 /// other devices and tells the origin device about rejected, conflicting or dead jobs.
 public struct JobEvent: Codable, Sendable, Equatable {
     public var userID: UserID
-    public var deviceID: String
-    public var jobID: String
+    public var deviceID: DeviceID
+    public var jobID: JobID
     public var status: JobStatus
     public var checkpoint: String?
     /// Some op was rejected or conflicted: the device asks for the job's results (on the
@@ -268,11 +268,11 @@ public struct JobEvent: Codable, Sendable, Equatable {
     public var hasRefusedOps: Bool
     /// The space the job wrote to (nil only in events from before spaces). `userID` is the
     /// member this event is for; `deviceID` the device that pushed.
-    public var spaceID: String?
+    public var spaceID: SpaceID?
 
     public init(
-        userID: UserID, deviceID: String, jobID: String, status: JobStatus, checkpoint: String?, hasRefusedOps: Bool,
-        spaceID: String? = nil
+        userID: UserID, deviceID: DeviceID, jobID: JobID, status: JobStatus, checkpoint: String?, hasRefusedOps: Bool,
+        spaceID: SpaceID? = nil
     ) {
         self.userID = userID
         self.deviceID = deviceID
@@ -292,12 +292,12 @@ public struct JobEvent: Codable, Sendable, Equatable {
 /// space `space_id`.
 public struct WebhookDelivery: Codable, Sendable, Equatable {
     public var userID: UserID
-    public var deviceID: String
+    public var deviceID: DeviceID
     public var cursor: String
-    public var jobID: String
-    public var spaceID: String?
+    public var jobID: JobID
+    public var spaceID: SpaceID?
 
-    public init(userID: UserID, deviceID: String, cursor: String, jobID: String, spaceID: String? = nil) {
+    public init(userID: UserID, deviceID: DeviceID, cursor: String, jobID: JobID, spaceID: SpaceID? = nil) {
         self.userID = userID
         self.deviceID = deviceID
         self.cursor = cursor
@@ -312,9 +312,10 @@ public struct WebhookDelivery: Codable, Sendable, Equatable {
     /// The body POSTed to the device's push_url, naming the space that changed.
     public var pokeBody: [UInt8] {
         var fields: [String: JSONValue] = [
-            "type": .string("poke"), "user_id": .string(userID.text), "device_id": .string(deviceID), "cursor": .string(cursor),
+            "type": .string("poke"), "user_id": .string(userID.text), "device_id": .string(deviceID.description),
+            "cursor": .string(cursor),
         ]
-        if let spaceID { fields["space_id"] = .string(spaceID) }
+        if let spaceID { fields["space_id"] = .string(spaceID.description) }
         return JSONWriter.bytes(.object(fields))
     }
 }
@@ -324,9 +325,9 @@ public struct WebhookDelivery: Codable, Sendable, Equatable {
 public struct DeviceRevokedEvent: Codable, Sendable, Equatable {
     public var type = "device_revoked"
     public var userID: UserID
-    public var deviceID: String?
+    public var deviceID: DeviceID?
 
-    public init(userID: UserID, deviceID: String?) {
+    public init(userID: UserID, deviceID: DeviceID?) {
         self.userID = userID
         self.deviceID = deviceID
     }
@@ -339,9 +340,9 @@ public struct DeviceRevokedEvent: Codable, Sendable, Equatable {
 public struct SpaceLeftEvent: Codable, Sendable, Equatable {
     public var type = "space_left"
     public var userID: UserID
-    public var spaceID: String
+    public var spaceID: SpaceID
 
-    public init(userID: UserID, spaceID: String) {
+    public init(userID: UserID, spaceID: SpaceID) {
         self.userID = userID
         self.spaceID = spaceID
     }
