@@ -76,10 +76,13 @@ final class CoalescedWork<Pending: Sendable>: Sendable {
         while let next = leader {
             let merged = state.withLock { $0.cancelled ? nil : $0.turns.takeWaiting().reduce(next, merge) }
             if let merged { await work(merged) }
-            let (next, idle) = state.withLock { state in
-                let next = state.turns.finish()
-                defer { if next == nil { state.awaitingIdle = [] } }
-                return (next, next == nil ? state.awaitingIdle : [])
+            let (next, idle) = state.withLock { state -> (Pending?, [CheckedContinuation<Void, Never>]) in
+                guard let next = state.turns.finish() else {
+                    let idle = state.awaitingIdle
+                    state.awaitingIdle = []
+                    return (nil, idle)
+                }
+                return (next, [])
             }
             for waiter in idle { waiter.resume() }
             leader = next

@@ -20,13 +20,11 @@ struct ServerAPI: Sendable {
         var json: JSONValue? { try? JSONParser.parse(body) }
         /// A problem's `detail`, else the body as text: for people, never parsed.
         var detail: String { json?.objectValue?["detail"]?.stringValue ?? String(decoding: body.prefix(500), as: UTF8.self) }
-        /// A problem's extension members the client acts on: the op it is about, and the
-        /// file it names.
-        var problemOpIndex: Int? { json?.objectValue?["op_index"]?.intValue.map { Int($0) } }
-        var problemSHA256: String? { json?.objectValue?["sha256"]?.stringValue }
-        /// The app's rule that refused an op, and the rules' version.
-        var problemRule: String? { json?.objectValue?["rule"]?.stringValue }
-        var problemRulesVersion: Int64? { json?.objectValue?["rules_version"]?.intValue }
+        /// What the device does with this answer to a push of `batchOps` ops (`namesSpace`:
+        /// pushed to a shared space).
+        func pushAnswer(namesSpace: Bool, batchOps: Int) -> PushAnswer {
+            PushAnswer(status: status, body: json, detail: detail, retryAfter: retryAfter, namesSpace: namesSpace, batchOps: batchOps)
+        }
         /// Seconds from `Retry-After` (delta-seconds form).
         var retryAfter: Double? { header("Retry-After").flatMap(Double.init) }
 

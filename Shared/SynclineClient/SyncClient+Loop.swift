@@ -245,9 +245,7 @@ extension SyncClient {
             } catch {
                 throw Retry.unreachable("push", error)
             }
-            switch PushAnswer(
-                status: answer.status, body: answer.json, detail: answer.detail, retryAfter: answer.retryAfter,
-                namesSpace: configuration.spaceID != nil, batchOps: batch.opIDs.count) {
+            switch answer.pushAnswer(namesSpace: configuration.spaceID != nil, batchOps: batch.opIDs.count) {
             case .accepted(let jobID):
                 try store.batchAccepted(batch, jobID: jobID)
             case .setAside(let index, let reason, let rulesVersion):

@@ -66,17 +66,15 @@ public enum Loopback {
         let inodes = listeningInodes(port: port)
         guard !inodes.isEmpty else { return false }
         let processes = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
-        for entry in processes {
-            guard let owner = pid_t(entry) else { continue }
-            let descriptors = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(entry)/fd")) ?? []
-            let holds = descriptors.contains { descriptor in
-                guard let link = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(entry)/fd/\(descriptor)"),
+        // Only the service and its descendants are looked into, not every process's files.
+        return processes.compactMap { pid_t($0) }.filter { descends($0, from: pid) }.contains { owner in
+            let descriptors = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(owner)/fd")) ?? []
+            return descriptors.contains { descriptor in
+                guard let link = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(owner)/fd/\(descriptor)"),
                       link.hasPrefix("socket:[") else { return false }
                 return inodes.contains(String(link.dropFirst(8).dropLast()))
             }
-            if holds, descends(owner, from: pid) { return true }
         }
-        return false
     }
 
     /// The inodes of the sockets listening on `port`, from /proc/net/tcp and tcp6.

@@ -28,12 +28,14 @@ struct ClientLogicTests {
 
     /// The op and the file a problem names are read from its members, never its detail.
     @Test func aProblemNamesTheOpItRefusedInItsMembers() {
-        func answer(_ body: String) -> ServerAPI.Answer { ServerAPI.Answer(status: 422, headers: [:], body: Data(body.utf8)) }
-        let refused = answer(#"{"detail":"ops[7]: worded any way","op_index":12,"pointer":"/ops/12/data"}"#)
-        #expect(refused.problemOpIndex == 12 && refused.detail == "ops[7]: worded any way")
-        #expect(answer(#"{"detail":"ops[3]: no member"}"#).problemOpIndex == nil)
-        let missing = answer(#"{"code":"blob_missing","detail":"x","op_index":0,"sha256":"\#(String(repeating: "a", count: 64))"}"#)
-        #expect(missing.problemSHA256 == String(repeating: "a", count: 64))
+        func answer(_ status: Int, _ body: String) -> PushAnswer {
+            ServerAPI.Answer(status: status, headers: [:], body: Data(body.utf8)).pushAnswer(namesSpace: false, batchOps: 3)
+        }
+        #expect(answer(422, #"{"detail":"ops[7]: worded any way","op_index":12,"pointer":"/ops/12/data"}"#)
+                == .setAside(opIndex: 12, reason: "ops[7]: worded any way", rulesVersion: nil))
+        #expect(answer(422, #"{"detail":"ops[3]: no member"}"#) == .setAside(opIndex: nil, reason: "ops[3]: no member", rulesVersion: nil))
+        let missing = answer(409, #"{"code":"blob_missing","detail":"x","op_index":0,"sha256":"\#(String(repeating: "a", count: 64))"}"#)
+        #expect(missing == .fileMissing(sha256: String(repeating: "a", count: 64), opIndex: 0, detail: "x"))
     }
 
     static func server(_ data: [String: JSONValue]?, hlc: String, version: Int64 = 5) -> RecordView {

@@ -3,6 +3,7 @@ import Foundation
 import HTTPSupport
 import Persistence
 import SyncModels
+@testable import SynclineClient
 
 /// The gateway's answers to pushes, made by its own builders (the intake's refusals as the
 /// push route answers them, a push that fails validation, the rate limiter's 429, an
@@ -16,6 +17,14 @@ extension ConformanceVectors {
         let retryAfter: Double?
         let namesSpace: Bool
         let batchOps: Int
+
+        /// The answer as SynclineClient reads it (its `detail`: the problem's, else the body's text).
+        var received: ServerAPI.Answer {
+            ServerAPI.Answer(status: status, headers: retryAfter.map { ["Retry-After": String(Int($0))] } ?? [:], body: body)
+        }
+
+        /// What the client does with it.
+        var decided: PushAnswer { received.pushAnswer(namesSpace: namesSpace, batchOps: batchOps) }
     }
 
     /// Keys in order: the file must come out the same every time.
@@ -69,19 +78,11 @@ extension ConformanceVectors {
         ]
     }
 
-    /// What the clients compute from an answer besides its JSON: the problem's `detail`,
-    /// else the body's text.
-    static func detail(of body: Data) -> String {
-        (try? JSONParser.parse(body))?.objectValue?["detail"]?.stringValue ?? String(decoding: body.prefix(500), as: UTF8.self)
-    }
-
     static var pushAnswerVectors: JSONValue {
         .array(pushAnswerCases.map { answer in
-            let body = (try? JSONParser.parse(answer.body)) ?? .null
-            let detail = detail(of: answer.body)
-            let decided = PushAnswer(
-                status: answer.status, body: body, detail: detail, retryAfter: answer.retryAfter,
-                namesSpace: answer.namesSpace, batchOps: answer.batchOps)
+            let body = answer.received.json ?? .null
+            let detail = answer.received.detail
+            let decided = answer.decided
             return [
                 "name": .string(answer.name), "status": .int(Int64(answer.status)), "body": body, "detail": .string(detail),
                 "retry_after": answer.retryAfter.map(JSONValue.double) ?? .null, "names_space": .bool(answer.namesSpace),

@@ -3,6 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import SyncModels
+@testable import SynclineClient
 import SynclineTesting
 import Testing
 
@@ -25,10 +26,7 @@ struct PushAnswerTests {
     }
 
     static func gatewayAnswer(_ name: String) throws -> PushAnswer {
-        let c = try #require(ConformanceVectors.pushAnswerCases.first { $0.name == name }, "no vector \(name)")
-        return PushAnswer(
-            status: c.status, body: try? JSONParser.parse(c.body), detail: ConformanceVectors.detail(of: c.body),
-            retryAfter: c.retryAfter, namesSpace: c.namesSpace, batchOps: c.batchOps)
+        try #require(ConformanceVectors.pushAnswerCases.first { $0.name == name }, "no vector \(name)").decided
     }
 
     /// One request to the fake server, read as a client reads a push's answer.
@@ -44,11 +42,9 @@ struct PushAnswerTests {
         if let key { request.setValue(key, forHTTPHeaderField: "Idempotency-Key") }
         let (data, response) = try await URLSession.shared.data(for: request)
         let http = try #require(response as? HTTPURLResponse)
-        let json = try? JSONParser.parse(data)
-        let answer = PushAnswer(
-            status: http.statusCode, body: json, detail: ConformanceVectors.detail(of: data),
-            retryAfter: http.value(forHTTPHeaderField: "Retry-After").flatMap(Double.init), namesSpace: namesSpace, batchOps: batchOps)
-        return (answer, json)
+        let headers = http.value(forHTTPHeaderField: "Retry-After").map { ["Retry-After": $0] } ?? [:]
+        let received = ServerAPI.Answer(status: http.statusCode, headers: headers, body: data)
+        return (received.pushAnswer(namesSpace: namesSpace, batchOps: batchOps), received.json)
     }
 
     static func push(device: String, space: String? = nil, ops: [String]) -> String {
