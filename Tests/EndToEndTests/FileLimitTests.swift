@@ -88,7 +88,16 @@ struct FileLimitTests {
             #expect(try await AttachmentTests.put(api, token, file).status == 201)
             let stalled = try (0..<30).map { _ in try Self.send(stack.gateway.port, Self.get(sha, token), receiveBuffer: 16 << 10) }
             defer { stalled.forEach { close($0) } }
-            try await Task.sleep(for: .seconds(6))
+            // The gateway counts each connection it closes for a stalled response. On a
+            // loaded machine the last response may start seconds after the first, so the
+            // wait is for that count, not for a fixed time.
+            let closed = try await eventually(within: 60, "the gateway closed all 30 stalled responses") {
+                let count = BatchingTests.metric(
+                    #"syncline_http_slow_connections_closed_total{reason="stalled_response"}"#,
+                    in: try await BatchingTests.metrics(of: stack.gateway))
+                return count >= 30 ? count : nil
+            }
+            #expect(closed == 30, "only the 30 stalled readers are closed")
             var open = 0
             for fd in stalled {
                 // Whatever the kernel holds is read at once; a connection still open then has

@@ -5,8 +5,8 @@ import TestSupport
 /// SynclineWeb's benchmark (`Shared/SynclineWeb/bench`, what `scripts/bench-web` runs) at a
 /// small size in headless Chromium against the real stack: every phase must finish with
 /// the data it promised, and its figures — each beside its bare-IndexedDB floor from the
-/// same run, and against its target — go to `test-output/web-benchmark.log`, which
-/// `scripts/test` prints. Figures are not asserted: a loaded machine moves them.
+/// same run, and against its target — go to `web-benchmark.log` in the test output folder
+/// (its lane's, `test-output/lane-N/`, under `scripts/test`), which `scripts/test` prints. Figures are not asserted: a loaded machine moves them.
 @Suite(.serialized, .timeLimit(.minutes(10)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct WebBenchmarkTests {
     @Test func theBenchmarkRunsAndPrintsTheClientBesideItsFloor() async throws {

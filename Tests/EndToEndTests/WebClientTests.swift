@@ -21,14 +21,27 @@ struct WebClientTests {
         </script>
         """
 
-    /// The package built and served with a page that loads it.
+    /// The web package's folder in the source tree.
+    static let package = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("Shared/SynclineWeb").path
+
+    /// The package compiled once per test process, into a folder of its own: tests in other
+    /// processes (run side by side) compile their own, and none reads a file another's `tsc`
+    /// is writing. The folder, or why it could not be compiled.
+    static let compiled: Result<String, StackError> = {
+        let compiling = Shell.output("tsc -p \(package) --outDir \(compiledFolder) 2>&1")
+        guard compiling.status == 0 else { return .failure(StackError(description: "the web client does not compile: \(compiling.output)")) }
+        atexit { try? FileManager.default.removeItem(atPath: WebClientTests.compiledFolder) }
+        return .success(compiledFolder)
+    }()
+    static let compiledFolder = NSTemporaryDirectory() + "syncline-web-\(getpid())"
+
+    /// The package's compiled modules served with a page that loads them.
     static func serve() async throws -> StaticFileServer {
-        let package = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("Shared/SynclineWeb").path
-        #expect(Shell.run("tsc -p \(package)") == 0, "the web client does not compile")
+        let modules = try compiled.get()
         let server = try await StaticFileServer()
-        for file in try FileManager.default.contentsOfDirectory(atPath: "\(package)/dist") where file.hasSuffix(".js") {
-            try server.write(file, try String(contentsOfFile: "\(package)/dist/\(file)", encoding: .utf8))
+        for file in try FileManager.default.contentsOfDirectory(atPath: modules) where file.hasSuffix(".js") {
+            try server.write(file, try String(contentsOfFile: "\(modules)/\(file)", encoding: .utf8))
         }
         try server.write("index.html", page)
         return server
@@ -832,16 +845,16 @@ struct WebClientTests {
         try await servePackage(["dist", "example"])
     }
 
-    /// Folders of the package (`dist` built first), their scripts and pages served as a site.
+    /// Folders of the package, their scripts and pages served as a site (`dist` is the
+    /// package compiled, as `compiled`).
     static func servePackage(_ folders: [String]) async throws -> StaticFileServer {
-        let package = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("Shared/SynclineWeb").path
-        #expect(Shell.run("tsc -p \(package)") == 0, "the web client does not compile")
+        let modules = try compiled.get()
         let site = try await StaticFileServer()
         for folder in folders {
+            let source = folder == "dist" ? modules : "\(package)/\(folder)"
             try FileManager.default.createDirectory(atPath: "\(site.directory)/\(folder)", withIntermediateDirectories: true)
-            for file in try FileManager.default.contentsOfDirectory(atPath: "\(package)/\(folder)") where file.hasSuffix(".js") || file.hasSuffix(".html") {
-                try site.write("\(folder)/\(file)", try String(contentsOfFile: "\(package)/\(folder)/\(file)", encoding: .utf8))
+            for file in try FileManager.default.contentsOfDirectory(atPath: source) where file.hasSuffix(".js") || file.hasSuffix(".html") {
+                try site.write("\(folder)/\(file)", try String(contentsOfFile: "\(source)/\(file)", encoding: .utf8))
             }
         }
         return site
