@@ -22,9 +22,6 @@ public final class PGConnection: @unchecked Sendable {
     private var holder: UInt64 = 0
     private var cancelRequested = false
 
-    /// When the pool last got it back (the pool's lock guards it).
-    var lastCheckedIn = ContinuousClock.now
-
     /// Shown each statement before it runs (the pool's `observer`).
     private let observer: PGPool.Observer?
 

@@ -10,27 +10,10 @@ import Tracing
 /// pool or an event loop. Connections are opened lazily and reopened after a failure,
 /// which is how the pool rides out a server restart.
 public final class PGPool: Sendable {
-    private struct Waiter {
-        let id: UInt64
-        let continuation: CheckedContinuation<PGConnection, any Error>
-        /// When the wait ends with `.timeout`, if no connection came first.
-        let deadline: ContinuousClock.Instant
-    }
-
-    private struct State {
-        var idle: [PGConnection]
-        var waiters: [Waiter] = []
-        /// Checkouts whose task was cancelled before they started waiting.
-        var cancelledBeforeWaiting: Set<UInt64> = []
-        var nextID: UInt64 = 1
-        var closed = false
-        /// Whether the task that times waits out runs: one per pool while anyone waits,
-        /// not a timer per wait (a cancelled `Task.sleep` keeps its memory until its
-        /// deadline, so a busy pool's waits would pile up ten seconds of timers).
-        var timingOut = false
-    }
+    private typealias State = PGPoolState<PGConnection, CheckedContinuation<PGConnection, any Error>>
 
     private let threads: NIOThreadPool
+    /// Who has which connection, who waits: every decision is the state's (`PGPoolState`).
     private let state: NIOLockedValueBox<State>
     private let logger: Logger
     /// Waits for a connection (`syncline_db_pool_wait_seconds`), and connections in use
@@ -93,8 +76,9 @@ public final class PGPool: Sendable {
         self.standbyWait = standbyWait
         self.threads = NIOThreadPool(numberOfThreads: size)
         self.threads.start()
-        self.state = NIOLockedValueBox(
-            State(idle: (0..<size).map { _ in PGConnection(conninfo: conninfo, statementTimeout: statementTimeout, observer: observer) }))
+        self.state = NIOLockedValueBox(State(
+            connections: (0..<size).map { _ in PGConnection(conninfo: conninfo, statementTimeout: statementTimeout, observer: observer) },
+            now: .now))
         self.logger = logger
     }
 
@@ -200,15 +184,13 @@ public final class PGPool: Sendable {
     /// A free connection, and the id of this checkout. Waits at most `acquisitionTimeout`
     /// (then `.timeout`); a cancelled caller stops waiting (`.cancelled`).
     private func checkOut() async throws -> (PGConnection, UInt64) {
-        let (id, immediate, idle): (UInt64, PGConnection?, Int) = try state.withLockedValue { state in
-            if state.closed { throw PGError(code: .closed, message: "pool closed") }
-            defer { state.nextID += 1 }
-            let connection = state.idle.popLast()
-            return (state.nextID, connection, state.idle.count)
-        }
-        if let immediate {
+        let id: UInt64
+        switch state.withLockedValue({ $0.checkOut() }) {
+        case .closed: throw PGError(code: .closed, message: "pool closed")
+        case .connection(let connection, let checkout, let idle):
             inUse.record(size - idle)
-            return (immediate, id)
+            return (connection, checkout)
+        case .wait(let checkout): id = checkout
         }
         let waitStarted = ContinuousClock.now
         // In the caller's trace, the wait is a span of its own: time no statement accounts for.
@@ -223,94 +205,52 @@ public final class PGPool: Sendable {
                 logger.warning("waited for a database connection", metadata: ["seconds": "\(waited.seconds)"])
             }
         }
-        // A cancel that lands after the wait ended leaves its mark here: clear it.
-        defer { state.withLockedValue { _ = $0.cancelledBeforeWaiting.remove(id) } }
+        // A cancel that lands after the wait ended leaves its mark: cleared here.
+        defer { state.withLockedValue { $0.ended(id) } }
         let connection = try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<PGConnection, any Error>) in
-                enum Outcome { case ended(Result<PGConnection, PGError>), waits(firstWaiter: Bool) }
-                let outcome: Outcome = state.withLockedValue { state in
-                    if state.closed { return .ended(.failure(PGError(code: .closed, message: "pool closed"))) }
-                    if state.cancelledBeforeWaiting.remove(id) != nil {
-                        return .ended(.failure(PGError(code: .cancelled, message: "cancelled while waiting for a connection")))
-                    }
-                    if let connection = state.idle.popLast() { return .ended(.success(connection)) }
-                    state.waiters.append(Waiter(id: id, continuation: continuation, deadline: .now + acquisitionTimeout))
-                    defer { state.timingOut = true }
-                    return .waits(firstWaiter: !state.timingOut)
-                }
-                switch outcome {
-                case .ended(let result): continuation.resume(with: result)
-                case .waits(firstWaiter: true): Task { await self.timeOutWaits() }
-                case .waits(firstWaiter: false): break
+                let deadline = ContinuousClock.now + acquisitionTimeout
+                switch state.withLockedValue({ $0.wait(id, continuation, until: deadline) }) {
+                case .connection(let connection): continuation.resume(returning: connection)
+                case .closed: continuation.resume(throwing: PGError(code: .closed, message: "pool closed"))
+                case .cancelled: continuation.resume(throwing: PGError(code: .cancelled, message: "cancelled while waiting for a connection"))
+                case .waits(startTimer: true): Task { await self.endWaits(from: deadline) }
+                case .waits(startTimer: false): break
                 }
             }
         } onCancel: {
-            self.endWait(id, PGError(code: .cancelled, message: "cancelled while waiting for a connection"))
+            state.withLockedValue { $0.cancel(id) }?
+                .resume(throwing: PGError(code: .cancelled, message: "cancelled while waiting for a connection"))
         }
         return (connection, id)
     }
 
-    /// Ends checkout `id`'s wait with `error`, if it still waits; one cancelled before it
-    /// began to wait is refused when it does.
-    private func endWait(_ id: UInt64, _ error: PGError) {
-        let waiter: Waiter? = state.withLockedValue { state in
-            guard let index = state.waiters.firstIndex(where: { $0.id == id }) else {
-                if error.code == .cancelled { state.cancelledBeforeWaiting.insert(id) }
-                return nil
-            }
-            return state.waiters.remove(at: index)
-        }
-        waiter?.continuation.resume(throwing: error)
-    }
-
-    /// Ends each wait that reaches its deadline with `.timeout`, sleeping until the
-    /// earliest; returns once nobody waits. Waits begin in deadline order (one timeout for
-    /// all), so the first waiter's deadline is the earliest.
-    private func timeOutWaits() async {
-        while true {
-            let next: ContinuousClock.Instant? = state.withLockedValue { state in
-                guard let first = state.waiters.first else {
-                    state.timingOut = false
-                    return nil
-                }
-                return first.deadline
-            }
-            guard let next else { return }
-            try? await Task.sleep(until: next, clock: .continuous)
-            let expired: [Waiter] = state.withLockedValue { state in
-                let now = ContinuousClock.now
-                let count = state.waiters.prefix { $0.deadline <= now }.count
-                defer { state.waiters.removeFirst(count) }
-                return Array(state.waiters.prefix(count))
-            }
-            let timeout = acquisitionTimeout
+    /// The timer: ends each wait that reaches its deadline with `.timeout`, sleeping until
+    /// the earliest, from `first` on; returns once nobody waits.
+    private func endWaits(from first: ContinuousClock.Instant) async {
+        var next: ContinuousClock.Instant? = first
+        while let deadline = next {
+            try? await Task.sleep(until: deadline, clock: .continuous)
+            let (expired, following) = state.withLockedValue { $0.expire(now: .now) }
             for waiter in expired {
-                waiter.continuation.resume(throwing: PGError(code: .timeout, message: "none came free within \(timeout)"))
+                waiter.resume(throwing: PGError(code: .timeout, message: "none came free within \(acquisitionTimeout)"))
             }
+            next = following
         }
     }
 
     private func checkIn(_ connection: PGConnection) {
-        let (waiter, closed, idle): (Waiter?, Bool, Int) = state.withLockedValue { state in
-            connection.lastCheckedIn = ContinuousClock.now
-            if state.closed { return (nil, true, 0) }
-            if !state.waiters.isEmpty { return (state.waiters.removeFirst(), false, state.idle.count) }
-            state.idle.append(connection)
-            return (nil, false, state.idle.count)
+        switch state.withLockedValue({ $0.checkIn(connection, now: .now) }) {
+        case .close: connection.close()
+        case .handTo(let waiter): waiter.resume(returning: connection)
+        case .idle(let idle): inUse.record(size - idle)
         }
-        if closed { connection.close() }
-        if !closed { inUse.record(size - idle) }
-        waiter?.continuation.resume(returning: connection)
     }
 
     /// Closes every connection and stops the threads; waiting callers get `.closed`.
     public func shutdown() async {
-        let (waiters, idle) = state.withLockedValue { state in
-            state.closed = true
-            defer { state.waiters = []; state.idle = [] }
-            return (state.waiters, state.idle)
-        }
-        waiters.forEach { $0.continuation.resume(throwing: PGError(code: .closed, message: "pool closed")) }
+        let (waiters, idle) = state.withLockedValue { $0.close() }
+        waiters.forEach { $0.resume(throwing: PGError(code: .closed, message: "pool closed")) }
         idle.forEach { $0.close() }
         try? await threads.shutdownGracefully()
     }
@@ -333,14 +273,10 @@ extension PGPool: Service {
     /// server restart or a connection dropped by the network is found here, not by a
     /// request. A connection is taken only while idle: callers never wait for a check.
     func checkIdleConnections() async {
-        let now = ContinuousClock.now
+        // A connection checked in this round came back after this: not taken again.
+        let idleSince = ContinuousClock.now - healthCheckInterval
         for _ in 0..<size {
-            let connection: PGConnection? = state.withLockedValue { state in
-                // A connection checked in this round came back after `now`: not taken again.
-                guard let index = state.idle.firstIndex(where: { now - $0.lastCheckedIn >= healthCheckInterval }) else { return nil }
-                return state.idle.remove(at: index)
-            }
-            guard let connection else { return }
+            guard let connection = state.withLockedValue({ $0.takeIdle(since: idleSince) }) else { return }
             _ = try? await threads.runIfActive {
                 guard connection.isConnected else { return }
                 do {
