@@ -51,7 +51,7 @@ struct HookCaller: Sendable {
         return verdicts
     }
 
-    private func ask(_ hook: Rules.Hook, body: [UInt8], calls: [String], space: String) async throws -> [String: HookExchange.Verdict] {
+    private func ask(_ hook: Rules.Hook, body: [UInt8], calls: [String], space: SpaceID) async throws -> [String: HookExchange.Verdict] {
         let started = ContinuousClock.now
         do {
             let verdicts = try await post(hook, body: body, calls: calls, space: space)
@@ -65,7 +65,7 @@ struct HookCaller: Sendable {
         }
     }
 
-    private func post(_ hook: Rules.Hook, body: [UInt8], calls: [String], space: String) async throws -> [String: HookExchange.Verdict] {
+    private func post(_ hook: Rules.Hook, body: [UInt8], calls: [String], space: SpaceID) async throws -> [String: HookExchange.Verdict] {
         guard let host = URLComponents(string: hook.url)?.host else { throw HookFailure(description: "the hook's URL has no host") }
         if !allowPrivate, await WebhookAddresses.resolvesToPrivateOffThePool(host: host) {
             throw HookFailure(description: "the hook's host \(host) is a private address (ALLOW_PRIVATE_WEBHOOKS is off)")

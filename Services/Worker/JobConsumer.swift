@@ -294,14 +294,15 @@ struct JobConsumer: Service {
     /// died between recording it and parking its message; a second copy is harmless, the
     /// admin tools keep one).
     private func settleFinishedOrUnknown(
-        _ delivery: AMQPDelivery, from consumer: AMQPConsumer, jobID: String, status: JobStatus?, logger: Logger
+        _ delivery: AMQPDelivery, from consumer: AMQPConsumer, jobID: JobID, status: JobStatus?, logger: Logger
     ) async {
         do {
             switch status {
             case nil:
                 await settleUnknown(delivery, from: consumer, jobID: jobID)
             case .dead?:
-                if let dead = DeadLetterID(jobID), let parked = try await deadLetters.detail(id: dead)?.item {
+                // A job's dead letter has the job's id.
+                if let parked = try await deadLetters.detail(id: DeadLetterID(jobID.uuid))?.item {
                     await park(delivery, from: consumer, jobID: jobID, reason: DeadLetterReason(rawValue: parked.reason), error: parked.lastError ?? "")
                 } else {
                     consumer.ack(delivery)  // its dead letter has passed DEAD_LETTER_RETENTION
@@ -350,9 +351,9 @@ struct JobConsumer: Service {
     /// never lost.
     /// A message naming no job row: a job erased with its account is dropped (it must not
     /// be applied, and it is no operator's concern); any other is dead-lettered.
-    private func settleUnknown(_ delivery: AMQPDelivery, from consumer: AMQPConsumer, jobID: String) async {
+    private func settleUnknown(_ delivery: AMQPDelivery, from consumer: AMQPConsumer, jobID: JobID) async {
         do {
-            if let job = JobID(jobID), try await accounts.wasForgotten(job) {
+            if try await accounts.wasForgotten(jobID) {
                 logger.info("dropped a job of a deleted account", metadata: ["job.id": "\(jobID)"])
                 consumer.ack(delivery)
                 return
@@ -364,7 +365,7 @@ struct JobConsumer: Service {
         await park(delivery, from: consumer, jobID: jobID, reason: .unknownJob, error: "no job row with this id")
     }
 
-    private func park(_ delivery: AMQPDelivery, from consumer: AMQPConsumer, jobID: String?, reason: DeadLetterReason, error: String) async {
+    private func park(_ delivery: AMQPDelivery, from consumer: AMQPConsumer, jobID: JobID?, reason: DeadLetterReason, error: String) async {
         let id = SynclineTopology.deadLetterID(jobID: jobID, body: delivery.body)
         do {
             guard let recorded = try await deadLetters.record(
@@ -378,10 +379,10 @@ struct JobConsumer: Service {
                 traceID: delivery.header(SynclineTopology.Header.trace))])
             Counter(label: "syncline_dead_letters_total", dimensions: [("reason", reason.rawValue)]).increment()
             logger.error("dead-lettered a message", metadata: [
-                "job.id": "\(jobID ?? "-")", "reason": "\(reason.rawValue)", "error": "\(error)", "job.attempts": "\(recorded.attempts)",
+                "job.id": "\(jobID.map(\.description) ?? "-")", "reason": "\(reason.rawValue)", "error": "\(error)", "job.attempts": "\(recorded.attempts)",
             ])
             consumer.ack(delivery)
-            if let job = jobID.flatMap(JobID.init), let user = recorded.userID, let device = recorded.deviceID {
+            if let job = jobID, let user = recorded.userID, let device = recorded.deviceID {
                 announcer.send([JobEvent(
                     userID: user, deviceID: device, jobID: job, status: .dead, checkpoint: nil, hasRefusedOps: true,
                     spaceID: recorded.spaceID)])
@@ -423,7 +424,7 @@ struct JobConsumer: Service {
 
     /// The jobs messages name, with their spaces: a message published before messages named
     /// the space has it looked up. Nil for a message naming no job, or a job not found.
-    private func resolve(_ named: [(id: String, space: String?)?]) async throws -> [JobRef?] {
+    private func resolve(_ named: [(id: JobID, space: SpaceID?)?]) async throws -> [JobRef?] {
         let unplaced = named.compactMap { $0 }.filter { $0.space == nil }.map(\.id)
         let found = unplaced.isEmpty ? [:] : try await store.spaces(ofJobs: unplaced)
         return named.map { job in

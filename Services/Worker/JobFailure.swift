@@ -2,6 +2,7 @@ import AMQPBridge
 import Persistence
 import PQBridge
 import ServiceSupport
+import SyncModels
 
 /// What a failed job attempt means — decided here and nowhere else.
 ///
@@ -67,9 +68,9 @@ public enum JobFailure: Equatable, Sendable {
 
 /// A job whose stored ops cannot be read as ops: no attempt can apply it.
 public struct UnreadableJob: Error, CustomStringConvertible {
-    public let jobID: String
+    public let jobID: JobID
 
-    public init(jobID: String) {
+    public init(jobID: JobID) {
         self.jobID = jobID
     }
 

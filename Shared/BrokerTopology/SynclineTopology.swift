@@ -149,8 +149,8 @@ public enum SynclineTopology {
 
     /// The id a dead letter is listed under: its job's id, or — for a message that names
     /// no job — a UUID derived from the body, so a redelivered copy is the same dead letter.
-    public static func deadLetterID(jobID: String?, body: [UInt8]) -> String {
-        if let jobID { return jobID }
+    public static func deadLetterID(jobID: JobID?, body: [UInt8]) -> String {
+        if let jobID { return jobID.description }
         var bytes = Array(SHA256.hash(data: body).prefix(16))
         bytes[6] = (bytes[6] & 0x0F) | 0x50  // version 5 style (name-based)
         bytes[8] = (bytes[8] & 0x3F) | 0x80
@@ -159,13 +159,13 @@ public enum SynclineTopology {
 
     /// The message parked in `sync.jobs.dead-letters`: the body as received, and headers saying why.
     public static func deadLetterMessage(
-        id: String, jobID: String?, body: [UInt8], reason: String, error: String, attempts: Int, traceID: String?
+        id: String, jobID: JobID?, body: [UInt8], reason: String, error: String, attempts: Int, traceID: String?
     ) -> OutgoingMessage {
         var headers: [String: AMQPTopology.Argument] = [
             Header.deadLetterID: .string(id), Header.reason: .string(reason),
             Header.error: .string(String(error.prefix(1000))), Header.attempts: .int(Int64(attempts)),
         ]
-        if let jobID { headers[Header.jobID] = .string(jobID) }
+        if let jobID { headers[Header.jobID] = .string(jobID.description) }
         if let traceID { headers[Header.trace] = .string(traceID) }
         return OutgoingMessage(
             exchange: deadLetterExchange, routingKey: deadLetterRoutingKey, body: body, messageID: id, headers: headers)
@@ -194,16 +194,16 @@ public enum SynclineTopology {
     }
 
     /// The job id a job message names, or nil when it is not a job message.
-    public static func jobID(inMessage body: [UInt8]) -> String? {
+    public static func jobID(inMessage body: [UInt8]) -> JobID? {
         job(inMessage: body)?.id
     }
 
     /// The job a job message names, with its space; the space is nil in a message
     /// published before messages named it (the job's row then tells it).
-    public static func job(inMessage body: [UInt8]) -> (id: String, space: String?)? {
+    public static func job(inMessage body: [UInt8]) -> (id: JobID, space: SpaceID?)? {
         guard let fields = (try? JSONParser.parse(body))?.objectValue,
-              let id = fields["job_id"]?.stringValue.flatMap(Names.canonicalUUID) else { return nil }
-        return (id, fields["space_id"]?.stringValue.flatMap(Names.canonicalUUID))
+              let id = fields["job_id"]?.stringValue.flatMap(JobID.init) else { return nil }
+        return (id, fields["space_id"]?.stringValue.flatMap(SpaceID.init))
     }
 
     /// The dead letter a parked message stands for.

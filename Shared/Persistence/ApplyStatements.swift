@@ -7,10 +7,10 @@ import SyncModels
 extension ApplyStore {
     /// A job row locked by this transaction.
     struct LockedJob {
-        let id: String
+        let id: JobID
         let user: UserID
-        let space: String
-        let deviceID: String
+        let space: SpaceID
+        let deviceID: DeviceID
         let status: JobStatus
         let ops: String
         let author: String?
@@ -22,11 +22,11 @@ extension ApplyStore {
     /// committing meanwhile makes the insert fail on the foreign key: the jobs are then
     /// applied one by one, and each finds the space gone); its jobs find no members.
     static func lock(_ connection: PGConnection, jobs refs: [JobRef]) throws
-        -> (jobs: [String: LockedJob], counters: [String: Int64], purgeClocks: [String: Stamp], rulesVersion: Int64?)
+        -> (jobs: [JobID: LockedJob], counters: [SpaceID: Int64], purgeClocks: [SpaceID: Stamp], rulesVersion: Int64?)
     {
-        var jobs: [String: LockedJob] = [:]
-        var counters: [String: Int64] = [:]
-        var purgeClocks: [String: Stamp] = [:]
+        var jobs: [JobID: LockedJob] = [:]
+        var counters: [SpaceID: Int64] = [:]
+        var purgeClocks: [SpaceID: Stamp] = [:]
         var rulesVersion: Int64?
         for row in try connection.execute("""
             WITH job AS (
@@ -45,7 +45,7 @@ extension ApplyStore {
             FROM job LEFT JOIN counter USING (space_id)
             """) {
             let (id, user, space, device, status, ops, author, counter, purgeClock, rules) =
-                try row.decode((String, UserID, String, String, String, String, String?, Int64?, String?, Int64).self)
+                try row.decode((JobID, UserID, SpaceID, DeviceID, String, String, String?, Int64?, String?, Int64).self)
             rulesVersion = rules
             guard let status = JobStatus(rawValue: status) else {
                 throw UnexpectedAnswer("job \(id) has status \(status)")
@@ -69,18 +69,18 @@ extension ApplyStore {
     /// applied right now (by another worker, or earlier in this transaction: `busySpaces`)
     /// keeps its id for now.
     static func publicIDOwners(
-        _ connection: PGConnection, space: String, ops: [Op], busySpaces: Set<String>
+        _ connection: PGConnection, space: SpaceID, ops: [Op], busySpaces: Set<SpaceID>
     ) throws -> [String: RecordKey?] {
         let ids = Array(Set(ops.filter { $0.type == .publish && $0.rejected == nil }.compactMap(\.publicID))).sorted()
         guard !ids.isEmpty else { return [:] }
         try connection.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended('syncline.public_id:' || id, 0)) FROM unnest(\(ids)) AS id")
         var owners: [String: RecordKey?] = [:]
-        var withoutData: [String: String] = [:]  // public id → its holder's space
+        var withoutData: [String: SpaceID] = [:]  // public id → its holder's space
         for row in try connection.execute(
             "SELECT public_id, space_id, collection, record_id, visibility FROM records WHERE public_id = ANY(\(ids))"
         ) {
-            let (publicID, owner, collection, id, visibility) = try row.decode((String, String, String, String, String).self)
+            let (publicID, owner, collection, id, visibility) = try row.decode((String, SpaceID, String, String, String).self)
             if owner == space {
                 owners[publicID] = .some(RecordKey(collection: collection, id: id))
             } else if visibility == RecordState.PublicVisibility.private.rawValue, !busySpaces.contains(owner) {
@@ -93,7 +93,7 @@ extension ApplyStore {
         let idle = Set(try connection.execute("""
             SELECT space_id FROM space_counters WHERE space_id = ANY(\(Array(Set(withoutData.values)).sorted())::uuid[])
             ORDER BY space_id FOR UPDATE SKIP LOCKED
-            """).map { try $0.decode(String.self, at: 0) })
+            """).map { try $0.decode(SpaceID.self, at: 0) })
         let yielded = withoutData.filter { idle.contains($0.value) }.keys.sorted()
         for (publicID, holder) in withoutData where !idle.contains(holder) { owners[publicID] = .some(nil) }
         if !yielded.isEmpty {
@@ -108,7 +108,7 @@ extension ApplyStore {
     /// What each public id the job's fork ops name holds: a record of this space (the
     /// applier reads it as the job leaves it), or another space's readable record. Ops
     /// already rejected (beyond the pusher's budget) look nothing up.
-    static func forkSources(_ connection: PGConnection, space: String, ops: [Op]) throws -> [String: ForkSource] {
+    static func forkSources(_ connection: PGConnection, space: SpaceID, ops: [Op]) throws -> [String: ForkSource] {
         let ids = Array(Set(ops.filter { $0.type == .fork && $0.rejected == nil }.compactMap(\.publicID)))
         guard !ids.isEmpty else { return [:] }
         var sources: [String: ForkSource] = [:]
@@ -117,7 +117,7 @@ extension ApplyStore {
             WHERE public_id = ANY(\(ids)) AND (space_id = \(space)::uuid OR visibility <> \(literal: RecordState.PublicVisibility.private))
             """) {
             let (publicID, owner, collection, id, data, canFork, visibility) =
-                try row.decode((String, String, String, String, String, Bool, String).self)
+                try row.decode((String, SpaceID, String, String, String, Bool, String).self)
             let key = RecordKey(collection: collection, id: id)
             sources[publicID] = owner == space
                 ? .own(key)
@@ -131,7 +131,7 @@ extension ApplyStore {
     /// Raises each forked record's `fork_count`, once per forking user — kept as the
     /// SHA-256 of their id, which outlives their account — and never for a member of the
     /// source's space (forking your own record is no endorsement).
-    static func countForks(_ connection: PGConnection, space: String, user: UserID, forked: Set<ForkedRecord>) throws {
+    static func countForks(_ connection: PGConnection, space: SpaceID, user: UserID, forked: Set<ForkedRecord>) throws {
         guard !forked.isEmpty else { return }
         let sources = forked.map { (space: $0.space ?? space, key: $0.key) }
             .sorted { ($0.space, $0.key) < ($1.space, $1.key) }
@@ -152,16 +152,16 @@ extension ApplyStore {
 
     /// A record of a space.
     struct SpaceKey: Hashable {
-        let space: String
+        let space: SpaceID
         let key: RecordKey
     }
 
     /// What a set of jobs reads before they are applied.
     struct StateReads {
-        var spaces = Set<String>()
+        var spaces = Set<SpaceID>()
         /// The services among the jobs' pushers (`ServicePrincipal.user`).
         var services = Set<UserID>()
-        var opIDs: [(space: String, opID: String)] = []
+        var opIDs: [(space: SpaceID, opID: String)] = []
         var keys = Set<SpaceKey>()
     }
 
@@ -178,17 +178,17 @@ extension ApplyStore {
     /// that last changed each), the op_ids to remember, each space's counter, each job's results.
     struct StateWrites {
         /// A record written, with the author's name, user and id of the job that last changed it.
-        typealias Record = (record: StoredRecord, author: String?, user: UserID, job: String)
+        typealias Record = (record: StoredRecord, author: String?, user: UserID, job: JobID)
 
         /// The version of the rules that judged the jobs (0: none).
         let rulesVersion: Int64
         var records: [SpaceKey: Record] = [:]
         /// The records of `records` that were read from the table (the others are new).
         var stored = Set<SpaceKey>()
-        var opIDs: [(space: String, opID: String)] = []
-        var counters: [String: Int64] = [:]
+        var opIDs: [(space: SpaceID, opID: String)] = []
+        var counters: [SpaceID: Int64] = [:]
         /// The jobs applied, by their rows' space and id.
-        var jobs: [(space: String, job: String, checkpoint: Int64, results: String)] = []
+        var jobs: [(space: SpaceID, job: JobID, checkpoint: Int64, results: String)] = []
         /// Per space and file, how many more (or fewer) records reference it.
         var blobReferences: [SpaceBlob: Int] = [:]
         /// The files each written record counts towards, as stored (`blob_refs`).
@@ -197,7 +197,7 @@ extension ApplyStore {
         /// (the others reference none: most writes cost no walk).
         var mayReference = Set<SpaceKey>()
         /// Per space, the spaces it forked from: their files become its files too.
-        var forkedFrom: [String: Set<String>] = [:]
+        var forkedFrom: [SpaceID: Set<SpaceID>] = [:]
 
         /// Adds what one job of the set changed, remembered and counted.
         mutating func add(_ outcome: JobApplier.Outcome, of job: LockedJob) throws {
@@ -215,7 +215,7 @@ extension ApplyStore {
     }
 
     struct SpaceBlob: Hashable, Comparable {
-        let space: String
+        let space: SpaceID
         let sha256: String
 
         static func < (lhs: SpaceBlob, rhs: SpaceBlob) -> Bool { (lhs.space, lhs.sha256) < (rhs.space, rhs.sha256) }
@@ -274,8 +274,8 @@ extension ApplyStore {
 
     /// The spaces' members with their roles and the op_ids they have already seen (one
     /// statement, one row of aligned arrays), then the records with these keys (another).
-    static func loadState(_ connection: PGConnection, _ reads: StateReads) throws -> [String: SpaceState] {
-        var states: [String: SpaceState] = [:]
+    static func loadState(_ connection: PGConnection, _ reads: StateReads) throws -> [SpaceID: SpaceState] {
+        var states: [SpaceID: SpaceState] = [:]
         if let row = try connection.execute("""
             SELECT m.spaces, m.users, m.roles, o.spaces, o.op_ids
             FROM (SELECT array_agg(space_id) AS spaces, array_agg(user_id) AS users, array_agg(role) AS roles
@@ -292,7 +292,7 @@ extension ApplyStore {
                     USING (space_id, op_id)) o
             """).first {
             let (memberSpaces, users, roles, knownSpaces, opIDs) =
-                try row.decode(([String]?, [UserID]?, [String]?, [String]?, [String]?).self)
+                try row.decode(([SpaceID]?, [UserID]?, [String]?, [SpaceID]?, [String]?).self)
             for (index, space) in (memberSpaces ?? []).enumerated() {
                 states[space, default: SpaceState()].members[users![index]] = SpaceRole(rawValue: roles![index])
             }
@@ -325,7 +325,7 @@ extension ApplyStore {
     /// record read as stored have gone meanwhile (purge takes a tombstone without that
     /// lock), fewer rows are updated than read, and the statement fails: the jobs are then
     /// applied again, one by one, reading afresh.
-    static func save(_ connection: PGConnection, _ writes: StateWrites, attempt: Attempt) throws -> [String: Double] {
+    static func save(_ connection: PGConnection, _ writes: StateWrites, attempt: Attempt) throws -> [JobID: Double] {
         let sorted = writes.records.sorted { ($0.key.space, $0.key.key) < ($1.key.space, $1.key.key) }
         let columns = WrittenColumn.all(sorted, writes)
         var source = PGUnnest()
@@ -334,7 +334,7 @@ extension ApplyStore {
         let copied = columns.filter { $0.role == .copied }
         let counters = writes.counters.sorted { $0.key < $1.key }
         let updates = sorted.filter { writes.stored.contains($0.key) }.count
-        var latencies: [String: Double] = [:]
+        var latencies: [JobID: Double] = [:]
         for row in try connection.execute("""
             WITH remembered AS (
               INSERT INTO op_ids (space_id, op_id)
@@ -367,7 +367,7 @@ extension ApplyStore {
             RETURNING jobs.job_id, extract(epoch FROM jobs.finished_at - jobs.created_at)::float8,
                       (SELECT count(*) FROM updated)
             """) {
-            let (id, latency, updated) = try row.decode((String, Double, Int).self)
+            let (id, latency, updated) = try row.decode((JobID, Double, Int).self)
             guard updated == updates else { throw ApplyError.recordsGoneAtWrite(count: updates - updated) }
             latencies[id] = latency
         }

@@ -52,8 +52,8 @@ public struct ApplyStore: Sendable {
 
     /// A job's calls, as its hooks are asked about them.
     public struct HookWork: Sendable, Equatable {
-        public let jobID: String
-        public let space: String
+        public let jobID: JobID
+        public let space: SpaceID
         public let user: UserID
         /// The pusher's role in the space; nil when they are no longer a member (then no
         /// hook is asked: every op is refused).
@@ -117,15 +117,15 @@ public struct ApplyStore: Sendable {
             var together: [(LockedJob, [Op])] = []
             func flush() throws {
                 guard !together.isEmpty else { return }
-                for (id, applied) in try Self.applyTogether(
+                for (job, applied) in try Self.applyTogether(
                     connection, together, counters: &counters, purgeClocks: locked.purgeClocks, attempt: attempt, rules: rules,
                     hookVerdicts: hookVerdicts) {
-                    if let job = JobID(id) { outcomes[job] = .applied(applied) }
+                    outcomes[job] = .applied(applied)
                 }
                 together = []
             }
             for ref in unique {
-                guard let job = locked.jobs[ref.job.description] else { continue }
+                guard let job = locked.jobs[ref.job] else { continue }
                 if job.status.isTerminal {
                     outcomes[ref.job] = .alreadyFinished(job.status)
                 } else if let ops = Op.decodeStored(job.ops) {
@@ -160,11 +160,10 @@ public struct ApplyStore: Sendable {
     /// statement writes it all. A job that publishes or forks must come alone (see
     /// `apply`). Advances `counters`; returns each job's outcome.
     static func applyTogether(
-        _ connection: PGConnection, _ jobs: [(job: LockedJob, ops: [Op])], counters: inout [String: Int64],
-        purgeClocks: [String: Stamp], attempt: Attempt, rules: Rules, hookVerdicts: [JobID: [String: HookExchange.Verdict]] = [:]
-    ) throws -> [String: Applied] {
-        let verdicts = Dictionary(uniqueKeysWithValues: hookVerdicts.map { ($0.key.description, $0.value) })
-        let (reads, sources) = try stateReads(connection, jobs, hookVerdicts: verdicts)
+        _ connection: PGConnection, _ jobs: [(job: LockedJob, ops: [Op])], counters: inout [SpaceID: Int64],
+        purgeClocks: [SpaceID: Stamp], attempt: Attempt, rules: Rules, hookVerdicts: [JobID: [String: HookExchange.Verdict]] = [:]
+    ) throws -> [JobID: Applied] {
+        let (reads, sources) = try stateReads(connection, jobs, hookVerdicts: hookVerdicts)
         var states = try loadState(connection, reads)
         var writes = StateWrites(rulesVersion: rules.version)
         var referencedBefore: [SpaceKey: Set<String>] = [:]
@@ -172,8 +171,8 @@ public struct ApplyStore: Sendable {
             for key in state.records.keys { writes.stored.insert(SpaceKey(space: space, key: key)) }
             for (key, blobs) in state.blobRefs { referencedBefore[SpaceKey(space: space, key: key)] = blobs }
         }
-        var forks: [(space: String, user: UserID, forked: Set<ForkedRecord>)] = []
-        var applied: [String: Applied] = [:]
+        var forks: [(space: SpaceID, user: UserID, forked: Set<ForkedRecord>)] = []
+        var applied: [JobID: Applied] = [:]
         for (job, stored) in jobs {
             var state = states.removeValue(forKey: job.space) ?? SpaceState()
             let ops = Self.admitted(stored, of: job, in: state)
@@ -184,24 +183,20 @@ public struct ApplyStore: Sendable {
             state.records = [:]
             let outcome = JobApplier.apply(
                 ops: ops, records: consume records, knownOpIDs: state.known, counter: counters[job.space] ?? 0,
-                deviceID: job.deviceID, publicIDOwners: owners, purgeClock: purgeClocks[job.space],
+                deviceID: job.deviceID.description, publicIDOwners: owners, purgeClock: purgeClocks[job.space],
                 forkSources: sources[job.id] ?? [:],
                 judge: state.members[job.user].map { RulesJudge(rules: rules, user: job.user, role: $0) },
-                hookVerdicts: verdicts[job.id] ?? [:])
+                hookVerdicts: hookVerdicts[job.id] ?? [:])
             state.records = outcome.records
             state.known.formUnion(outcome.remembered)
             states[job.space] = state
             counters[job.space] = outcome.counter
             try writes.add(outcome, of: job)
             forks.append((job.space, job.user, outcome.forked))
-            // The ids the applied job is known by from here on (the rows hold uuids).
-            guard let space = SpaceID(job.space), let device = DeviceID(job.deviceID) else {
-                throw UnexpectedAnswer("job \(job.id) names no space or device id")
-            }
             applied[job.id] = Applied(
-                user: job.user, deviceID: device, checkpoint: outcome.counter,
+                user: job.user, deviceID: job.deviceID, checkpoint: outcome.counter,
                 hadRejectsOrConflicts: outcome.results.contains { $0.status == .rejected || $0.status == .conflict },
-                secondsSinceIntake: 0, space: space, members: state.members.keys.sorted())
+                secondsSinceIntake: 0, space: job.space, members: state.members.keys.sorted())
         }
         countReferences(&writes, before: referencedBefore)
         for (id, latency) in try save(connection, writes, attempt: attempt) { applied[id]?.secondsSinceIntake = latency }
@@ -212,9 +207,9 @@ public struct ApplyStore: Sendable {
     /// What the jobs read, after the counter locks: their fork sources first, then the
     /// records, op_ids and members (a statement after the lock sees every earlier commit).
     static func stateReads(
-        _ connection: PGConnection, _ jobs: [(job: LockedJob, ops: [Op])], hookVerdicts: [String: [String: HookExchange.Verdict]]
-    ) throws -> (StateReads, sources: [String: [String: ForkSource]]) {
-        var sources: [String: [String: ForkSource]] = [:]
+        _ connection: PGConnection, _ jobs: [(job: LockedJob, ops: [Op])], hookVerdicts: [JobID: [String: HookExchange.Verdict]]
+    ) throws -> (StateReads, sources: [JobID: [String: ForkSource]]) {
+        var sources: [JobID: [String: ForkSource]] = [:]
         var reads = StateReads()
         for (job, ops) in jobs {
             let jobSources = try forkSources(connection, space: job.space, ops: ops)
@@ -305,12 +300,11 @@ public struct ApplyStore: Sendable {
 
     /// The spaces of jobs named by id alone (messages published before messages named
     /// the space): a read across spaces, for those only. A job not found is left out.
-    public func spaces(ofJobs jobIDs: [String]) async throws -> [String: String] {
-        let ids = jobIDs.compactMap(UUID.init(uuidString:))
+    public func spaces(ofJobs ids: [JobID]) async throws -> [JobID: SpaceID] {
         guard !ids.isEmpty else { return [:] }
-        var spaces: [String: String] = [:]
+        var spaces: [JobID: SpaceID] = [:]
         for row in try await pool.execute("SELECT job_id, space_id FROM jobs WHERE job_id = ANY(\(ids))") {
-            let (job, space) = try row.decode((String, String).self)
+            let (job, space) = try row.decode((JobID, SpaceID).self)
             spaces[job] = space
         }
         return spaces

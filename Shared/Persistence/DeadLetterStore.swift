@@ -22,7 +22,7 @@ public struct DeadLetterStore: Sendable {
     /// succeeded or was discarded (a late duplicate has nothing to park).
     /// `userID`/`deviceID` name whom a message that is not a job concerns (a webhook).
     public func record(
-        id: String, queue: String = "sync", namedJobID: String?, reason: String, error: String, message: String,
+        id: String, queue: String = "sync", namedJobID: JobID?, reason: String, error: String, message: String,
         userID: UserID? = nil, deviceID: DeviceID? = nil, attempts: Int? = nil
     ) async throws -> Recorded? {
         try await pool.transaction { connection in
@@ -30,7 +30,7 @@ public struct DeadLetterStore: Sendable {
                 let jobID: String, userID: UserID, deviceID: String, spaceID: String?, opCount: Int, attempts: Int, status: String
             }
             var job: Job?
-            if let namedJobID, let jobID = UUID(uuidString: namedJobID) {
+            if let jobID = namedJobID {
                 job = try connection.execute("""
                     SELECT job_id, user_id, device_id, space_id, op_count, attempts, status FROM jobs WHERE job_id = \(jobID) FOR UPDATE
                     """).first.map { try $0.decode(as: Job.self) }

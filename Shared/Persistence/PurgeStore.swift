@@ -154,7 +154,7 @@ public struct PurgeStore: Sendable {
     static func settleMerged(_ connection: PGConnection, before date: Date, batch: Int) throws -> Int {
         let milliseconds = Int64(date.timeIntervalSince1970 * 1000)
         let horizon = Stamp(hlc: String(repeating: "0", count: max(0, 13 - String(milliseconds).count)) + String(milliseconds), opID: "")
-        var after = (space: "00000000-0000-0000-0000-000000000000", collection: "", id: "")
+        var after = (space: SpaceID(UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))), collection: "", id: "")
         var settled = 0
         while true {
             let (read, changed, last) = try connection.transaction { connection in

@@ -9,7 +9,7 @@ import SyncModels
 extension ApplyStore {
     /// A record as `loadState` reads it.
     struct RecordRow: Decodable {
-        let space: String
+        let space: SpaceID
         let collection: String
         let id: String
         let version: Int64

@@ -85,7 +85,7 @@ struct PersistenceTests {
             // A message naming the job in another space finds nothing.
             let elsewhere = JobRef(space: .random(), job: jobID)
             #expect(try await apply.apply(jobs: [elsewhere], attempt: .countedInCommit) == [jobID: .unknownJob])
-            #expect(try await apply.spaces(ofJobs: [jobID.description]) == [jobID.description: job.space.description])
+            #expect(try await apply.spaces(ofJobs: [jobID]) == [jobID: job.space])
 
             let space = try await SpaceStore(pool: pool).personalSpace(user: alice).description
             guard case .page(let page) = try await pulls.pull(user: alice, space: space, since: 0, limit: 1, collections: nil) else { return }

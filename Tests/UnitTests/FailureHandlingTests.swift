@@ -61,7 +61,7 @@ struct FailureHandlingTests {
         // Each layer's own errors name their cause: records purged mid-apply are worth
         // another attempt; ops that cannot be read are not.
         #expect(JobFailure.classify(ApplyError.recordsGoneAtWrite(count: 2)) == .transient(reason: "records_gone"))
-        #expect(JobFailure.classify(UnreadableJob(jobID: "j")) == .permanent(reason: "invalid_payload"))
+        #expect(JobFailure.classify(UnreadableJob(jobID: .random())) == .permanent(reason: "invalid_payload"))
     }
 
     @Test func attemptNPlusOneWaitsTheNthDelayTheLastRepeating() {
@@ -96,9 +96,9 @@ struct FailureHandlingTests {
         #expect(id == SynclineTopology.deadLetterID(jobID: nil, body: body))
         #expect(id != SynclineTopology.deadLetterID(jobID: nil, body: Array("other".utf8)))
         #expect(id.count == 36)
-        #expect(SynclineTopology.deadLetterID(jobID: "j", body: body) == "j")
-        #expect(SynclineTopology.jobID(inMessage: Array(#"{"job_id":"6DA9EBDA-2471-4183-8C54-77519EBD4EDF"}"#.utf8))
-            == "6da9ebda-2471-4183-8c54-77519ebd4edf")
+        let job = JobID("6DA9EBDA-2471-4183-8C54-77519EBD4EDF")
+        #expect(SynclineTopology.deadLetterID(jobID: job, body: body) == "6da9ebda-2471-4183-8c54-77519ebd4edf")
+        #expect(SynclineTopology.jobID(inMessage: Array(#"{"job_id":"6DA9EBDA-2471-4183-8C54-77519EBD4EDF"}"#.utf8)) == job)
         #expect(SynclineTopology.jobID(inMessage: body) == nil)
     }
 }

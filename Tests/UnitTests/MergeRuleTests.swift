@@ -261,7 +261,7 @@ struct MergeRuleTests {
         #expect(state?.fields == ["title": "Pre-charter", "items": .array(["life jackets"])], "older fields go, as in an upsert")
         #expect(state?.fork?.publicID == "pre-charter")
         #expect(replica.records[RecordKey(collection: "todos", id: "copy")]?.view.forkedFrom == "pre-charter")
-        #expect(replica.forked == [ForkedRecord(space: "someone-else", key: RecordKey(collection: "guides", id: "src"))])
+        #expect(replica.forked == [ForkedRecord(space: someoneElsesSpace, key: RecordKey(collection: "guides", id: "src"))])
         // Newer local edits survive a fork applied late (it is an upsert at its own clock).
         replica.apply([patch(3, ["note": "mine"], at: 9, id: "copy"), fork(4, "pre-charter", at: 7, id: "copy")])
         #expect(replica.state("copy")?.fields["note"] == "mine")

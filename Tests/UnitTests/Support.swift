@@ -84,9 +84,12 @@ func fork(_ n: Int, _ publicID: String, at time: Int, id: String = "r1", ifVersi
     Op(opID: opID(n), type: .fork, collection: "todos", id: id, hlc: clock(time), ifVersion: ifVersion, publicID: publicID)
 }
 
+/// The space of another user's records that forks copy.
+let someoneElsesSpace = SpaceID("5e1f0000-0000-4000-8000-000000000001")!
+
 /// Another user's published (or, with `listed: false`, unlisted) record that forks copy.
 func foreignSource(_ data: [String: JSONValue], canFork: Bool = true, listed: Bool = true, id: String = "src") -> ForkSource {
-    .other(space: "someone-else", key: RecordKey(collection: "guides", id: id), data: data, canFork: canFork, listed: listed)
+    .other(space: someoneElsesSpace, key: RecordKey(collection: "guides", id: id), data: data, canFork: canFork, listed: listed)
 }
 
 func unpublish(_ n: Int, at time: Int, id: String = "r1") -> Op {

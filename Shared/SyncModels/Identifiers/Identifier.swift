@@ -19,7 +19,14 @@ public struct Identifier<Kind>: Hashable, Sendable, Comparable, CustomStringConv
 
     public var description: String { uuid.uuidString.lowercased() }
 
-    public static func < (lhs: Self, rhs: Self) -> Bool { lhs.description < rhs.description }
+    /// The order of the lowercase text, without making it: hex digits sort as their values
+    /// and the dashes stand at the same places, so the bytes' order is the text's (and
+    /// PostgreSQL's order of `uuid`s).
+    public static func < (lhs: Self, rhs: Self) -> Bool {
+        withUnsafeBytes(of: lhs.uuid.uuid) { left in
+            withUnsafeBytes(of: rhs.uuid.uuid) { right in left.lexicographicallyPrecedes(right) }
+        }
+    }
 }
 
 extension Identifier: Codable {

@@ -53,16 +53,16 @@ public enum ForkSource: Sendable, Equatable {
     /// it as this job has left it.
     case own(RecordKey)
     /// A record of another space that readers can see: public (`listed`) or unlisted.
-    case other(space: String, key: RecordKey, data: [String: JSONValue], canFork: Bool, listed: Bool)
+    case other(space: SpaceID, key: RecordKey, data: [String: JSONValue], canFork: Bool, listed: Bool)
 }
 
 /// A record forked by a job, for counting forks once per forking user.
 public struct ForkedRecord: Sendable, Hashable {
     /// The source's space; nil: the job's own space.
-    public let space: String?
+    public let space: SpaceID?
     public let key: RecordKey
 
-    public init(space: String?, key: RecordKey) {
+    public init(space: SpaceID?, key: RecordKey) {
         self.space = space
         self.key = key
     }

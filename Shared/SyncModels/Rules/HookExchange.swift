@@ -23,7 +23,7 @@ public enum HookExchange {
 
     /// The request's body.
     public static func request(
-        job: String, space: String, user: UserID, role: SpaceRole, calls: [(op: Op, record: RecordView?)]
+        job: JobID, space: SpaceID, user: UserID, role: SpaceRole, calls: [(op: Op, record: RecordView?)]
     ) -> [UInt8] {
         let items: [JSONValue] = calls.map { call in
             var fields: [String: JSONValue] = [
@@ -39,7 +39,7 @@ public enum HookExchange {
             return .object(fields)
         }
         return JSONWriter.bytes(.object([
-            "job_id": .string(job), "space_id": .string(space), "user_id": .string(user.text), "role": .string(role.rawValue),
+            "job_id": .string(job.description), "space_id": .string(space.description), "user_id": .string(user.text), "role": .string(role.rawValue),
             "calls": .array(items),
         ]))
     }
@@ -47,7 +47,7 @@ public enum HookExchange {
     /// Reads a 2xx answer: a verdict for every call asked. Ops that are no upsert, patch,
     /// delete, increment, add or remove, that are malformed, or that name another space refuse their call
     /// (`invalid_op`, `other_space`); a call the answer leaves out makes it unusable.
-    public static func verdicts(_ body: [UInt8], calls: [String], space: String) throws(UnusableAnswer) -> [String: Verdict] {
+    public static func verdicts(_ body: [UInt8], calls: [String], space: SpaceID) throws(UnusableAnswer) -> [String: Verdict] {
         guard let root = try? JSONParser.parse(body), let items = root.objectValue?["calls"]?.arrayValue else {
             throw UnusableAnswer(description: "the hook's answer is not {\"calls\": [...]}")
         }
@@ -77,13 +77,13 @@ public enum HookExchange {
         return .reject(given.map { reasonToken($0) } ?? "http_\(status)")
     }
 
-    static func verdict(_ raw: [JSONValue], space: String) -> Verdict {
+    static func verdict(_ raw: [JSONValue], space: SpaceID) -> Verdict {
         guard raw.count <= maxOpsPerCall else { return .reject("too_many_ops") }
         var ops: [Op] = []
         for item in raw {
             guard var fields = item.objectValue else { return .reject("invalid_op") }
             if let named = fields.removeValue(forKey: "space_id"), !named.isNull {
-                guard named.stringValue.flatMap(Names.canonicalUUID) == Names.canonicalUUID(space) else { return .reject("other_space") }
+                guard named.stringValue.flatMap(SpaceID.init) == space else { return .reject("other_space") }
             }
             // A placeholder id: the worker gives each op its own, derived from the call's.
             fields["op_id"] = .string("00000000-0000-0000-0000-000000000000")
