@@ -322,7 +322,7 @@ let package = Package(
         .testTarget(
             name: "RouteTests",
             dependencies: [
-                "Gateway", "ServiceSupport", "PQBridge", "Persistence", "SyncModels", "TestSupport",
+                "Gateway", "ServiceSupport", "PQBridge", "Persistence", "SyncModels", "SynclineTesting", "TestSupport",
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ],

@@ -227,14 +227,17 @@ struct FakeBackend {
         if let answer = answerUploads(request, route: route, named: named, user: user) { return answer }
         switch (request.method, route) {
         case ("POST", "/v1/devices"):
+            if let refused = Self.refusedRegistration(request.body) { return refused }
             let id = UUID().uuidString.lowercased()
             devices[id] = user
             return .json(201, .object(["device_id": .string(id)]))
         case ("POST", "/v1/devices/:id/set-aside"):
-            guard devices[named] == user else { return .problem(404, "not_found", "No such device.") }
-            guard let ops = (try? JSONParser.parse(request.body))?.objectValue?["ops"]?.arrayValue else {
+            // As the gateway: the body first, then the device.
+            guard let body = try? JSONParser.parse(request.body) else { return .problem(400, "invalid_request", "The request body is not valid JSON.") }
+            guard let ops = body.objectValue?["ops"]?.arrayValue else {
                 return .problem(422, "invalid_request", "ops must be an array.")
             }
+            guard devices[Names.canonicalUUID(named) ?? named] == user else { return .problem(404, "not_found", "No such device.") }
             for op in ops {
                 guard let opID = op.objectValue?["op_id"]?.stringValue, let reason = op.objectValue?["reason"]?.stringValue else {
                     return .problem(422, "invalid_request", "Each op needs op_id and reason.")
@@ -253,7 +256,8 @@ struct FakeBackend {
             let views = spaces.values.sorted { $0.createdAt < $1.createdAt }.compactMap { view(of: $0, for: user) }
             return .json(200, SpaceList(items: views))
         case ("POST", "/v1/spaces"):
-            guard let name = (try? JSONParser.parse(request.body))?.objectValue?["name"]?.stringValue, !name.isEmpty else {
+            guard let body = try? JSONParser.parse(request.body) else { return .problem(400, "invalid_request", "The request body is not valid JSON.") }
+            guard let name = body.objectValue?["name"]?.stringValue, !name.isEmpty else {
                 return .problem(422, "invalid_request", "name must be a non-empty string.", members: ["pointer": "/name"])
             }
             let id = createSpace(name: name, owner: user)
@@ -270,6 +274,9 @@ struct FakeBackend {
         case ("PUT", "/v1/blobs/:id"):
             return putBlob(request, sha256: named, user: user)
         case ("GET", "/v1/blobs/:id"):
+            guard BlobReference.isValidSHA256(named) else {
+                return .problem(400, "invalid_request", "A file is named by its SHA-256: 64 lowercase hex digits.")
+            }
             guard let id = space(request.query["space_id"], of: user), let data = spaces[id]?.blobs[named] else {
                 return .problem(404, "not_found", "No such file.")
             }
@@ -432,19 +439,55 @@ struct FakeBackend {
         queued.removeAll()
     }
 
-    mutating func pull(_ request: FakeRequest, user: String) -> FakeAnswer {
-        guard let spaceID = space(request.query["space_id"], of: user), let space = spaces[spaceID] else {
-            return .problem(404, "not_found", "No such space.")
+    /// Why the gateway would refuse a device's registration, if it would: a name and a
+    /// platform of plain text (1 to 200 and 1 to 50 characters), a `push_url` that is an
+    /// http(s) URL.
+    static func refusedRegistration(_ body: Data) -> FakeAnswer? {
+        guard let root = try? JSONParser.parse(body) else { return .problem(400, "invalid_request", "The request body is not valid JSON.") }
+        guard let fields = root.objectValue else { return .problem(422, "invalid_request", "The body must be a JSON object.") }
+        guard let name = fields["name"]?.stringValue, (1...200).contains(name.unicodeScalars.count), Names.isPlainText(name) else {
+            return .problem(422, "invalid_request", "name must be a string of 1 to 200 characters, without control characters.")
         }
+        guard let platform = fields["platform"]?.stringValue, (1...50).contains(platform.unicodeScalars.count), Names.isPlainText(platform) else {
+            return .problem(422, "invalid_request", "platform must be a string of 1 to 50 characters, without control characters.")
+        }
+        if let url = fields["push_url"], !url.isNull {
+            guard let text = url.stringValue, let scheme = URLComponents(string: text)?.scheme, ["http", "https"].contains(scheme) else {
+                return .problem(422, "invalid_request", "push_url must be an http(s) URL.")
+            }
+        }
+        return nil
+    }
+
+    /// A pull: its parameters checked first, then the space, as the gateway does.
+    mutating func pull(_ request: FakeRequest, user: String) -> FakeAnswer {
         guard let since = Int64(request.query["since"] ?? "0"), since >= 0 else {
             return .problem(400, "invalid_request", "since must be a cursor from an earlier pull.")
         }
-        let limit = request.query["limit"].flatMap(Int.init) ?? 500
-        guard (1...1000).contains(limit) else { return .problem(400, "invalid_request", "limit must be 1 to 1000.") }
+        if let minCursor = request.query["min_cursor"], (Int64(minCursor) ?? -1) < 0 {
+            return .problem(400, "invalid_request", "min_cursor must be a cursor from a job's checkpoint or a poke.")
+        }
+        guard let limit = request.query["limit"].map({ Int($0) }) ?? 500, (1...10_000).contains(limit) else {
+            return .problem(400, "invalid_request", "limit must be an integer from 1 to 10000.")
+        }
+        let collections = request.query["collections"].map { $0.split(separator: ",", omittingEmptySubsequences: false).map(String.init) }
+        if let collections, !collections.allSatisfy(Names.isValidCollection) {
+            return .problem(400, "invalid_request", "collections must be a comma-separated list of collection names.")
+        }
+        if let named = request.query["space_id"], SpaceID(named) == nil {
+            return .problem(400, "invalid_request", "space_id must be a space's id.")
+        }
+        if let named = request.query["device_id"], DeviceID(named) == nil {
+            return .problem(400, "invalid_request", "device_id must be a device's id.")
+        }
         guard let form = PullForm(rawValue: request.query["form"] ?? PullForm.full.rawValue) else {
             return .problem(400, "invalid_request", "form must be full or compact.")
         }
-        let changed = space.records.values.filter { $0.version > since }.sorted { $0.version < $1.version }
+        guard let spaceID = space(request.query["space_id"], of: user), let space = spaces[spaceID] else {
+            return .problem(404, "not_found", "No such space.")
+        }
+        let changed = space.records.filter { $0.value.version > since && collections?.contains($0.key.collection) != false }
+            .map(\.value).sorted { $0.version < $1.version }
         let records = changed.prefix(limit)
         let hasMore = changed.count > limit
         let cursor = hasMore ? records.last!.version : max(since, space.counter)
