@@ -26,7 +26,7 @@ final class PullReadAhead: Sendable {
     /// The parameters that make a page: a request takes only a page read for exactly these.
     struct Key: Hashable, Sendable {
         let user: UserID
-        let space: String?
+        let space: SpaceID?
         let since: Int64
         let limit: Int
         let collections: [String]?

@@ -27,7 +27,7 @@ public struct DeadLetterStore: Sendable {
     ) async throws -> Recorded? {
         try await pool.transaction { connection in
             struct Job: Decodable {
-                let jobID: String, userID: UserID, deviceID: String, spaceID: String?, opCount: Int, attempts: Int, status: String
+                let jobID: JobID, userID: UserID, deviceID: DeviceID, spaceID: SpaceID?, opCount: Int, attempts: Int, status: String
             }
             var job: Job?
             if let jobID = namedJobID {
@@ -48,7 +48,7 @@ public struct DeadLetterStore: Sendable {
             }
             let recorded = Recorded(
                 attempts: job?.attempts ?? attempts ?? 0, userID: job?.userID ?? userID,
-                deviceID: job.flatMap { DeviceID($0.deviceID) } ?? deviceID, spaceID: job?.spaceID.flatMap { SpaceID($0) })
+                deviceID: job?.deviceID ?? deviceID, spaceID: job?.spaceID)
             try connection.execute("""
                 INSERT INTO dead_letters
                   (dead_letter_id, queue, job_id, user_id, device_id, reason, last_error, attempts, op_count, payload, space_id)

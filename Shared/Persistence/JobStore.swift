@@ -45,7 +45,7 @@ public struct JobStore: Sendable {
         /// A new job, committed.
         case created(JobRef, ops: Int)
         /// The same Idempotency-Key and body were seen before: that job.
-        case existing(jobID: String, status: JobStatus, ops: Int)
+        case existing(jobID: JobID, status: JobStatus, ops: Int)
         /// The Idempotency-Key was used before with a different body.
         case keyReused
         /// The device is not the user's (or does not exist).
@@ -208,7 +208,7 @@ public struct JobStore: Sendable {
                                  \(keyed.map { intakes[$0].idempotencyKey! })) AS k(s, u, k)
               ON space_id = k.s AND user_id = k.u AND idempotency_key = k.k
             """) {
-            let (space, user, key, jobID, status, ops, hash) = try row.decode((SpaceID, UserID, String, String, String, Int, String?).self)
+            let (space, user, key, jobID, status, ops, hash) = try row.decode((SpaceID, UserID, String, JobID, String, Int, String?).self)
             let found = UserKey(space: space, user: user, key: key)
             for index in keyed where UserKey(space: pushedSpace(intakes[index])!, user: intakes[index].user, key: intakes[index].idempotencyKey!) == found {
                 outcomes[index] = hash == intakes[index].requestHash
@@ -227,7 +227,7 @@ public struct JobStore: Sendable {
         outcomes: inout [IntakeOutcome?]
     ) throws -> [NewJob] {
         struct UserKey: Hashable { let space: SpaceID, user: UserID, key: String }
-        var earlier: [UserKey: (jobID: String, hash: String, ops: Int)] = [:]
+        var earlier: [UserKey: (jobID: JobID, hash: String, ops: Int)] = [:]
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         var jobs: [NewJob] = []
         for (index, intake) in intakes.enumerated() where outcomes[index] == nil {
@@ -247,10 +247,9 @@ public struct JobStore: Sendable {
             let ops = clock.stamp(intake.ops, now: now, deviceID: intake.deviceID.description, maxSkew: intake.maxClockSkewMilliseconds)
             clocks[intake.user] = clock
             let jobID = UUID.timeOrdered()
-            let jobText = jobID.uuidString.lowercased()
             jobs.append((jobID, intake, ops, space))
             if let key = intake.idempotencyKey {
-                earlier[UserKey(space: space, user: intake.user, key: key)] = (jobText, intake.requestHash, ops.count)
+                earlier[UserKey(space: space, user: intake.user, key: key)] = (JobID(jobID), intake.requestHash, ops.count)
             }
             outcomes[index] = .created(JobRef(space: space, job: JobID(jobID)), ops: ops.count)
         }
@@ -362,7 +361,7 @@ public struct JobStore: Sendable {
             SELECT job_id, status, op_count, request_hash FROM jobs
             WHERE space_id = \(space) AND user_id = \(intake.user) AND idempotency_key = \(key)
             """).first else { return nil }
-        let (jobID, status, ops, storedHash) = try row.decode((String, String, Int, String?).self)
+        let (jobID, status, ops, storedHash) = try row.decode((JobID, String, Int, String?).self)
         guard storedHash == intake.requestHash else { return .keyReused }
         return .existing(jobID: jobID, status: JobStatus(rawValue: status) ?? .queued, ops: ops)
     }

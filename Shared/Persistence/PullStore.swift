@@ -43,7 +43,7 @@ public struct PullStore: Sendable {
     /// poke's cursor). A replica that has not replayed that far answers a last page whose
     /// cursor is below it; the primary answers instead, so a device still reads its writes.
     public func pull(
-        user: UserID, space: String?, since: Int64, limit: Int, collections: [String]?, minCursor: Int64? = nil,
+        user: UserID, space: SpaceID?, since: Int64, limit: Int, collections: [String]?, minCursor: Int64? = nil,
         form: PullForm = .full
     ) async throws -> Outcome {
         try await reads.read(acceptable: { outcome in
@@ -57,7 +57,7 @@ public struct PullStore: Sendable {
     }
 
     private func pull(
-        _ pool: PGPool, user: UserID, space: String?, since: Int64, limit: Int, collections: [String]?, form: PullForm
+        _ pool: PGPool, user: UserID, space: SpaceID?, since: Int64, limit: Int, collections: [String]?, form: PullForm
     ) async throws -> Outcome {
         // `next`: the version after each record among those read (`lead`), so the last
         // record of a page cut short by the limit or the budget knows more follows. The

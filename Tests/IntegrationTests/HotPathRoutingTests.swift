@@ -65,11 +65,11 @@ struct HotPathRoutingTests {
         _ = try await apply.apply(jobs: [personalJob], attempt: .countedInCommit)
         #expect(try await jobs.view(user: alice, job: personalJob.job)?.status == .succeeded)
         #expect(try await spaces.role(user: bob, space: spaceID) == .editor)
-        guard case .page(let page) = try await pulls.pull(user: bob, space: space.spaceID, since: 0, limit: 10, collections: nil) else {
+        guard case .page(let page) = try await pulls.pull(user: bob, space: spaceID, since: 0, limit: 10, collections: nil) else {
             Issue.record("no page"); return
         }
         #expect(try page.changes().map(\.id) == ["n1", "n2"])
-        _ = try await pulls.pull(user: bob, space: space.spaceID, since: 1, limit: 10, collections: ["notes"])
+        _ = try await pulls.pull(user: bob, space: spaceID, since: 1, limit: 10, collections: ["notes"])
         recording.withLockedValue { $0 = false }
 
         let statements = seen.withLockedValue { queries in

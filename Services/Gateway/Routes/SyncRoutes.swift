@@ -88,17 +88,17 @@ struct SyncRoutes: Sendable {
     /// The answer to an intake's outcome: 202 with the job (`location` gives its status's
     /// address from its id and space), or the problem that refused it.
     func answer(
-        _ outcome: JobStore.IntakeOutcome, rules: Rules, space: SpaceID?, location: (String, SpaceID?) -> String
+        _ outcome: JobStore.IntakeOutcome, rules: Rules, space: SpaceID?, location: (JobID, SpaceID?) -> String
     ) throws -> Response {
         if let problem = Self.problem(refusing: outcome, rulesVersion: rules.version) { throw problem }
         switch outcome {
         case .existing(let jobID, let status, let ops):
-            return try accepted(PushAccepted(jobID: jobID, status: status, ops: ops), location: location(jobID, space))
+            return try accepted(PushAccepted(jobID: jobID.description, status: status, ops: ops), location: location(jobID, space))
         case .created(let job, let ops):
             pushes.increment()
             pushedOps.increment(by: ops)
             return try accepted(
-                PushAccepted(jobID: job.job.description, status: .queued, ops: ops), location: location(job.job.description, job.space))
+                PushAccepted(jobID: job.job.description, status: .queued, ops: ops), location: location(job.job, job.space))
         default:
             throw UnexpectedAnswer("an intake's refusal without its problem: \(outcome)")
         }
@@ -198,7 +198,7 @@ struct SyncRoutes: Sendable {
         }
         if let space, try await spaces.role(user: context.user, space: space) == nil { throw APIError.notFound("No such space.") }
         let key = PullReadAhead.Key(
-            user: context.user, space: space?.description, since: since, limit: limit, collections: collections, minCursor: minCursor,
+            user: context.user, space: space, since: since, limit: limit, collections: collections, minCursor: minCursor,
             form: form)
         switch try await readAhead.page(key) {
         case .page(let page):
