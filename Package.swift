@@ -331,6 +331,8 @@ let package = Package(
             name: "EndToEndTests",
             dependencies: [
                 "SyncModels", "SynclineClient", "SynclineUI", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", "BrokerTopology", "TestSupport",
+                "Gateway", "Worker",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "JWTKit", package: "jwt-kit"), .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),

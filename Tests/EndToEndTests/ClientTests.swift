@@ -21,7 +21,7 @@ struct ClientTests {
     }
 
     static func device(
-        _ stack: Stack, user: String, fanout: ServiceProcess? = nil, pollInterval: Double? = nil,
+        _ stack: any TestStack, user: String, fanout: ServiceProcess? = nil, pollInterval: Double? = nil,
         path: String? = nil, clockOffset: Double = 0, space: String? = nil
     ) throws -> Device {
         let directory = E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()
@@ -44,7 +44,7 @@ struct ClientTests {
     /// What a fresh pull of the user (of `space`, else their personal one) shows (live
     /// records, id → data).
     static func server(
-        _ stack: Stack, _ user: String, _ collection: String = "todos", space: String? = nil
+        _ stack: any TestStack, _ user: String, _ collection: String = "todos", space: String? = nil
     ) async throws -> [String: [String: JSONValue]] {
         let pulled = try await stack.client.pullAll(await E2E.token(user), limit: 1000, space: space).changes
         var state: [String: [String: JSONValue]] = [:]

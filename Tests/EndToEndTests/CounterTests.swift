@@ -8,7 +8,7 @@ import TestSupport
 /// counter and editing one set while a worker is killed, and the ops' bad inputs.
 @Suite(.serialized, .timeLimit(.minutes(5)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct CounterTests {
-    static func device(_ stack: Stack, _ member: Member, space: String) throws -> SyncClient {
+    static func device(_ stack: any TestStack, _ member: Member, space: String) throws -> SyncClient {
         let directory = E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()
         let token = member.token
         return try SyncClient(ClientConfiguration(

@@ -43,7 +43,7 @@ struct DiscoverAndForkTests {
     }
 
     @Test func publishDiscoverForkAndSeeTheBadgeOnEveryDevice() async throws {
-        try await Stack.with(workers: 2) { stack in
+        try await InProcessStack.with(workers: 2) { stack in
             let api = stack.client
             let alice = try await Self.sailor(api, "Alice", devices: 2)
             let bob = try await Self.sailor(api, "Bob")[0]
@@ -124,7 +124,7 @@ struct DiscoverAndForkTests {
     }
 
     @Test func unlistedIsReadableByIDButNeverListedOrFound() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let alice = try await Self.sailor(api, "Alice")[0]
             let word = Self.word()
@@ -152,7 +152,7 @@ struct DiscoverAndForkTests {
     }
 
     @Test func forksOfLockedOrUnknownRecordsAreRejected() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let alice = try await Self.sailor(api, "Alice")[0]
             let bob = try await Self.sailor(api, "Bob")[0]
@@ -175,7 +175,7 @@ struct DiscoverAndForkTests {
     /// A publish of a record with no data creates nothing anyone sees; a publish applied
     /// before the record's creation (pushed first, later HLC) ends public once it exists.
     @Test func aPublishBeforeTheDataIsNeverAPhantom() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let alice = try await Self.sailor(api, "Alice", devices: 2)
             let ghost = "ghost-\(UUID().uuidString.prefix(8).lowercased())"
@@ -206,7 +206,7 @@ struct DiscoverAndForkTests {
     /// Metadata of the wrong type shows as null or []; tags and words too long for an index
     /// entry never fail the job that publishes them (they are shown, not indexed).
     @Test func oddlyShapedMetadataNeverFailsAJob() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let alice = try await Self.sailor(api, "Alice")[0]
             let word = Self.word(), longTag = String(repeating: "x", count: 3_000)

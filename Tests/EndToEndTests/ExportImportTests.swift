@@ -36,7 +36,7 @@ struct ExportImportTests {
                 var original: [String] = []
                 var space = ""
                 var files: [(Data, String)] = []
-                try await Stack.with(workers: 2, environment: source.environment) { stack in
+                try await InProcessStack.with(workers: 2, environment: source.environment) { stack in
                     let api = stack.client
                     let device = try await api.registerDevice(token)
                     let bob = try await Member.make(api, "bob")
@@ -81,7 +81,7 @@ struct ExportImportTests {
                 #expect(exported.peakKiB > 0 && exported.peakKiB < 120_000)
                 #expect(imported.peakKiB > 0 && imported.peakKiB < 120_000)
 
-                try await Stack.with(workers: 1, environment: target.environment) { stack in
+                try await InProcessStack.with(workers: 1, environment: target.environment) { stack in
                     let api = stack.client
                     let device = try await api.registerDevice(token)
                     let pulled = try await api.pullAll(token, limit: 5000, space: copy)

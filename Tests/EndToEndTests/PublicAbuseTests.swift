@@ -42,7 +42,7 @@ struct PublicAbuseTests {
     /// A fork counts once per person: not again after they delete their account and come
     /// back under the same id, and never for forking your own record.
     @Test func forksCountOncePerPersonAndNeverForTheirOwnRecord() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let (author, publicID) = try await Self.publishedList(api, idPrefix: "fork-count")
             #expect(try await Self.fork(api, author, publicID: publicID) == "applied")
@@ -61,7 +61,7 @@ struct PublicAbuseTests {
 
     /// A view is one reader's first read in an hour: a re-read and a 304 do not count.
     @Test func viewsCountOncePerReaderAndNotFor304s() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let (_, publicID) = try await Self.publishedList(api, idPrefix: "views")
             let first = try await api.request("GET", "/v1/public/\(publicID)")
@@ -86,7 +86,7 @@ struct PublicAbuseTests {
 
     /// What a deleted user published in a shared space stays with the space, under no name.
     @Test func aDeletedAuthorsNameIsGoneFromWhatTheyPublished() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let owner = try await Member.make(api, "owner")
             let aliceUser = "alice-\(UUID().uuidString.prefix(6))"
@@ -118,7 +118,7 @@ struct PublicAbuseTests {
     /// without one are rejected `rate_limited` without being looked up, so a guess that
     /// names an existing unlisted record copies nothing.
     @Test func publicIDsCannotBeProbedInBulk() async throws {
-        try await Stack.with(workers: 1, environment: ["RATE_LIMIT_PUBLIC_IDS": "1/m,burst=5"]) { stack in
+        try await InProcessStack.with(workers: 1, environment: ["RATE_LIMIT_PUBLIC_IDS": "1/m,burst=5"]) { stack in
             let api = stack.client
             let owner = try await Member.make(api, "owner")
             let unlisted = "unlisted-\(UUID().uuidString.prefix(8).lowercased())"
@@ -144,7 +144,7 @@ struct PublicAbuseTests {
     /// An id held by a publish without data tells another space nothing: their publish
     /// takes it as if it were free. Within its own space it holds until purge releases it.
     @Test func anIDWithoutDataIsFreeToOthersAndReleasedByPurge() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let hoarder = try await Member.make(api, "hoarder"), author = try await Member.make(api, "author")
             let publicID = "hoarded-\(UUID().uuidString.prefix(8).lowercased())"
@@ -177,7 +177,7 @@ struct PublicAbuseTests {
     /// A fork of another space's unlisted record does not pass its id on to whoever reads
     /// the fork; a fork of a public record names it.
     @Test func aForkNamesOnlyASourceItsReadersCouldRead() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let owner = try await Member.make(api, "owner")
             let unlisted = "unlisted-\(UUID().uuidString.prefix(8).lowercased())"

@@ -13,7 +13,7 @@ struct PublicContentTests {
     /// The sailing app's flow: publish a checklist, read it publicly (views rise, ETag
     /// works, the author is the display name and the user id never shows), unpublish → 404.
     @Test func publishReadUnpublish() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let user = "skipper-\(UUID().uuidString.prefix(6))"
             let token = await Self.token(user, name: "Skipper Jo")
@@ -75,7 +75,7 @@ struct PublicContentTests {
     /// Two users race for one public id, several times: exactly one wins each time, the
     /// other's op is rejected with `public_id_taken`.
     @Test func twoUsersRaceForOnePublicID() async throws {
-        try await Stack.with(workers: 2) { stack in
+        try await InProcessStack.with(workers: 2) { stack in
             let api = stack.client
             let users = try await (0..<2).asyncMap { i -> (String, String) in
                 let token = await Self.token("racer-\(i)-\(UUID().uuidString.prefix(6))", name: "Racer \(i)")

@@ -14,7 +14,7 @@ struct PurgeTests {
     }
 
     @Test func tombstonesArePurgedStaleCursorsGet410AndNothingResurrects() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let user = "purge-\(UUID().uuidString.prefix(6))"
             let token = await E2E.token(user)
@@ -78,7 +78,7 @@ struct PurgeTests {
     /// increment re-pushed with its old clock after its op id was forgotten is superseded
     /// instead of counting twice; a new one still counts.
     @Test func purgeSettlesCountersAndSetsWithoutChangingWhatReadersSee() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let user = "settle-\(UUID().uuidString.prefix(6))"
             let token = await E2E.token(user)
@@ -129,7 +129,7 @@ struct PurgeTests {
     /// The newest change is a purged tombstone: a pull from scratch must still end at a
     /// cursor the next pull accepts, with and without a collections filter.
     @Test func aPullFromScratchAfterPurgeEndsAtACursorThatWorks() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let token = await E2E.token("resync-\(UUID().uuidString.prefix(6))")
             let device = try await api.registerDevice(token)

@@ -35,7 +35,7 @@ struct RestoreTests {
         let token = await E2E.token(user)
         let path = "\(NSTemporaryDirectory())restore-\(UUID().uuidString.prefix(8)).sqlite"
 
-        try await Stack.with(workers: 1, environment: environment) { stack in
+        try await InProcessStack.with(workers: 1, environment: environment) { stack in
             let writer = try await stack.client.registerDevice(token, name: "writer")
             try await Self.write(stack.client, token, device: writer, ids: 0..<5)
             _ = try await Self.lab("base-backup \(directory)")
@@ -56,7 +56,7 @@ struct RestoreTests {
         try #require(restored.status == 0, "\(restored.output)")
         #expect(restored.output.contains("generation 2"), "\(restored.output)")
 
-        try await Stack.with(workers: 1, environment: environment) { stack in
+        try await InProcessStack.with(workers: 1, environment: environment) { stack in
             let device = try ClientTests.device(stack, user: user, path: path)
             try await device.client.upsert("todos", id: "offline-1", data: ["n": 100])
             try await device.client.upsert("todos", id: "t12", data: ["n": 112])

@@ -12,7 +12,7 @@ struct SpaceAttackTests {
     /// space: whatever order they commit in, nothing of the space is left — no record, and
     /// nothing readable publicly.
     @Test func deletingASpaceLeavesNothingOfJobsAppliedAlongside() async throws {
-        try await Stack.with(workers: 2) { stack in
+        try await InProcessStack.with(workers: 2) { stack in
             let api = stack.client
             let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
             defer { Task { await pool.shutdown() } }

@@ -209,8 +209,14 @@ final class ServiceProcess: @unchecked Sendable {
     }
 }
 
+/// What a test reaches a stack by, in processes of its own (`Stack`) or in the test's
+/// (`InProcessStack`): the gateway's client.
+protocol TestStack: Sendable {
+    var client: APIClient { get }
+}
+
 /// A gateway and workers, started as real processes for one test.
-final class Stack: @unchecked Sendable {
+final class Stack: TestStack, @unchecked Sendable {
     // @unchecked: the process list is set up before the stack is shared and only read after.
     private(set) var gateway: ServiceProcess
     var workers: [ServiceProcess]

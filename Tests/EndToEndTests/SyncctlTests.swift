@@ -15,7 +15,7 @@ struct SyncctlTests {
     }
 
     @Test func tokenMigrateAndJobsShow() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let (migrated, migrateOutput) = try syncctl("migrate")
             #expect(migrated == 0)
             #expect(migrateOutput.contains("up to date"))
@@ -46,7 +46,7 @@ struct SyncctlTests {
     }
 
     @Test func deadLetterCommandsAndQueues() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let publisher = AMQPPublisher(
                 endpoint: try #require(AMQPEndpoint(url: E2E.amqpURL!)), topology: E2E.topology, logger: E2E.logger)
             let unknown = UUID().uuidString.lowercased()
@@ -93,7 +93,7 @@ struct SyncctlTests {
     /// (`sync.jobs.dlq`), which live on one node. The first action on dead letters moves
     /// them, intact, into the quorum queue that replaced it and deletes the old queue.
     @Test func aRetiredDeadLetterQueueIsMovedIntoItsReplacement() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let endpoint = try #require(AMQPEndpoint(url: E2E.amqpURL!))
             let publisher = AMQPPublisher(endpoint: endpoint, topology: E2E.topology, logger: E2E.logger)
             let admin = await E2E.token("cli-admin", admin: true)

@@ -19,7 +19,7 @@ struct TypedClientTests {
     /// Two devices, each a process of its own, edit different fields of one recipe while
     /// apart; `update` sends only the field it changed, so both edits survive everywhere.
     @Test func typedClientsInSeparateProcessesConverge() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let token = await E2E.token(ClientTests.user())
             let directory = E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()
             let (a, b) = ("\(directory)/typed-a-\(UUID().uuidString.prefix(8)).sqlite", "\(directory)/typed-b-\(UUID().uuidString.prefix(8)).sqlite")
@@ -44,7 +44,7 @@ struct TypedClientTests {
     /// An observer of a query wakes for a pulled change that matches it, and not for one
     /// that does not; a record leaving the query wakes it too.
     @Test func aQueryObserverWakesForMatchingRemoteChangesOnly() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let user = ClientTests.user()
             let a = try ClientTests.device(stack, user: user), b = try ClientTests.device(stack, user: user)
             let deliveries = Deliveries<[Recipe]>()
@@ -75,7 +75,7 @@ struct TypedClientTests {
 
     /// `statusUpdates` follows a write through its sync, without polling.
     @Test func statusUpdatesFollowAWriteThroughItsSync() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let a = try ClientTests.device(stack, user: ClientTests.user())
             let statuses = Deliveries<SyncStatus>()
             let consumer = Task { for await status in a.client.statusUpdates { await statuses.append(status) } }
@@ -93,7 +93,7 @@ struct TypedClientTests {
 
     /// `LiveQuery` (the SwiftUI binding) keeps its records and status current on the main actor.
     @Test func aLiveQueryFollowsItsRecords() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let a = try ClientTests.device(stack, user: ClientTests.user())
             let client = a.client
             let quick = await MainActor.run {
@@ -115,7 +115,7 @@ struct TypedClientTests {
 
     /// What JSON cannot carry is refused at the typed call, naming the field; the rest syncs.
     @Test func aNaNIsRefusedAtTheTypedCallAndTheRestSyncs() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let user = ClientTests.user()
             let a = try ClientTests.device(stack, user: user)
             try await a.client.save(Recipe(id: "r1", title: "Soup", minutes: 30))
