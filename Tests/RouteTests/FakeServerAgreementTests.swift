@@ -3,10 +3,13 @@ import SynclineTesting
 import Testing
 import TestSupport
 
-/// Apps test against the fake server (`SynclineTesting`): for every request below, which
-/// both serve, the fake answers with the gateway's status and problem `code`, so what an
-/// app's test learns from the fake holds against Syncline. (Pushes are held to the gateway
-/// in `PushAnswerTests`, through the conformance vectors.)
+/// Apps test against the fake servers (`SynclineTesting`, and SynclineWeb's
+/// `@syncline/web/testing`): for every request below the fake answers with the gateway's
+/// status and problem `code`, so what an app's test learns from a fake holds against
+/// Syncline. The gateway's answers are kept in `Tests/Conformance/refusals.json`, which
+/// the web fake's Node test reads; a stale file fails here, and `UPDATE_VECTORS=1` rewrites
+/// it. (Pushes are held to the gateway in `PushAnswerTests`, through the conformance
+/// vectors.)
 @Suite(.timeLimit(.minutes(1)), .enabled(if: InProcessGateway.enabled, "needs DATABASE_URL and AMQP_URL"))
 struct FakeServerAgreementTests {
     /// One request, made for a server given its registered device and a space of the user's.
@@ -70,6 +73,23 @@ struct FakeServerAgreementTests {
         "\(result.status) \(result.json["code"] as? String ?? "-")"
     }
 
+    static let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("Conformance/refusals.json").path
+
+    /// The file's text: each request (`{device}` standing for the caller's device) with the
+    /// gateway's status and code.
+    static func file(_ answers: [(Request, String)]) throws -> String {
+        let entries: [[String: Any]] = answers.map { request, shape in
+            let parts = shape.split(separator: " ", maxSplits: 1).map(String.init)
+            return [
+                "method": request.method, "path": request.path("{device}"), "body": request.body.map { $0("{device}") } ?? NSNull(),
+                "authorized": request.authorized, "status": Int(parts[0]) ?? 0, "code": parts.count > 1 && parts[1] != "-" ? parts[1] : NSNull(),
+            ]
+        }
+        let data = try JSONSerialization.data(withJSONObject: ["refusals": entries], options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
+        return String(decoding: data, as: UTF8.self) + "\n"
+    }
+
     static func send(_ api: APIClient, _ request: Request, token: String, device: String) async throws -> HTTPResult {
         try await api.request(
             request.method, request.path(device), token: request.authorized ? token : nil,
@@ -82,16 +102,25 @@ struct FakeServerAgreementTests {
             let fakeAPI = APIClient(base: fake.url.absoluteString)
             let fakeToken = try await fake.configuration(user: "alice").tokenProvider(false)
             let fakeDevice = try await fakeAPI.registerDevice(fakeToken)
-            try await InProcessGateway.with { api in
+            let answers = try await InProcessGateway.with { api in
                 let token = await Tokens.make("agree-\(UUID().uuidString.prefix(6))")
                 let device = try await api.registerDevice(token)
+                var answers: [(Request, String)] = []
                 for request in Self.requests {
                     let gateway = Self.shape(try await Self.send(api, request, token: token, device: device))
                     let answered = Self.shape(try await Self.send(fakeAPI, request, token: fakeToken, device: fakeDevice))
                     #expect(answered == gateway, "\(request): the gateway answers \(gateway), the fake \(answered)")
                     #expect(!gateway.hasPrefix("5"), "\(request): the gateway answers \(gateway)")
+                    answers.append((request, gateway))
                 }
+                return answers
             }
+            let text = try Self.file(answers)
+            if ProcessInfo.processInfo.environment["UPDATE_VECTORS"] == "1" {
+                try text.write(toFile: Self.path, atomically: true, encoding: .utf8)
+            }
+            let stored = try? String(contentsOfFile: Self.path, encoding: .utf8)
+            #expect(stored == text, "Tests/Conformance/refusals.json is stale: run UPDATE_VECTORS=1 swift test --filter FakeServerAgreementTests")
             try await fake.shutdown()
         } catch {
             try? await fake.shutdown()

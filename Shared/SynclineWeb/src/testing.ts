@@ -12,7 +12,7 @@ import { compareStamps, RecordState, stampOf } from "./merge.js";
 import type { Op, RecordView } from "./op.js";
 import { compactPullPage } from "./pull.js";
 import type { TokenRefusal } from "./signin.js";
-import { checkOp, InvalidOpError } from "./validation.js";
+import { checkOp, collectionPattern, InvalidOpError } from "./validation.js";
 import type { JobView, OpResult } from "./views.js";
 
 /** How the fake refuses an op (`refuse`): a 422 naming it at the push (set aside), or a `rejected` result in its job (a `rejected` event). */
@@ -45,6 +45,30 @@ const problem = (status: number, code: string, detail: string, members: Record<s
 
 const json = (status: number, value: unknown): Response =>
   new Response(JSON.stringify(value), { status, headers: { "Content-Type": "application/json" } });
+
+const uuidPattern = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
+// Text without control characters, as the gateway takes names.
+const plainText = /^[^\u0000-\u001F\u007F-\u009F]*$/;
+
+/** Why the gateway would refuse a device's registration, if it would: a name and a platform of
+ * plain text (1 to 200 and 1 to 50 characters), a `push_url` that is an http(s) URL. */
+function refusedRegistration(text: string): Response | null {
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    return problem(400, "invalid_request", "The request body is not valid JSON.");
+  }
+  if (typeof body !== "object" || body === null || Array.isArray(body)) return problem(422, "invalid_request", "The body must be a JSON object.");
+  const { name, platform, push_url: pushURL } = body as Record<string, unknown>;
+  const plain = (value: unknown, most: number) => typeof value === "string" && [...value].length >= 1 && [...value].length <= most && plainText.test(value);
+  if (!plain(name, 200)) return problem(422, "invalid_request", "name must be a string of 1 to 200 characters, without control characters.");
+  if (!plain(platform, 50)) return problem(422, "invalid_request", "platform must be a string of 1 to 50 characters, without control characters.");
+  if (pushURL !== undefined && pushURL !== null && !(typeof pushURL === "string" && /^https?:\/\/./.test(pushURL))) {
+    return problem(422, "invalid_request", "push_url must be an http(s) URL.");
+  }
+  return null;
+}
 
 /**
  * ```ts
@@ -201,15 +225,25 @@ export class FakeSyncServer {
     const route = `${request.method} ${url.pathname.replace(/^\/v1\/sync\/jobs\/[^/]+$/, "/v1/sync/jobs/:id").replace(/^\/v1\/devices\/[^/]+\/set-aside$/, "/v1/devices/:id/set-aside")}`;
     switch (route) {
       case "POST /v1/devices": {
+        const refused = refusedRegistration(await request.text());
+        if (refused) return refused;
         const id = crypto.randomUUID();
         this.#devices.set(id, user);
         return json(201, { device_id: id, name: "fake", platform: "web" });
       }
       case "POST /v1/devices/:id/set-aside": {
-        const device = url.pathname.split("/")[3];
+        // As the gateway: the body first, then the device.
+        let body: { ops?: unknown };
+        try {
+          body = JSON.parse(await request.text());
+        } catch {
+          return problem(400, "invalid_request", "The request body is not valid JSON.");
+        }
+        if (!Array.isArray(body?.ops)) return problem(422, "invalid_request", "ops must be an array.");
+        const device = url.pathname.split("/")[3].toLowerCase();
         if (this.#devices.get(device) !== user) return problem(404, "not_found", "No such device.");
         const reports = this.#setAsideReports.get(device) ?? new Map<string, string>();
-        for (const op of (JSON.parse(await request.text()) as { ops: { op_id: string; reason: string }[] }).ops) reports.set(op.op_id, op.reason);
+        for (const op of body.ops as { op_id: string; reason: string }[]) reports.set(op.op_id, op.reason);
         this.#setAsideReports.set(device, reports);
         return new Response(null, { status: 204 });
       }
@@ -327,15 +361,30 @@ export class FakeSyncServer {
     return { op_id: op.op_id, status: "applied" };
   }
 
+  /** A pull: its parameters checked first, then the space, as the gateway does. */
   #pull(user: string, query: URLSearchParams): Response {
-    const space = this.#space(query.get("space_id"), user);
-    if (!space) return problem(404, "not_found", "No such space.");
     const since = Number(query.get("since") ?? "0");
+    const minCursor = query.get("min_cursor");
     const limit = Number(query.get("limit") ?? "500");
+    const collections = query.get("collections")?.split(",") ?? null;
     if (!Number.isInteger(since) || since < 0) return problem(400, "invalid_request", "since must be a cursor from an earlier pull.");
-    if (!Number.isInteger(limit) || limit < 1 || limit > 1000) return problem(400, "invalid_request", "limit must be 1 to 1000.");
+    if (minCursor !== null && !(Number.isInteger(Number(minCursor)) && Number(minCursor) >= 0)) {
+      return problem(400, "invalid_request", "min_cursor must be a cursor from a job's checkpoint or a poke.");
+    }
+    if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) return problem(400, "invalid_request", "limit must be an integer from 1 to 10000.");
+    if (collections && !collections.every((name) => collectionPattern.test(name))) {
+      return problem(400, "invalid_request", "collections must be a comma-separated list of collection names.");
+    }
+    for (const name of ["space_id", "device_id"]) {
+      const id = query.get(name);
+      if (id !== null && !uuidPattern.test(id)) return problem(400, "invalid_request", `${name} must be an id.`);
+    }
     if (![null, "full", "compact"].includes(query.get("form"))) return problem(400, "invalid_request", "form must be full or compact.");
-    const changed = [...space.records.entries()].filter(([, record]) => record.version > since).sort(([, a], [, b]) => a.version - b.version);
+    const space = this.#space(query.get("space_id")?.toLowerCase() ?? null, user);
+    if (!space) return problem(404, "not_found", "No such space.");
+    const changed = [...space.records.entries()]
+      .filter(([key, record]) => record.version > since && (!collections || collections.includes((JSON.parse(key) as [string, string])[0])))
+      .sort(([, a], [, b]) => a.version - b.version);
     const page = changed.slice(0, limit);
     const hasMore = changed.length > limit;
     const cursor = hasMore ? page[page.length - 1][1].version : Math.max(since, space.counter);

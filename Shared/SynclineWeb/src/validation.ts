@@ -21,7 +21,7 @@ export class InvalidOpError extends Error {
   }
 }
 
-const collectionPattern = /^[a-z][a-z0-9_]{0,63}$/;
+export const collectionPattern = /^[a-z][a-z0-9_]{0,63}$/;
 const recordIDPattern = /^[A-Za-z0-9_.:-]{1,128}$/;
 const publicIDPattern = /^[a-z0-9][a-z0-9-]{2,127}$/;
 const callNamePattern = /^[A-Za-z][A-Za-z0-9_.:-]{0,63}$/;
