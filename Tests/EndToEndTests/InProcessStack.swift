@@ -26,17 +26,9 @@ final class InProcessStack: TestStack {
         workers: Int = 1, environment: [String: String] = [:], _ body: (InProcessStack) async throws -> T
     ) async throws -> T {
         let (group, running, stack) = try await start(workers: workers, environment: environment)
-        func stop() async {
+        return try await withCleanup { try await body(stack) } cleanup: {
             await group.triggerGracefulShutdown()
             _ = await running.result
-        }
-        do {
-            let value = try await body(stack)
-            await stop()
-            return value
-        } catch {
-            await stop()
-            throw error
         }
     }
 

@@ -19,19 +19,13 @@ struct OwnDatabase {
         let database = OwnDatabase(name: name, url: shared[..<slash.upperBound] + name + query)
         let admin = PGPool(url: shared, size: 1, logger: E2E.logger)
         try await admin.execute("CREATE DATABASE \(sql: name)")
-        func drop() async {
-            _ = try? await admin.execute("DROP DATABASE IF EXISTS \(sql: name) WITH (FORCE)")
-            await admin.shutdown()
-        }
-        do {
+        return try await withCleanup {
             let migrated = await Shell.runOffThePool("DATABASE_URL='\(database.url)' \(E2E.binaries)/syncctl migrate 2>&1")
             try #require(migrated.status == 0, "migrating \(name): \(migrated.output)")
-            let value = try await body(database)
-            await drop()
-            return value
-        } catch {
-            await drop()
-            throw error
+            return try await body(database)
+        } cleanup: {
+            _ = try? await admin.execute("DROP DATABASE IF EXISTS \(sql: name) WITH (FORCE)")
+            await admin.shutdown()
         }
     }
 

@@ -285,14 +285,7 @@ final class Stack: TestStack, @unchecked Sendable {
         workers: Int = 2, fanouts: Int = 0, environment: [String: String] = [:], _ body: (Stack) async throws -> T
     ) async throws -> T {
         let stack = try await Stack(workers: workers, fanouts: fanouts, environment: environment)
-        do {
-            let value = try await body(stack)
-            stack.stop()
-            return value
-        } catch {
-            stack.stop()
-            throw error
-        }
+        return try await withCleanup { try await body(stack) } cleanup: { stack.stop() }
     }
 }
 
