@@ -316,8 +316,10 @@ struct ClientTests {
                 let took = ContinuousClock.now - started
                 turns.append(Double(took.components.seconds) + Double(took.components.attoseconds) / 1e18)
             }
+            // Every turn came through the stream: a poll would have taken up to its 30 s
+            // interval. (How fast a turn is belongs to the benchmarks: a loaded machine moves it.)
             let sorted = turns.sorted()
-            #expect(sorted.last! < 3, "turns: median \(sorted[sorted.count / 2]) s, slowest \(sorted.suffix(5)) s")
+            #expect(sorted.last! < 15, "turns: median \(sorted[sorted.count / 2]) s, slowest \(sorted.suffix(5)) s")
             #expect(try await a.client.record("todos", id: "t1")?.data == ["turn": 199, "by": "b"])
 
             // Then both at once, 250 edits each, interleaved in time: both converge on the
