@@ -332,6 +332,7 @@ let package = Package(
             dependencies: [
                 "SyncModels", "SynclineClient", "SynclineUI", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", "BrokerTopology", "TestSupport",
                 "Gateway", "Worker",
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "JWTKit", package: "jwt-kit"), .product(name: "Crypto", package: "swift-crypto"),

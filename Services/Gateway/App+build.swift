@@ -6,6 +6,7 @@ import Foundation
 import HTTPSupport
 import Hummingbird
 import Logging
+import NIOCore
 import Operations
 import PQBridge
 import Persistence
@@ -14,8 +15,10 @@ import ServiceSupport
 
 /// Wires the gateway: its parts, the routes over them, and the services that outlive a
 /// request. `observability`: services that must stop last (the span exporter).
+/// `onServerRunning`: told the listening channel (a test that asked for port 0 reads its port there).
 func buildApplication(
-    configuration: Configuration, settings: GatewaySettings, observability: [any Service] = [], logger: Logger
+    configuration: Configuration, settings: GatewaySettings, observability: [any Service] = [], logger: Logger,
+    onServerRunning: @escaping @Sendable (any Channel) async -> Void = { _ in }
 ) async throws -> some ApplicationProtocol {
     let parts = try await GatewayParts(configuration: configuration, settings: settings, logger: logger)
     let router = try gatewayRouter(parts, configuration: configuration, settings: settings, logger: logger)
@@ -40,6 +43,7 @@ func buildApplication(
             parts.pullMarks.marks,
             parts.rules,
         ],
+        onServerRunning: onServerRunning,
         logger: logger)
 }
 

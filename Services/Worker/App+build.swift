@@ -3,6 +3,7 @@ import BrokerTopology
 import HTTPSupport
 import Hummingbird
 import Logging
+import NIOCore
 import PQBridge
 import Persistence
 import ServiceLifecycle
@@ -11,9 +12,11 @@ import ServiceSupport
 /// Wires the worker: consumers on `sync.jobs` and `sync.jobs.exhausted`, a pool sized for
 /// its transactions (and the exhausted consumer's four), a publisher for retries, dead
 /// letters and job events, and the operations endpoints.
-/// `observability`: services that must stop last (the span exporter).
+/// `observability`: services that must stop last (the span exporter). `onServerRunning`:
+/// told the listening channel (a test that asked for port 0 reads its port there).
 func buildWorker(
-    configuration: Configuration, settings: WorkerSettings, observability: [any Service] = [], logger: Logger
+    configuration: Configuration, settings: WorkerSettings, observability: [any Service] = [], logger: Logger,
+    onServerRunning: @escaping @Sendable (any Channel) async -> Void = { _ in }
 ) throws -> some ApplicationProtocol {
     let endpoint = try configuration.amqpEndpoint()
     let pool = configuration.primaryPool(size: min(configuration.databasePoolSize, settings.concurrency + 4), logger: logger)
@@ -58,5 +61,6 @@ func buildWorker(
                 accounts: AccountStore(pool: pool), publisher: publisher, announcer: announcer, configuration: configuration, settings: settings,
                 logger: logger),
         ],
+        onServerRunning: onServerRunning,
         logger: logger)
 }

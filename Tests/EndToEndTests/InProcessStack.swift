@@ -1,13 +1,15 @@
 import Foundation
 @testable import Gateway
 import Logging
+import NIOCore
 import ServiceLifecycle
 import ServiceSupport
+import SyncModels
 import TestSupport
 @testable import Worker
 
 /// A gateway and workers in the test's own process: each built as its executable builds
-/// it, all services of one group, each on a port of its own and on the database and broker
+/// it, all services of one group, each on a port the kernel chose, on the database and broker
 /// of the test's environment — over real HTTP, PostgreSQL and RabbitMQ, without starting a
 /// process. For tests that need nothing of a process: no kill or signal, no log file, no
 /// metrics scrape (those use `Stack`). Its `client` answers as `Stack`'s does.
@@ -32,43 +34,46 @@ final class InProcessStack: TestStack {
         }
     }
 
-    /// Builds and starts the services, then waits until each answers `/readyz`. A port
-    /// another process took first makes its service fail: the whole group is then started
-    /// again on other ports.
+    /// Builds and starts the services, each on port 0 — the kernel gives each a free port,
+    /// read back from its listening socket, so no other process can take it first — then
+    /// waits until each answers `/readyz`.
     private static func start(
         workers: Int, environment: [String: String]
     ) async throws -> (ServiceGroup, Task<Void, any Error>, InProcessStack) {
-        var failure: (any Error)?
-        for _ in 1...3 {
-            let settings = E2E.environment.merging(E2E.serviceDefaults) { $1 }.merging(environment) { $1 }
-            func withPort(_ port: Int) -> [String: String] { settings.merging(["PORT": String(port)]) { $1 } }
-            let ports = (0...workers).map { _ in E2E.freePort() }
-            let gatewayEnvironment = withPort(ports[0])
-            var services: [any Service] = [try await buildApplication(
-                configuration: try Configuration.fromEnvironment(gatewayEnvironment),
-                settings: try GatewaySettings(EnvironmentReader(gatewayEnvironment)), logger: E2E.logger)]
-            for port in ports.dropFirst() {
-                let workerEnvironment = withPort(port)
-                services.append(try buildWorker(
-                    configuration: try Configuration.fromEnvironment(workerEnvironment),
-                    settings: try WorkerSettings(EnvironmentReader(workerEnvironment)), logger: E2E.logger))
-            }
-            let group = ServiceGroup(configuration: .init(services: services, gracefulShutdownSignals: [], logger: E2E.logger))
-            let ended = Flag()
-            let running = Task {
-                defer { _ = ended.set() }
-                try await group.run()
-            }
-            do {
-                for port in ports { try await waitUntilReady(port: port, unless: ended) }
-                return (group, running, InProcessStack(port: ports[0]))
-            } catch {
-                failure = error
-                await group.triggerGracefulShutdown()
-                if case .failure(let ended) = await running.result { failure = ended }
-            }
+        let settings = E2E.environment.merging(E2E.serviceDefaults) { $1 }.merging(environment) { $1 }
+        var configuration = try Configuration.fromEnvironment(settings)
+        configuration.port = 0  // the kernel chooses (a deployment's PORT must name one)
+        let bound = Locked<[Int: Int]>([:])  // service (0: the gateway) → its port
+        func listening(_ service: Int) -> @Sendable (any Channel) async -> Void {
+            { channel in bound.withLock { $0[service] = channel.localAddress?.port } }
         }
-        throw failure ?? StackError(description: "the in-process stack did not start")
+        var services: [any Service] = [try await buildApplication(
+            configuration: configuration, settings: try GatewaySettings(EnvironmentReader(settings)), logger: E2E.logger,
+            onServerRunning: listening(0))]
+        for worker in (0..<workers).map({ $0 + 1 }) {
+            services.append(try buildWorker(
+                configuration: configuration, settings: try WorkerSettings(EnvironmentReader(settings)), logger: E2E.logger,
+                onServerRunning: listening(worker)))
+        }
+        let group = ServiceGroup(configuration: .init(services: services, gracefulShutdownSignals: [], logger: E2E.logger))
+        let ended = Flag()
+        let running = Task {
+            defer { _ = ended.set() }
+            try await group.run()
+        }
+        do {
+            let ports = try await eventually(within: 30, "every service listening") {
+                let ports = bound.withLock { $0 }
+                if ended.isSet { throw StackError(description: "a service ended before it listened") }
+                return ports.count == services.count ? ports : nil
+            }
+            for port in ports.values { try await waitUntilReady(port: port, unless: ended) }
+            return (group, running, InProcessStack(port: ports[0]!))
+        } catch {
+            await group.triggerGracefulShutdown()
+            if case .failure(let ended) = await running.result { throw ended }
+            throw error
+        }
     }
 
     /// Waits until `/readyz` on `port` answers 200; throws when the group ended first or
@@ -78,8 +83,7 @@ final class InProcessStack: TestStack {
         let deadline = Date().addingTimeInterval(30)
         while Date() < deadline {
             if ended.isSet { throw StackError(description: "a service on port \(port) ended before it was ready") }
-            // Answered from this process's own socket, not another's that took the port.
-            if (try? await probe.request("GET", "/readyz").status) == 200, Loopback.isListening(pid: getpid(), port: port) { return }
+            if (try? await probe.request("GET", "/readyz").status) == 200 { return }
             try await Task.sleep(for: .milliseconds(50))
         }
         throw StackError(description: "the service on port \(port) was not ready after 30 s")
