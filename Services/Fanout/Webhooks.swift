@@ -229,7 +229,7 @@ struct WebhookDispatcher: Service {
             parked.routingKey = SynclineTopology.notifyDeadLetterRoutingKey
             try await publisher.publish([parked])
             Counter(label: "syncline_webhook_dead_letters_total", dimensions: [("reason", reason.rawValue)]).increment()
-            logger.error("webhook dead-lettered", metadata: ["device.id": "\(delivery.map { "\($0.deviceID)" } ?? "-")", "reason": "\(reason.rawValue)", "error": "\(error)"])
+            logger.error("webhook dead-lettered", metadata: ["device.id": "\(delivery.map(\.deviceID.description) ?? "-")", "reason": "\(reason.rawValue)", "error": "\(error)"])
             deliveries.ack(message)
         } catch {
             try? await Task.sleep(for: .seconds(configuration.retryDelays[0]))

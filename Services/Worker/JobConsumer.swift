@@ -382,9 +382,9 @@ struct JobConsumer: Service {
                 "job.id": "\(jobID.map(\.description) ?? "-")", "reason": "\(reason.rawValue)", "error": "\(error)", "job.attempts": "\(recorded.attempts)",
             ])
             consumer.ack(delivery)
-            if let job = jobID, let user = recorded.userID, let device = recorded.deviceID {
+            if let jobID, let user = recorded.userID, let device = recorded.deviceID {
                 announcer.send([JobEvent(
-                    userID: user, deviceID: device, jobID: job, status: .dead, checkpoint: nil, hasRefusedOps: true,
+                    userID: user, deviceID: device, jobID: jobID, status: .dead, checkpoint: nil, hasRefusedOps: true,
                     spaceID: recorded.spaceID)])
             }
         } catch {

@@ -102,7 +102,7 @@ public struct JobStore: Sendable {
     }
 
     /// A job about to be written: its id, push, stamped ops and space.
-    typealias NewJob = (id: UUID, intake: Intake, ops: [Op], space: SpaceID)
+    typealias NewJob = (id: JobID, intake: Intake, ops: [Op], space: SpaceID)
 
     /// The users' clock rows, made on first use and locked either way, in user order; with
     /// each user's personal space (made later, on a first push, when there is none).
@@ -246,12 +246,12 @@ public struct JobStore: Sendable {
             guard var clock = clocks[intake.user] else { throw UnexpectedAnswer("no clock row was locked for a user of the batch") }
             let ops = clock.stamp(intake.ops, now: now, deviceID: intake.deviceID.description, maxSkew: intake.maxClockSkewMilliseconds)
             clocks[intake.user] = clock
-            let jobID = UUID.timeOrdered()
+            let jobID = JobID(UUID.timeOrdered())
             jobs.append((jobID, intake, ops, space))
             if let key = intake.idempotencyKey {
-                earlier[UserKey(space: space, user: intake.user, key: key)] = (JobID(jobID), intake.requestHash, ops.count)
+                earlier[UserKey(space: space, user: intake.user, key: key)] = (jobID, intake.requestHash, ops.count)
             }
-            outcomes[index] = .created(JobRef(space: space, job: JobID(jobID)), ops: ops.count)
+            outcomes[index] = .created(JobRef(space: space, job: jobID), ops: ops.count)
         }
         return jobs
     }

@@ -82,6 +82,9 @@ struct FakeAnswer: Sendable {
     }
 
     static let noContent = FakeAnswer(status: 204)
+
+    /// A body that is not JSON, answered as the gateway does.
+    static let notJSON = problem(400, "invalid_request", "The request body is not valid JSON.")
 }
 
 /// What a stream is told: JSON objects, one per event.
@@ -233,7 +236,7 @@ struct FakeBackend {
             return .json(201, .object(["device_id": .string(id)]))
         case ("POST", "/v1/devices/:id/set-aside"):
             // As the gateway: the body first, then the device.
-            guard let body = try? JSONParser.parse(request.body) else { return .problem(400, "invalid_request", "The request body is not valid JSON.") }
+            guard let body = try? JSONParser.parse(request.body) else { return .notJSON }
             guard let ops = body.objectValue?["ops"]?.arrayValue else {
                 return .problem(422, "invalid_request", "ops must be an array.")
             }
@@ -256,7 +259,7 @@ struct FakeBackend {
             let views = spaces.values.sorted { $0.createdAt < $1.createdAt }.compactMap { view(of: $0, for: user) }
             return .json(200, SpaceList(items: views))
         case ("POST", "/v1/spaces"):
-            guard let body = try? JSONParser.parse(request.body) else { return .problem(400, "invalid_request", "The request body is not valid JSON.") }
+            guard let body = try? JSONParser.parse(request.body) else { return .notJSON }
             guard let name = body.objectValue?["name"]?.stringValue, !name.isEmpty else {
                 return .problem(422, "invalid_request", "name must be a non-empty string.", members: ["pointer": "/name"])
             }
@@ -443,7 +446,7 @@ struct FakeBackend {
     /// platform of plain text (1 to 200 and 1 to 50 characters), a `push_url` that is an
     /// http(s) URL.
     static func refusedRegistration(_ body: Data) -> FakeAnswer? {
-        guard let root = try? JSONParser.parse(body) else { return .problem(400, "invalid_request", "The request body is not valid JSON.") }
+        guard let root = try? JSONParser.parse(body) else { return .notJSON }
         guard let fields = root.objectValue else { return .problem(422, "invalid_request", "The body must be a JSON object.") }
         guard let name = fields["name"]?.stringValue, (1...200).contains(name.unicodeScalars.count), Names.isPlainText(name) else {
             return .problem(422, "invalid_request", "name must be a string of 1 to 200 characters, without control characters.")

@@ -50,10 +50,10 @@ final class InProcessStack: TestStack {
         var services: [any Service] = [try await buildApplication(
             configuration: configuration, settings: try GatewaySettings(EnvironmentReader(settings)), logger: E2E.logger,
             onServerRunning: listening(0))]
-        for worker in (0..<workers).map({ $0 + 1 }) {
+        for worker in 0..<workers {
             services.append(try buildWorker(
                 configuration: configuration, settings: try WorkerSettings(EnvironmentReader(settings)), logger: E2E.logger,
-                onServerRunning: listening(worker)))
+                onServerRunning: listening(worker + 1)))
         }
         let group = ServiceGroup(configuration: .init(services: services, gracefulShutdownSignals: [], logger: E2E.logger))
         let ended = Flag()
@@ -67,25 +67,18 @@ final class InProcessStack: TestStack {
                 if ended.isSet { throw StackError(description: "a service ended before it listened") }
                 return ports.count == services.count ? ports : nil
             }
-            for port in ports.values { try await waitUntilReady(port: port, unless: ended) }
+            for port in ports.values {
+                let probe = APIClient(base: "http://127.0.0.1:\(port)")
+                _ = try await eventually(within: 30, "the service on port \(port) ready") {
+                    if ended.isSet { throw StackError(description: "a service on port \(port) ended before it was ready") }
+                    return (try? await probe.request("GET", "/readyz").status) == 200 ? true : nil
+                }
+            }
             return (group, running, InProcessStack(port: ports[0]!))
         } catch {
             await group.triggerGracefulShutdown()
             if case .failure(let ended) = await running.result { throw ended }
             throw error
         }
-    }
-
-    /// Waits until `/readyz` on `port` answers 200; throws when the group ended first or
-    /// after 30 s.
-    private static func waitUntilReady(port: Int, unless ended: Flag) async throws {
-        let probe = APIClient(base: "http://127.0.0.1:\(port)")
-        let deadline = Date().addingTimeInterval(30)
-        while Date() < deadline {
-            if ended.isSet { throw StackError(description: "a service on port \(port) ended before it was ready") }
-            if (try? await probe.request("GET", "/readyz").status) == 200 { return }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        throw StackError(description: "the service on port \(port) was not ready after 30 s")
     }
 }

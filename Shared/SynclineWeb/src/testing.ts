@@ -50,15 +50,23 @@ const uuidPattern = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4
 // Text without control characters, as the gateway takes names.
 const plainText = /^[^\u0000-\u001F\u007F-\u009F]*$/;
 
+/** A body that is not JSON, as `parsed` answers it, and as the gateway answers it. */
+const notJSON = Symbol("not JSON");
+const notJSONAnswer = (): Response => problem(400, "invalid_request", "The request body is not valid JSON.");
+
+function parsed(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return notJSON;
+  }
+}
+
 /** Why the gateway would refuse a device's registration, if it would: a name and a platform of
  * plain text (1 to 200 and 1 to 50 characters), a `push_url` that is an http(s) URL. */
 function refusedRegistration(text: string): Response | null {
-  let body: unknown;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    return problem(400, "invalid_request", "The request body is not valid JSON.");
-  }
+  const body = parsed(text);
+  if (body === notJSON) return notJSONAnswer();
   if (typeof body !== "object" || body === null || Array.isArray(body)) return problem(422, "invalid_request", "The body must be a JSON object.");
   const { name, platform, push_url: pushURL } = body as Record<string, unknown>;
   const plain = (value: unknown, most: number) => typeof value === "string" && [...value].length >= 1 && [...value].length <= most && plainText.test(value);
@@ -233,17 +241,14 @@ export class FakeSyncServer {
       }
       case "POST /v1/devices/:id/set-aside": {
         // As the gateway: the body first, then the device.
-        let body: { ops?: unknown };
-        try {
-          body = JSON.parse(await request.text());
-        } catch {
-          return problem(400, "invalid_request", "The request body is not valid JSON.");
-        }
-        if (!Array.isArray(body?.ops)) return problem(422, "invalid_request", "ops must be an array.");
+        const body = parsed(await request.text()) as { ops?: unknown } | typeof notJSON | null;
+        if (body === notJSON) return notJSONAnswer();
+        const ops = body?.ops;
+        if (!Array.isArray(ops)) return problem(422, "invalid_request", "ops must be an array.");
         const device = url.pathname.split("/")[3].toLowerCase();
         if (this.#devices.get(device) !== user) return problem(404, "not_found", "No such device.");
         const reports = this.#setAsideReports.get(device) ?? new Map<string, string>();
-        for (const op of body.ops as { op_id: string; reason: string }[]) reports.set(op.op_id, op.reason);
+        for (const op of ops as { op_id: string; reason: string }[]) reports.set(op.op_id, op.reason);
         this.#setAsideReports.set(device, reports);
         return new Response(null, { status: 204 });
       }
