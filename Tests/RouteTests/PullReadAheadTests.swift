@@ -18,7 +18,9 @@ import Testing
         PullReadAhead.Key(user: UserID(user), space: nil, since: since, limit: 100, collections: nil, minCursor: minCursor, form: form)
     }
 
-    func readAhead(capacity: Int, lifetime: Duration = .seconds(10), _ reads: Reads) -> PullReadAhead {
+    /// `lifetime`: long unless a test is about it, so that a page read ahead is still there
+    /// however slowly a loaded machine runs the test.
+    func readAhead(capacity: Int, lifetime: Duration = .seconds(300), _ reads: Reads) -> PullReadAhead {
         PullReadAhead(capacity: capacity, lifetime: lifetime) { key in
             reads.keys.withLockedValue { $0.append(key) }
             if reads.failing.withLockedValue({ $0 }) { throw UnexpectedAnswer("down") }
@@ -87,7 +89,7 @@ import Testing
     /// next, and a request that takes one tops the chain up again. None past the last page.
     @Test func twoPagesAreReadAheadOfTheOneTakenAndNoneAfterTheLast() async throws {
         let reads = Reads()
-        let pages = PullReadAhead(capacity: 8) { key in
+        let pages = PullReadAhead(capacity: 8, lifetime: .seconds(300)) { key in
             reads.keys.withLockedValue { $0.append(key) }
             let more = key.since < 50
             return .page(PulledPage(json: [], count: 0, cursor: String(more ? key.since + 10 : 60), hasMore: more))
