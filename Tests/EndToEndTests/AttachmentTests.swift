@@ -24,11 +24,16 @@ struct AttachmentTests {
         }
     }
 
+    /// Bytes no two calls share and gzip cannot shrink: a seeded generator's words from a
+    /// random seed (a system random byte each would be a system call each: 24 MiB of them
+    /// took seconds of a core).
     static func randomBytes(_ count: Int) -> Data {
-        var generator = SystemRandomNumberGenerator()
-        var bytes = [UInt8](repeating: 0, count: count)
-        for index in bytes.indices { bytes[index] = UInt8.random(in: 0...255, using: &generator) }
-        return Data(bytes)
+        var generator = SplitMix64(state: .random(in: .min ... .max))
+        var bytes = Data(count: (count + 7) / 8 * 8)
+        bytes.withUnsafeMutableBytes { raw in
+            for offset in stride(from: 0, to: raw.count, by: 8) { raw.storeBytes(of: generator.next(), toByteOffset: offset, as: UInt64.self) }
+        }
+        return bytes.prefix(count)
     }
 
     static func sha256(_ data: Data) -> String { SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined() }

@@ -17,7 +17,7 @@ struct WebBenchmarkTests {
             let token = await Tokens.make("webbench-\(UUID().uuidString.prefix(6))", seconds: 7200)
             let browser = try Browser()
             defer { browser.quit() }
-            let records = 5_000, ops = 2_000, burst = 2_000
+            let records = 2_000, ops = 500, burst = 500
             _ = try browser.open("\(site.base)/bench/index.html?gateway=\(stack.client.base)&fanout=http://127.0.0.1:\(stack.fanouts[0].port)"
                 + "&token=\(token)&records=\(records)&ops=\(ops)&burst=\(burst)")
             let deadline = Date().addingTimeInterval(480)

@@ -25,10 +25,12 @@ struct WebClientTests {
     static let package = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().appendingPathComponent("Shared/SynclineWeb").path
 
-    /// The package compiled once per test process, into a folder of its own: tests in other
-    /// processes (run side by side) compile their own, and none reads a file another's `tsc`
-    /// is writing. The folder, or why it could not be compiled.
+    /// The package compiled: by `scripts/test-lanes` once for every test process
+    /// (`SYNCLINE_WEB_MODULES`), or else once per test process into a folder of its own, so
+    /// that none reads a file another's `tsc` is writing. The folder, or why it could not be
+    /// compiled.
     static let compiled: Result<String, StackError> = {
+        if let modules = E2E.environment["SYNCLINE_WEB_MODULES"], FileManager.default.fileExists(atPath: modules) { return .success(modules) }
         let compiling = Shell.output("tsc -p \(package) --outDir \(compiledFolder) 2>&1")
         guard compiling.status == 0 else { return .failure(StackError(description: "the web client does not compile: \(compiling.output)")) }
         atexit { try? FileManager.default.removeItem(atPath: WebClientTests.compiledFolder) }
