@@ -9,6 +9,11 @@ import Tracing
 /// `NIOThreadPool` the pool owns, so blocking libpq calls never stall Swift's cooperative
 /// pool or an event loop. Connections are opened lazily and reopened after a failure,
 /// which is how the pool rides out a server restart.
+///
+/// Its timers run in `run()` (as a `Service`, or in a task of its own): a caller's wait for
+/// a connection ends at `acquisitionTimeout` only while the pool runs, and idle connections
+/// are checked only then. A pool that is not run (a command's, a benchmark's) waits as
+/// long as it takes.
 public final class PGPool: Sendable {
     private typealias State = PGPoolState<PGConnection, CheckedContinuation<PGConnection, any Error>>
 
@@ -32,8 +37,11 @@ public final class PGPool: Sendable {
     /// outage is logged once, with libpq's reason, and its end once.
     private let outageLogged = NIOLockedValueBox(false)
     public let size: Int
-    /// How long a caller waits for a free connection before `.timeout`.
+    /// How long a caller waits for a free connection before `.timeout` (while the pool runs).
     public let acquisitionTimeout: Duration
+    /// The deadline of the first wait after none, for the wait timer in `run()` (the state
+    /// asks for the timer only when it is not running: at most one is ever pending).
+    private let firstDeadlines: (stream: AsyncStream<ContinuousClock.Instant>, continuation: AsyncStream<ContinuousClock.Instant>.Continuation)
     /// How often, run as a `Service`, the pool checks connections idle that long.
     public let healthCheckInterval: Duration
     /// How long a committed transaction waits for a standby to confirm it before
@@ -74,6 +82,7 @@ public final class PGPool: Sendable {
         self.acquisitionTimeout = acquisitionTimeout
         self.healthCheckInterval = healthCheckInterval
         self.standbyWait = standbyWait
+        self.firstDeadlines = AsyncStream.makeStream()
         self.threads = NIOThreadPool(numberOfThreads: size)
         self.threads.start()
         self.state = NIOLockedValueBox(State(
@@ -214,7 +223,7 @@ public final class PGPool: Sendable {
                 case .connection(let connection): continuation.resume(returning: connection)
                 case .closed: continuation.resume(throwing: PGError(code: .closed, message: "pool closed"))
                 case .cancelled: continuation.resume(throwing: PGError(code: .cancelled, message: "cancelled while waiting for a connection"))
-                case .waits(startTimer: true): Task { await self.endWaits(from: deadline) }
+                case .waits(startTimer: true): firstDeadlines.continuation.yield(deadline)
                 case .waits(startTimer: false): break
                 }
             }
@@ -225,12 +234,20 @@ public final class PGPool: Sendable {
         return (connection, id)
     }
 
-    /// The timer: ends each wait that reaches its deadline with `.timeout`, sleeping until
-    /// the earliest, from `first` on; returns once nobody waits.
+    /// The wait timer: from each first deadline on, ends each wait that reaches its deadline
+    /// with `.timeout`, sleeping until the earliest, until nobody waits; then waits for the
+    /// next first deadline. Ends when the task running it is cancelled.
+    private func endWaits() async {
+        for await first in firstDeadlines.stream {
+            await endWaits(from: first)
+            if Task.isCancelled { return }
+        }
+    }
+
     private func endWaits(from first: ContinuousClock.Instant) async {
         var next: ContinuousClock.Instant? = first
         while let deadline = next {
-            try? await Task.sleep(until: deadline, clock: .continuous)
+            do { try await Task.sleep(until: deadline, clock: .continuous) } catch { return }
             let (expired, following) = state.withLockedValue { $0.expire(now: .now) }
             for waiter in expired {
                 waiter.resume(throwing: PGError(code: .timeout, message: "none came free within \(acquisitionTimeout)"))
@@ -249,6 +266,7 @@ public final class PGPool: Sendable {
 
     /// Closes every connection and stops the threads; waiting callers get `.closed`.
     public func shutdown() async {
+        firstDeadlines.continuation.finish()
         let (waiters, idle) = state.withLockedValue { $0.close() }
         waiters.forEach { $0.resume(throwing: PGError(code: .closed, message: "pool closed")) }
         idle.forEach { $0.close() }
@@ -256,14 +274,20 @@ public final class PGPool: Sendable {
     }
 }
 
-/// As a `Service`: checks idle connections until the group shuts down gracefully, then
-/// closes the pool (list it before the services that use it: a group stops them first).
+/// As a `Service`: ends waits at their deadlines and checks idle connections until the
+/// group shuts down gracefully (or the task running it is cancelled), then closes the pool
+/// (list it before the services that use it: a group stops them first).
 extension PGPool: Service {
     public func run() async throws {
-        try? await cancelWhenGracefulShutdown {
-            while !Task.isCancelled {
-                try await Task.sleep(for: self.healthCheckInterval)
-                await self.checkIdleConnections()
+        await cancelWhenGracefulShutdown {
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await self.endWaits() }
+                group.addTask {
+                    while !Task.isCancelled {
+                        do { try await Task.sleep(for: self.healthCheckInterval) } catch { return }
+                        await self.checkIdleConnections()
+                    }
+                }
             }
         }
         await shutdown()

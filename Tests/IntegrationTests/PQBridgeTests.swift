@@ -271,12 +271,14 @@ struct PQBridgeTests {
         }
     }
 
-    /// A caller waits for a free connection at most the acquisition timeout, and a cancelled
-    /// caller stops waiting at once; neither disturbs the pool.
+    /// A caller waits for a free connection at most the acquisition timeout (the pool's
+    /// timer runs in its `run()`), and a cancelled caller stops waiting at once; neither
+    /// disturbs the pool.
     @Test func waitingForAConnectionTimesOutOrIsCancelled() async throws {
         let pool = PGPool(
             url: TestEnvironment.databaseURL!, size: 1, logger: TestEnvironment.logger,
             acquisitionTimeout: .milliseconds(500))
+        let running = Task { try await pool.run() }
         let holder = Task { try await pool.execute("SELECT pg_sleep(3)") }
         try await Task.sleep(for: .milliseconds(200))
         let started = ContinuousClock.now
@@ -316,7 +318,9 @@ struct PQBridgeTests {
         _ = try await holder.value
         let rows = try await pool.execute("SELECT 7")
         #expect(try rows[0].decode(Int64.self, at: 0) == 7)
-        await pool.shutdown()
+        running.cancel()  // run() ends, and closes the pool
+        try await running.value
+        await #expect(throws: PGError.self) { try await pool.execute("SELECT 1") }
     }
 
     /// With a standby wait, a transaction returns only once a standby holds its commit: on
