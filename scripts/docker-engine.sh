@@ -1,7 +1,8 @@
 # Sourced by the scripts that need a Docker engine (compose-test, fresh-machine-test).
 # start_docker_engine installs the engine when missing, sets `docker` (the client, through
 # sudo when not root) and starts dockerd when none answers; stop_docker_engine stops only a
-# dockerd that start_docker_engine started. Logs go to test-output/dockerd.log.
+# dockerd that start_docker_engine started, and returns once it is gone. Logs go to
+# test-output/dockerd.log.
 
 docker_as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -20,5 +21,9 @@ start_docker_engine() {
 }
 
 stop_docker_engine() {
-  if [ -n "${started_dockerd:-}" ]; then docker_as_root kill "$started_dockerd" 2>/dev/null || true; fi
+  [ -n "${started_dockerd:-}" ] || return 0
+  docker_as_root kill "$started_dockerd" 2>/dev/null || true
+  # Gone before this returns: a next start must not find it still answering, and use it.
+  for _ in $(seq 30); do docker_as_root kill -0 "$started_dockerd" 2>/dev/null || return 0; sleep 1; done
+  docker_as_root kill -9 "$started_dockerd" 2>/dev/null || true
 }
