@@ -331,7 +331,7 @@ let package = Package(
             name: "EndToEndTests",
             dependencies: [
                 "SyncModels", "SynclineClient", "SynclineUI", "Auth", "PQBridge", "AMQPBridge", "ServiceSupport", "BrokerTopology", "TestSupport",
-                "Gateway", "Worker",
+                "Gateway", "Worker", "Fanout",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Yams", package: "Yams"),

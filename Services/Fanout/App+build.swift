@@ -14,12 +14,16 @@ import ServiceSupport
 
 /// Wires fanout: this replica's event queue and hub, the stream routes (SSE and
 /// WebSocket on one path), the webhook dispatcher, and the operations endpoints — as one
-/// service group. The hub
-/// comes last so that on SIGTERM it is stopped first: it ends every open stream, and then
-/// the HTTP server, which waits for open responses, can finish.
-/// `observability`: services that must stop last (the span exporter).
+/// service group. The hub comes last so that on shutdown it is stopped first: it ends every
+/// open stream, and then the HTTP server, which waits for open responses, can finish.
+/// `observability`: services that must stop last (the span exporter). `handlingSignals`:
+/// SIGTERM and SIGINT shut the group down (as a process; inside another group it follows
+/// that group instead).
+/// `onServerRunning`: told the listening channel (a test that asked for port 0 reads its
+/// port there).
 func buildFanout(
-    configuration: Configuration, settings: FanoutSettings, observability: [any Service] = [], logger: Logger
+    configuration: Configuration, settings: FanoutSettings, observability: [any Service] = [], handlingSignals: Bool,
+    logger: Logger, onServerRunning: @escaping @Sendable (any Channel) async -> Void = { _ in }
 ) async throws -> ServiceGroup {
     let verifier = try await configuration.tokenVerifier(logger: logger)
     let endpoint = try configuration.amqpEndpoint()
@@ -67,10 +71,11 @@ func buildFanout(
             }
         },
         configuration: .init(address: .hostname("0.0.0.0", port: configuration.port), serverName: "syncline-fanout"),
+        onServerRunning: onServerRunning,
         logger: logger)
     let closer = ResourceCloser { await publisher.shutdown() }
     return ServiceGroup(configuration: .init(
-        services: observability + [pool, closer, background, app, webhooks, feeds, hub], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        services: observability + [pool, closer, background, app, webhooks, feeds, hub], gracefulShutdownSignals: handlingSignals ? [.sigterm, .sigint] : [], logger: logger))
 }
 
 /// The HTTP routes: the stream (a WebSocket upgrade is decided before the router) and the

@@ -17,7 +17,8 @@ public enum FanoutMain {
         await ServiceExit.run("fanout", port: configuration.port) {
             try await buildFanout(
                 configuration: configuration, settings: settings,
-                observability: try Telemetry.bootstrap(service: "fanout", logger: logger), logger: logger).run()
+                observability: try Telemetry.bootstrap(service: "fanout", logger: logger), handlingSignals: true,
+                logger: logger).run()
         }
     }
 }

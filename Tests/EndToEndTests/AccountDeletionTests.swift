@@ -34,7 +34,7 @@ struct AccountDeletionTests {
     @Test func deletingAnAccountLeavesNothingOfTheUser() async throws {
         let failing = try await FailureTests.FailingCollection("doomed")
         let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
-        try await Stack.with(workers: 1, fanouts: 1) { stack in
+        try await InProcessStack.with(workers: 1, fanouts: 1) { stack in
             let api = stack.client
             let user = "leaver-\(UUID().uuidString.prefix(6))", neighbour = "stayer-\(UUID().uuidString.prefix(6))"
             let (token, otherToken) = (await E2E.token(user, name: "Leaver"), await E2E.token(neighbour))
@@ -59,7 +59,7 @@ struct AccountDeletionTests {
                 ["op_id": newOpID(), "type": "upsert", "collection": "notes", "id": "mine", "data": ["t": 1]],
             ])
             _ = try await api.awaitJob(otherToken, try #require(kept.json["job_id"] as? String))
-            let stream = try SSEClient(port: stack.fanouts[0].port, path: "/v1/stream?device_id=\(device)&access_token=\(token)")
+            let stream = try SSEClient(port: stack.fanoutPorts[0], path: "/v1/stream?device_id=\(device)&access_token=\(token)")
             defer { stream.close() }
             _ = try await stream.inbox.next("hello")
             let before = try await rowsOf(user, pool: pool)
@@ -86,7 +86,7 @@ struct AccountDeletionTests {
     /// URL and finishes on its own.
     @Test func aLargeDeletionAnswers202AndFinishes() async throws {
         let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
-        try await Stack.with(workers: 1, environment: ["ACCOUNT_DELETION_INLINE": "0s"]) { stack in
+        try await InProcessStack.with(workers: 1, environment: ["ACCOUNT_DELETION_INLINE": "0s"]) { stack in
             let api = stack.client
             let user = "large-\(UUID().uuidString.prefix(6))"
             let token = await E2E.token(user)

@@ -74,7 +74,7 @@ struct AttachmentTests {
     @Test(arguments: Store.allCases)
     func uploadAndDownloadByteForByteWithRangesHeadAndETags(store: Store) async throws {
         let (env, _) = Self.environment(store)
-        try await Stack.with(workers: 1, environment: env) { stack in
+        try await InProcessStack.with(workers: 1, environment: env) { stack in
             let api = stack.client
             let token = await E2E.token("files-\(UUID().uuidString.prefix(6))")
             let data = Self.randomBytes(3 * 1024 * 1024 + 12345)
@@ -112,7 +112,7 @@ struct AttachmentTests {
     func aHashMismatchStoresNothing(store: Store) async throws {
         let (env, directory) = Self.environment(store)
         let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
-        try await Stack.with(workers: 1, environment: env) { stack in
+        try await InProcessStack.with(workers: 1, environment: env) { stack in
             let token = await E2E.token("mismatch-\(UUID().uuidString.prefix(6))")
             let data = Self.randomBytes(2 * 1024 * 1024 + 7)
             let claimed = Self.sha256(Data("something else".utf8))
@@ -198,7 +198,7 @@ struct AttachmentTests {
 
     @Test func aPushBeforeItsUploadGets409AndCreatesNoJob() async throws {
         let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let user = "early-\(UUID().uuidString.prefix(6))"
             let token = await E2E.token(user)
@@ -234,7 +234,7 @@ struct AttachmentTests {
     }
 
     @Test func anotherSpacesFileIsByteForByteAnUnknownHash() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let alice = await E2E.token("alice-\(UUID().uuidString.prefix(6))")
             let bob = await E2E.token("bob-\(UUID().uuidString.prefix(6))")
@@ -266,7 +266,7 @@ struct AttachmentTests {
     }
 
     @Test func aPublicRecordsFileIsReadableUntilUnpublished() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let token = await E2E.token("skipper-\(UUID().uuidString.prefix(6))")
             let device = try await api.registerDevice(token)
@@ -298,7 +298,7 @@ struct AttachmentTests {
     }
 
     @Test func aForkReadsTheSourcesFiles() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let alice = await E2E.token("author-\(UUID().uuidString.prefix(6))")
             let bob = await E2E.token("forker-\(UUID().uuidString.prefix(6))")
@@ -330,7 +330,7 @@ struct AttachmentTests {
     func purgeRemovesOnlyFilesNoRecordReferences(store: Store) async throws {
         let (env, directory) = Self.environment(store)
         let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
-        try await Stack.with(workers: 1, environment: env) { stack in
+        try await InProcessStack.with(workers: 1, environment: env) { stack in
             let api = stack.client
             let token = await E2E.token("keeper-\(UUID().uuidString.prefix(6))")
             let device = try await api.registerDevice(token)
@@ -406,7 +406,7 @@ struct AttachmentTests {
     func deletingASpaceOrAnAccountLeavesNoFileBehind(store: Store) async throws {
         let (env, directory) = Self.environment(store)
         let pool = PGPool(url: E2E.databaseURL!, size: 1, logger: E2E.logger)
-        try await Stack.with(workers: 1, environment: env) { stack in
+        try await InProcessStack.with(workers: 1, environment: env) { stack in
             let api = stack.client
             let token = await E2E.token("leaver-\(UUID().uuidString.prefix(6))")
             let shared = try await api.json("POST", "/v1/spaces", token: token, ["name": "Galley"])
@@ -431,7 +431,7 @@ struct AttachmentTests {
     @Test func syncctlListsVerifiesAndMovesFilesBetweenStores() async throws {
         let (env, directory) = Self.environment(.file)
         let dir = try #require(directory)
-        try await Stack.with(workers: 1, environment: env) { stack in
+        try await InProcessStack.with(workers: 1, environment: env) { stack in
             let api = stack.client
             let token = await E2E.token("operator-\(UUID().uuidString.prefix(6))")
             let small = Self.randomBytes(3000), large = Self.randomBytes(2 * 1024 * 1024 + 17)

@@ -47,7 +47,7 @@ struct BackendTests {
 
     @Test func aServiceReadsWithFiltersAndCursorsAndWritesIntoTheSpacesOfItsScopeOnly() async throws {
         try await OwnDatabase.with { database in
-            try await Stack.with(workers: 1, fanouts: 1, environment: database.environment) { stack in
+            try await InProcessStack.with(workers: 1, fanouts: 1, environment: database.environment) { stack in
                 let api = stack.client
                 let alice = try await Member.make(api, "alice"), bob = try await Member.make(api, "bob")
                 let kitchen = try await api.makeSpace(owner: alice, name: "Kitchen")
@@ -127,8 +127,8 @@ struct BackendTests {
                 #expect(try await api.request("GET", "/v1/spaces", token: token).status == 403)
                 #expect(try await api.json("POST", "/v1/service/spaces/\(kitchen)/query", token: alice.token, ["collection": "recipes"]).status == 403)
                 #expect(try await api.json("POST", "/v1/service/spaces/\(kitchen)/query", token: nil, ["collection": "recipes"]).status == 401)
-                let fanout = try #require(stack.fanouts.first)
-                let stream = try await APIClient(base: "http://127.0.0.1:\(fanout.port)").request("GET", "/v1/stream?device_id=\(alice.device)", token: token)
+                let fanout = try #require(stack.fanoutPorts.first)
+                let stream = try await APIClient(base: "http://127.0.0.1:\(fanout)").request("GET", "/v1/stream?device_id=\(alice.device)", token: token)
                 #expect(stream.status == 403)
 
                 // Every use is in the audit log; a revoked token is refused at once.
@@ -144,7 +144,7 @@ struct BackendTests {
 
     @Test func theRulesJudgeAServiceAsAnOwnerUnlessTheyNameIt() async throws {
         try await OwnDatabase.with { database in
-            try await Stack.with(workers: 1, environment: database.environment) { stack in
+            try await InProcessStack.with(workers: 1, environment: database.environment) { stack in
                 let api = stack.client
                 let rules = #"{"collections": {"products": {"write": {"delete": ["owner"], "fields": {"price": ["service"]}}}}}"#
                 let applied = try await api.request("PUT", "/v1/admin/rules", token: await Self.admin(), body: Data(rules.utf8))

@@ -48,8 +48,8 @@ struct BrowserClientTests {
         }
         try allowed.write("index.html", Self.page)
         try other.write("index.html", Self.page)
-        try await Stack.with(workers: 1, fanouts: 1, environment: ["CORS_ALLOWED_ORIGINS": "https://app.example,\(allowed.base)"]) { stack in
-            let api = stack.client.base, streams = "http://127.0.0.1:\(stack.fanouts[0].port)"
+        try await InProcessStack.with(workers: 1, fanouts: 1, environment: ["CORS_ALLOWED_ORIGINS": "https://app.example,\(allowed.base)"]) { stack in
+            let api = stack.client.base, streams = "http://127.0.0.1:\(stack.fanoutPorts[0])"
             let user = "web-\(UUID().uuidString.prefix(6))"
             let token = await E2E.token(user)
             let browser = try Browser()
@@ -81,7 +81,7 @@ struct BrowserClientTests {
     }
 
     @Test func preflightsAnswerTheHeadersBrowsersNeed() async throws {
-        try await Stack.with(workers: 1, fanouts: 1, environment: ["CORS_ALLOWED_ORIGINS": "https://app.example"]) { stack in
+        try await InProcessStack.with(workers: 1, fanouts: 1, environment: ["CORS_ALLOWED_ORIGINS": "https://app.example"]) { stack in
             let preflight = try await stack.client.request("OPTIONS", "/v1/sync/push", headers: [
                 "Origin": "https://app.example", "Access-Control-Request-Method": "POST",
                 "Access-Control-Request-Headers": "authorization,content-type,idempotency-key,traceparent",
@@ -100,7 +100,7 @@ struct BrowserClientTests {
                 "Origin": "https://evil.example", "Access-Control-Request-Method": "POST",
             ])
             #expect(stranger.header("Access-Control-Allow-Origin") == nil)
-            let fanout = try await APIClient(base: "http://127.0.0.1:\(stack.fanouts[0].port)").request("OPTIONS", "/v1/stream", headers: [
+            let fanout = try await APIClient(base: "http://127.0.0.1:\(stack.fanoutPorts[0])").request("OPTIONS", "/v1/stream", headers: [
                 "Origin": "https://app.example", "Access-Control-Request-Method": "GET",
             ])
             #expect(fanout.status == 204 && fanout.header("Access-Control-Allow-Origin") == "https://app.example")

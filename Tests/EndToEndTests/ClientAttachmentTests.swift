@@ -11,7 +11,7 @@ struct ClientAttachmentTests {
     static func photo(_ count: Int) -> Data { Data((0..<count).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 9) }) }
 
     @Test func aPhotoAttachedOfflineArrivesWithItsFileAfterARestart() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let user = ClientTests.user()
             let directory = E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()
             let path = "\(directory)/attach-\(UUID().uuidString.prefix(8)).sqlite"
@@ -54,7 +54,7 @@ struct ClientAttachmentTests {
     /// sent again, meets a 409: the client asks `HEAD` where the upload stands and goes on
     /// from there — not from byte 0 (before: the upload was dropped and begun again).
     @Test func anUploadThatMeetsA409AsksWhereItStandsAndGoesOn() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let proxy = try SwallowingProxy(target: stack.client.base)
             proxy.passThrough()
             defer { proxy.close() }
@@ -91,7 +91,7 @@ struct ClientAttachmentTests {
     /// upload, the server holds the reference and the file, and another device reads the
     /// record back typed, with the file and the date to the millisecond.
     @Test func aTypedRecordsFileTravelsAsAReferenceAndComesBackTyped() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let user = ClientTests.user()
             let phone = try ClientTests.device(stack, user: user)
             let photo = Self.photo(300_000)
@@ -114,7 +114,7 @@ struct ClientAttachmentTests {
     }
 
     @Test func aFileTheServerRefusesSetsAsideItsOpsAndBlocksNothing() async throws {
-        try await Stack.with(workers: 1, environment: ["BLOB_MAX_BYTES": "1MiB"]) { stack in
+        try await InProcessStack.with(workers: 1, environment: ["BLOB_MAX_BYTES": "1MiB"]) { stack in
             let user = ClientTests.user()
             let phone = try ClientTests.device(stack, user: user)
             let large = Self.photo(2 * 1024 * 1024)

@@ -51,12 +51,12 @@ struct ClientReadmeExampleTests {
     }
 
     @Test func theReadmeExampleRunsAndIsTheOneInTheReadme() async throws {
-        try await Stack.with(workers: 1, fanouts: 1) { stack in
+        try await InProcessStack.with(workers: 1, fanouts: 1) { stack in
             let directory = E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()
             let user = "readme-\(UUID().uuidString.prefix(8))"
             let jpeg = Data((0..<50_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
             let client = try await Self.example(
-                gateway: URL(string: stack.client.base)!, fanout: URL(string: "http://127.0.0.1:\(stack.fanouts[0].port)")!,
+                gateway: URL(string: stack.client.base)!, fanout: URL(string: "http://127.0.0.1:\(stack.fanoutPorts[0])")!,
                 databasePath: "\(directory)/readme-\(UUID().uuidString.prefix(8)).sqlite", signIn: SignIn(user: user),
                 pancakesJPEG: jpeg)
             let pancakes = try #require(try await client.fetch(Recipe.self, id: "r1"))

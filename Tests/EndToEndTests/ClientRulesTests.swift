@@ -24,7 +24,7 @@ struct ClientRulesTests {
 
     @Test func theRulesAreHeldRefusedAtTheCallAndAppliedToTheOutboxWhenTheyChange() async throws {
         try await OwnDatabase.with { database in
-            try await Stack.with(workers: 1, environment: database.environment) { stack in
+            try await InProcessStack.with(workers: 1, environment: database.environment) { stack in
                 try await HookTests.applyRules(stack.client, Self.rules(titleRequired: false))
                 let user = ClientTests.user()
                 let device = try ClientTests.device(stack, user: user)
@@ -73,7 +73,7 @@ struct ClientRulesTests {
         let backend = try Self.reservingBackend()
         defer { backend.close() }
         try await OwnDatabase.with { database in
-            try await Stack.with(workers: 1, environment: database.environment.merging(["ALLOW_PRIVATE_WEBHOOKS": "true"]) { $1 }) { stack in
+            try await InProcessStack.with(workers: 1, environment: database.environment.merging(["ALLOW_PRIVATE_WEBHOOKS": "true"]) { $1 }) { stack in
                 try await HookTests.applyRules(stack.client, Self.rules(titleRequired: false, hookPort: backend.port))
                 let device = try ClientTests.device(stack, user: ClientTests.user())
                 defer { device.collector.cancel() }

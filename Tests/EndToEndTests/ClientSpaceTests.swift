@@ -9,7 +9,7 @@ import TestSupport
 struct ClientSpaceTests {
     /// The owner's personal client makes the space and invites the others, who accept with
     /// theirs; returns the space and the three personal clients.
-    static func family(_ stack: Stack, fanout: ServiceProcess?) async throws -> (space: String, users: [String], personal: [ClientTests.Device]) {
+    static func family(_ stack: any TestStack, fanout: Int?) async throws -> (space: String, users: [String], personal: [ClientTests.Device]) {
         let users = ["alice", "bob", "carol"].map { "\($0)-\(UUID().uuidString.prefix(6))" }
         let personal = try users.map { try ClientTests.device(stack, user: $0, fanout: fanout) }
         let created = try await personal[0].client.createSpace(name: "Family")
@@ -37,8 +37,8 @@ struct ClientSpaceTests {
     /// device shows exactly what the server holds — and a device that stayed live saw the
     /// last change through the stream, without asking.
     @Test func aFamilyOfThreeWithTwoDevicesEachConverges() async throws {
-        try await Stack.with(workers: 2, fanouts: 1) { stack in
-            let fanout = stack.fanouts[0]
+        try await InProcessStack.with(workers: 2, fanouts: 1) { stack in
+            let fanout = stack.fanoutPorts[0]
             let (space, users, personal) = try await Self.family(stack, fanout: fanout)
             let directory = E2E.environment["SYNCLINE_TEST_OUTPUT"] ?? NSTemporaryDirectory()
             let offsets: [Double] = [0, -900, 30, 120, -45, 600]  // seconds of clock drift per device
@@ -106,8 +106,8 @@ struct ClientSpaceTests {
     /// Edits a removed member made and never got applied are lost with the space, and the
     /// app hears which ones.
     @Test func aRemovedMembersUnsyncedEditsAreReportedLost() async throws {
-        try await Stack.with(workers: 1) { stack in
-            let (space, users, personal) = try await Self.family(stack, fanout: stack.fanouts.first)
+        try await InProcessStack.with(workers: 1) { stack in
+            let (space, users, personal) = try await Self.family(stack, fanout: stack.fanoutPorts.first)
             let guest = try ClientTests.device(stack, user: users[1], space: space)
             try await guest.client.sync()
             let opID = try await guest.client.upsert("items", id: "eggs", data: ["name": "eggs"])  // offline: never sent
@@ -126,10 +126,10 @@ struct ClientSpaceTests {
     /// the space ends, the pull answers 404), drops the space's local data and stops;
     /// writes are refused from then on. A store belongs to one space.
     @Test func aSpaceTheUserWasRemovedFromIsDroppedLocally() async throws {
-        try await Stack.with(workers: 1, fanouts: 1) { stack in
-            let (space, users, personal) = try await Self.family(stack, fanout: stack.fanouts[0])
+        try await InProcessStack.with(workers: 1, fanouts: 1) { stack in
+            let (space, users, personal) = try await Self.family(stack, fanout: stack.fanoutPorts[0])
             let owner = try ClientTests.device(stack, user: users[0], space: space)
-            let guest = try ClientTests.device(stack, user: users[1], fanout: stack.fanouts[0], space: space)
+            let guest = try ClientTests.device(stack, user: users[1], fanout: stack.fanoutPorts[0], space: space)
             try await owner.client.upsert("items", id: "milk", data: ["name": "milk"])
             try await owner.client.sync()
             try await guest.client.sync()
@@ -162,7 +162,7 @@ struct ClientSpaceTests {
     /// A viewer's edits are refused by the server: set aside for the app, never retried in
     /// a loop.
     @Test func aViewersEditsAreSetAside() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let owner = try ClientTests.device(stack, user: ClientTests.user())
             let viewerUser = ClientTests.user()
             let viewerPersonal = try ClientTests.device(stack, user: viewerUser)
@@ -200,7 +200,7 @@ struct ClientSpaceTests {
     /// A space's client made before the device ever reached the server shares the device's
     /// registration: once online, both clients push as one device, and the user has one.
     @Test func clientsOfOneDeviceShareItsRegistrationEvenWhenMadeOffline() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let user = ClientTests.user()
             let token = await E2E.token(user)
             let created = try await stack.client.json("POST", "/v1/spaces", token: token, ["name": "Crew"])

@@ -83,7 +83,7 @@ struct ContractTests {
     }
 
     @Test func everyDocumentedOperationAnswersInItsDocumentedShape() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let served = try await api.request("GET", "/openapi.yaml")
             let file = try String(contentsOfFile: Self.documentPath, encoding: .utf8)
@@ -312,7 +312,7 @@ struct ContractTests {
     }
 
     @Test func badInputGetsAClearAnswerAndCreatesNoJob() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let document = try Document(text: try String(contentsOfFile: Self.documentPath, encoding: .utf8))
             let user = "bad-\(UUID().uuidString.prefix(6))"

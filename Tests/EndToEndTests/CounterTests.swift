@@ -101,7 +101,7 @@ struct CounterTests {
     /// 20 devices each add ten tags of their own and a shared one, then remove half of their
     /// own, syncing between; every device ends with the same set, the one the rules give.
     @Test func twentyDevicesAddingAndRemovingTagsConvergeOnTheModel() async throws {
-        try await Stack.with(workers: 2) { stack in
+        try await InProcessStack.with(workers: 2) { stack in
             let api = stack.client
             let (space, members) = try await Self.members(api, 20)
             let devices = try members.map { try Self.device(stack, $0, space: space) }
@@ -139,7 +139,7 @@ struct CounterTests {
     /// JSON) naming the op's field, or a documented rejection in the job's results; never a
     /// 500, and a refused push makes no job.
     @Test func badIncrementsAndSetsAreClearRefusalsNeverAServerError() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let owner = try await Member.make(api, "bad-counter")
             func push(_ ops: [[String: Any]]) async throws -> HTTPResult {
@@ -205,7 +205,7 @@ struct CounterTests {
     /// refused at intake, and an add of a value the items' schema refuses too.
     @Test func aCountersMinimumIsHeldWhenTheIncrementIsApplied() async throws {
         try await OwnDatabase.with { database in
-            try await Stack.with(workers: 1, environment: database.environment) { stack in
+            try await InProcessStack.with(workers: 1, environment: database.environment) { stack in
                 let api = stack.client
                 let rules = try await RulesTests.applyRules(api, """
                     collections:

@@ -31,12 +31,12 @@ struct FanoutTests {
     /// and the 60 s of leeway (the client opens it again with a fresh one); a stream opened
     /// with a longer-lived token goes on.
     @Test func aStreamEndsWhenItsTokenExpires() async throws {
-        try await Stack.with(workers: 0, fanouts: 1) { stack in
+        try await InProcessStack.with(workers: 0, fanouts: 1) { stack in
             let user = "expiring-\(UUID().uuidString.prefix(6))"
             let token = await E2E.token(user)
             let device = try await stack.client.registerDevice(token)
             let shortLived = await Tokens.make(user, seconds: 3 - 60)  // accepted for 3 s more
-            let port = stack.fanouts[0].port
+            let port = stack.fanoutPorts[0]
             let short = try SSEClient(port: port, path: "/v1/stream?device_id=\(device)&access_token=\(shortLived)")
             let long = try SSEClient(port: port, path: "/v1/stream?device_id=\(device)&access_token=\(token)")
             defer { short.close(); long.close() }
@@ -105,11 +105,11 @@ struct FanoutTests {
     /// With two fanout replicas and the user's devices spread over both, every device
     /// other than the origin is poked; the admin API lists each replica's queue.
     @Test func everyDeviceIsPokedWhicheverReplicaItIsOn() async throws {
-        try await Stack.with(workers: 1, fanouts: 2) { stack in
+        try await InProcessStack.with(workers: 1, fanouts: 2) { stack in
             let api = stack.client
             let devices = try await Self.devices(api, user: "spread-\(UUID().uuidString.prefix(6))", count: 5)
             let clients = try devices.enumerated().map { index, device in
-                try SSEClient(port: stack.fanouts[index % 2].port, path: Self.path(device))
+                try SSEClient(port: stack.fanoutPorts[index % 2], path: Self.path(device))
             }
             defer { clients.forEach { $0.close() } }
             for client in clients { _ = try await client.inbox.next("hello") }
@@ -145,14 +145,14 @@ struct FanoutTests {
     /// A device that drops its stream and reconnects at once (a page reload), five times,
     /// keeps getting pokes on the new stream.
     @Test func aQuickReconnectKeepsPokesFlowing() async throws {
-        try await Stack.with(workers: 1, fanouts: 1) { stack in
+        try await InProcessStack.with(workers: 1, fanouts: 1) { stack in
             let api = stack.client
             let devices = try await Self.devices(api, user: "reload-\(UUID().uuidString.prefix(6))", count: 2)
             for _ in 0..<5 {
-                let old = try SSEClient(port: stack.fanouts[0].port, path: Self.path(devices[1]))
+                let old = try SSEClient(port: stack.fanoutPorts[0], path: Self.path(devices[1]))
                 _ = try await old.inbox.next("hello")
                 old.close()
-                let fresh = try SSEClient(port: stack.fanouts[0].port, path: Self.path(devices[1]))
+                let fresh = try SSEClient(port: stack.fanoutPorts[0], path: Self.path(devices[1]))
                 defer { fresh.close() }
                 _ = try await fresh.inbox.next("hello")
                 _ = try await api.awaitJob(devices[0].token, try await Self.upsert(api, devices[0]).job)
@@ -166,11 +166,11 @@ struct FanoutTests {
         let failing = try await FailureTests.FailingCollection("stream_poison")
         var removed = false
         defer { if !removed { Task { try? await failing.remove() } } }
-        try await Stack.with(workers: 1, fanouts: 1) { stack in
+        try await InProcessStack.with(workers: 1, fanouts: 1) { stack in
             let api = stack.client
             let devices = try await Self.devices(api, user: "dies-\(UUID().uuidString.prefix(6))", count: 2)
-            let origin = try SSEClient(port: stack.fanouts[0].port, path: Self.path(devices[0]))
-            let other = try SSEClient(port: stack.fanouts[0].port, path: Self.path(devices[1]))
+            let origin = try SSEClient(port: stack.fanoutPorts[0], path: Self.path(devices[0]))
+            let other = try SSEClient(port: stack.fanoutPorts[0], path: Self.path(devices[1]))
             defer { origin.close(); other.close() }
             _ = try await origin.inbox.next("hello")
             _ = try await other.inbox.next("hello")
@@ -189,8 +189,8 @@ struct FanoutTests {
 
     /// Refusals are problem+json: no token 401, unknown or foreign device 404, revoked 403.
     @Test func refusals() async throws {
-        try await Stack.with(workers: 0, fanouts: 1) { stack in
-            let fanout = APIClient(base: "http://127.0.0.1:\(stack.fanouts[0].port)")
+        try await InProcessStack.with(workers: 0, fanouts: 1) { stack in
+            let fanout = APIClient(base: "http://127.0.0.1:\(stack.fanoutPorts[0])")
             let api = stack.client
             let mine = try await Self.devices(api, user: "refuse-\(UUID().uuidString.prefix(6))", count: 2)
             #expect(try await api.request("DELETE", "/v1/devices/\(mine[1].id)", token: mine[0].token).status == 204)
@@ -204,7 +204,7 @@ struct FanoutTests {
             #expect(revoked.status == 403 && revoked.json["code"] as? String == "forbidden")
 
             // The same refusals over a WebSocket upgrade: the same problem+json, not a bare 400.
-            let port = stack.fanouts[0].port
+            let port = stack.fanoutPorts[0]
             for (token, device, status, code) in [
                 (nil, mine[0].id, 401, "unauthorized"), ("not-a-token", mine[0].id, 401, "unauthorized"),
                 (await E2E.token("someone-else"), mine[0].id, 404, "not_found"), (mine[0].token, UUID().uuidString, 404, "not_found"),

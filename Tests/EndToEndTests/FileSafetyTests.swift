@@ -48,7 +48,7 @@ struct FileSafetyTests {
     }
 
     @Test func everyFileIsServedSoThatNoneRunsAsAPage() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let token = await E2E.token("sailor-\(UUID().uuidString.prefix(6))")
             let picture = AttachmentTests.randomBytes(2_000)
@@ -79,7 +79,7 @@ struct FileSafetyTests {
     /// admin token is in no storage a page of the origin could read.
     @Test(.enabled(if: Browser.executable != nil, "needs Chromium"))
     func aBrowserOpeningPublishedFilesRunsNoScript() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let beacon = try await StaticFileServer()
             defer { beacon.stop() }
@@ -139,7 +139,7 @@ struct FileSafetyTests {
     func anEmptyFileIsStoredAndReadBack(_ store: AttachmentTests.Store) async throws {
         let (environment, directory) = AttachmentTests.environment(store)
         defer { if let directory { try? FileManager.default.removeItem(atPath: directory) } }
-        try await Stack.with(workers: 1, environment: environment) { stack in
+        try await InProcessStack.with(workers: 1, environment: environment) { stack in
             let api = stack.client
             let empty = Data()
             let sha = AttachmentTests.sha256(empty)

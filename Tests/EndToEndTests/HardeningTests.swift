@@ -99,8 +99,8 @@ struct HardeningTests {
     }
 
     @Test func connectionsThatStallAreClosedWithinTheTimeout() async throws {
-        try await Stack.with(workers: 1, fanouts: 1, environment: ["HTTP_IDLE_TIMEOUT": "1s"]) { stack in
-            for port in [stack.gateway.port, stack.fanouts[0].port] {
+        try await InProcessStack.with(workers: 1, fanouts: 1, environment: ["HTTP_IDLE_TIMEOUT": "1s"]) { stack in
+            for port in [stack.port, stack.fanoutPorts[0]] {
                 let midHeaders = secondsUntilClosed(port: port, sending: "GET /v1/devices HTTP/1.1\r\nHost: x\r\nAuthor")
                 #expect(midHeaders.map { $0 < 4 } == true, "mid-headers on :\(port): \(String(describing: midHeaders))")
                 let midBody = secondsUntilClosed(
@@ -115,7 +115,7 @@ struct HardeningTests {
     /// Large records: a page ends at the 4 MiB byte budget with `has_more`, the gateway's
     /// memory stays bounded, and paging returns every record with its data intact.
     @Test func aPullOfLargeRecordsComesInPagesOfBoundedSize() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let token = await E2E.token("big-\(UUID().uuidString.prefix(6))")
             let device = try await api.registerDevice(token)

@@ -74,14 +74,14 @@ struct IdentityProviderTests {
         let environment = [
             "JWT_JWKS_URL": "\(provider.base)/jwks.json", "JWT_ISSUER": Self.issuer, "JWT_AUDIENCE": Self.audience,
         ]
-        try await Stack.with(workers: 1, fanouts: 1, environment: environment) { stack in
+        try await InProcessStack.with(workers: 1, fanouts: 1, environment: environment) { stack in
             let api = stack.client
             let user = "apple-\(UUID().uuidString.prefix(8))"
             // Gateway and fanout accept the provider's RSA and EC tokens.
             let token = try await first.token(user)
             let device = try await api.registerDevice(token)
             #expect(try await api.request("GET", "/v1/devices", token: try await ec.token(user)).status == 200)
-            let stream = try SSEClient(port: stack.fanouts[0].port, path: "/v1/stream?device_id=\(device)&access_token=\(token)")
+            let stream = try SSEClient(port: stack.fanoutPorts[0], path: "/v1/stream?device_id=\(device)&access_token=\(token)")
             defer { stream.close() }
             _ = try await stream.inbox.next("hello")
             // HS256 with JWT_SECRET keeps working beside the provider.
@@ -116,7 +116,7 @@ struct IdentityProviderTests {
                 let answer = try await api.request("GET", "/v1/devices", token: bad)
                 #expect(answer.status == 401, "\(name): \(answer.status) \(answer.text)")
                 #expect(answer.json["code"] as? String == "unauthorized", "\(name)")
-                let streamAnswer = try await APIClient(base: "http://127.0.0.1:\(stack.fanouts[0].port)")
+                let streamAnswer = try await APIClient(base: "http://127.0.0.1:\(stack.fanoutPorts[0])")
                     .request("GET", "/v1/stream?device_id=\(device)", token: bad, headers: ["Accept": "text/event-stream"])
                 #expect(streamAnswer.status == 401, "fanout, \(name): \(streamAnswer.status)")
             }

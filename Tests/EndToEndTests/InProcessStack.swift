@@ -1,3 +1,4 @@
+@testable import Fanout
 import Foundation
 @testable import Gateway
 import Logging
@@ -8,26 +9,30 @@ import SyncModels
 import TestSupport
 @testable import Worker
 
-/// A gateway and workers in the test's own process: each built as its executable builds
-/// it, all services of one group, each on a port the kernel chose, on the database and broker
-/// of the test's environment — over real HTTP, PostgreSQL and RabbitMQ, without starting a
-/// process. For tests that need nothing of a process: no kill or signal, no log file, no
-/// metrics scrape (those use `Stack`). Its `client` answers as `Stack`'s does.
+/// A gateway, workers and fanouts in the test's own process: each built as its executable
+/// builds it, all services of one group, each on a port the kernel chose, on the database
+/// and broker of the test's environment — over real HTTP, PostgreSQL and RabbitMQ, without
+/// starting a process. For tests that need nothing of a process: no kill or signal, no log
+/// file, no metrics scrape (those use `Stack`). Its `client` answers as `Stack`'s does.
 final class InProcessStack: TestStack {
     let client: APIClient
+    /// The gateway's port.
     let port: Int
+    /// Each fanout's port.
+    let fanoutPorts: [Int]
 
-    private init(port: Int) {
+    private init(port: Int, fanoutPorts: [Int]) {
         self.port = port
+        self.fanoutPorts = fanoutPorts
         client = APIClient(base: "http://127.0.0.1:\(port)")
     }
 
-    /// Runs `body` with a gateway and `workers` workers, started with `environment` over
-    /// the services' defaults, and always shuts them down gracefully after.
+    /// Runs `body` with a gateway, `workers` workers and `fanouts` fanouts, started with
+    /// `environment` over the services' defaults, and always shuts them down gracefully after.
     static func with<T>(
-        workers: Int = 1, environment: [String: String] = [:], _ body: (InProcessStack) async throws -> T
+        workers: Int = 1, fanouts: Int = 0, environment: [String: String] = [:], _ body: (InProcessStack) async throws -> T
     ) async throws -> T {
-        let (group, running, stack) = try await start(workers: workers, environment: environment)
+        let (group, running, stack) = try await start(workers: workers, fanouts: fanouts, environment: environment)
         return try await withCleanup { try await body(stack) } cleanup: {
             await group.triggerGracefulShutdown()
             _ = await running.result
@@ -38,12 +43,12 @@ final class InProcessStack: TestStack {
     /// read back from its listening socket, so no other process can take it first — then
     /// waits until each answers `/readyz`.
     private static func start(
-        workers: Int, environment: [String: String]
+        workers: Int, fanouts: Int, environment: [String: String]
     ) async throws -> (ServiceGroup, Task<Void, any Error>, InProcessStack) {
         let settings = E2E.environment.merging(E2E.serviceDefaults) { $1 }.merging(environment) { $1 }
         var configuration = try Configuration.fromEnvironment(settings)
         configuration.port = 0  // the kernel chooses (a deployment's PORT must name one)
-        let bound = Locked<[Int: Int]>([:])  // service (0: the gateway) → its port
+        let bound = Locked<[Int: Int]>([:])  // service (0: the gateway, then workers, then fanouts) → its port
         func listening(_ service: Int) -> @Sendable (any Channel) async -> Void {
             { channel in bound.withLock { $0[service] = channel.localAddress?.port } }
         }
@@ -54,6 +59,13 @@ final class InProcessStack: TestStack {
             services.append(try buildWorker(
                 configuration: configuration, settings: try WorkerSettings(EnvironmentReader(settings)), logger: E2E.logger,
                 onServerRunning: listening(worker + 1)))
+        }
+        let firstFanout = services.count
+        for fanout in 0..<fanouts {
+            // A group of its own inside the stack's, which it follows: it stops its hub first.
+            services.append(try await buildFanout(
+                configuration: configuration, settings: try FanoutSettings(EnvironmentReader(settings)), handlingSignals: false,
+                logger: E2E.logger, onServerRunning: listening(firstFanout + fanout)))
         }
         let group = ServiceGroup(configuration: .init(services: services, gracefulShutdownSignals: [], logger: E2E.logger))
         let ended = Flag()
@@ -74,7 +86,8 @@ final class InProcessStack: TestStack {
                     return (try? await probe.request("GET", "/readyz").status) == 200 ? true : nil
                 }
             }
-            return (group, running, InProcessStack(port: ports[0]!))
+            let fanoutPorts = (firstFanout..<services.count).map { ports[$0]! }
+            return (group, running, InProcessStack(port: ports[0]!, fanoutPorts: fanoutPorts))
         } catch {
             await group.triggerGracefulShutdown()
             if case .failure(let ended) = await running.result { throw ended }

@@ -31,8 +31,8 @@ struct ProtocolEdgeTests {
     /// A request the HTTP parser refuses is answered 400 problem+json (431 when its line and
     /// headers are over the limit), and the connection closed, by the gateway and the fanout.
     @Test func malformedHTTPGets400ProblemAndTheConnectionCloses() async throws {
-        try await Stack.with(workers: 1, fanouts: 1) { stack in
-            let port = stack.gateway.port
+        try await InProcessStack.with(workers: 1, fanouts: 1) { stack in
+            let port = stack.port
             let token = await E2E.token("framing-\(UUID().uuidString.prefix(6))")
             let device = try await stack.client.registerDevice(token)
             let head = "POST /v1/sync/push HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\n"
@@ -48,7 +48,7 @@ struct ProtocolEdgeTests {
                 ("chunk size overflow", head + "FFFFFFFFFFFFFFFFF1\r\n" + body + "\r\n0\r\n\r\n", 400),
                 ("bare LF lines", head.replacingOccurrences(of: "\r\n\r\n", with: "\r\n\n") + hex + "\n" + body + "\n0\n\n", 400),
             ].map { ($0.0, $0.1, $0.2, port) } + (oversized + [("a request line that is not HTTP", "GET / HTTQ/9\r\n\r\n", 400)]).flatMap { name, request, status in
-                [("gateway: \(name)", request, status, port), ("fanout: \(name)", request, status, stack.fanouts[0].port)]
+                [("gateway: \(name)", request, status, port), ("fanout: \(name)", request, status, stack.fanoutPorts[0])]
             }
             for (name, request, status, port) in cases {
                 let (response, closed) = try Self.exchange(port: port, Array(request.utf8))
@@ -67,7 +67,7 @@ struct ProtocolEdgeTests {
     /// HEAD is answered wherever GET is, with the same status and header fields and no body;
     /// the stream's other methods are 405 with `Allow`.
     @Test func headIsAnsweredLikeGetWithoutABody() async throws {
-        try await Stack.with(workers: 1, fanouts: 1) { stack in
+        try await InProcessStack.with(workers: 1, fanouts: 1) { stack in
             let api = stack.client
             let token = await E2E.token("head-\(UUID().uuidString.prefix(6))")
             let device = try await api.registerDevice(token)
@@ -81,12 +81,12 @@ struct ProtocolEdgeTests {
             let missing = try await api.request("HEAD", "/v1/public/no-such-record")
             #expect(missing.status == 404 && missing.body.isEmpty)
             #expect(try await api.request("HEAD", "/v1/devices").status == 401)
-            let fanout = APIClient(base: "http://127.0.0.1:\(stack.fanouts[0].port)")
+            let fanout = APIClient(base: "http://127.0.0.1:\(stack.fanoutPorts[0])")
             #expect(try await fanout.request("HEAD", "/healthz").status == 200)
             let post = try await fanout.request("POST", "/v1/stream")
             #expect(post.status == 405 && post.header("Allow") == "GET, HEAD", "\(post.status) \(post.header("Allow") ?? "-")")
             // Raw, with a deadline: a HEAD that opened a stream would never end.
-            let (stream, _) = try Self.exchange(port: stack.fanouts[0].port, Array("""
+            let (stream, _) = try Self.exchange(port: stack.fanoutPorts[0], Array("""
                 HEAD /v1/stream?device_id=\(device) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\n\
                 Accept: text/event-stream\r\nConnection: close\r\n\r\n
                 """.utf8))
@@ -100,10 +100,10 @@ struct ProtocolEdgeTests {
     /// A stream asked for on a connection that served another request first (here sent
     /// at once behind it) starts once that answer has ended: the answers do not mix.
     @Test func aStreamAfterAnotherRequestOnItsConnectionStartsAfterThatAnswer() async throws {
-        try await Stack.with(workers: 1, fanouts: 1) { stack in
+        try await InProcessStack.with(workers: 1, fanouts: 1) { stack in
             let token = await E2E.token("after-\(UUID().uuidString.prefix(6))")
             let device = try await stack.client.registerDevice(token)
-            let (answers, _) = try Self.exchange(port: stack.fanouts[0].port, Array("""
+            let (answers, _) = try Self.exchange(port: stack.fanoutPorts[0], Array("""
                 GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n\
                 GET /v1/stream?device_id=\(device) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\n\
                 Accept: text/event-stream\r\n\r\n
@@ -119,10 +119,10 @@ struct ProtocolEdgeTests {
     /// A user holds at most STREAMS_PER_USER streams on a fanout; one more is 429 until
     /// one of theirs closes (a closed stream is noticed at its next heartbeat).
     @Test func openStreamsPerUserAreCapped() async throws {
-        try await Stack.with(workers: 1, fanouts: 1, environment: ["STREAMS_PER_USER": "3", "STREAM_HEARTBEAT": "1s"]) { stack in
+        try await InProcessStack.with(workers: 1, fanouts: 1, environment: ["STREAMS_PER_USER": "3", "STREAM_HEARTBEAT": "1s"]) { stack in
             let token = await E2E.token("streams-\(UUID().uuidString.prefix(6))")
             let device = try await stack.client.registerDevice(token)
-            let port = stack.fanouts[0].port
+            let port = stack.fanoutPorts[0]
             let path = "/v1/stream?device_id=\(device)&access_token=\(token)"
             let streams = try (0..<3).map { _ in try SSEClient(port: port, path: path) }
             defer { streams.forEach { $0.close() } }
@@ -158,7 +158,7 @@ struct ProtocolEdgeTests {
     /// refused: several times that). Pairs, not the difference of two medians: the
     /// machine's speed drifts over the run, and a pair sees the same speed.
     @Test func anotherUsersJobTakesAsLongAsAnUnknownOne() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let owner = await E2E.token("timing-owner-\(UUID().uuidString.prefix(6))")
             let prober = await E2E.token("timing-prober-\(UUID().uuidString.prefix(6))")

@@ -20,7 +20,7 @@ struct SpaceIsolationTests {
     }
 
     @Test func everyEndpointAnswersEachRoleAsDocumented() async throws {
-        try await Stack.with(workers: 1, fanouts: 1) { stack in
+        try await InProcessStack.with(workers: 1, fanouts: 1) { stack in
             let api = stack.client
             let (space, owner, editor, viewer) = try await SpaceTests.family(api)
             let removed = try await Member.make(api, "removed"), stranger = try await Member.make(api, "stranger")
@@ -34,7 +34,7 @@ struct SpaceIsolationTests {
             _ = try await api.awaitJob(editor.token, editorsJob)
             #expect(try await api.request("DELETE", "/v1/spaces/\(space)/members/\(removed.user)", token: owner.token).status == 204)
             let callers: [Caller: Member] = [.owner: owner, .editor: editor, .viewer: viewer, .removed: removed, .stranger: stranger]
-            let fanoutPort = stack.fanouts[0].port
+            let fanoutPort = stack.fanoutPorts[0]
 
             func members(_ ok: Int) -> [Caller: Int] { [.owner: ok, .editor: ok, .viewer: ok, .removed: 404, .stranger: 404] }
             func ownerOnly(_ ok: Int) -> [Caller: Int] { [.owner: ok, .editor: 403, .viewer: 403, .removed: 404, .stranger: 404] }

@@ -36,7 +36,7 @@ struct SpaceTests {
     }
 
     @Test func membersShareASpaceAndEveryoneElseSeesNothing() async throws {
-        try await Stack.with(workers: 2) { stack in
+        try await InProcessStack.with(workers: 2) { stack in
             let api = stack.client
             let (space, owner, editor, viewer) = try await Self.family(api)
             let stranger = try await Member.make(api, "stranger")
@@ -85,10 +85,10 @@ struct SpaceTests {
     /// A push to a shared space pokes every other member's streams with the space's id;
     /// a member removed stops getting them at once.
     @Test func membersArePokedAndARemovedMemberIsNot() async throws {
-        try await Stack.with(workers: 1, fanouts: 1) { stack in
+        try await InProcessStack.with(workers: 1, fanouts: 1) { stack in
             let api = stack.client
             let (space, owner, editor, viewer) = try await Self.family(api)
-            let port = stack.fanouts[0].port
+            let port = stack.fanoutPorts[0]
             let editorStream = try SSEClient(port: port, path: "/v1/stream?device_id=\(editor.device)&access_token=\(editor.token)")
             let viewerStream = try SSEClient(port: port, path: "/v1/stream?device_id=\(viewer.device)&access_token=\(viewer.token)")
             defer { editorStream.close(); viewerStream.close() }
@@ -115,11 +115,11 @@ struct SpaceTests {
     /// A stream narrowed by `space_id` hears that space alone and ends when its user leaves
     /// it; a stream of every space says in `hello` where each space stands.
     @Test func aStreamNarrowedToASpaceHearsItAloneAndEndsWithTheMembership() async throws {
-        try await Stack.with(workers: 1, fanouts: 1) { stack in
+        try await InProcessStack.with(workers: 1, fanouts: 1) { stack in
             let api = stack.client
             let (space, owner, editor, _) = try await Self.family(api)
             let stranger = try await Member.make(api, "stranger")
-            let port = stack.fanouts[0].port
+            let port = stack.fanoutPorts[0]
             let pushed = try await Self.push(api, owner, space: space, [Self.upsert("before", ["n": 1])])
             let first = try await api.awaitJob(owner.token, try #require(pushed.json["job_id"] as? String))
             let personal = try #require((try await api.request("GET", "/v1/spaces", token: editor.token).json["items"] as? [[String: Any]])?
@@ -187,7 +187,7 @@ struct SpaceTests {
     /// Account deletion: the last owner's shared space passes to the longest-standing
     /// editor with its records; a space with no other member goes.
     @Test func deletingTheOwnersAccountPassesTheSpaceOn() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let (space, owner, editor, viewer) = try await Self.family(api)
             let alone = try #require(try await api.json("POST", "/v1/spaces", token: owner.token, ["name": "Solo"]).json["space_id"] as? String)
@@ -211,7 +211,7 @@ struct SpaceTests {
     /// No missed changes per space: two spaces committing concurrently; a member pulling each from its
     /// own cursor while writes land sees every record.
     @Test func noChangeIsMissedPerSpaceWhileTwoSpacesCommitAtOnce() async throws {
-        try await Stack.with(workers: 3) { stack in
+        try await InProcessStack.with(workers: 3) { stack in
             let api = stack.client
             let (first, owner, editor, _) = try await Self.family(api)
             let second = try #require(try await api.json("POST", "/v1/spaces", token: owner.token, ["name": "Crew"]).json["space_id"] as? String)

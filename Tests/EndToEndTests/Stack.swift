@@ -210,9 +210,16 @@ final class ServiceProcess: @unchecked Sendable {
 }
 
 /// What a test reaches a stack by, in processes of its own (`Stack`) or in the test's
-/// (`InProcessStack`): the gateway's client.
+/// (`InProcessStack`): the gateway's client and port, and the fanouts' ports.
 protocol TestStack: Sendable {
     var client: APIClient { get }
+    /// The gateway's port.
+    var port: Int { get }
+    /// Each fanout's port.
+    var fanoutPorts: [Int] { get }
+    /// Runs `body` with a fresh stack of a gateway, `workers` workers and `fanouts` fanouts
+    /// started with `environment`, and always stops it.
+    static func with<T>(workers: Int, fanouts: Int, environment: [String: String], _ body: (Self) async throws -> T) async throws -> T
 }
 
 /// A gateway and workers, started as real processes for one test.
@@ -223,6 +230,8 @@ final class Stack: TestStack, @unchecked Sendable {
     var fanouts: [ServiceProcess] = []
     let client: APIClient
     let environment: [String: String]
+    var port: Int { gateway.port }
+    var fanoutPorts: [Int] { fanouts.map(\.port) }
 
     /// Starts every process at once (none waits for another to be ready); when one fails,
     /// the others are stopped.

@@ -133,7 +133,7 @@ struct SyncFlowTests {
                 """)
         }
         do {
-            try await Stack.with { stack in
+            try await InProcessStack.with(workers: 2) { stack in
                 let api = stack.client
                 let token = await E2E.token("gap-\(UUID().uuidString.prefix(6))")
                 let writer = try await api.registerDevice(token, name: "writer")
@@ -180,7 +180,7 @@ struct SyncFlowTests {
     @Test func pushWhileBrokerIsDownSucceedsAfterItReturns() async throws {
         let broker = try OutageProxy(for: E2E.amqpURL!)
         defer { broker.close() }
-        try await Stack.with(environment: ["RELAY_AFTER": "500ms", "AMQP_URL": broker.routing(E2E.amqpURL!)]) { stack in
+        try await InProcessStack.with(environment: ["RELAY_AFTER": "500ms", "AMQP_URL": broker.routing(E2E.amqpURL!)]) { stack in
             let api = stack.client
             let token = await E2E.token("intake-\(UUID().uuidString.prefix(6))")
             let device = try await api.registerDevice(token)
@@ -202,7 +202,7 @@ struct SyncFlowTests {
     @Test func pushWhileDatabaseIsDownIsRefusedWithRetryAfter() async throws {
         let database = try OutageProxy(for: E2E.databaseURL!)
         defer { database.close() }
-        try await Stack.with(workers: 1, environment: ["DATABASE_URL": database.routing(E2E.databaseURL!)]) { stack in
+        try await InProcessStack.with(workers: 1, environment: ["DATABASE_URL": database.routing(E2E.databaseURL!)]) { stack in
             let api = stack.client
             let token = await E2E.token("pgdown-\(UUID().uuidString.prefix(6))")
             let device = try await api.registerDevice(token)
@@ -228,7 +228,7 @@ struct SyncFlowTests {
     /// A push's job keeps a valid W3C `traceparent`; without one, or with a malformed one,
     /// the gateway starts a trace of its own.
     @Test func jobsCarryAW3CTraceparent() async throws {
-        try await Stack.with(workers: 0) { stack in
+        try await InProcessStack.with(workers: 0) { stack in
             let api = stack.client
             let token = await E2E.token("trace-\(UUID().uuidString.prefix(6))")
             let device = try await api.registerDevice(token)

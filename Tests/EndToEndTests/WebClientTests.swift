@@ -51,8 +51,8 @@ struct WebClientTests {
 
     /// What a browser test works with: the stack (letting the page's origin call it), a
     /// browser on the page, the page's server, and a fresh user with a token.
-    struct Page {
-        let stack: Stack
+    struct Page<S: TestStack> {
+        let stack: S
         let browser: Browser
         let tab: Browser.Tab
         let site: StaticFileServer
@@ -60,11 +60,21 @@ struct WebClientTests {
         let token: String
     }
 
-    static func withPage(fanouts: Int = 0, environment: [String: String] = [:], _ body: (Page) async throws -> Void) async throws {
+    /// A page, its stack in the test's process.
+    static func withPage(
+        fanouts: Int = 0, environment: [String: String] = [:], _ body: (Page<InProcessStack>) async throws -> Void
+    ) async throws {
+        try await withPage(on: InProcessStack.self, fanouts: fanouts, environment: environment, body)
+    }
+
+    /// A page, its stack of the kind given (`Stack`: processes, for a test that stops one).
+    static func withPage<S: TestStack>(
+        on _: S.Type, fanouts: Int = 0, environment: [String: String] = [:], _ body: (Page<S>) async throws -> Void
+    ) async throws {
         let site = try await serve()
         defer { site.stop() }
         let env = environment.merging(["CORS_ALLOWED_ORIGINS": site.base]) { $1 }
-        try await Stack.with(workers: 1, fanouts: fanouts, environment: env) { stack in
+        try await S.with(workers: 1, fanouts: fanouts, environment: env) { stack in
             let user = "web-\(UUID().uuidString.prefix(6))"
             let token = await E2E.token(user)
             let browser = try Browser()
@@ -139,7 +149,7 @@ struct WebClientTests {
     /// With the gateway down, a page writes, is reloaded, and still shows its edits; once
     /// the gateway is back they are applied once and the server holds what the page shows.
     @Test func offlineEditsSurviveAReloadAndAreAppliedOnce() async throws {
-        try await Self.withPage { page in
+        try await Self.withPage(on: Stack.self) { page in
             let (stack, browser, user, token) = (page.stack, page.browser, page.user, page.token)
             let database = "syncline-\(UUID().uuidString.prefix(8))"
             let options = """
@@ -706,7 +716,7 @@ struct WebClientTests {
             _ = try browser.evaluate("""
                 (async () => {
                   window.client = await syncline.createClient({gatewayURL: \(Browser.quoted(stack.client.base)),
-                    fanoutURL: 'http://127.0.0.1:\(stack.fanouts[0].port)', databaseName: 'live',
+                    fanoutURL: 'http://127.0.0.1:\(stack.fanoutPorts[0])', databaseName: 'live',
                     tokenProvider: async () => \(Browser.quoted(token)), pollInterval: null});
                   window.seen = {};
                   client.observe('items', (records) => { for (const r of records) window.seen[r.id] = r.data.title; });
@@ -728,7 +738,7 @@ struct WebClientTests {
     /// within two heartbeats and opened again once the fanout answers; a follower tab of the
     /// same database shows the leader's `live` throughout.
     @Test func aSilentStreamIsNoticedAndAFollowerTabIsAsLiveAsTheLeader() async throws {
-        try await Self.withPage(fanouts: 1, environment: ["STREAM_HEARTBEAT": "1s"]) { page in
+        try await Self.withPage(on: Stack.self, fanouts: 1, environment: ["STREAM_HEARTBEAT": "1s"]) { page in
             let (stack, browser, token) = (page.stack, page.browser, page.token)
             let fanout = try #require(stack.fanouts.first)
             _ = try browser.evaluate("""
@@ -778,7 +788,7 @@ struct WebClientTests {
                     return original(url, init);
                   };
                   window.client = await syncline.createClient({gatewayURL: \(Browser.quoted(stack.client.base)),
-                    fanoutURL: 'http://127.0.0.1:\(stack.fanouts[0].port)', databaseName: 'outcomes-\(UUID().uuidString.prefix(6))',
+                    fanoutURL: 'http://127.0.0.1:\(stack.fanoutPorts[0])', databaseName: 'outcomes-\(UUID().uuidString.prefix(6))',
                     tokenProvider: async () => \(Browser.quoted(token)), pollInterval: null});
                   client.start();
                   return true;
@@ -809,7 +819,7 @@ struct WebClientTests {
         try await Self.withPage(fanouts: 1) { page in
             let (stack, browser, token) = (page.stack, page.browser, page.token)
             let options = """
-                {gatewayURL: \(Browser.quoted(stack.client.base)), fanoutURL: 'http://127.0.0.1:\(stack.fanouts[0].port)',
+                {gatewayURL: \(Browser.quoted(stack.client.base)), fanoutURL: 'http://127.0.0.1:\(stack.fanoutPorts[0])',
                  databaseName: 'opened-offline', pollInterval: null,
                  tokenProvider: async () => { if (window.offline) throw new Error('no network to sign in with'); return \(Browser.quoted(token)); }}
                 """
@@ -873,7 +883,7 @@ struct WebClientTests {
             let token = await E2E.token("offline-\(UUID().uuidString.prefix(6))")
             let browser = try Browser(width: 420, height: 640)
             defer { browser.quit() }
-            let url = "\(site.base)/example/index.html?gateway=\(stack.client.base)&fanout=http://127.0.0.1:\(stack.fanouts[0].port)&token=\(token)"
+            let url = "\(site.base)/example/index.html?gateway=\(stack.client.base)&fanout=http://127.0.0.1:\(stack.fanoutPorts[0])&token=\(token)"
             try browser.open(url)
             try browser.waitFor("window.shoppingList")
             try browser.waitFor("navigator.serviceWorker.controller !== null", within: 20)
@@ -1269,9 +1279,9 @@ struct WebClientTests {
     @Test func theExampleAppSyncsBetweenTwoDevices() async throws {
         let site = try await Self.serveExample()
         defer { site.stop() }
-        try await Stack.with(workers: 1, fanouts: 1, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
+        try await InProcessStack.with(workers: 1, fanouts: 1, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
             let token = await E2E.token("shopper-\(UUID().uuidString.prefix(6))")
-            let url = "\(site.base)/example/index.html?gateway=\(stack.client.base)&fanout=http://127.0.0.1:\(stack.fanouts[0].port)&token=\(token)"
+            let url = "\(site.base)/example/index.html?gateway=\(stack.client.base)&fanout=http://127.0.0.1:\(stack.fanoutPorts[0])&token=\(token)"
             let phone = try Browser(width: 420, height: 640), laptop = try Browser(width: 420, height: 640)
             defer {
                 phone.quit()

@@ -132,7 +132,7 @@ struct WebhookTests {
     @Test func signedPokesAreRetriedByTier() async throws {
         let receiver = try WebhookReceiver { index in (index < 2 ? 500 : 200, 0) }
         defer { receiver.close() }
-        try await Stack.with(workers: 1, fanouts: 1, environment: Self.allowLoopback) { stack in
+        try await InProcessStack.with(workers: 1, fanouts: 1, environment: Self.allowLoopback) { stack in
             let api = stack.client
             let user = "hook-\(UUID().uuidString.prefix(6))"
             let token = await E2E.token(user)
@@ -171,7 +171,7 @@ struct WebhookTests {
         defer { target.close() }
         let bouncer = try WebhookReceiver(headers: "Location: http://127.0.0.1:\(target.port)/internal\r\n") { _ in (307, 0) }
         defer { bouncer.close() }
-        try await Stack.with(workers: 1, fanouts: 1, environment: Self.allowLoopback) { stack in
+        try await InProcessStack.with(workers: 1, fanouts: 1, environment: Self.allowLoopback) { stack in
             let api = stack.client
             let token = await E2E.token("bounce-\(UUID().uuidString.prefix(6))")
             let origin = try await Self.register(api, token: token)
@@ -191,7 +191,7 @@ struct WebhookTests {
         let healthy = NIOLockedValueBox(false)
         let receiver = try WebhookReceiver { _ in (healthy.withLockedValue { $0 } ? 200 : 500, 0) }
         defer { receiver.close() }
-        try await Stack.with(workers: 1, fanouts: 1, environment: Self.allowLoopback) { stack in
+        try await InProcessStack.with(workers: 1, fanouts: 1, environment: Self.allowLoopback) { stack in
             let api = stack.client
             let admin = await E2E.token("hook-admin", admin: true)
             let user = "deadhook-\(UUID().uuidString.prefix(6))"
@@ -226,7 +226,7 @@ struct WebhookTests {
         let slow = try WebhookReceiver { _ in (200, 4) }
         let fast = try WebhookReceiver { _ in (200, 0) }
         defer { slow.close(); fast.close() }
-        try await Stack.with(workers: 1, fanouts: 1, environment: Self.allowLoopback) { stack in
+        try await InProcessStack.with(workers: 1, fanouts: 1, environment: Self.allowLoopback) { stack in
             let api = stack.client
             let token = await E2E.token("slowhook-\(UUID().uuidString.prefix(6))")
             let origin = try await Self.register(api, token: token)
@@ -251,7 +251,7 @@ struct WebhookTests {
         let slow = try WebhookReceiver(trickledBody: 30) { _ in (200, 0) }
         let fast = try WebhookReceiver { _ in (200, 0) }
         defer { slow.close(); fast.close() }
-        try await Stack.with(workers: 1, fanouts: 1, environment: Self.allowLoopback.merging(["WEBHOOK_TIMEOUT": "3s"]) { $1 }) { stack in
+        try await InProcessStack.with(workers: 1, fanouts: 1, environment: Self.allowLoopback.merging(["WEBHOOK_TIMEOUT": "3s"]) { $1 }) { stack in
             let api = stack.client
             let slowOwner = await E2E.token("slowhooks-\(UUID().uuidString.prefix(6))")
             let slowOrigin = try await Self.register(api, token: slowOwner)
@@ -281,7 +281,7 @@ struct WebhookTests {
 
     /// Without ALLOW_PRIVATE_WEBHOOKS, private and loopback push URLs are refused.
     @Test func privateAddressesAreRefused() async throws {
-        try await Stack.with(workers: 0) { stack in
+        try await InProcessStack.with(workers: 0) { stack in
             let token = await E2E.token("private-\(UUID().uuidString.prefix(6))")
             for url in ["http://127.0.0.1:9/x", "http://10.1.2.3/x", "http://localhost/x", "http://[::1]/x", "http://192.168.0.10/x"] {
                 let result = try await stack.client.json("POST", "/v1/devices", token: token, ["name": "p", "platform": "ios", "push_url": url])
