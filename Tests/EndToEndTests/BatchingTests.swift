@@ -47,6 +47,14 @@ struct BatchingTests {
     /// pull holds one record per op and its cursor counts one version each. Every job
     /// message was published at intake (none waited for the relay) and acknowledged by a
     /// worker: a batch settles each of its deliveries, not only its first.
+    /// `extra` over a relay that waits a minute: these tests count each job's message once,
+    /// and a loaded machine confirmed a publish later than the relay's 2 s (the job then
+    /// delivered twice, applied once). A publish that never came still fails them: its job
+    /// is not applied within their wait.
+    static func settings(_ extra: [String: String]) -> [String: String] {
+        extra.merging(["RELAY_AFTER": "60s"]) { current, _ in current }
+    }
+
     static func expectEachAppliedOnce(_ stack: Stack, _ pushed: [(token: String, jobs: [String])], opsEach: Int = 1) async throws {
         let api = stack.client
         for (token, jobs) in pushed {
@@ -73,7 +81,7 @@ struct BatchingTests {
     @Test func aPoisonJobInABatchOfFiftyIsDeadLetteredAloneWhileTheOthersSucceed() async throws {
         let failing = try await FailureTests.FailingCollection("poisonbatch")
         defer { Task { try? await failing.remove() } }
-        try await Stack.with(workers: 0, environment: ["WORKER_CONCURRENCY": "1", "WORKER_BATCH_JOBS": "50"]) { stack in
+        try await Stack.with(workers: 0, environment: Self.settings(["WORKER_CONCURRENCY": "1", "WORKER_BATCH_JOBS": "50"])) { stack in
             let api = stack.client
             let healthy = try await Self.pushJobs(api, users: 7, jobsEach: 3, tag: "batch-ok")
             let poisonToken = await E2E.token("batch-poison-\(UUID().uuidString.prefix(6))")
@@ -103,7 +111,7 @@ struct BatchingTests {
         // Every other write to this collection is chosen as a deadlock's victim.
         let deadlocking = try await FailureTests.FailingCollection("deadlocky", deadlockEveryOther: true)
         defer { Task { try? await deadlocking.remove() } }
-        try await Stack.with(workers: 0, environment: ["WORKER_CONCURRENCY": "1"]) { stack in
+        try await Stack.with(workers: 0, environment: Self.settings(["WORKER_CONCURRENCY": "1"])) { stack in
             let api = stack.client
             let pushed = try await Self.pushJobs(api, users: 3, jobsEach: 4, tag: "deadlock", collection: "deadlocky")
             try await stack.addWorker()
@@ -115,9 +123,9 @@ struct BatchingTests {
     }
 
     @Test func batchesAreBoundedInOps() async throws {
-        try await Stack.with(workers: 0, environment: [
+        try await Stack.with(workers: 0, environment: Self.settings([
             "WORKER_CONCURRENCY": "1", "WORKER_BATCH_JOBS": "50", "WORKER_BATCH_OPS": "100",
-        ]) { stack in
+        ])) { stack in
             let api = stack.client
             // 3 users × 6 jobs of 30 ops, queued before the worker runs: 540 ops, at most
             // three jobs (90 ops) per transaction.
@@ -135,7 +143,7 @@ struct BatchingTests {
     }
 
     @Test func twoWorkersBatchingTheSameUsersNeitherDeadlockNorApplyTwice() async throws {
-        try await Stack.with(workers: 0, environment: ["WORKER_CONCURRENCY": "2", "WORKER_BATCH_JOBS": "16"]) { stack in
+        try await Stack.with(workers: 0, environment: Self.settings(["WORKER_CONCURRENCY": "2", "WORKER_BATCH_JOBS": "16"])) { stack in
             let api = stack.client
             // 4 users × 40 jobs, queued before any worker runs: both workers' batches hold
             // jobs of every user, and lock the same counters.

@@ -84,10 +84,13 @@ struct ClientRulesTests {
                 try await client.sync(timeout: 20)
                 let events = await device.log.events
                 #expect(try await client.record("items", id: "rope")?.data == ["name": "Rope", "reserved": 2, "by": "backend"], "\(events)")
-                #expect(backend.requests.count == 1)
-                let request = try #require(backend.requests.first)
-                let sent = try JSONSerialization.jsonObject(with: Data(request.body)) as? [String: Any]
-                #expect((sent?["calls"] as? [[String: Any]])?.first?["guess"] == nil, "the guess is the device's alone")
+                // Asked at least once: a job delivered twice (its publish confirmed late on a
+                // loaded machine, then relayed) may ask again; its effect is once either way.
+                #expect(!backend.requests.isEmpty)
+                for request in backend.requests {
+                    let sent = try JSONSerialization.jsonObject(with: Data(request.body)) as? [String: Any]
+                    #expect((sent?["calls"] as? [[String: Any]])?.first?["guess"] == nil, "the guess is the device's alone")
+                }
             }
         }
     }
