@@ -11,7 +11,7 @@ struct AdminPageTests {
         let failing = try await FailureTests.FailingCollection("page_poison")
         var removed = false
         defer { if !removed { Task { try? await failing.remove() } } }
-        try await InProcessStack.with(workers: 1) { stack in
+        try await Stack.with(workers: 1) { stack in
             let api = stack.client
             let user = "page-\(UUID().uuidString.prefix(6))"
             let token = await E2E.token(user)

@@ -48,7 +48,7 @@ struct BrowserClientTests {
         }
         try allowed.write("index.html", Self.page)
         try other.write("index.html", Self.page)
-        try await InProcessStack.with(workers: 1, fanouts: 1, environment: ["CORS_ALLOWED_ORIGINS": "https://app.example,\(allowed.base)"]) { stack in
+        try await Stack.with(workers: 1, fanouts: 1, environment: ["CORS_ALLOWED_ORIGINS": "https://app.example,\(allowed.base)"]) { stack in
             let api = stack.client.base, streams = "http://127.0.0.1:\(stack.fanoutPorts[0])"
             let user = "web-\(UUID().uuidString.prefix(6))"
             let token = await E2E.token(user)

@@ -349,7 +349,8 @@ struct ClientTests {
                 }
                 try await Task.sleep(for: .milliseconds(20))
             }
-            #expect(converged != nil && converged! < .seconds(10), "500 interleaved edits converged after \(String(describing: converged))")
+            // Within the stream's reach, not a poll's 30 s (beside stress-ng it took 10.4 s).
+            #expect(converged != nil && converged! < .seconds(25), "500 interleaved edits converged after \(String(describing: converged))")
             await a.client.stop()
             await b.client.stop()
         }

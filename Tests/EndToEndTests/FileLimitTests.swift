@@ -53,13 +53,13 @@ struct FileLimitTests {
 
     @Test func aReaderThatStopsReadingIsClosedAndDownloadsAreCappedPerUser() async throws {
         let environment = ["TRANSFER_STALL_TIMEOUT": "2s", "DOWNLOADS_PER_USER": "2"]
-        try await Stack.with(workers: 0, environment: environment) { stack in
+        try await InProcessStack.with(workers: 0, environment: environment) { stack in
             let api = stack.client
             let token = await E2E.token("reader-\(UUID().uuidString.prefix(6))")
             let file = AttachmentTests.randomBytes(24 << 20)
             let sha = AttachmentTests.sha256(file)
             #expect(try await AttachmentTests.put(api, token, file).status == 201)
-            let stalled = try (0..<2).map { _ in try Self.send(stack.gateway.port, Self.get(sha, token), receiveBuffer: 16 << 10) }
+            let stalled = try (0..<2).map { _ in try Self.send(stack.port, Self.get(sha, token), receiveBuffer: 16 << 10) }
             defer { stalled.forEach { close($0) } }
             try await Task.sleep(for: .milliseconds(500))
             let third = try await api.request("GET", "/v1/blobs/\(sha)", token: token)
@@ -110,12 +110,12 @@ struct FileLimitTests {
 
     @Test func anUploadThatTricklesIsClosedAndUploadsAreCappedPerUser() async throws {
         let environment = ["TRANSFER_STALL_TIMEOUT": "2s", "UPLOAD_MIN_RATE": "1KiB", "UPLOADS_PER_USER": "1"]
-        try await Stack.with(workers: 0, environment: environment) { stack in
+        try await InProcessStack.with(workers: 0, environment: environment) { stack in
             let api = stack.client
             let token = await E2E.token("trickle-\(UUID().uuidString.prefix(6))")
             let file = AttachmentTests.randomBytes(200_000)
             let sha = AttachmentTests.sha256(file)
-            let fd = try Self.send(stack.gateway.port, Self.putHead(sha, token, length: file.count), body: file.prefix(10))
+            let fd = try Self.send(stack.port, Self.putHead(sha, token, length: file.count), body: file.prefix(10))
             defer { close(fd) }
             try await Task.sleep(for: .milliseconds(300))
             let other = AttachmentTests.randomBytes(1000)
@@ -158,7 +158,7 @@ struct FileLimitTests {
         // Long enough for the checks before it on a loaded machine (3 s was not).
         let expiry = 8.0
         let environment = ["SPACE_BLOB_QUOTA": "3MiB", "OPEN_UPLOADS_PER_USER": "2", "UPLOAD_EXPIRY": "\(Int(expiry))s"]
-        try await Stack.with(workers: 0, environment: environment) { stack in
+        try await InProcessStack.with(workers: 0, environment: environment) { stack in
             let api = stack.client
             let token = await E2E.token("open-\(UUID().uuidString.prefix(6))")
             let opened = Date()
@@ -182,7 +182,7 @@ struct FileLimitTests {
     }
 
     @Test func anUploaderWhoLosesWriteAccessStoresNothingMore() async throws {
-        try await Stack.with(workers: 0) { stack in
+        try await InProcessStack.with(workers: 0) { stack in
             let api = stack.client
             let (space, owner, editor, _) = try await SpaceTests.family(api)
             let file = AttachmentTests.randomBytes(2 << 20)
@@ -201,7 +201,7 @@ struct FileLimitTests {
             // A PUT still streaming when its uploader is removed: refused, nothing stored.
             let promoted = try await api.json("PATCH", "/v1/spaces/\(space)/members/\(editor.user)", token: owner.token, ["role": "editor"])
             #expect(promoted.status == 200)
-            let fd = try Self.send(stack.gateway.port, Self.putHead(sha, editor.token, length: file.count, space: space), body: file.prefix(1 << 20))
+            let fd = try Self.send(stack.port, Self.putHead(sha, editor.token, length: file.count, space: space), body: file.prefix(1 << 20))
             defer { close(fd) }
             try await Task.sleep(for: .milliseconds(500))
             #expect(try await api.request("DELETE", "/v1/spaces/\(space)/members/\(editor.user)", token: owner.token).status == 204)

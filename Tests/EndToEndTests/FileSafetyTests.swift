@@ -79,7 +79,7 @@ struct FileSafetyTests {
     /// admin token is in no storage a page of the origin could read.
     @Test(.enabled(if: Browser.executable != nil, "needs Chromium"))
     func aBrowserOpeningPublishedFilesRunsNoScript() async throws {
-        try await InProcessStack.with(workers: 1) { stack in
+        try await Stack.with(workers: 1) { stack in
             let api = stack.client
             let beacon = try await StaticFileServer()
             defer { beacon.stop() }

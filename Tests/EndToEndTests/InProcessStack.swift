@@ -13,7 +13,9 @@ import TestSupport
 /// builds it, all services of one group, each on a port the kernel chose, on the database
 /// and broker of the test's environment — over real HTTP, PostgreSQL and RabbitMQ, without
 /// starting a process. For tests that need nothing of a process: no kill or signal, no log
-/// file, no metrics scrape (those use `Stack`). Its `client` answers as `Stack`'s does.
+/// file, no metrics scrape, and no call that blocks a thread for long — a browser's (the
+/// services share the test's few cooperative threads) — those use `Stack`. Its `client`
+/// answers as `Stack`'s does.
 final class InProcessStack: TestStack {
     let client: APIClient
     /// The gateway's port.

@@ -217,9 +217,6 @@ protocol TestStack: Sendable {
     var port: Int { get }
     /// Each fanout's port.
     var fanoutPorts: [Int] { get }
-    /// Runs `body` with a fresh stack of a gateway, `workers` workers and `fanouts` fanouts
-    /// started with `environment`, and always stops it.
-    static func with<T>(workers: Int, fanouts: Int, environment: [String: String], _ body: (Self) async throws -> T) async throws -> T
 }
 
 /// A gateway and workers, started as real processes for one test.

@@ -144,7 +144,7 @@ struct SupportConsoleTests {
     }
 
     @Test func recordDataNeedsTheSupportScopeAndEveryLookIsAudited() async throws {
-        try await Stack.with(workers: 1) { stack in
+        try await InProcessStack.with(workers: 1) { stack in
             let api = stack.client
             let owner = try await Member.make(api, "audited")
             let space = try await api.makeSpace(owner: owner)

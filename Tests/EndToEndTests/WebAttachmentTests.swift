@@ -9,7 +9,7 @@ import TestSupport
 @Suite(.serialized, .timeLimit(.minutes(3)), .enabled(if: E2E.enabled, "needs DATABASE_URL, AMQP_URL and built services"))
 struct WebAttachmentTests {
     @Test func aPictureAttachedOfflineShowsOnAnotherDeviceAndARefusedFileBlocksNothing() async throws {
-        try await WebClientTests.withPage(on: Stack.self, environment: ["BLOB_MAX_BYTES": "1MiB"]) { page in
+        try await WebClientTests.withPage(environment: ["BLOB_MAX_BYTES": "1MiB"]) { page in
             let (stack, browser, user, token) = (page.stack, page.browser, page.user, page.token)
             func options(_ database: String) -> String {
                 """

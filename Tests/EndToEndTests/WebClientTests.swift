@@ -50,9 +50,12 @@ struct WebClientTests {
     }
 
     /// What a browser test works with: the stack (letting the page's origin call it), a
-    /// browser on the page, the page's server, and a fresh user with a token.
-    struct Page<S: TestStack> {
-        let stack: S
+    /// browser on the page, the page's server, and a fresh user with a token. The stack runs
+    /// as processes: a browser's calls block the test's thread for as long as the page
+    /// takes, and a stack in the test's process would wait for that thread (two threads on
+    /// a 2-core machine: a page's writes timed out under load).
+    struct Page {
+        let stack: Stack
         let browser: Browser
         let tab: Browser.Tab
         let site: StaticFileServer
@@ -60,21 +63,11 @@ struct WebClientTests {
         let token: String
     }
 
-    /// A page, its stack in the test's process.
-    static func withPage(
-        fanouts: Int = 0, environment: [String: String] = [:], _ body: (Page<InProcessStack>) async throws -> Void
-    ) async throws {
-        try await withPage(on: InProcessStack.self, fanouts: fanouts, environment: environment, body)
-    }
-
-    /// A page, its stack of the kind given (`Stack`: processes, for a test that stops one).
-    static func withPage<S: TestStack>(
-        on _: S.Type, fanouts: Int = 0, environment: [String: String] = [:], _ body: (Page<S>) async throws -> Void
-    ) async throws {
+    static func withPage(fanouts: Int = 0, environment: [String: String] = [:], _ body: (Page) async throws -> Void) async throws {
         let site = try await serve()
         defer { site.stop() }
         let env = environment.merging(["CORS_ALLOWED_ORIGINS": site.base]) { $1 }
-        try await S.with(workers: 1, fanouts: fanouts, environment: env) { stack in
+        try await Stack.with(workers: 1, fanouts: fanouts, environment: env) { stack in
             let user = "web-\(UUID().uuidString.prefix(6))"
             let token = await E2E.token(user)
             let browser = try Browser()
@@ -149,7 +142,7 @@ struct WebClientTests {
     /// With the gateway down, a page writes, is reloaded, and still shows its edits; once
     /// the gateway is back they are applied once and the server holds what the page shows.
     @Test func offlineEditsSurviveAReloadAndAreAppliedOnce() async throws {
-        try await Self.withPage(on: Stack.self) { page in
+        try await Self.withPage { page in
             let (stack, browser, user, token) = (page.stack, page.browser, page.user, page.token)
             let database = "syncline-\(UUID().uuidString.prefix(8))"
             let options = """
@@ -738,7 +731,7 @@ struct WebClientTests {
     /// within two heartbeats and opened again once the fanout answers; a follower tab of the
     /// same database shows the leader's `live` throughout.
     @Test func aSilentStreamIsNoticedAndAFollowerTabIsAsLiveAsTheLeader() async throws {
-        try await Self.withPage(on: Stack.self, fanouts: 1, environment: ["STREAM_HEARTBEAT": "1s"]) { page in
+        try await Self.withPage(fanouts: 1, environment: ["STREAM_HEARTBEAT": "1s"]) { page in
             let (stack, browser, token) = (page.stack, page.browser, page.token)
             let fanout = try #require(stack.fanouts.first)
             _ = try browser.evaluate("""
@@ -1279,7 +1272,7 @@ struct WebClientTests {
     @Test func theExampleAppSyncsBetweenTwoDevices() async throws {
         let site = try await Self.serveExample()
         defer { site.stop() }
-        try await InProcessStack.with(workers: 1, fanouts: 1, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
+        try await Stack.with(workers: 1, fanouts: 1, environment: ["CORS_ALLOWED_ORIGINS": site.base]) { stack in
             let token = await E2E.token("shopper-\(UUID().uuidString.prefix(6))")
             let url = "\(site.base)/example/index.html?gateway=\(stack.client.base)&fanout=http://127.0.0.1:\(stack.fanoutPorts[0])&token=\(token)"
             let phone = try Browser(width: 420, height: 640), laptop = try Browser(width: 420, height: 640)

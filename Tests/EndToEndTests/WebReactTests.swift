@@ -38,7 +38,7 @@ struct WebReactTests {
         export const { useEffect, useState, useSyncExternalStore, useMemo, useRef, useCallback, createElement, Fragment, createContext, useContext, Suspense } = React;
         """
 
-    static func withReactPage(_ body: (WebClientTests.Page<InProcessStack>) async throws -> Void) async throws {
+    static func withReactPage(_ body: (WebClientTests.Page) async throws -> Void) async throws {
         try await WebClientTests.withPage { page in
             for (name, path) in [
                 ("react.development.js", "/usr/share/nodejs/react/umd/react.development.js"),
