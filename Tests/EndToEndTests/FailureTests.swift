@@ -127,7 +127,9 @@ struct FailureTests {
             for attempt in 1..<min(starts.count, ends.count) {
                 let waited = starts[attempt] - ends[attempt - 1]
                 let tier = E2E.retryDelays[min(attempt - 1, E2E.retryDelays.count - 1)]
-                #expect(waited >= tier - 0.02 && waited <= tier * 1.1 + 0.5,
+                // At least its tier: the promise. At most a few seconds more: a loaded
+                // machine delayed a 0.3 s tier's redelivery to 1.3 s.
+                #expect(waited >= tier - 0.02 && waited <= tier + 3,
                         "attempt \(attempt + 1) waited \(waited) s; its tier is \(tier) s")
             }
 
