@@ -240,7 +240,6 @@ public final class PGPool: Sendable {
     private func endWaits() async {
         for await first in firstDeadlines.stream {
             await endWaits(from: first)
-            if Task.isCancelled { return }
         }
     }
 
